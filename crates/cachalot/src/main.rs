@@ -1,0 +1,3 @@
+fn main() {
+    std::process::exit(cachalot_server::main_with_args(std::env::args_os().collect()));
+}

@@ -1,0 +1,119 @@
+//! cachalot's storage engine.
+//!
+//! The engine keeps items in an arena of fixed-size pages (1 MB by default) carved
+//! into slab classes, finds them through a Cavast-style hash index of 64-byte
+//! tagged buckets, and evicts with a per-class CLOCK. Everything it stores (items
+//! and index) is counted against one memory limit (`-m`).
+//!
+//! Concurrency model: the engine itself is single-threaded (`&mut Engine`); the
+//! server shares it through [`Cache`], a mutex that is held only for the index /
+//! slab operation and the copy of a value into a connection's output buffer,
+//! never across network I/O.
+//!
+//! Module map (see docs/ARCHITECTURE.md):
+//! - [`clock`]: the coarse server clock and memcached's exptime rules.
+//! - [`item`]: the 16-byte item header and item layout inside a chunk.
+//! - [`index`]: the hash index (Cavast section 4.3).
+//! - [`slab`]: pages, slab classes, free chunks, page moves.
+//! - [`evict`]: the per-class CLOCK eviction policy.
+//! - [`engine`]: the operations (get/store/delete/arith/touch/flush) on top.
+
+pub mod clock;
+pub mod engine;
+pub mod evict;
+pub mod index;
+pub mod item;
+pub mod slab;
+pub mod stats;
+
+use std::sync::Arc;
+
+pub use clock::{Clock, Expiry, RelTime};
+pub use engine::{
+    ArithOutcome, DeleteOutcome, Engine, ItemId, ItemRef, Store, StoreMode, StoreOutcome,
+};
+pub use stats::{EngineStats, SlabClassStats};
+
+/// Default page size: memcached's 1 MB slab page.
+pub const DEFAULT_PAGE_SIZE: usize = 1 << 20;
+/// Longest key memcached accepts.
+pub const KEY_MAX_LEN: usize = 250;
+/// Largest value length the item header can describe (24-bit length field).
+pub const VALUE_MAX_LEN: usize = (1 << 24) - 1;
+
+/// Engine configuration, filled from memcached's command-line flags.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `-m`: bytes for everything the cache stores (items and index).
+    pub memory_limit: usize,
+    /// `-I`: the largest item (header + key + value) accepted.
+    pub item_size_max: usize,
+    /// `-f`: chunk size growth factor between slab classes.
+    pub growth_factor: f64,
+    /// `-n`: minimum space for key + value + flags in the smallest chunk.
+    pub chunk_min_data: usize,
+    /// `-C` turns CAS off (cas uniques are then reported as 0).
+    pub cas_enabled: bool,
+    /// `-M` sets this to false: return an error instead of evicting.
+    pub evict: bool,
+    /// `-o slab_reassign`: allow pages to move between classes.
+    pub slab_reassign: bool,
+    /// `-o slab_automove=N`: 0 off, 1 background rebalancing, 2 aggressive.
+    pub slab_automove: u8,
+    /// `-L`: preallocate all pages at start (and ask for transparent hugepages).
+    pub prealloc: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            memory_limit: 64 << 20,
+            item_size_max: 1 << 20,
+            growth_factor: 1.25,
+            chunk_min_data: 16,
+            cas_enabled: true,
+            evict: true,
+            slab_reassign: true,
+            slab_automove: 1,
+            prealloc: false,
+        }
+    }
+}
+
+/// Errors in an engine [`Config`].
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("growth factor must be greater than 1.0 (got {0})")]
+    GrowthFactor(f64),
+    #[error("item size max {size} must be between 1024 bytes and {max} bytes")]
+    ItemSizeMax { size: usize, max: usize },
+    #[error("memory limit {0} bytes is smaller than one page")]
+    MemoryLimit(usize),
+}
+
+/// The engine shared by all worker threads.
+pub struct Cache {
+    engine: parking_lot::Mutex<Engine>,
+    clock: Arc<Clock>,
+}
+
+impl Cache {
+    pub fn new(config: Config, clock: Arc<Clock>) -> Result<Cache, ConfigError> {
+        let engine = Engine::new(config, clock.clone())?;
+        Ok(Cache {
+            engine: parking_lot::Mutex::new(engine),
+            clock,
+        })
+    }
+
+    /// Lock the engine. Hold the guard only for engine work and copying out
+    /// values, never across socket reads or writes.
+    #[inline]
+    pub fn lock(&self) -> parking_lot::MutexGuard<'_, Engine> {
+        self.engine.lock()
+    }
+
+    pub fn clock(&self) -> &Arc<Clock> {
+        &self.clock
+    }
+}

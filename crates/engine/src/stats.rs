@@ -1,0 +1,82 @@
+//! Counters the engine keeps, named after memcached's `stats` fields so the
+//! server can print them unchanged.
+
+/// Engine-wide counters (a snapshot; see `Engine::stats`).
+#[derive(Clone, Debug, Default)]
+pub struct EngineStats {
+    pub curr_items: u64,
+    pub total_items: u64,
+    /// Bytes used by live items (header + flags + key + value).
+    pub bytes: u64,
+    pub evictions: u64,
+    /// Stores that reused the memory of an expired item.
+    pub reclaimed: u64,
+    pub expired_unfetched: u64,
+    pub evicted_unfetched: u64,
+    /// Items found expired on access.
+    pub get_expired: u64,
+    /// Items found flushed on access (always 0: flush is eager here).
+    pub get_flushed: u64,
+    /// Items removed by the background reclaimer.
+    pub crawler_reclaimed: u64,
+    /// `-m` in bytes.
+    pub limit_maxbytes: u64,
+    /// Bytes of pages handed to slab classes.
+    pub total_malloced: u64,
+    /// Bytes held by the hash index (counted inside `limit_maxbytes`).
+    pub hash_bytes: u64,
+    /// log2 of the number of primary index buckets (memcached's hash_power_level).
+    pub hash_power_level: u32,
+    pub hash_is_expanding: bool,
+    /// Pages moved between slab classes.
+    pub slabs_moved: u64,
+    /// Items rescued into another chunk when their page moved.
+    pub slab_reassign_rescues: u64,
+    /// Items evicted because their page moved.
+    pub slab_reassign_evictions: u64,
+    pub slab_reassign_running: bool,
+    /// Pages not yet given to any class.
+    pub free_pages: u64,
+    /// Stores refused for lack of memory.
+    pub outofmemory: u64,
+}
+
+/// Per slab class counters for `stats slabs` and `stats items`.
+#[derive(Clone, Debug, Default)]
+pub struct SlabClassStats {
+    pub id: u32,
+    pub chunk_size: u32,
+    pub chunks_per_page: u32,
+    pub total_pages: u64,
+    pub total_chunks: u64,
+    pub used_chunks: u64,
+    pub free_chunks: u64,
+    /// Chunks at the end of the newest page never handed out yet.
+    pub free_chunks_end: u64,
+    /// Bytes requested by the items in this class.
+    pub mem_requested: u64,
+    pub get_hits: u64,
+    pub cmd_set: u64,
+    pub delete_hits: u64,
+    pub incr_hits: u64,
+    pub decr_hits: u64,
+    pub cas_hits: u64,
+    pub cas_badval: u64,
+    pub touch_hits: u64,
+    // `stats items` fields.
+    pub number: u64,
+    /// Age (seconds) of the oldest item the CLOCK hand is about to visit.
+    pub age: u64,
+    pub evicted: u64,
+    pub evicted_nonzero: u64,
+    /// Seconds since the last access of the most recently evicted item.
+    pub evicted_time: u64,
+    pub outofmemory: u64,
+    pub reclaimed: u64,
+    pub expired_unfetched: u64,
+    pub evicted_unfetched: u64,
+    pub crawler_reclaimed: u64,
+    /// Pages moved into / out of this class.
+    pub pages_in: u64,
+    pub pages_out: u64,
+}

@@ -1,0 +1,4 @@
+//! memcached protocol codecs: text (classic and meta) and binary.
+//!
+//! Parsers borrow from the connection's read buffer and never panic on client
+//! input: every malformed request maps to the error memcached would send.

@@ -1,0 +1,40 @@
+//! The interface between a connection and a protocol handler.
+//!
+//! The network layer owns sockets and buffers; a handler sees the bytes read so
+//! far and appends replies to the output buffer. Handlers keep per-connection
+//! state (e.g. how many bytes of an oversized value are left to swallow).
+
+use std::sync::Arc;
+
+use cachalot_engine::Cache;
+
+use crate::settings::Settings;
+use crate::stats::{Shared, ThreadStats};
+
+/// What a handler did with the input it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Consumed this many bytes (one or more whole requests); call again with the rest.
+    Consumed(usize),
+    /// Needs more bytes before it can make progress (nothing consumed).
+    NeedMore,
+    /// Consumed this many bytes; flush the output, then close the connection.
+    Close(usize),
+}
+
+/// Everything a handler may touch while serving one request.
+pub struct Ctx<'a> {
+    pub cache: &'a Cache,
+    pub settings: &'a Settings,
+    pub shared: &'a Arc<Shared>,
+    pub stats: &'a ThreadStats,
+    /// This connection's id (for `stats conns`).
+    pub conn_id: u64,
+}
+
+/// A protocol handler bound to one connection.
+pub trait Handler: Send {
+    /// Handle as many complete requests at the front of `input` as it wants,
+    /// appending replies to `out`.
+    fn step(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut Vec<u8>) -> Step;
+}
