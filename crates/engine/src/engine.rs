@@ -1,12 +1,19 @@
 //! The engine's operations: what a memcached command does to the cache.
 //!
-//! PUBLIC API CONTRACT (the server's protocol handlers program against this).
+//! Each operation is what memcached's `do_store_item`, `do_item_get`,
+//! `do_add_delta` and friends do, on top of the slab allocator (`slab`), the
+//! index (`index`) and CLOCK eviction (`evict`). The protocol handlers in the
+//! server program against this API.
 
 use std::sync::Arc;
 
 use crate::clock::{Clock, Expiry, RelTime};
+use crate::evict::{self, Victim};
+use crate::index::Index;
+use crate::item;
+use crate::slab::{class_sizes, PageId, Slabs};
 use crate::stats::{EngineStats, SlabClassStats};
-use crate::{Config, ConfigError};
+use crate::{Config, ConfigError, DEFAULT_PAGE_SIZE, VALUE_MAX_LEN};
 
 /// A handle to a live item, valid until the engine is next mutated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,7 +127,10 @@ pub struct Arith {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArithOutcome {
     /// The new value and the item holding it.
-    Value { value: u64, id: ItemId },
+    Value {
+        value: u64,
+        id: ItemId,
+    },
     NotFound,
     /// The stored value is not a decimal number (`CLIENT_ERROR cannot increment or decrement non-numeric value`).
     NonNumeric,
@@ -159,29 +169,140 @@ pub enum ReassignOutcome {
     Same,
 }
 
-/// The engine. Not thread-safe by itself: see [`crate::Cache`].
-pub struct Engine {
-    _clock: Arc<Clock>,
+/// Counters kept as plain integers under the engine lock.
+#[derive(Default)]
+struct Counters {
+    curr_items: u64,
+    total_items: u64,
+    bytes: u64,
+    evictions: u64,
+    reclaimed: u64,
+    expired_unfetched: u64,
+    evicted_unfetched: u64,
+    get_expired: u64,
+    crawler_reclaimed: u64,
+    slabs_moved: u64,
+    rescues: u64,
+    reassign_evictions: u64,
+    outofmemory: u64,
 }
 
-#[allow(unused_variables)]
+/// The engine. Not thread-safe by itself: see [`crate::Cache`].
+pub struct Engine {
+    config: Config,
+    clock: Arc<Clock>,
+    slabs: Slabs,
+    index: Index,
+    memory_limit: usize,
+    next_cas: u64,
+    pending_flush: Option<RelTime>,
+    counters: Counters,
+    /// Background reclaimer position: (page number, chunk).
+    reclaim_at: (usize, u32),
+    /// Automove bookkeeping: when it last looked, and evictions per class then.
+    automove_at: RelTime,
+    automove_seen: Vec<u64>,
+    /// Reused buffer for append/prepend/incr.
+    scratch: Vec<u8>,
+}
+
+#[inline]
+fn hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
 impl Engine {
     pub fn new(config: Config, clock: Arc<Clock>) -> Result<Engine, ConfigError> {
-        todo!()
+        if config.growth_factor.is_nan() || config.growth_factor <= 1.0 {
+            return Err(ConfigError::GrowthFactor(config.growth_factor));
+        }
+        let item_max = config.item_size_max;
+        let max_allowed = (VALUE_MAX_LEN + 1).min(1 << 30);
+        if !(1024..=max_allowed).contains(&item_max) {
+            return Err(ConfigError::ItemSizeMax {
+                size: item_max,
+                max: max_allowed,
+            });
+        }
+        let page_size = DEFAULT_PAGE_SIZE.max(item_max.next_power_of_two());
+        if config.memory_limit < page_size {
+            return Err(ConfigError::MemoryLimit(config.memory_limit));
+        }
+        let sizes = class_sizes(
+            item::HEADER_LEN + config.chunk_min_data,
+            config.growth_factor,
+            item_max,
+        );
+        let slabs = Slabs::new(page_size, &sizes);
+        // The index starts small and grows with the item count; size the start
+        // for one item per 256 bytes of memory (a fraction of the final size).
+        let index = Index::with_capacity((config.memory_limit / 256).min(1 << 20));
+        let mut engine = Engine {
+            memory_limit: config.memory_limit,
+            automove_seen: vec![0; sizes.len()],
+            config,
+            clock,
+            slabs,
+            index,
+            next_cas: 1,
+            pending_flush: None,
+            counters: Counters::default(),
+            reclaim_at: (0, 0),
+            automove_at: 0,
+            scratch: Vec::new(),
+        };
+        if engine.config.prealloc {
+            while engine.can_add_page() {
+                let p = engine.slabs.new_page();
+                engine.slabs.spare.push(p);
+            }
+        }
+        Ok(engine)
     }
 
     pub fn config(&self) -> &Config {
-        todo!()
+        &self.config
+    }
+
+    /// The current memory limit (`-m`, or the last `cache_memlimit`).
+    pub fn memory_limit(&self) -> usize {
+        self.memory_limit
     }
 
     /// Whether an item with this key and value length fits under `-I`.
     pub fn fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
-        todo!()
+        value_len <= VALUE_MAX_LEN
+            && item::total_len(key_len, value_len, flags) <= self.config.item_size_max
+    }
+
+    #[inline]
+    fn now(&self) -> RelTime {
+        self.clock.now()
+    }
+
+    fn find(&self, key: &[u8], h: u64) -> Option<u64> {
+        let slabs = &self.slabs;
+        self.index.find(h, |loc| item::key(slabs.chunk(loc)) == key)
+    }
+
+    /// Find a live item, removing it if it expired.
+    fn find_live(&mut self, key: &[u8], h: u64) -> Option<u64> {
+        self.check_flush();
+        let loc = self.find(key, h)?;
+        let exp = item::exptime(self.slabs.chunk(loc));
+        if exp != 0 && exp <= self.now() {
+            self.counters.get_expired += 1;
+            self.remove(loc);
+            return None;
+        }
+        Some(loc)
     }
 
     /// Find a live item (expired ones are removed on the way).
     pub fn lookup(&mut self, key: &[u8], how: Lookup) -> Option<ItemRef<'_>> {
-        todo!()
+        let loc = self.find_live(key, hash(key))?;
+        self.access(loc, how);
+        Some(self.view(loc))
     }
 
     /// `get`: lookup that counts as an access.
@@ -189,78 +310,886 @@ impl Engine {
         self.lookup(key, Lookup::GET)
     }
 
+    fn access(&mut self, loc: u64, how: Lookup) {
+        let now = self.now();
+        let class = self.slabs.class_of(loc);
+        let chunk = self.slabs.chunk_mut(loc);
+        let mut bits = item::bits(chunk);
+        if how.bump {
+            bits |= item::REF;
+            item::set_atime(chunk, item::atime_code(now));
+        }
+        if how.fetch {
+            bits |= item::FETCHED;
+        }
+        item::set_bits(chunk, bits);
+        if how.fetch {
+            self.slabs.classes[class].stats.get_hits += 1;
+        }
+    }
+
+    fn view(&self, loc: u64) -> ItemRef<'_> {
+        let p = item::parts(self.slabs.chunk(loc));
+        let h = p.header;
+        ItemRef {
+            id: ItemId(loc),
+            key: p.key,
+            value: p.value,
+            flags: p.flags,
+            cas: if self.config.cas_enabled { h.cas } else { 0 },
+            expiry: match h.exptime {
+                0 => Expiry::Never,
+                t => Expiry::At(t),
+            },
+            cost: item::dequantize_cost(h.cost),
+            fetched: h.bits & item::FETCHED != 0,
+            stale: h.bits & item::STALE != 0,
+            win_sent: h.bits & item::WIN != 0,
+            last_access: self
+                .now()
+                .saturating_sub(item::atime_age(h.atime, self.now())),
+        }
+    }
+
     /// View an item found earlier (valid until the next mutation).
     pub fn item(&self, id: ItemId) -> ItemRef<'_> {
-        todo!()
+        self.view(id.0)
+    }
+
+    fn next_cas(&mut self) -> u64 {
+        let cas = self.next_cas;
+        self.next_cas = if cas >= item::CAS_MASK { 1 } else { cas + 1 };
+        cas
+    }
+
+    fn exptime_of(e: Expiry) -> u32 {
+        match e {
+            Expiry::Never => 0,
+            Expiry::At(t) => t.max(1),
+            // Relative time 1 is always in the past (the clock starts at 2).
+            Expiry::Expired => 1,
+        }
     }
 
     pub fn store(&mut self, req: &Store<'_>) -> StoreOutcome {
-        todo!()
+        let h = hash(req.key);
+        let old = self.find_live(req.key, h);
+        let mut stale = false;
+        if let Some(loc) = old {
+            let class = self.slabs.class_of(loc);
+            let old_cas = item::Header::read(self.slabs.chunk(loc)).cas;
+            if req.mode == StoreMode::Add {
+                // memcached: a failed add still counts as an access.
+                self.access(
+                    loc,
+                    Lookup {
+                        bump: true,
+                        fetch: false,
+                    },
+                );
+                return StoreOutcome::NotStored;
+            }
+            if req.cas != 0 && req.cas != old_cas {
+                if req.invalidate && req.cas < old_cas {
+                    stale = true;
+                } else {
+                    self.slabs.classes[class].stats.cas_badval += 1;
+                    return StoreOutcome::Exists;
+                }
+            } else if req.cas != 0 {
+                self.slabs.classes[class].stats.cas_hits += 1;
+            }
+        } else if req.cas != 0 {
+            return StoreOutcome::NotFound;
+        } else if req.mode != StoreMode::Set && req.mode != StoreMode::Add {
+            return StoreOutcome::NotStored;
+        }
+
+        // Append/prepend build the new value from the old one, keeping its
+        // flags and expiry (memcached's do_store_item).
+        let mut flags = req.flags;
+        let mut exptime = Self::exptime_of(req.expiry);
+        let mut cost = req.cost;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        if let (Some(loc), StoreMode::Append | StoreMode::Prepend) = (old, req.mode) {
+            let p = item::parts(self.slabs.chunk(loc));
+            flags = p.flags;
+            exptime = p.header.exptime;
+            cost = cost.or(Some(item::dequantize_cost(p.header.cost)));
+            if req.mode == StoreMode::Append {
+                scratch.extend_from_slice(p.value);
+                scratch.extend_from_slice(req.value);
+            } else {
+                scratch.extend_from_slice(req.value);
+                scratch.extend_from_slice(p.value);
+            }
+        }
+        let value: &[u8] = match req.mode {
+            StoreMode::Append | StoreMode::Prepend => &scratch,
+            _ => req.value,
+        };
+        let outcome = if !self.fits(req.key.len(), value.len(), flags) {
+            // memcached drops the old item when a set fails for size, so a
+            // stale value does not outlive the failed update.
+            if let (Some(loc), StoreMode::Set) = (old, req.mode) {
+                self.remove(loc);
+            }
+            StoreOutcome::TooLarge
+        } else {
+            let cas = match req.new_cas {
+                Some(c) => c & item::CAS_MASK,
+                None => self.next_cas(),
+            };
+            let bits = item::LIVE | if stale { item::STALE } else { 0 };
+            let cost = item::quantize_cost(cost.unwrap_or(1));
+            match self.write_new(h, req.key, &[value], flags, exptime, cas, cost, bits, old) {
+                Ok(()) => StoreOutcome::Stored {
+                    cas: if self.config.cas_enabled { cas } else { 0 },
+                },
+                Err(e) => {
+                    if let (Some(loc), StoreMode::Set) = (old, req.mode) {
+                        if self.slabs.is_live(loc) {
+                            self.remove(loc);
+                        }
+                    }
+                    e
+                }
+            }
+        };
+        self.scratch = scratch;
+        outcome
+    }
+
+    /// Allocate, write and link a new item, replacing `old` if still live.
+    #[allow(clippy::too_many_arguments)]
+    fn write_new(
+        &mut self,
+        h: u64,
+        key: &[u8],
+        value: &[&[u8]],
+        flags: u32,
+        exptime: u32,
+        cas: u64,
+        cost: u8,
+        bits: u8,
+        old: Option<u64>,
+    ) -> Result<(), StoreOutcome> {
+        let vlen: usize = value.iter().map(|v| v.len()).sum();
+        let total = item::total_len(key.len(), vlen, flags);
+        let loc = self.alloc(total, old)?;
+        // Eviction while allocating may have taken the old item already.
+        if let Some(o) = old.filter(|&o| o != loc && self.slabs.is_live(o)) {
+            self.remove(o);
+        }
+        let now = self.now();
+        item::write(
+            self.slabs.chunk_mut(loc),
+            cas,
+            item::atime_code(now),
+            cost,
+            bits,
+            exptime,
+            flags,
+            key,
+            value,
+        );
+        let slabs = &self.slabs;
+        self.index
+            .insert(h, loc, &|l| hash(item::key(slabs.chunk(l))));
+        let class = self.slabs.class_of(loc);
+        let c = &mut self.slabs.classes[class];
+        c.used += 1;
+        c.requested += total as u64;
+        c.stats.cmd_set += 1;
+        self.counters.curr_items += 1;
+        self.counters.total_items += 1;
+        self.counters.bytes += total as u64;
+        self.enforce_budget();
+        Ok(())
+    }
+
+    fn can_add_page(&self) -> bool {
+        (self.slabs.pages_allocated() + 1) * self.slabs.page_size + self.index.memory_bytes()
+            <= self.memory_limit
+    }
+
+    /// A chunk for an item of `size` bytes: a free chunk, a new page, or an
+    /// evicted item's chunk. `protect` is never evicted.
+    fn alloc(&mut self, size: usize, protect: Option<u64>) -> Result<u64, StoreOutcome> {
+        let class = self.slabs.class_for(size).ok_or(StoreOutcome::TooLarge)?;
+        loop {
+            if let Some(loc) = self.slabs.take_free(class) {
+                return Ok(loc);
+            }
+            if let Some(p) = self.slabs.spare.pop() {
+                self.slabs.assign(p, class);
+                continue;
+            }
+            if self.can_add_page() {
+                let p = self.slabs.new_page();
+                self.slabs.assign(p, class);
+                continue;
+            }
+            if !self.config.evict {
+                return Err(self.out_of_memory(class));
+            }
+            // A class with no memory at all takes a page from the largest
+            // class instead of failing (memcached needs slab_reassign for this).
+            if self.slabs.classes[class].pages.is_empty() {
+                if self.steal_page_for(class, protect) {
+                    continue;
+                }
+                return Err(self.out_of_memory(class));
+            }
+            let now = self.now();
+            match evict::clock_victim(&mut self.slabs, class, now, protect) {
+                Some(Victim::Expired(loc)) => {
+                    self.unlink(loc);
+                    self.counters.reclaimed += 1;
+                    self.slabs.classes[class].stats.reclaimed += 1;
+                    return Ok(loc);
+                }
+                Some(Victim::Evicted(loc)) => {
+                    let hdr = item::Header::read(self.slabs.chunk(loc));
+                    let s = &mut self.slabs.classes[class].stats;
+                    s.evicted += 1;
+                    if hdr.exptime != 0 {
+                        s.evicted_nonzero += 1;
+                    }
+                    s.evicted_time = item::atime_age(hdr.atime, now) as u64;
+                    if hdr.bits & item::FETCHED == 0 {
+                        s.evicted_unfetched += 1;
+                        self.counters.evicted_unfetched += 1;
+                    }
+                    self.counters.evictions += 1;
+                    self.unlink(loc);
+                    return Ok(loc);
+                }
+                None => {
+                    if self.steal_page_for(class, protect) {
+                        continue;
+                    }
+                    return Err(self.out_of_memory(class));
+                }
+            }
+        }
+    }
+
+    fn out_of_memory(&mut self, class: usize) -> StoreOutcome {
+        self.counters.outofmemory += 1;
+        self.slabs.classes[class].stats.outofmemory += 1;
+        StoreOutcome::NoMemory
+    }
+
+    /// Take the page at the CLOCK hand of the class with the most pages and
+    /// give it to `class`. Its items are evicted.
+    fn steal_page_for(&mut self, class: usize, protect: Option<u64>) -> bool {
+        let donor = (0..self.slabs.classes.len())
+            .filter(|&c| c != class && !self.slabs.classes[c].pages.is_empty())
+            .max_by_key(|&c| self.slabs.classes[c].pages.len());
+        let Some(donor) = donor else { return false };
+        let Some(page) = self.pick_page(donor, protect) else {
+            return false;
+        };
+        self.empty_page(page, false);
+        self.slabs.unassign(page);
+        self.slabs.assign(page, class);
+        self.counters.slabs_moved += 1;
+        self.slabs.classes[donor].stats.pages_out += 1;
+        self.slabs.classes[class].stats.pages_in += 1;
+        true
+    }
+
+    /// The page of `class` at its CLOCK hand (its oldest items), avoiding the
+    /// page that holds `protect`.
+    fn pick_page(&self, class: usize, protect: Option<u64>) -> Option<PageId> {
+        let c = &self.slabs.classes[class];
+        let n = c.pages.len();
+        let protected_page = protect.map(|l| self.slabs.split(l).0);
+        (0..n)
+            .map(|i| c.pages[(c.hand_page + i) % n])
+            .find(|&p| Some(p) != protected_page)
+    }
+
+    /// Remove every item of a page. With `rescue`, referenced items move to
+    /// free chunks of the same class elsewhere when there are some.
+    fn empty_page(&mut self, page: PageId, rescue: bool) {
+        let class = self.slabs.page_mut(page).class as usize - 1;
+        // Keep the page's own free chunks from being used as rescue targets.
+        self.slabs.classes[class].with_free.retain(|&p| p != page);
+        self.slabs.page_mut(page).listed = true;
+        for loc in self.slabs.live_in_page(page) {
+            let bits = item::bits(self.slabs.chunk(loc));
+            if rescue && bits & item::REF != 0 {
+                if let Some(dst) = self.slabs.take_free(class) {
+                    let mut tmp = std::mem::take(&mut self.scratch);
+                    tmp.clear();
+                    tmp.extend_from_slice(self.slabs.chunk(loc));
+                    self.slabs.chunk_mut(dst).copy_from_slice(&tmp);
+                    let h = hash(item::key(&tmp));
+                    self.scratch = tmp;
+                    self.index.relocate(h, loc, dst);
+                    item::set_bits(self.slabs.chunk_mut(loc), 0);
+                    self.counters.rescues += 1;
+                    continue;
+                }
+            }
+            self.counters.reassign_evictions += 1;
+            self.unlink(loc);
+        }
+    }
+
+    /// Remove an item from the index and the counters; its chunk is not freed.
+    fn unlink(&mut self, loc: u64) {
+        let chunk = self.slabs.chunk(loc);
+        let hdr = item::Header::read(chunk);
+        let h = hash(item::key(chunk));
+        let removed = self.index.remove(h, loc);
+        debug_assert!(removed, "unlinked item was indexed");
+        let total = hdr.total_len() as u64;
+        let class = self.slabs.class_of(loc);
+        let c = &mut self.slabs.classes[class];
+        c.used -= 1;
+        c.requested -= total;
+        self.counters.curr_items -= 1;
+        self.counters.bytes -= total;
+        item::set_bits(self.slabs.chunk_mut(loc), 0);
+    }
+
+    /// Unlink and free an item.
+    fn remove(&mut self, loc: u64) {
+        let bits = item::bits(self.slabs.chunk(loc));
+        let exp = item::exptime(self.slabs.chunk(loc));
+        if bits & item::FETCHED == 0 && exp != 0 && exp <= self.now() {
+            self.counters.expired_unfetched += 1;
+            let class = self.slabs.class_of(loc);
+            self.slabs.classes[class].stats.expired_unfetched += 1;
+        }
+        self.unlink(loc);
+        self.slabs.free(loc);
+    }
+
+    /// Give pages back until items + index fit in the memory limit again.
+    fn enforce_budget(&mut self) {
+        while self.slabs.pages_allocated() * self.slabs.page_size + self.index.memory_bytes()
+            > self.memory_limit
+        {
+            if let Some(p) = self.slabs.spare.pop() {
+                self.slabs.release_page(p);
+                continue;
+            }
+            let donor = (0..self.slabs.classes.len())
+                .filter(|&c| !self.slabs.classes[c].pages.is_empty())
+                .max_by_key(|&c| self.slabs.classes[c].pages.len());
+            let Some(donor) = donor else { return };
+            let Some(page) = self.pick_page(donor, None) else {
+                return;
+            };
+            self.empty_page(page, true);
+            self.slabs.unassign(page);
+            self.slabs.release_page(page);
+            self.slabs.classes[donor].stats.pages_out += 1;
+        }
     }
 
     pub fn delete(&mut self, key: &[u8], cas: u64) -> DeleteOutcome {
-        todo!()
+        let Some(loc) = self.find_live(key, hash(key)) else {
+            return DeleteOutcome::NotFound;
+        };
+        if cas != 0 && item::Header::read(self.slabs.chunk(loc)).cas != cas {
+            return DeleteOutcome::Exists;
+        }
+        let class = self.slabs.class_of(loc);
+        self.slabs.classes[class].stats.delete_hits += 1;
+        self.remove(loc);
+        DeleteOutcome::Deleted
     }
 
     /// Change an item's expiry (touch/gat); returns the item if it exists.
     pub fn touch(&mut self, key: &[u8], expiry: Expiry) -> Option<ItemRef<'_>> {
-        todo!()
+        let loc = self.find_live(key, hash(key))?;
+        item::set_exptime(self.slabs.chunk_mut(loc), Self::exptime_of(expiry));
+        self.access(loc, Lookup::GET);
+        let class = self.slabs.class_of(loc);
+        self.slabs.classes[class].stats.touch_hits += 1;
+        Some(self.view(loc))
     }
 
     pub fn arith(&mut self, key: &[u8], req: &Arith) -> ArithOutcome {
-        todo!()
+        let h = hash(key);
+        let Some(loc) = self.find_live(key, h) else {
+            let Some((initial, expiry)) = req.autovivify else {
+                return ArithOutcome::NotFound;
+            };
+            let digits = initial.to_string();
+            let cas = self.next_cas();
+            return match self.write_new(
+                h,
+                key,
+                &[digits.as_bytes()],
+                0,
+                Self::exptime_of(expiry),
+                cas,
+                item::quantize_cost(1),
+                item::LIVE,
+                None,
+            ) {
+                Ok(()) => match self.find(key, h) {
+                    Some(loc) => ArithOutcome::Value {
+                        value: initial,
+                        id: ItemId(loc),
+                    },
+                    None => ArithOutcome::NoMemory,
+                },
+                Err(_) => ArithOutcome::NoMemory,
+            };
+        };
+        let p = item::parts(self.slabs.chunk(loc));
+        if req.cas != 0 && p.header.cas != req.cas {
+            return ArithOutcome::Exists;
+        }
+        let Some(current) = parse_decimal(p.value) else {
+            return ArithOutcome::NonNumeric;
+        };
+        let value = if req.incr {
+            current.wrapping_add(req.delta)
+        } else {
+            current.saturating_sub(req.delta)
+        };
+        let mut buf = itoa_u64(value);
+        let digits = buf.as_bytes();
+        let (flags, old_len, cost) = (p.flags, p.value.len(), p.header.cost);
+        let exptime = match req.new_expiry {
+            Some(e) => Self::exptime_of(e),
+            None => p.header.exptime,
+        };
+        let class = self.slabs.class_of(loc);
+        let s = &mut self.slabs.classes[class].stats;
+        if req.incr {
+            s.incr_hits += 1;
+        } else {
+            s.decr_hits += 1;
+        }
+        let cas = self.next_cas();
+        if digits.len() == old_len {
+            // Same length: rewrite in place.
+            let chunk = self.slabs.chunk_mut(loc);
+            let start = item::HEADER_LEN + item::flags_width(flags) + key.len();
+            chunk[start..start + old_len].copy_from_slice(digits);
+            item::set_cas(chunk, cas);
+            item::set_exptime(chunk, exptime);
+            self.access(
+                loc,
+                Lookup {
+                    bump: true,
+                    fetch: false,
+                },
+            );
+            return ArithOutcome::Value {
+                value,
+                id: ItemId(loc),
+            };
+        }
+        let owned = std::mem::take(&mut buf);
+        match self.write_new(
+            h,
+            key,
+            &[owned.as_bytes()],
+            flags,
+            exptime,
+            cas,
+            cost,
+            item::LIVE | item::FETCHED,
+            Some(loc),
+        ) {
+            Ok(()) => match self.find(key, h) {
+                Some(l) => ArithOutcome::Value {
+                    value,
+                    id: ItemId(l),
+                },
+                None => ArithOutcome::NoMemory,
+            },
+            Err(_) => ArithOutcome::NoMemory,
+        }
+    }
+
+    fn live_id(&self, id: ItemId) -> Option<u64> {
+        self.slabs.is_live(id.0).then_some(id.0)
+    }
+
+    fn update_bits(&mut self, id: ItemId, f: impl FnOnce(u8) -> u8) {
+        if let Some(loc) = self.live_id(id) {
+            let chunk = self.slabs.chunk_mut(loc);
+            let b = item::bits(chunk);
+            item::set_bits(chunk, f(b));
+        }
     }
 
     /// Meta helpers: change bits on a live item.
     pub fn set_expiry(&mut self, id: ItemId, expiry: Expiry) {
-        todo!()
+        if let Some(loc) = self.live_id(id) {
+            item::set_exptime(self.slabs.chunk_mut(loc), Self::exptime_of(expiry));
+        }
     }
+
     pub fn set_stale(&mut self, id: ItemId, stale: bool) {
-        todo!()
+        self.update_bits(id, |b| {
+            if stale {
+                b | item::STALE
+            } else {
+                b & !item::STALE
+            }
+        });
     }
+
     pub fn set_win_sent(&mut self, id: ItemId, sent: bool) {
-        todo!()
+        self.update_bits(id, |b| if sent { b | item::WIN } else { b & !item::WIN });
     }
+
     /// Meta `md I`: mark stale, give a new CAS, optionally a new expiry.
     pub fn invalidate(&mut self, id: ItemId, expiry: Option<Expiry>) {
-        todo!()
+        if self.live_id(id).is_none() {
+            return;
+        }
+        let cas = self.next_cas();
+        let chunk = self.slabs.chunk_mut(id.0);
+        item::set_cas(chunk, cas);
+        let b = item::bits(chunk);
+        item::set_bits(chunk, (b | item::STALE) & !item::WIN);
+        if let Some(e) = expiry {
+            item::set_exptime(chunk, Self::exptime_of(e));
+        }
     }
 
     /// `flush_all [delay]`: drop everything now, or when the clock reaches `at`.
     pub fn flush_all(&mut self, at: Option<RelTime>) {
-        todo!()
+        match at {
+            Some(t) if t > self.now() => self.pending_flush = Some(t),
+            _ => {
+                self.pending_flush = None;
+                self.flush_now();
+            }
+        }
+    }
+
+    fn check_flush(&mut self) {
+        if let Some(t) = self.pending_flush {
+            if t <= self.now() {
+                self.pending_flush = None;
+                self.flush_now();
+            }
+        }
+    }
+
+    /// O(pages): every chunk becomes free by resetting the pages' cursors.
+    fn flush_now(&mut self) {
+        self.index.clear();
+        self.slabs.clear_items();
+        self.counters.curr_items = 0;
+        self.counters.bytes = 0;
     }
 
     /// Background work: pending delayed flush, reclaiming expired items (at most
     /// `budget` chunks visited), automove. Returns chunks visited.
     pub fn maintain(&mut self, budget: usize) -> usize {
-        todo!()
+        self.check_flush();
+        let now = self.now();
+        let mut visited = 0;
+        let npages = self.slabs.pages.len();
+        let mut pages_seen = 0;
+        while visited < budget && pages_seen <= npages && npages > 0 {
+            let (p, c) = self.reclaim_at;
+            if p >= npages {
+                self.reclaim_at = (0, 0);
+                pages_seen += 1;
+                continue;
+            }
+            let bump = match &self.slabs.pages[p] {
+                Some(page) if page.class != 0 => page.bump,
+                _ => 0,
+            };
+            if c >= bump {
+                self.reclaim_at = (p + 1, 0);
+                pages_seen += 1;
+                continue;
+            }
+            self.reclaim_at = (p, c + 1);
+            visited += 1;
+            let loc = self.slabs.loc(p as PageId, c);
+            let chunk = self.slabs.chunk_mut(loc);
+            let bits = item::bits(chunk);
+            if bits & item::LIVE == 0 {
+                continue;
+            }
+            let exp = item::exptime(chunk);
+            if exp != 0 && exp <= now {
+                self.counters.crawler_reclaimed += 1;
+                let class = self.slabs.class_of(loc);
+                self.slabs.classes[class].stats.crawler_reclaimed += 1;
+                self.remove(loc);
+                continue;
+            }
+            // Keep the minute-resolution access time from wrapping around.
+            let hdr = item::Header::read(self.slabs.chunk(loc));
+            if item::atime_age(hdr.atime, now) > item::ATIME_SATURATE * 60 {
+                let code = item::atime_code(now).wrapping_sub(item::ATIME_SATURATE as u8);
+                item::set_atime(self.slabs.chunk_mut(loc), code);
+            }
+        }
+        self.automove(now);
+        visited
+    }
+
+    /// `slab_automove`: every 10 s (1 s when aggressive), move one page from a
+    /// class with a page's worth of free chunks and no evictions to the class
+    /// that evicted most.
+    fn automove(&mut self, now: RelTime) {
+        let period = if self.config.slab_automove >= 2 {
+            1
+        } else {
+            10
+        };
+        if self.config.slab_automove == 0
+            || !self.config.slab_reassign
+            || now < self.automove_at + period
+        {
+            return;
+        }
+        self.automove_at = now;
+        let evicted: Vec<u64> = self.slabs.classes.iter().map(|c| c.stats.evicted).collect();
+        let delta: Vec<u64> = evicted
+            .iter()
+            .zip(&self.automove_seen)
+            .map(|(a, b)| a.saturating_sub(*b))
+            .collect();
+        self.automove_seen = evicted;
+        let Some(dst) = (0..delta.len())
+            .filter(|&c| delta[c] > 0)
+            .max_by_key(|&c| delta[c])
+        else {
+            return;
+        };
+        let src = (0..delta.len()).find(|&c| {
+            let s = self.slabs.class_stats(c);
+            c != dst
+                && delta[c] == 0
+                && s.total_pages >= 2
+                && s.free_chunks >= s.chunks_per_page as u64
+        });
+        if let Some(src) = src {
+            self.move_page(src, dst);
+        }
+    }
+
+    /// Move one page from `src` to `dst`, rescuing referenced items.
+    fn move_page(&mut self, src: usize, dst: usize) {
+        // Prefer the page with the fewest live items.
+        let page = self.slabs.classes[src]
+            .pages
+            .iter()
+            .copied()
+            .min_by_key(|&p| {
+                self.slabs.pages[p as usize]
+                    .as_ref()
+                    .map_or(0, |pg| pg.bump - pg.free_count)
+            });
+        let Some(page) = page else { return };
+        self.empty_page(page, true);
+        self.slabs.unassign(page);
+        self.slabs.assign(page, dst);
+        self.counters.slabs_moved += 1;
+        self.slabs.classes[src].stats.pages_out += 1;
+        self.slabs.classes[dst].stats.pages_in += 1;
     }
 
     pub fn slabs_reassign(&mut self, src: i32, dst: i32) -> ReassignOutcome {
-        todo!()
+        let n = self.slabs.classes.len() as i32;
+        if !self.config.slab_reassign {
+            return ReassignOutcome::Busy;
+        }
+        if dst < 1 || dst > n || src == 0 || src < -1 || src > n {
+            return ReassignOutcome::BadClass;
+        }
+        if src == dst {
+            return ReassignOutcome::Same;
+        }
+        let dst = (dst - 1) as usize;
+        let src = if src == -1 {
+            match (0..n as usize)
+                .filter(|&c| c != dst && self.slabs.classes[c].pages.len() >= 2)
+                .max_by_key(|&c| self.slabs.classes[c].pages.len())
+            {
+                Some(c) => c,
+                None => return ReassignOutcome::NoSpare,
+            }
+        } else {
+            (src - 1) as usize
+        };
+        if self.slabs.classes[src].pages.len() < 2 {
+            return ReassignOutcome::NoSpare;
+        }
+        self.move_page(src, dst);
+        ReassignOutcome::Ok
     }
+
     pub fn set_automove(&mut self, mode: u8) {
-        todo!()
+        self.config.slab_automove = mode;
     }
+
     /// `cache_memlimit`: change `-m` at run time. Shrinking frees pages.
     pub fn set_memory_limit(&mut self, bytes: usize) -> Result<(), ConfigError> {
-        todo!()
+        if bytes < self.slabs.page_size {
+            return Err(ConfigError::MemoryLimit(bytes));
+        }
+        self.memory_limit = bytes;
+        self.config.memory_limit = bytes;
+        self.enforce_budget();
+        Ok(())
     }
 
     pub fn stats(&self) -> EngineStats {
-        todo!()
+        let c = &self.counters;
+        EngineStats {
+            curr_items: c.curr_items,
+            total_items: c.total_items,
+            bytes: c.bytes,
+            evictions: c.evictions,
+            reclaimed: c.reclaimed,
+            expired_unfetched: c.expired_unfetched,
+            evicted_unfetched: c.evicted_unfetched,
+            get_expired: c.get_expired,
+            get_flushed: 0,
+            crawler_reclaimed: c.crawler_reclaimed,
+            limit_maxbytes: self.memory_limit as u64,
+            total_malloced: (self.slabs.pages_allocated() * self.slabs.page_size) as u64,
+            hash_bytes: self.index.memory_bytes() as u64,
+            hash_power_level: (self.index.memory_bytes() / 64).max(1).ilog2(),
+            hash_is_expanding: false,
+            slabs_moved: c.slabs_moved,
+            slab_reassign_rescues: c.rescues,
+            slab_reassign_evictions: c.reassign_evictions,
+            slab_reassign_running: false,
+            free_pages: self.slabs.spare.len() as u64,
+            outofmemory: c.outofmemory,
+        }
     }
+
     /// One entry per slab class that has ever held a page.
     pub fn slab_stats(&self) -> Vec<SlabClassStats> {
-        todo!()
+        let now = self.now();
+        (0..self.slabs.classes.len())
+            .filter(|&c| {
+                let cl = &self.slabs.classes[c];
+                !cl.pages.is_empty() || cl.stats.pages_out > 0 || cl.stats.evicted > 0
+            })
+            .map(|c| {
+                let mut s = self.slabs.class_stats(c);
+                s.age = self.hand_age(c, now) as u64;
+                s
+            })
+            .collect()
     }
+
+    /// Age of the item under the class's CLOCK hand (memcached's items:age).
+    fn hand_age(&self, class: usize, now: RelTime) -> u32 {
+        let c = &self.slabs.classes[class];
+        if c.pages.is_empty() {
+            return 0;
+        }
+        let page = c.pages[c.hand_page.min(c.pages.len() - 1)];
+        let loc = self.slabs.loc(page, c.hand_chunk);
+        if !self.slabs.is_live(loc) {
+            return 0;
+        }
+        item::atime_age(item::Header::read(self.slabs.chunk(loc)).atime, now)
+    }
+
     /// `stats sizes`: (size rounded up to 32 bytes, item count), ascending.
     pub fn size_histogram(&self) -> Vec<(u32, u64)> {
-        todo!()
+        let mut hist = std::collections::BTreeMap::new();
+        for (p, page) in self.slabs.pages.iter().enumerate() {
+            let Some(page) = page else { continue };
+            if page.class == 0 {
+                continue;
+            }
+            for loc in self.slabs.live_in_page(p as PageId) {
+                let size = item::Header::read(self.slabs.chunk(loc)).total_len() as u32;
+                *hist.entry(size.div_ceil(32) * 32).or_insert(0u64) += 1;
+            }
+        }
+        hist.into_iter().collect()
     }
+
     /// `stats reset`: clear the resettable counters.
     pub fn reset_stats(&mut self) {
-        todo!()
+        let c = &mut self.counters;
+        c.total_items = 0;
+        c.evictions = 0;
+        c.reclaimed = 0;
+        c.expired_unfetched = 0;
+        c.evicted_unfetched = 0;
+        c.get_expired = 0;
+        c.crawler_reclaimed = 0;
+        c.outofmemory = 0;
+        for class in &mut self.slabs.classes {
+            let s = &mut class.stats;
+            *s = SlabClassStats {
+                id: s.id,
+                chunk_size: s.chunk_size,
+                chunks_per_page: s.chunks_per_page,
+                total_pages: s.total_pages,
+                ..Default::default()
+            };
+        }
     }
+
+    /// Check the engine's invariants (tests and fuzzing): every live chunk is
+    /// indexed under its key, the index holds nothing else, and the counters
+    /// agree with the chunks.
+    pub fn validate(&self) {
+        let mut live = 0u64;
+        let mut bytes = 0u64;
+        for (p, page) in self.slabs.pages.iter().enumerate() {
+            let Some(page) = page else { continue };
+            if page.class == 0 {
+                continue;
+            }
+            let mut class_live = 0;
+            for loc in self.slabs.live_in_page(p as PageId) {
+                let chunk = self.slabs.chunk(loc);
+                let key = item::key(chunk);
+                assert_eq!(self.find(key, hash(key)), Some(loc), "item indexed");
+                live += 1;
+                class_live += 1;
+                bytes += item::Header::read(chunk).total_len() as u64;
+            }
+            assert!(class_live <= page.bump);
+        }
+        assert_eq!(live, self.counters.curr_items, "curr_items");
+        assert_eq!(live as usize, self.index.len(), "index len");
+        assert_eq!(bytes, self.counters.bytes, "bytes");
+        let used: u64 = self.slabs.classes.iter().map(|c| c.used).sum();
+        assert_eq!(used, live, "class used counts");
+        assert!(
+            self.slabs.pages_allocated() * self.slabs.page_size + self.index.memory_bytes()
+                <= self.memory_limit.max(self.slabs.page_size),
+            "memory budget"
+        );
+    }
+}
+
+/// memcached's incr/decr accept a decimal number, optionally followed by
+/// spaces (left by a shorter in-place result in memcached itself).
+fn parse_decimal(v: &[u8]) -> Option<u64> {
+    let end = v.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1);
+    let digits = &v[..end];
+    if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+fn itoa_u64(v: u64) -> String {
+    v.to_string()
 }

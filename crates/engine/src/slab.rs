@@ -1,1 +1,432 @@
-//! placeholder
+//! Pages and slab classes (memcached's `slabs.c`).
+//!
+//! Memory is an arena of fixed-size pages (1 MB, or `-I` rounded up to a power
+//! of two when that is larger). A page belongs to at most one slab class and is
+//! cut into equal chunks of the class's size; class sizes grow by `-f` from the
+//! smallest chunk, as in memcached. Pages are identified by number and items by
+//! (page, chunk), never by pointer, so a page can be emptied and handed to
+//! another class (`slabs reassign`, automove, rebalancing) and the index
+//! rewritten (`Index::relocate`) without chasing pointers.
+//!
+//! Free chunks form an intrusive list per page (the next free chunk number is
+//! stored in the chunk itself), and chunks at the end of a page that were never
+//! handed out are counted by a bump cursor, so emptying a page never needs a
+//! scan of a class-wide free list.
+//!
+//! A chunk holds a live item iff its number is below the page's bump cursor and
+//! its LIVE bit is set; flushing everything is therefore O(pages).
+
+use crate::item;
+use crate::stats::SlabClassStats;
+
+/// No chunk / end of a free list.
+pub const NONE: u32 = u32::MAX;
+/// Chunk sizes are multiples of this (items are read with unaligned loads).
+pub const CHUNK_ALIGN: usize = 4;
+/// memcached allows at most 63 classes; we allow more for small factors.
+pub const MAX_CLASSES: usize = 200;
+
+pub type PageId = u32;
+
+pub struct Page {
+    pub mem: Box<[u8]>,
+    /// Class index + 1; 0 = not in any class.
+    pub class: u8,
+    pub chunk_size: u32,
+    pub nchunks: u32,
+    /// Chunks [0, bump) have been handed out at least once.
+    pub bump: u32,
+    pub free_head: u32,
+    pub free_count: u32,
+    /// Whether the page is on its class's `with_free` list.
+    pub listed: bool,
+}
+
+/// One slab class.
+pub struct Class {
+    pub chunk_size: u32,
+    pub per_page: u32,
+    pub pages: Vec<PageId>,
+    /// Pages that may have a free chunk (free list or bump space).
+    pub with_free: Vec<PageId>,
+    /// Live items and their requested bytes.
+    pub used: u64,
+    pub requested: u64,
+    /// CLOCK hand: position in `pages` and chunk number.
+    pub hand_page: usize,
+    pub hand_chunk: u32,
+    pub stats: SlabClassStats,
+}
+
+pub struct Slabs {
+    pub page_size: usize,
+    /// log2 of the number of chunk numbers a location reserves per page.
+    pub chunk_bits: u32,
+    pub pages: Vec<Option<Page>>,
+    /// Numbers of `pages` entries that are None (memory released), reusable.
+    pub vacant: Vec<PageId>,
+    /// Allocated pages that belong to no class.
+    pub spare: Vec<PageId>,
+    pub classes: Vec<Class>,
+}
+
+/// Compute class chunk sizes: memcached's rule (`slabs_init`), each class
+/// `factor` times the previous, rounded up to `CHUNK_ALIGN`, the last one the
+/// largest item.
+pub fn class_sizes(smallest: usize, factor: f64, item_size_max: usize) -> Vec<u32> {
+    let align = |n: usize| n.div_ceil(CHUNK_ALIGN) * CHUNK_ALIGN;
+    let mut sizes = Vec::new();
+    let mut size = align(smallest.max(item::HEADER_LEN + 8));
+    while size < item_size_max && sizes.len() < MAX_CLASSES - 1 {
+        sizes.push(size as u32);
+        let next = align((size as f64 * factor) as usize);
+        size = next.max(size + CHUNK_ALIGN);
+    }
+    sizes.push(item_size_max as u32);
+    sizes
+}
+
+impl Slabs {
+    pub fn new(page_size: usize, sizes: &[u32]) -> Slabs {
+        let smallest = sizes.first().copied().unwrap_or(64) as usize;
+        let chunk_bits = (page_size / smallest).next_power_of_two().trailing_zeros();
+        let classes = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| Class {
+                chunk_size: s,
+                per_page: (page_size / s as usize) as u32,
+                pages: Vec::new(),
+                with_free: Vec::new(),
+                used: 0,
+                requested: 0,
+                hand_page: 0,
+                hand_chunk: 0,
+                stats: SlabClassStats {
+                    id: i as u32 + 1,
+                    chunk_size: s,
+                    chunks_per_page: (page_size / s as usize) as u32,
+                    ..Default::default()
+                },
+            })
+            .collect();
+        Slabs {
+            page_size,
+            chunk_bits,
+            pages: Vec::new(),
+            vacant: Vec::new(),
+            spare: Vec::new(),
+            classes,
+        }
+    }
+
+    /// The smallest class whose chunks hold `size` bytes.
+    #[inline]
+    pub fn class_for(&self, size: usize) -> Option<usize> {
+        let i = self
+            .classes
+            .partition_point(|c| (c.chunk_size as usize) < size);
+        (i < self.classes.len()).then_some(i)
+    }
+
+    #[inline]
+    pub fn loc(&self, page: PageId, chunk: u32) -> u64 {
+        ((page as u64) << self.chunk_bits) | chunk as u64
+    }
+
+    #[inline]
+    pub fn split(&self, loc: u64) -> (PageId, u32) {
+        (
+            (loc >> self.chunk_bits) as PageId,
+            (loc & ((1 << self.chunk_bits) - 1)) as u32,
+        )
+    }
+
+    /// Pages holding memory (assigned to a class or spare).
+    pub fn pages_allocated(&self) -> usize {
+        self.pages.len() - self.vacant.len()
+    }
+
+    #[inline]
+    fn page(&self, id: PageId) -> &Page {
+        self.pages[id as usize].as_ref().expect("live page id")
+    }
+
+    #[inline]
+    pub fn page_mut(&mut self, id: PageId) -> &mut Page {
+        self.pages[id as usize].as_mut().expect("live page id")
+    }
+
+    /// The bytes of the chunk at `loc`.
+    #[inline]
+    pub fn chunk(&self, loc: u64) -> &[u8] {
+        let (p, c) = self.split(loc);
+        let page = self.page(p);
+        let cs = page.chunk_size as usize;
+        let start = c as usize * cs;
+        &page.mem[start..start + cs]
+    }
+
+    #[inline]
+    pub fn chunk_mut(&mut self, loc: u64) -> &mut [u8] {
+        let (p, c) = self.split(loc);
+        let page = self.page_mut(p);
+        let cs = page.chunk_size as usize;
+        let start = c as usize * cs;
+        &mut page.mem[start..start + cs]
+    }
+
+    /// Whether `loc` holds a live item.
+    #[inline]
+    pub fn is_live(&self, loc: u64) -> bool {
+        let (p, c) = self.split(loc);
+        match self.pages.get(p as usize) {
+            Some(Some(page)) if page.class != 0 && c < page.bump => {
+                let cs = page.chunk_size as usize;
+                item::bits(&page.mem[c as usize * cs..]) & item::LIVE != 0
+            }
+            _ => false,
+        }
+    }
+
+    /// Class index of the page holding `loc`.
+    #[inline]
+    pub fn class_of(&self, loc: u64) -> usize {
+        let (p, _) = self.split(loc);
+        self.page(p).class as usize - 1
+    }
+
+    /// Allocate memory for a new page (the caller checked the budget).
+    pub fn new_page(&mut self) -> PageId {
+        if let Some(id) = self.spare.pop() {
+            return id;
+        }
+        // calloc'd memory: the kernel maps zero pages lazily, so an unused
+        // page costs no resident memory until items are written into it.
+        let mem = vec![0u8; self.page_size].into_boxed_slice();
+        let page = Page {
+            mem,
+            class: 0,
+            chunk_size: 0,
+            nchunks: 0,
+            bump: 0,
+            free_head: NONE,
+            free_count: 0,
+            listed: false,
+        };
+        match self.vacant.pop() {
+            Some(id) => {
+                self.pages[id as usize] = Some(page);
+                id
+            }
+            None => {
+                self.pages.push(Some(page));
+                (self.pages.len() - 1) as PageId
+            }
+        }
+    }
+
+    /// Give back the memory of a page that belongs to no class.
+    pub fn release_page(&mut self, id: PageId) {
+        debug_assert_eq!(self.page(id).class, 0);
+        self.pages[id as usize] = None;
+        self.vacant.push(id);
+    }
+
+    /// Hand an empty page to a class.
+    pub fn assign(&mut self, id: PageId, class: usize) {
+        let cs = self.classes[class].chunk_size;
+        let per = self.classes[class].per_page;
+        let page = self.page_mut(id);
+        page.class = class as u8 + 1;
+        page.chunk_size = cs;
+        page.nchunks = per;
+        page.bump = 0;
+        page.free_head = NONE;
+        page.free_count = 0;
+        page.listed = true;
+        let c = &mut self.classes[class];
+        c.pages.push(id);
+        c.with_free.push(id);
+        c.stats.total_pages += 1;
+    }
+
+    /// Take a free chunk of `class` if one exists.
+    pub fn take_free(&mut self, class: usize) -> Option<u64> {
+        while let Some(&id) = self.classes[class].with_free.last() {
+            let page = self.page_mut(id);
+            let chunk = if page.free_head != NONE {
+                let c = page.free_head;
+                let cs = page.chunk_size as usize;
+                let at = c as usize * cs + 8;
+                let next = u32::from_le_bytes([
+                    page.mem[at],
+                    page.mem[at + 1],
+                    page.mem[at + 2],
+                    page.mem[at + 3],
+                ]);
+                page.free_head = next;
+                page.free_count -= 1;
+                Some(c)
+            } else if page.bump < page.nchunks {
+                page.bump += 1;
+                Some(page.bump - 1)
+            } else {
+                None
+            };
+            match chunk {
+                Some(c) => return Some(self.loc(id, c)),
+                None => {
+                    page.listed = false;
+                    self.classes[class].with_free.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// Return a chunk (its item already unlinked) to its page's free list.
+    pub fn free(&mut self, loc: u64) {
+        let (p, c) = self.split(loc);
+        let page = self.page_mut(p);
+        let cs = page.chunk_size as usize;
+        let at = c as usize * cs;
+        let chunk = &mut page.mem[at..at + cs];
+        item::set_bits(chunk, 0);
+        chunk[8..12].copy_from_slice(&page.free_head.to_le_bytes());
+        page.free_head = c;
+        page.free_count += 1;
+        if !page.listed {
+            page.listed = true;
+            let class = page.class as usize - 1;
+            self.classes[class].with_free.push(p);
+        }
+    }
+
+    /// Detach an emptied page from its class (all its items already gone).
+    pub fn unassign(&mut self, id: PageId) {
+        let class = self.page(id).class as usize - 1;
+        let c = &mut self.classes[class];
+        if let Some(pos) = c.pages.iter().position(|&p| p == id) {
+            c.pages.remove(pos);
+            if c.hand_page > pos {
+                c.hand_page -= 1;
+            } else if c.hand_page == pos {
+                c.hand_chunk = 0;
+            }
+            if c.hand_page >= c.pages.len() {
+                c.hand_page = 0;
+            }
+        }
+        c.with_free.retain(|&p| p != id);
+        c.stats.total_pages -= 1;
+        let page = self.page_mut(id);
+        page.class = 0;
+        page.bump = 0;
+        page.free_head = NONE;
+        page.free_count = 0;
+        page.listed = false;
+    }
+
+    /// Forget every item: all pages stay with their classes, emptied.
+    pub fn clear_items(&mut self) {
+        for class in &mut self.classes {
+            class.with_free.clear();
+            class.used = 0;
+            class.requested = 0;
+            class.hand_page = 0;
+            class.hand_chunk = 0;
+        }
+        for (id, page) in self.pages.iter_mut().enumerate() {
+            if let Some(page) = page {
+                page.bump = 0;
+                page.free_head = NONE;
+                page.free_count = 0;
+                page.listed = page.class != 0;
+                if page.class != 0 {
+                    self.classes[page.class as usize - 1]
+                        .with_free
+                        .push(id as PageId);
+                }
+            }
+        }
+    }
+
+    /// Locations of the live items of a page.
+    pub fn live_in_page(&self, id: PageId) -> Vec<u64> {
+        let page = self.page(id);
+        let cs = page.chunk_size as usize;
+        (0..page.bump)
+            .filter(|&c| item::bits(&page.mem[c as usize * cs..]) & item::LIVE != 0)
+            .map(|c| self.loc(id, c))
+            .collect()
+    }
+
+    /// Per-class stats with the occupancy fields filled in.
+    pub fn class_stats(&self, class: usize) -> SlabClassStats {
+        let c = &self.classes[class];
+        let mut s = c.stats.clone();
+        s.total_chunks = c.pages.len() as u64 * c.per_page as u64;
+        s.used_chunks = c.used;
+        s.number = c.used;
+        s.mem_requested = c.requested;
+        let mut free = 0u64;
+        let mut end = 0u64;
+        for &p in &c.pages {
+            let page = self.page(p);
+            free += page.free_count as u64 + (page.nchunks - page.bump) as u64;
+            end += (page.nchunks - page.bump) as u64;
+        }
+        s.free_chunks = free;
+        s.free_chunks_end = end;
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memcached_like_class_sizes() {
+        let sizes = class_sizes(32, 1.25, 1 << 20);
+        assert_eq!(&sizes[..6], &[32, 40, 52, 68, 88, 112]);
+        assert_eq!(*sizes.last().unwrap(), 1 << 20);
+        assert!(sizes.windows(2).all(|w| w[0] < w[1]));
+        assert!(sizes.iter().all(|s| s % CHUNK_ALIGN as u32 == 0));
+        // A small factor still terminates and stays under the class cap.
+        let many = class_sizes(32, 1.01, 1 << 20);
+        assert!(many.len() <= MAX_CLASSES);
+    }
+
+    #[test]
+    fn alloc_free_and_move_pages() {
+        let sizes = class_sizes(32, 1.25, 1 << 16);
+        let mut s = Slabs::new(1 << 16, &sizes);
+        let class = s.class_for(40).unwrap();
+        assert_eq!(s.classes[class].chunk_size, 40);
+        assert!(s.take_free(class).is_none());
+        let p = s.new_page();
+        s.assign(p, class);
+        let per = s.classes[class].per_page as usize;
+        let mut locs = Vec::new();
+        while let Some(l) = s.take_free(class) {
+            locs.push(l);
+        }
+        assert_eq!(locs.len(), per);
+        let mut seen = locs.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), per, "chunks are distinct");
+        s.free(locs[3]);
+        s.free(locs[7]);
+        assert_eq!(s.take_free(class), Some(locs[7]));
+        assert_eq!(s.take_free(class), Some(locs[3]));
+        assert_eq!(s.take_free(class), None);
+        s.unassign(p);
+        s.assign(p, class + 1);
+        assert_eq!(s.class_stats(class).total_pages, 0);
+        assert_eq!(s.class_stats(class + 1).total_pages, 1);
+        assert!(s.take_free(class + 1).is_some());
+    }
+}
