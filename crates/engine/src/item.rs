@@ -321,13 +321,15 @@ mod tests {
         assert_eq!(quantize_cost(0), 0);
         assert_eq!(dequantize_cost(quantize_cost(1)), 1);
         let mut last = 0;
-        for c in [1u32, 2, 3, 10, 100, 1000, 123_456, 10_000_000, u32::MAX] {
+        for c in [1u32, 2, 3, 10, 100, 1000, 123_456, 10_000_000, 3_000_000_000] {
             let q = quantize_cost(c);
             assert!(q >= last);
             last = q;
             let back = dequantize_cost(q) as f64;
             assert!((back / c as f64 - 1.0).abs() < 0.05, "{c} -> {back}");
         }
+        // Beyond 2^31.75 costs saturate.
+        assert_eq!(quantize_cost(u32::MAX), 255);
     }
 
     #[test]
