@@ -505,7 +505,7 @@ impl Engine {
         self.counters.curr_items += 1;
         self.counters.total_items += 1;
         self.counters.bytes += total as u64;
-        self.enforce_budget();
+        self.enforce_budget(Some(loc));
         Ok(())
     }
 
@@ -671,7 +671,7 @@ impl Engine {
     }
 
     /// Give pages back until items + index fit in the memory limit again.
-    fn enforce_budget(&mut self) {
+    fn enforce_budget(&mut self, protect: Option<u64>) {
         while self.slabs.pages_allocated() * self.slabs.page_size + self.index.memory_bytes()
             > self.memory_limit
         {
@@ -683,7 +683,7 @@ impl Engine {
                 .filter(|&c| !self.slabs.classes[c].pages.is_empty())
                 .max_by_key(|&c| self.slabs.classes[c].pages.len());
             let Some(donor) = donor else { return };
-            let Some(page) = self.pick_page(donor, None) else {
+            let Some(page) = self.pick_page(donor, protect) else {
                 return;
             };
             self.empty_page(page, true);
@@ -1044,7 +1044,7 @@ impl Engine {
         }
         self.memory_limit = bytes;
         self.config.memory_limit = bytes;
-        self.enforce_budget();
+        self.enforce_budget(None);
         Ok(())
     }
 
