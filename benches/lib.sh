@@ -1,0 +1,122 @@
+# Shared helpers for benches/capacity.sh and benches/throughput.sh: locate
+# or build the load generator, start a server (memcached or cachalot) on a
+# free 127.0.0.1 port with the flags it is given, and stop every server this
+# script started when it exits. Sourced, not run.
+#
+# Both servers get the very same memcached command line, which is the point:
+# cachalot must be a drop-in replacement, flags included.
+
+BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MEMCACHED_BIN=${MEMCACHED_BIN:-/usr/bin/memcached}
+CACHALOT_BIN=${CACHALOT_BIN:-$BENCH_ROOT/target/release/cachalot}
+
+# memcached refuses to start as root without -u; pass the same flag to both.
+if [ "$(id -u)" = 0 ]; then
+    USER_FLAG="-u root"
+else
+    USER_FLAG=""
+fi
+
+STARTED_PIDS=()
+
+stop_servers() {
+    local p
+    for p in "${STARTED_PIDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in "${STARTED_PIDS[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
+    STARTED_PIDS=()
+}
+trap stop_servers EXIT
+trap 'exit 130' INT TERM
+
+# The load generator: $LOADGEN_BIN if given, else built (release) in
+# $CARGO_TARGET_DIR (default: the workspace's target/).
+ensure_loadgen() {
+    if [ -n "${LOADGEN_BIN:-}" ]; then
+        LOADGEN=$LOADGEN_BIN
+    else
+        (cd "$BENCH_ROOT" && cargo build --release -q -p cachalot-loadgen) >&2
+        LOADGEN=${CARGO_TARGET_DIR:-$BENCH_ROOT/target}/release/loadgen
+    fi
+    [ -x "$LOADGEN" ] || { echo "loadgen not found at $LOADGEN" >&2; exit 1; }
+}
+
+check_bins() {
+    local b
+    for b in "$MEMCACHED_BIN" "$CACHALOT_BIN"; do
+        [ -x "$b" ] || {
+            echo "server binary $b not found (set MEMCACHED_BIN / CACHALOT_BIN;" \
+                "cachalot: cargo build --release)" >&2
+            exit 1
+        }
+    done
+}
+
+# server_bin NAME -> path of that server's binary
+server_bin() {
+    case "$1" in
+        memcached) echo "$MEMCACHED_BIN" ;;
+        cachalot) echo "$CACHALOT_BIN" ;;
+        *) echo "unknown server $1" >&2; return 1 ;;
+    esac
+}
+
+# start_server NAME CPU_LIST FLAGS... : starts the server on a free port,
+# pinned with taskset when CPU_LIST is not "-"; sets SERVER_PORT, SERVER_PID.
+start_server() {
+    local name=$1 cpus=$2
+    shift 2
+    local bin port try
+    bin=$(server_bin "$name")
+    for try in 1 2 3; do
+        port=$("$LOADGEN" free-port)
+        if [ "$cpus" = "-" ]; then
+            "$bin" -p "$port" "$@" >"$OUT_DIR/$name-$port.log" 2>&1 &
+        else
+            taskset -c "$cpus" "$bin" -p "$port" "$@" >"$OUT_DIR/$name-$port.log" 2>&1 &
+        fi
+        SERVER_PID=$!
+        STARTED_PIDS+=("$SERVER_PID")
+        if "$LOADGEN" wait --addr "127.0.0.1:$port" >/dev/null 2>&1; then
+            SERVER_PORT=$port
+            return 0
+        fi
+        # Most likely the port was taken between free-port and bind: retry.
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    done
+    echo "$name did not start; last log:" >&2
+    cat "$OUT_DIR/$name-$port.log" >&2
+    exit 1
+}
+
+# stop_server PID
+stop_server() {
+    kill "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+    local keep=() p
+    for p in "${STARTED_PIDS[@]}"; do
+        [ "$p" = "$1" ] || keep+=("$p")
+    done
+    STARTED_PIDS=("${keep[@]}")
+}
+
+# kv FILE NAME -> the value of NAME=... in a loadgen output file
+kv() {
+    sed -n "s/^$2=//p" "$1" | head -n1
+}
+
+# median of the numbers on stdin (mean of the middle two for an even count)
+median() {
+    sort -g | awk '{a[NR]=$1} END { if (NR == 0) print "nan"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'
+}
+
+machine_line() {
+    echo "machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -n1)," \
+        "$(free -g | awk '/^Mem:/ {print $2}') GiB RAM, $(uname -sr); date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "memcached: $("$MEMCACHED_BIN" -V 2>/dev/null) ($MEMCACHED_BIN)"
+    echo "cachalot:  $CACHALOT_BIN (git $(cd "$BENCH_ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+}

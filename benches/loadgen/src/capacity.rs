@@ -1,0 +1,405 @@
+//! The capacity benchmark's pieces: a fast pipelined fill, a verifying
+//! re-read, `stats`, and resident-memory sampling of the server process.
+//!
+//! The fill follows the issue: sets are pipelined over one raw socket with
+//! `noreply` (or meta `ms ... q`), and one final `version` request marks the
+//! end, so the fill runs at the server's speed rather than at one round trip
+//! per item. A reader thread drains the socket meanwhile, so that any reply
+//! the server does send (an error) can never fill the socket buffers and
+//! deadlock the writer; such replies are counted and shown.
+//!
+//! Resident memory is read from /proc/<pid>/status (VmRSS sampled every
+//! 10 ms, plus the kernel's own high-water mark VmHWM), as the issue asks.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::keys::{value_for, KeyMaker};
+use crate::reply::{next_unit, Unit};
+
+/// How sets are written during the fill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetProto {
+    /// `set <key> 0 0 <n> noreply`
+    Text,
+    /// `ms <key> <n> q`
+    Meta,
+}
+
+impl SetProto {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(SetProto::Text),
+            "meta" => Ok(SetProto::Meta),
+            _ => Err(format!("unknown protocol {s:?} (text or meta)")),
+        }
+    }
+}
+
+pub fn connect(addr: &str) -> io::Result<TcpStream> {
+    let s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+/// Appends one quiet set of key `index` to `out`.
+pub fn push_set(out: &mut Vec<u8>, keys: &KeyMaker, index: u64, value: &[u8], proto: SetProto) {
+    match proto {
+        SetProto::Text => out.extend_from_slice(b"set "),
+        SetProto::Meta => out.extend_from_slice(b"ms "),
+    }
+    keys.write(index, out);
+    let num = value.len().to_string();
+    match proto {
+        SetProto::Text => {
+            out.extend_from_slice(b" 0 0 ");
+            out.extend_from_slice(num.as_bytes());
+            out.extend_from_slice(b" noreply\r\n");
+        }
+        SetProto::Meta => {
+            out.push(b' ');
+            out.extend_from_slice(num.as_bytes());
+            out.extend_from_slice(b" q\r\n");
+        }
+    }
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[derive(Debug, Default)]
+pub struct FillResult {
+    pub items: u64,
+    pub secs: f64,
+    /// Replies other than the final VERSION (errors the server chose to send
+    /// despite noreply).
+    pub unexpected: u64,
+    pub first_unexpected: Vec<String>,
+}
+
+/// Writes keys `range` with `value_size`-byte values and waits until the
+/// server has processed them all.
+pub fn fill(
+    addr: &str,
+    keys: &KeyMaker,
+    range: Range<u64>,
+    value_size: usize,
+    salt: u64,
+    proto: SetProto,
+) -> io::Result<FillResult> {
+    let mut stream = connect(addr)?;
+    let reader_stream = stream.try_clone()?;
+    let reader = std::thread::spawn(move || drain_until_version(reader_stream));
+    let start = Instant::now();
+    let mut out = Vec::with_capacity(1 << 18);
+    let mut value = vec![0u8; value_size];
+    let items = range.end.saturating_sub(range.start);
+    for i in range {
+        value_for(i, salt, &mut value);
+        push_set(&mut out, keys, i, &value, proto);
+        if out.len() >= 1 << 18 {
+            stream.write_all(&out)?;
+            out.clear();
+        }
+    }
+    out.extend_from_slice(b"version\r\n");
+    stream.write_all(&out)?;
+    let (unexpected, first_unexpected) = reader
+        .join()
+        .map_err(|_| io::Error::other("reader thread panicked"))??;
+    Ok(FillResult {
+        items,
+        secs: start.elapsed().as_secs_f64(),
+        unexpected,
+        first_unexpected,
+    })
+}
+
+/// Reads replies until a VERSION line; returns how many other units came.
+fn drain_until_version(mut stream: TcpStream) -> io::Result<(u64, Vec<String>)> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut have = 0usize;
+    let mut unexpected = 0u64;
+    let mut first = Vec::new();
+    loop {
+        if have == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        let n = stream.read(&mut buf[have..])?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection during the fill",
+            ));
+        }
+        have += n;
+        let mut pos = 0;
+        loop {
+            match next_unit(&buf[pos..have]).map_err(io::Error::other)? {
+                None => break,
+                Some((Unit::Version, _)) => return Ok((unexpected, first)),
+                Some((unit, used)) => {
+                    unexpected += 1;
+                    if first.len() < 5 {
+                        first.push(format!("{unit:?}"));
+                    }
+                    pos += used;
+                }
+            }
+        }
+        buf.copy_within(pos..have, 0);
+        have -= pos;
+    }
+}
+
+/// Result of re-reading a range of keys.
+#[derive(Debug, Default, Clone)]
+pub struct RereadResult {
+    /// (hits, keys asked) for each of `bands` equal slices of the range, in
+    /// write order: the last band holds the most recently written keys.
+    pub bands: Vec<(u64, u64)>,
+    /// Hits whose data differed from what was written.
+    pub corrupt: u64,
+    pub secs: f64,
+}
+
+/// Reads back `range` with multi-key `get`s of `batch` keys and checks data.
+pub fn reread(
+    addr: &str,
+    keys: &KeyMaker,
+    range: Range<u64>,
+    value_size: usize,
+    salt: u64,
+    batch: usize,
+    bands: usize,
+) -> io::Result<RereadResult> {
+    let mut stream = connect(addr)?;
+    let start_t = Instant::now();
+    let total = range.end.saturating_sub(range.start);
+    let bands = bands.max(1);
+    let mut res = RereadResult {
+        bands: vec![(0, 0); bands],
+        ..Default::default()
+    };
+    let band_of = |i: u64| -> usize {
+        let off = i - range.start;
+        ((u128::from(off) * bands as u128 / u128::from(total.max(1))) as usize).min(bands - 1)
+    };
+    let mut buf = vec![0u8; 1 << 16];
+    let mut expect = vec![0u8; value_size];
+    let mut req = Vec::with_capacity(batch * (keys.len() + 1) + 8);
+    let mut i = range.start;
+    while i < range.end {
+        let end = (i + batch.max(1) as u64).min(range.end);
+        req.clear();
+        req.extend_from_slice(b"get");
+        for k in i..end {
+            req.push(b' ');
+            keys.write(k, &mut req);
+            res.bands[band_of(k)].1 += 1;
+        }
+        req.extend_from_slice(b"\r\n");
+        stream.write_all(&req)?;
+        // Read VALUE units until END; keys come back in request order, but
+        // match them by name anyway so a reordering server is not misjudged.
+        let mut have = 0usize;
+        'reply: loop {
+            if have == buf.len() {
+                buf.resize(buf.len() * 2, 0);
+            }
+            let n = stream.read(&mut buf[have..])?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "server closed the connection during the re-read",
+                ));
+            }
+            have += n;
+            let mut pos = 0;
+            loop {
+                match next_unit(&buf[pos..have]).map_err(io::Error::other)? {
+                    None => break,
+                    Some((Unit::End, _)) => break 'reply,
+                    Some((Unit::Value { key, data }, used)) => {
+                        let idx = parse_key_index(key).filter(|k| (i..end).contains(k));
+                        match idx {
+                            Some(k) => {
+                                value_for(k, salt, &mut expect);
+                                if data == expect.as_slice() {
+                                    res.bands[band_of(k)].0 += 1;
+                                } else {
+                                    res.corrupt += 1;
+                                }
+                            }
+                            None => res.corrupt += 1,
+                        }
+                        pos += used;
+                    }
+                    Some((other, _)) => {
+                        return Err(io::Error::other(format!(
+                            "unexpected reply to get: {other:?}"
+                        )))
+                    }
+                }
+            }
+            buf.copy_within(pos..have, 0);
+            have -= pos;
+        }
+        i = end;
+    }
+    res.secs = start_t.elapsed().as_secs_f64();
+    Ok(res)
+}
+
+/// The index encoded in a benchmark key (`key:000123` -> 123).
+pub fn parse_key_index(key: &[u8]) -> Option<u64> {
+    let digits = key.strip_prefix(crate::keys::KEY_PREFIX)?;
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// `stats` as (name, value) pairs.
+pub fn stats(addr: &str) -> io::Result<Vec<(String, String)>> {
+    let mut stream = connect(addr)?;
+    stream.write_all(b"stats\r\n")?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection during stats",
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.ends_with(b"END\r\n") {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&buf);
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.trim_end().splitn(3, ' ');
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some("STAT"), Some(name), Some(value)) => {
+                    Some((name.to_string(), value.to_string()))
+                }
+                _ => None,
+            }
+        })
+        .collect())
+}
+
+/// VmRSS and VmHWM of a process, in kB, from /proc/<pid>/status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rss {
+    pub rss_kb: u64,
+    pub hwm_kb: u64,
+}
+
+pub fn parse_status(text: &str) -> Rss {
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    Rss {
+        rss_kb: field("VmRSS:"),
+        hwm_kb: field("VmHWM:"),
+    }
+}
+
+pub fn read_rss(pid: u32) -> io::Result<Rss> {
+    Ok(parse_status(&std::fs::read_to_string(format!(
+        "/proc/{pid}/status"
+    ))?))
+}
+
+/// Samples VmRSS of `pid` every `every` on a thread until stopped; yields
+/// the largest sample seen.
+pub struct RssSampler {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<u64>,
+}
+
+impl RssSampler {
+    pub fn start(pid: u32, every: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let handle = std::thread::spawn(move || {
+            let mut max = 0;
+            loop {
+                if let Ok(r) = read_rss(pid) {
+                    max = max.max(r.rss_kb);
+                }
+                if flag.load(Ordering::Relaxed) {
+                    return max;
+                }
+                std::thread::sleep(every);
+            }
+        });
+        RssSampler { stop, handle }
+    }
+
+    pub fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_and_meta_sets_are_well_formed() {
+        let keys = KeyMaker::new(14).unwrap();
+        let mut out = Vec::new();
+        push_set(&mut out, &keys, 5, b"ab\r\ncdefgh", SetProto::Text);
+        assert_eq!(
+            out,
+            b"set key:0000000005 0 0 10 noreply\r\nab\r\ncdefgh\r\n"
+        );
+        out.clear();
+        push_set(&mut out, &keys, 5, b"xyz", SetProto::Meta);
+        assert_eq!(out, b"ms key:0000000005 3 q\r\nxyz\r\n");
+    }
+
+    #[test]
+    fn key_index_round_trips() {
+        let keys = KeyMaker::new(14).unwrap();
+        assert_eq!(parse_key_index(&keys.key(1_234_567)), Some(1_234_567));
+        assert_eq!(parse_key_index(b"key:"), None);
+        assert_eq!(parse_key_index(b"foo:12"), None);
+        assert_eq!(parse_key_index(b"key:12a"), None);
+    }
+
+    #[test]
+    fn status_parsing() {
+        let text = "Name:\tmemcached\nVmHWM:\t   81234 kB\nVmRSS:\t   70000 kB\n";
+        assert_eq!(
+            parse_status(text),
+            Rss {
+                rss_kb: 70000,
+                hwm_kb: 81234
+            }
+        );
+        assert_eq!(parse_status("garbage"), Rss::default());
+    }
+
+    #[test]
+    fn own_rss_is_readable() {
+        let r = read_rss(std::process::id()).unwrap();
+        assert!(r.rss_kb > 0 && r.hwm_kb >= r.rss_kb, "{r:?}");
+    }
+}

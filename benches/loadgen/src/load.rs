@@ -1,0 +1,417 @@
+//! The throughput benchmark's closed-loop load: N connections, each sending a
+//! batch of `depth` requests (a mix of `get` and `set` on uniformly random
+//! keys), waiting for all the replies, and sending the next batch. Depth 1 is
+//! "pipelining off" (one request in flight per connection); depth > 1 is
+//! "pipelining on".
+//!
+//! The connections are driven by mio event loops, a few per thread, instead
+//! of one blocking thread per connection: on this 2-core machine the load
+//! generator shares the CPU with the server, and 50 threads doing blocking
+//! round trips would spend much of it on context switches, measuring the
+//! scheduler more than the server.
+//!
+//! Latency is per request: from the moment its batch was handed to the
+//! kernel to the moment its whole reply was parsed, recorded in an HdrHistogram
+//! (Gil Tene's High Dynamic Range histogram, via the `hdrhistogram` crate).
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use mio::{Events, Interest, Poll, Token};
+
+use crate::keys::{KeyMaker, Rng};
+use crate::reply::{next_get_reply, next_unit, GetReply, Unit};
+
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    pub addr: String,
+    pub conns: usize,
+    pub threads: usize,
+    pub duration: Duration,
+    pub get_ratio: f64,
+    pub keys: u64,
+    pub key_len: usize,
+    pub value_size: usize,
+    pub depth: usize,
+    pub seed: u64,
+}
+
+pub struct LoadResult {
+    pub gets: u64,
+    pub sets: u64,
+    pub hits: u64,
+    pub errors: u64,
+    pub secs: f64,
+    /// Per-request latency in nanoseconds.
+    pub hist: Histogram<u64>,
+}
+
+impl LoadResult {
+    fn new() -> Self {
+        LoadResult {
+            gets: 0,
+            sets: 0,
+            hits: 0,
+            errors: 0,
+            secs: 0.0,
+            // 1 ns .. 60 s at 3 significant digits.
+            hist: Histogram::new_with_bounds(1, 60_000_000_000, 3)
+                .expect("constant histogram bounds are valid"),
+        }
+    }
+
+    fn merge(&mut self, other: &LoadResult) {
+        self.gets += other.gets;
+        self.sets += other.sets;
+        self.hits += other.hits;
+        self.errors += other.errors;
+        self.secs = self.secs.max(other.secs);
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.hist.add(&other.hist);
+    }
+
+    pub fn ops(&self) -> u64 {
+        self.gets + self.sets
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Get,
+    Set,
+}
+
+struct Conn {
+    stream: mio::net::TcpStream,
+    out: Vec<u8>,
+    out_pos: usize,
+    inb: Vec<u8>,
+    in_len: usize,
+    pending: VecDeque<Kind>,
+    sent_at: Instant,
+    done: bool,
+}
+
+/// Appends one batch of `depth` random requests to `out`.
+fn build_batch(
+    cfg: &LoadConfig,
+    keys: &KeyMaker,
+    rng: &mut Rng,
+    pool: &[u8],
+    out: &mut Vec<u8>,
+    pending: &mut VecDeque<Kind>,
+) {
+    let len_str = cfg.value_size.to_string();
+    for _ in 0..cfg.depth {
+        let k = rng.below(cfg.keys);
+        if rng.unit() < cfg.get_ratio {
+            out.extend_from_slice(b"get ");
+            keys.write(k, out);
+            out.extend_from_slice(b"\r\n");
+            pending.push_back(Kind::Get);
+        } else {
+            out.extend_from_slice(b"set ");
+            keys.write(k, out);
+            out.extend_from_slice(b" 0 0 ");
+            out.extend_from_slice(len_str.as_bytes());
+            out.extend_from_slice(b"\r\n");
+            let off = rng.below((pool.len() - cfg.value_size) as u64 + 1) as usize;
+            out.extend_from_slice(&pool[off..off + cfg.value_size]);
+            out.extend_from_slice(b"\r\n");
+            pending.push_back(Kind::Set);
+        }
+    }
+}
+
+/// Writes what it can of `c.out`; false when the socket is full.
+fn flush(c: &mut Conn) -> io::Result<()> {
+    while c.out_pos < c.out.len() {
+        match c.stream.write(&c.out[c.out_pos..]) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0")),
+            Ok(n) => c.out_pos += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    c.out.clear();
+    c.out_pos = 0;
+    Ok(())
+}
+
+/// Reads everything available and consumes complete replies. Returns false
+/// when the server closed the connection.
+fn read_replies(c: &mut Conn, res: &mut LoadResult) -> io::Result<bool> {
+    loop {
+        if c.in_len == c.inb.len() {
+            let n = c.inb.len() * 2;
+            c.inb.resize(n, 0);
+        }
+        match c.stream.read(&mut c.inb[c.in_len..]) {
+            Ok(0) => return Ok(false),
+            Ok(n) => c.in_len += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut pos = 0;
+    while let Some(&kind) = c.pending.front() {
+        let buf = &c.inb[pos..c.in_len];
+        let used = match kind {
+            Kind::Get => match next_get_reply(buf).map_err(io::Error::other)? {
+                None => break,
+                Some((r, used)) => {
+                    res.gets += 1;
+                    match r {
+                        GetReply::Hit => res.hits += 1,
+                        GetReply::Miss => {}
+                        GetReply::Error => res.errors += 1,
+                    }
+                    used
+                }
+            },
+            Kind::Set => match next_unit(buf).map_err(io::Error::other)? {
+                None => break,
+                Some((u, used)) => {
+                    res.sets += 1;
+                    if u != Unit::Stored {
+                        res.errors += 1;
+                    }
+                    used
+                }
+            },
+        };
+        pos += used;
+        c.pending.pop_front();
+        let ns = c.sent_at.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+        res.hist.saturating_record(ns.max(1));
+    }
+    c.inb.copy_within(pos..c.in_len, 0);
+    c.in_len -= pos;
+    Ok(true)
+}
+
+fn run_thread(cfg: &LoadConfig, conns: usize, seed: u64) -> io::Result<LoadResult> {
+    let keys = KeyMaker::new(cfg.key_len).map_err(io::Error::other)?;
+    let mut rng = Rng::new(seed);
+    let mut pool = vec![0u8; cfg.value_size + 4096];
+    rng.fill_bytes(&mut pool);
+    let mut poll = Poll::new()?;
+    let mut list = Vec::with_capacity(conns);
+    for i in 0..conns {
+        let std_stream = crate::capacity::connect(&cfg.addr)?;
+        std_stream.set_nonblocking(true)?;
+        let mut stream = mio::net::TcpStream::from_std(std_stream);
+        poll.registry().register(
+            &mut stream,
+            Token(i),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        list.push(Conn {
+            stream,
+            out: Vec::with_capacity(4096),
+            out_pos: 0,
+            inb: vec![0u8; 16384],
+            in_len: 0,
+            pending: VecDeque::with_capacity(cfg.depth),
+            sent_at: Instant::now(),
+            done: false,
+        });
+    }
+    let mut res = LoadResult::new();
+    let start = Instant::now();
+    let deadline = start + cfg.duration;
+    // A server that stops answering must not hang the benchmark forever.
+    let give_up = deadline + Duration::from_secs(10);
+    for c in list.iter_mut() {
+        build_batch(cfg, &keys, &mut rng, &pool, &mut c.out, &mut c.pending);
+        c.sent_at = Instant::now();
+        flush(c)?;
+    }
+    let mut active = list.len();
+    let mut events = Events::with_capacity(1024);
+    while active > 0 {
+        if Instant::now() > give_up {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{active} connections still waiting for replies 10 s after the end"),
+            ));
+        }
+        poll.poll(&mut events, Some(Duration::from_millis(100)))?;
+        for ev in events.iter() {
+            let Some(c) = list.get_mut(ev.token().0) else {
+                continue;
+            };
+            if c.done {
+                continue;
+            }
+            if ev.is_writable() {
+                flush(c)?;
+            }
+            if ev.is_readable() || ev.is_read_closed() {
+                if !read_replies(c, &mut res)? {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "server closed a connection during the load",
+                    ));
+                }
+                if c.pending.is_empty() {
+                    if Instant::now() < deadline {
+                        build_batch(cfg, &keys, &mut rng, &pool, &mut c.out, &mut c.pending);
+                        c.sent_at = Instant::now();
+                        flush(c)?;
+                    } else {
+                        c.done = true;
+                        active -= 1;
+                    }
+                }
+            }
+        }
+    }
+    res.secs = start.elapsed().as_secs_f64();
+    Ok(res)
+}
+
+/// Runs the load on `cfg.threads` threads sharing `cfg.conns` connections.
+pub fn run(cfg: &LoadConfig) -> io::Result<LoadResult> {
+    if cfg.keys == 0 || cfg.depth == 0 || cfg.conns == 0 {
+        return Err(io::Error::other("keys, depth and conns must be positive"));
+    }
+    let threads = cfg.threads.clamp(1, cfg.conns);
+    let results: Vec<io::Result<LoadResult>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                // Spread connections as evenly as possible.
+                let n = cfg.conns / threads + usize::from(t < cfg.conns % threads);
+                let seed = cfg.seed ^ (t as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                s.spawn(move || run_thread(cfg, n, seed))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("load thread panicked")))
+            })
+            .collect()
+    });
+    let mut total = LoadResult::new();
+    for r in results {
+        total.merge(&r?);
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(get_ratio: f64, depth: usize) -> LoadConfig {
+        LoadConfig {
+            addr: String::new(),
+            conns: 1,
+            threads: 1,
+            duration: Duration::from_secs(1),
+            get_ratio,
+            keys: 1000,
+            key_len: 14,
+            value_size: 8,
+            depth,
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn batches_follow_the_mix_and_depth() {
+        let keys = KeyMaker::new(14).unwrap();
+        let mut rng = Rng::new(9);
+        let pool = vec![b'x'; 8 + 4096];
+        let mut out = Vec::new();
+        let mut pending = VecDeque::new();
+        build_batch(
+            &cfg(0.9, 10_000),
+            &keys,
+            &mut rng,
+            &pool,
+            &mut out,
+            &mut pending,
+        );
+        assert_eq!(pending.len(), 10_000);
+        let gets = pending.iter().filter(|&&k| k == Kind::Get).count();
+        assert!((8_700..9_300).contains(&gets), "{gets} gets of 10000");
+        // Every request is well formed: count the lines of each kind.
+        let text = String::from_utf8(out).unwrap();
+        let get_lines = text.lines().filter(|l| l.starts_with("get key:")).count();
+        let set_lines = text
+            .lines()
+            .filter(|l| l.starts_with("set key:") && l.ends_with(" 0 0 8"))
+            .count();
+        assert_eq!(get_lines, gets);
+        assert_eq!(set_lines, 10_000 - gets);
+    }
+
+    #[test]
+    fn all_sets_when_ratio_is_zero() {
+        let keys = KeyMaker::new(14).unwrap();
+        let mut rng = Rng::new(9);
+        let pool = vec![b'x'; 8 + 4096];
+        let mut out = Vec::new();
+        let mut pending = VecDeque::new();
+        build_batch(
+            &cfg(0.0, 50),
+            &keys,
+            &mut rng,
+            &pool,
+            &mut out,
+            &mut pending,
+        );
+        assert!(pending.iter().all(|&k| k == Kind::Set));
+    }
+
+    #[test]
+    fn load_against_a_scripted_server() {
+        // A tiny fake server answering every get with a miss and every set
+        // with STORED, to check the loop counts and terminates.
+        use std::io::BufRead;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            let mut w = s.try_clone().unwrap();
+            let mut r = std::io::BufReader::new(s);
+            let mut line = String::new();
+            let mut n = 0u64;
+            while r.read_line(&mut line).unwrap_or(0) > 0 {
+                if line.starts_with("get ") {
+                    w.write_all(b"END\r\n").unwrap();
+                    n += 1;
+                } else if line.starts_with("set ") {
+                    let mut data = vec![0u8; 8 + 2];
+                    r.read_exact(&mut data).unwrap();
+                    w.write_all(b"STORED\r\n").unwrap();
+                    n += 1;
+                }
+                line.clear();
+            }
+            n
+        });
+        let mut c = cfg(0.5, 4);
+        c.addr = addr;
+        c.duration = Duration::from_millis(200);
+        let res = run(&c).unwrap();
+        assert!(res.ops() > 0);
+        assert_eq!(res.errors, 0);
+        assert_eq!(res.hits, 0);
+        assert_eq!(res.ops() % 4, 0, "whole batches only");
+        assert_eq!(res.hist.len(), res.ops());
+        let served = server.join().unwrap();
+        assert_eq!(
+            served,
+            res.ops(),
+            "every request sent was answered and counted"
+        );
+    }
+}
