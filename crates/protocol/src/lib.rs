@@ -2,3 +2,5 @@
 //!
 //! Parsers borrow from the connection's read buffer and never panic on client
 //! input: every malformed request maps to the error memcached would send.
+
+pub mod binary;
