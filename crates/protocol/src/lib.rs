@@ -4,3 +4,5 @@
 //! input: every malformed request maps to the error memcached would send.
 
 pub mod binary;
+
+pub mod text;
