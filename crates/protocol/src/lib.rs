@@ -4,5 +4,6 @@
 //! input: every malformed request maps to the error memcached would send.
 
 pub mod binary;
+pub mod meta;
 
 pub mod text;
