@@ -149,9 +149,18 @@ fn read_replies(c: &mut Conn, res: &mut LoadResult) -> io::Result<bool> {
             let n = c.inb.len() * 2;
             c.inb.resize(n, 0);
         }
+        let room = c.inb.len() - c.in_len;
         match c.stream.read(&mut c.inb[c.in_len..]) {
             Ok(0) => return Ok(false),
-            Ok(n) => c.in_len += n,
+            Ok(n) => {
+                c.in_len += n;
+                // A short read emptied the socket's receive queue; more data
+                // will raise a new edge, so skip the read that would only
+                // say WouldBlock (one syscall per reply saved).
+                if n < room {
+                    break;
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
