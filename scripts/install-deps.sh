@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs beyond the Rust toolchain, python3+pip,
+# node+npm, Java 17+maven and gcc, idempotently and quickly on re-runs:
+#   - Debian packages: libmemcached-tools (memccapable), and what pylibmc
+#     needs when pip has to build it (libmemcached-dev, zlib1g-dev);
+#     memcached itself only when TARGET_SERVER=memcached;
+#   - rustfmt and clippy, if the toolchain lacks them;
+#   - a Python venv in .venv with tests/clients/python/requirements.txt, and
+#     the pymemcache sdist whose test_integration.py conformance.sh runs;
+#   - memjs under tests/clients/node (npm ci from the committed lock file).
+# Maven fetches the Java client's dependencies into ~/.m2 on its first run.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+VENV="$ROOT/.venv"
+PY_REQS="$ROOT/tests/clients/python/requirements.txt"
+NODE_DIR="$ROOT/tests/clients/node"
+
+install_debian_packages() {
+	local want=(libmemcached-tools libmemcached-dev zlib1g-dev)
+	[[ "$TARGET_SERVER" != memcached ]] || want+=(memcached)
+	# The venv module is split out of Debian's python3.
+	python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
+	# pylibmc ships wheels for CPython <= 3.11 only; elsewhere pip compiles
+	# it, which needs the Python headers too.
+	if ! python3 -c 'import sys; sys.exit(sys.version_info[:2] > (3, 11))' &&
+		! python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+		want+=(python3-dev)
+	fi
+	local missing=() p
+	for p in "${want[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+	done
+	if [[ ${#missing[@]} == 0 ]]; then
+		log "debian packages: all present (${want[*]})"
+		return 0
+	fi
+	log "debian packages: installing ${missing[*]}"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+install_rust_components() {
+	if cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1; then
+		return 0
+	fi
+	command -v rustup >/dev/null || die "cargo fmt / cargo clippy missing and no rustup to add them"
+	rustup component add rustfmt clippy
+}
+
+# The requirements file's hash is kept in the venv, so an unchanged venv is
+# left alone and a changed requirements file reinstalls.
+install_python() {
+	local stamp="$VENV/.requirements.sha256" want
+	want=$(sha256sum "$PY_REQS" | cut -d' ' -f1)
+	if [[ -x "$VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+		log "python venv: up to date ($VENV)"
+	else
+		log "python venv: installing $PY_REQS into $VENV"
+		[[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
+		"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$PY_REQS"
+		echo "$want" >"$stamp"
+	fi
+	install_pymemcache_suite
+}
+
+# pymemcache's own integration tests are not in its wheel: take them from the
+# sdist of the exact version installed, once.
+install_pymemcache_suite() {
+	local version dir
+	version=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("pymemcache"))')
+	dir="$VENV/pymemcache-suite-$version"
+	if [[ -f "$dir/test_integration.py" && -f "$dir/conftest.py" ]]; then
+		log "pymemcache $version integration suite: present ($dir)"
+		return 0
+	fi
+	local tmp
+	tmp=$(mktemp -d)
+	"$VENV/bin/python" -m pip download -q --disable-pip-version-check \
+		--no-binary :all: --no-deps -d "$tmp" "pymemcache==$version"
+	tar -xzf "$tmp"/pymemcache-"$version".tar.gz -C "$tmp"
+	mkdir -p "$dir.partial"
+	cp "$tmp/pymemcache-$version/pymemcache/test/test_integration.py" \
+		"$tmp/pymemcache-$version/pymemcache/test/conftest.py" "$dir.partial/"
+	# pymemcache's setup.cfg holds its pytest settings (coverage, `-m unit`);
+	# the run needs only its markers.
+	printf '[pytest]\nmarkers =\n    unit\n    integration\n    benchmark\n' >"$dir.partial/pytest.ini"
+	rm -rf "$dir" "$tmp"
+	mv "$dir.partial" "$dir"
+	log "pymemcache $version integration suite: extracted to $dir"
+}
+
+install_node() {
+	# npm records what it installed in node_modules/.package-lock.json; when
+	# that matches the committed lock file there is nothing to do.
+	if [[ -f "$NODE_DIR/node_modules/.package-lock.json" ]] &&
+		[[ "$NODE_DIR/node_modules/.package-lock.json" -nt "$NODE_DIR/package-lock.json" ]]; then
+		log "node modules: up to date"
+		return 0
+	fi
+	log "node modules: npm ci in $NODE_DIR"
+	(cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error)
+}
+
+check_tools() {
+	local t
+	for t in cargo python3 node npm java mvn; do
+		command -v "$t" >/dev/null || die "$t is required but not installed"
+	done
+}
+
+main() {
+	check_tools
+	install_debian_packages
+	install_rust_components
+	install_python
+	install_node
+}
+
+main "$@"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this), on a fresh
+# Debian machine with the Rust toolchain, python3+pip, node+npm, Java 17+maven
+# and gcc; everything else is installed by scripts/install-deps.sh.
+#
+#   1. prerequisites (apt packages, rustfmt/clippy, .venv, node_modules)
+#   2. cargo fmt --check, cargo clippy -D warnings
+#   3. cargo build --release, cargo test --workspace --release
+#      (integration tests find the server through CACHALOT_BIN)
+#   4. scripts/conformance.sh: memccapable, pymemcache's integration tests and
+#      the Python / Node / Java client round trips against target/release/cachalot
+#   5. a summary with timings, closing with "steps: N passed, M failed"
+#
+# Fails fast on the first failing step.  docs/testing.md says how to run one
+# part alone.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ROOT"
+
+# test.sh always checks cachalot; TARGET_SERVER=memcached is for
+# scripts/conformance.sh alone.
+export TARGET_SERVER=cachalot
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+export CACHALOT_BIN="$CARGO_TARGET_DIR/release/cachalot"
+# Plain, non-interactive output in CI logs.
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+summary_init
+servers_init
+trap 'servers_stop_all; summary_print' EXIT
+
+step "install deps" scripts/install-deps.sh
+step "cargo fmt --check" cargo fmt --all --check
+step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
+step "cargo build --release" cargo build --release
+step "cargo test --release" cargo test --workspace --release
+SKIP_INSTALL=1 scripts/conformance.sh
