@@ -257,6 +257,21 @@ pub enum TextCommand<'a> {
     Meta,
 }
 
+/// Position of the first `\n` in `buf` (memchr-accelerated; shared with the
+/// server, which frames request lines with it).
+pub fn find_newline(buf: &[u8]) -> Option<usize> {
+    memchr::memchr(b'\n', buf)
+}
+
+/// `buf` up to its first NUL byte: memcached handles request lines as C
+/// strings, so anything after a NUL is invisible to it.
+pub fn until_nul(buf: &[u8]) -> &[u8] {
+    match memchr::memchr(0, buf) {
+        Some(p) => &buf[..p],
+        None => buf,
+    }
+}
+
 /// Up to 23 tokens of a line, as memcached's `tokenize_command` sees them.
 struct Tokens<'a> {
     toks: [&'a [u8]; MAX_TOKENS - 1],
@@ -318,10 +333,7 @@ impl<'a> Tokens<'a> {
 /// A trailing `\r` is tolerated (memcached strips it before parsing) and
 /// the line ends at its first NUL byte, as in memcached.
 pub fn parse(line: &[u8]) -> Result<TextCommand<'_>, ParseError> {
-    let line = match memchr::memchr(0, line) {
-        Some(p) => &line[..p],
-        None => line,
-    };
+    let line = until_nul(line);
     let line = match line {
         [head @ .., b'\r'] if !head.is_empty() => head,
         _ => line,

@@ -12,6 +12,7 @@ pub mod net;
 pub mod session;
 pub mod settings;
 pub mod stats;
+pub mod stats_cmd;
 pub mod text;
 
 pub use settings::Settings;

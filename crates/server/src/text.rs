@@ -1,1 +1,960 @@
-//! placeholder
+//! The classic text protocol handler: frames request lines, reads data blocks,
+//! runs each command on the engine and writes memcached's replies.
+//!
+//! Behaviour follows memcached 1.6.18 (`proto_text.c`: `try_read_command_ascii`,
+//! `process_*_command`, `complete_nread_ascii`, the `conn_swallow` state), checked
+//! byte for byte against a running memcached (see tests/malformed.rs):
+//!
+//! - A line may end in `\n` or `\r\n`. With no newline in the first
+//!   `max_line` (2048) bytes the connection is closed without a reply, unless
+//!   the line starts with `get ` / `gets ` (unbounded multigets).
+//! - A data block is exactly `<bytes>` + 2 bytes; if the last two are not
+//!   `\r\n` the reply is `CLIENT_ERROR bad data chunk` and parsing resumes right
+//!   after those bytes (memcached does not resynchronise on a newline).
+//! - A value too large for `-I` is refused before its data is read, and the
+//!   `<bytes>+2` bytes that follow are discarded as they arrive ("swallowed"),
+//!   tracked in [`AsciiHandler::swallow`] so nothing is buffered.
+//! - `noreply` silences every reply of that command, errors included.
+//!
+//! The engine lock is taken per engine call (per key in multigets) and held
+//! only while the value is copied into the output buffer.
+
+use std::sync::atomic::Ordering;
+
+use cachalot_engine::engine::{Arith, ArithOutcome, DeleteOutcome, Lookup, ReassignOutcome};
+use cachalot_engine::{Expiry, ItemRef, Store, StoreMode, StoreOutcome};
+use cachalot_protocol::text::{
+    self, AutomoveArg, FlushDelay, Keys, ShutdownMode, StoreKind, TextCommand, TextError,
+    KEY_MAX_LENGTH, MEMCACHED_COMPAT_VERSION,
+};
+
+use crate::meta::{self, MetaStep};
+use crate::session::{Ctx, Handler, Step};
+use crate::stats::ThreadStats;
+use crate::stats_cmd;
+
+/// memcached's `MAX_VERBOSITY_LEVEL`.
+const MAX_VERBOSITY_LEVEL: u32 = 2;
+
+/// A line longer than this many leading spaces before `get` is junk (memcached).
+const MAX_LEADING_SPACES: usize = 100;
+
+/// Per-connection state of the text protocol.
+#[derive(Debug, Default)]
+pub struct AsciiHandler {
+    /// Bytes of a refused data block still to discard.
+    swallow: usize,
+}
+
+/// What one request did with the bytes after its line.
+enum Outcome {
+    /// Done; this many bytes after the line (a data block) were used.
+    Done(usize),
+    /// The data block is not complete yet: consume nothing.
+    NeedMore,
+    /// Used `.0` bytes after the line; `.1` more must be discarded as they come.
+    Swallow(usize, usize),
+    /// Close the connection after flushing the output.
+    Close,
+}
+
+impl AsciiHandler {
+    pub fn new() -> AsciiHandler {
+        AsciiHandler::default()
+    }
+}
+
+/// Report progress: `NeedMore` when nothing at all was consumed.
+fn progress(pos: usize) -> Step {
+    if pos == 0 {
+        Step::NeedMore
+    } else {
+        Step::Consumed(pos)
+    }
+}
+
+fn bump(counter: &std::sync::atomic::AtomicU64) {
+    ThreadStats::bump(counter);
+}
+
+/// Append a reply line unless the command asked for silence.
+fn reply(out: &mut Vec<u8>, noreply: bool, line: &str) {
+    if !noreply {
+        out.extend_from_slice(line.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Whether an over-long line without a newline may still be a multiget
+/// (memcached keeps reading those; anything else is dropped).
+fn may_be_multiget(buf: &[u8]) -> bool {
+    let spaces = buf.iter().take_while(|&&b| b == b' ').count();
+    let rest = &buf[spaces..];
+    spaces <= MAX_LEADING_SPACES && (rest.starts_with(b"get ") || rest.starts_with(b"gets "))
+}
+
+/// Whether the first word of a line is a meta command (two letters, `m?`).
+fn is_meta(line: &[u8]) -> bool {
+    let word = line.split(|&b| b == b' ').find(|w| !w.is_empty());
+    matches!(word, Some([b'm', b'g' | b's' | b'd' | b'a' | b'n' | b'e']))
+}
+
+impl Handler for AsciiHandler {
+    fn step(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut Vec<u8>) -> Step {
+        let mut pos = 0;
+        let mut handled = 0usize;
+        let budget = ctx.settings.reqs_per_event.max(1);
+        loop {
+            if self.swallow > 0 {
+                let n = self.swallow.min(input.len() - pos);
+                pos += n;
+                self.swallow -= n;
+                if self.swallow > 0 {
+                    return progress(pos);
+                }
+            }
+            if pos == input.len() {
+                return progress(pos);
+            }
+            if handled >= budget {
+                // Let other connections of this worker run (memcached's -R).
+                bump(&ctx.stats.conn_yields);
+                return progress(pos);
+            }
+            let rest = &input[pos..];
+            let Some(nl) = text::find_newline(rest) else {
+                if rest.len() > ctx.settings.max_line && !may_be_multiget(rest) {
+                    return Step::Close(input.len());
+                }
+                return progress(pos);
+            };
+            let mut line = &rest[..nl];
+            // memcached strips one '\r' before the '\n', but not from a lone "\r\n".
+            if line.len() > 1 && line[line.len() - 1] == b'\r' {
+                line = &line[..line.len() - 1];
+            }
+            // memcached parses C strings: a NUL ends the line.
+            line = text::until_nul(line);
+            let after = &rest[nl + 1..];
+            match self.execute(ctx, line, after, out) {
+                Outcome::Done(used) => pos += nl + 1 + used,
+                Outcome::NeedMore => return progress(pos),
+                Outcome::Swallow(used, remaining) => {
+                    pos += nl + 1 + used;
+                    self.swallow = remaining;
+                }
+                Outcome::Close => return Step::Close(pos + nl + 1),
+            }
+            handled += 1;
+        }
+    }
+}
+
+impl AsciiHandler {
+    /// Run one request line; `after` holds the bytes that follow its newline.
+    fn execute(&mut self, ctx: &Ctx<'_>, line: &[u8], after: &[u8], out: &mut Vec<u8>) -> Outcome {
+        if is_meta(line) {
+            return match meta::handle(ctx, line, after, out) {
+                MetaStep::Done { consumed } => Outcome::Done(consumed),
+                MetaStep::NeedMore => Outcome::NeedMore,
+                MetaStep::Swallow {
+                    consumed,
+                    remaining,
+                } => Outcome::Swallow(consumed, remaining),
+                MetaStep::Close => Outcome::Close,
+            };
+        }
+        let cmd = match text::parse(line) {
+            Ok(cmd) => cmd,
+            Err(e) if e.error.closes() => return Outcome::Close,
+            Err(e) => {
+                reply(out, e.noreply, e.error.message());
+                return Outcome::Done(0);
+            }
+        };
+        match cmd {
+            TextCommand::Get { keys, cas } => retrieve(ctx, keys, cas, None, out),
+            TextCommand::Gat { exptime, keys, cas } => {
+                let expiry = ctx.cache.clock().expiry(i64::from(exptime));
+                retrieve(ctx, keys, cas, Some(expiry), out)
+            }
+            TextCommand::Store {
+                kind,
+                key,
+                flags,
+                exptime,
+                bytes,
+                cas_unique,
+                noreply,
+                cost,
+            } => {
+                let req = StoreLine {
+                    kind,
+                    key,
+                    flags,
+                    exptime,
+                    bytes,
+                    cas_unique,
+                    noreply,
+                    cost,
+                };
+                return store(ctx, &req, after, out);
+            }
+            TextCommand::Arith {
+                incr,
+                key,
+                delta,
+                noreply,
+            } => arith(ctx, incr, key, delta, noreply, out),
+            TextCommand::Delete { key, noreply } => {
+                stats_cmd::detail_record(ctx, key, stats_cmd::DetailOp::Delete);
+                let outcome = ctx.cache.lock().delete(key, 0);
+                match outcome {
+                    DeleteOutcome::Deleted => {
+                        bump(&ctx.stats.delete_hits);
+                        reply(out, noreply, "DELETED");
+                    }
+                    DeleteOutcome::NotFound | DeleteOutcome::Exists => {
+                        bump(&ctx.stats.delete_misses);
+                        reply(out, noreply, "NOT_FOUND");
+                    }
+                }
+            }
+            TextCommand::Touch {
+                key,
+                exptime,
+                noreply,
+            } => {
+                let expiry = ctx.cache.clock().expiry(i64::from(exptime));
+                let hit = ctx.cache.lock().touch(key, expiry).is_some();
+                bump(&ctx.stats.cmd_touch);
+                if hit {
+                    bump(&ctx.stats.touch_hits);
+                    reply(out, noreply, "TOUCHED");
+                } else {
+                    bump(&ctx.stats.touch_misses);
+                    reply(out, noreply, "NOT_FOUND");
+                }
+            }
+            TextCommand::FlushAll { delay, noreply } => {
+                // Counted even when refused, as memcached does.
+                bump(&ctx.stats.cmd_flush);
+                if !ctx.settings.flush_enabled {
+                    reply(out, noreply, "CLIENT_ERROR flush_all not allowed");
+                } else {
+                    let at = match delay {
+                        FlushDelay::Invalid => {
+                            reply(out, noreply, TextError::InvalidExptime.message());
+                            return Outcome::Done(0);
+                        }
+                        FlushDelay::None => None,
+                        FlushDelay::Seconds(s) if s <= 0 => None,
+                        FlushDelay::Seconds(s) => match ctx.cache.clock().expiry(i64::from(s)) {
+                            Expiry::At(t) => Some(t),
+                            Expiry::Never | Expiry::Expired => None,
+                        },
+                    };
+                    ctx.cache.lock().flush_all(at);
+                    reply(out, noreply, "OK");
+                }
+            }
+            TextCommand::Stats { sub, arg1, arg2 } => {
+                stats_cmd::handle(ctx, sub, arg1, arg2, out);
+            }
+            TextCommand::Version => {
+                out.extend_from_slice(b"VERSION ");
+                out.extend_from_slice(MEMCACHED_COMPAT_VERSION.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            TextCommand::Verbosity { level, noreply } => {
+                let level = level.min(MAX_VERBOSITY_LEVEL) as u8;
+                ctx.shared.verbosity.store(level, Ordering::Relaxed);
+                reply(out, noreply, "OK");
+            }
+            TextCommand::Quit => return Outcome::Close,
+            TextCommand::Shutdown { mode } => {
+                if !ctx.settings.shutdown_enabled {
+                    reply(out, false, "ERROR: shutdown not enabled");
+                } else if mode == ShutdownMode::Invalid {
+                    reply(out, false, "CLIENT_ERROR invalid shutdown mode");
+                } else {
+                    // Both modes stop the server; the connection closes silently.
+                    ctx.shared.shutdown.store(true, Ordering::SeqCst);
+                    return Outcome::Close;
+                }
+            }
+            TextCommand::CacheMemlimit { mb, noreply } => {
+                let msg = match mb {
+                    None => "ERROR",
+                    Some(mb) if mb < 8 => "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m",
+                    Some(mb) if mb > 1_000_000_000 => {
+                        "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"
+                    }
+                    Some(mb) => {
+                        let bytes = (mb as usize).saturating_mul(1024 * 1024);
+                        match ctx.cache.lock().set_memory_limit(bytes) {
+                            Ok(()) => "OK",
+                            Err(_) => "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust",
+                        }
+                    }
+                };
+                reply(out, noreply, msg);
+            }
+            TextCommand::SlabsReassign { classes } => {
+                let msg = if !ctx.settings.engine.slab_reassign {
+                    "CLIENT_ERROR slab reassignment disabled"
+                } else {
+                    match classes {
+                        None => TextError::BadFormat.message(),
+                        // memcached checks "same" before validating the ids.
+                        Some((src, dst)) if src == dst => "SAME src and dst class are identical",
+                        Some((src, dst)) => match ctx.cache.lock().slabs_reassign(src, dst) {
+                            ReassignOutcome::Ok => "OK",
+                            ReassignOutcome::Busy => "BUSY currently processing reassign request",
+                            ReassignOutcome::BadClass => "BADCLASS invalid src or dst class id",
+                            ReassignOutcome::NoSpare => "NOSPARE source class has no spare pages",
+                            ReassignOutcome::Same => "SAME src and dst class are identical",
+                        },
+                    }
+                };
+                reply(out, false, msg);
+            }
+            TextCommand::SlabsAutomove { arg, noreply } => match arg {
+                AutomoveArg::Mode(m) => {
+                    ctx.cache.lock().set_automove(m);
+                    reply(out, noreply, "OK");
+                }
+                // The automover has no tunable ratio; accepted like memcached.
+                AutomoveArg::Ratio(_) => reply(out, noreply, "OK"),
+                AutomoveArg::OutOfRange => reply(out, noreply, "ERROR"),
+            },
+            // Meta lines were routed above; reaching here means a parse mismatch.
+            TextCommand::Meta => reply(out, false, "ERROR"),
+        }
+        Outcome::Done(0)
+    }
+}
+
+/// Append `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
+fn write_value(out: &mut Vec<u8>, item: &ItemRef<'_>, with_cas: bool) {
+    let mut num = itoa::Buffer::new();
+    out.reserve(item.key.len() + item.value.len() + 48);
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(item.key);
+    out.push(b' ');
+    out.extend_from_slice(num.format(item.flags).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(num.format(item.value.len()).as_bytes());
+    if with_cas {
+        out.push(b' ');
+        out.extend_from_slice(num.format(item.cas).as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(item.value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// get/gets/bget (touch = None) and gat/gats (touch = new expiry).
+fn retrieve(
+    ctx: &Ctx<'_>,
+    keys: Keys<'_>,
+    with_cas: bool,
+    touch: Option<Expiry>,
+    out: &mut Vec<u8>,
+) {
+    let start = out.len();
+    for key in keys {
+        if key.len() > KEY_MAX_LENGTH {
+            // memcached drops the values already queued and sends only the error.
+            out.truncate(start);
+            reply(out, false, TextError::KeyTooLong.message());
+            return;
+        }
+        let hit = {
+            let mut engine = ctx.cache.lock();
+            let item = match touch {
+                Some(expiry) => engine.touch(key, expiry),
+                None => engine.lookup(key, Lookup::GET),
+            };
+            match item {
+                Some(item) => {
+                    write_value(out, &item, with_cas);
+                    true
+                }
+                None => false,
+            }
+        };
+        stats_cmd::detail_record(ctx, key, stats_cmd::DetailOp::Get { hit });
+        let s = ctx.stats;
+        match (touch.is_some(), hit) {
+            (true, true) => {
+                bump(&s.cmd_touch);
+                bump(&s.touch_hits);
+            }
+            (true, false) => {
+                bump(&s.cmd_touch);
+                bump(&s.touch_misses);
+            }
+            (false, true) => {
+                bump(&s.cmd_get);
+                bump(&s.get_hits);
+            }
+            (false, false) => {
+                bump(&s.cmd_get);
+                bump(&s.get_misses);
+            }
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// A parsed storage command line.
+struct StoreLine<'a> {
+    kind: StoreKind,
+    key: &'a [u8],
+    flags: u32,
+    exptime: i32,
+    bytes: usize,
+    cas_unique: u64,
+    noreply: bool,
+    cost: Option<u32>,
+}
+
+/// set/add/replace/append/prepend/cas: check the size, wait for the data
+/// block, validate its terminator, store.
+fn store(ctx: &Ctx<'_>, req: &StoreLine<'_>, after: &[u8], out: &mut Vec<u8>) -> Outcome {
+    let block = req.bytes + 2;
+    let fits = ctx.cache.lock().fits(req.key.len(), req.bytes, req.flags);
+    if !fits {
+        stats_cmd::detail_record(ctx, req.key, stats_cmd::DetailOp::Set);
+        bump(&ctx.stats.store_too_large);
+        if req.kind == StoreKind::Set {
+            // memcached unlinks the old value so a failed set cannot leave stale data.
+            ctx.cache.lock().delete(req.key, 0);
+        }
+        reply(out, req.noreply, "SERVER_ERROR object too large for cache");
+        let now = block.min(after.len());
+        return Outcome::Swallow(now, block - now);
+    }
+    if after.len() < block {
+        return Outcome::NeedMore;
+    }
+    stats_cmd::detail_record(ctx, req.key, stats_cmd::DetailOp::Set);
+    if &after[req.bytes..block] != b"\r\n" {
+        // memcached counts the command before it checks the terminator.
+        bump(&ctx.stats.cmd_set);
+        reply(out, req.noreply, TextError::BadDataChunk.message());
+        return Outcome::Done(block);
+    }
+    let value = &after[..req.bytes];
+    let mode = match req.kind {
+        StoreKind::Set | StoreKind::Cas => StoreMode::Set,
+        StoreKind::Add => StoreMode::Add,
+        StoreKind::Replace => StoreMode::Replace,
+        StoreKind::Append => StoreMode::Append,
+        StoreKind::Prepend => StoreMode::Prepend,
+    };
+    let mut store = Store {
+        key: req.key,
+        value,
+        flags: req.flags,
+        expiry: ctx.cache.clock().expiry(i64::from(req.exptime)),
+        mode,
+        cas: if req.kind == StoreKind::Cas {
+            req.cas_unique
+        } else {
+            0
+        },
+        new_cas: None,
+        cost: req.cost,
+        invalidate: false,
+    };
+    let is_cas = req.kind == StoreKind::Cas;
+    let outcome = {
+        let mut engine = ctx.cache.lock();
+        if is_cas && req.cas_unique == 0 {
+            // The engine reads cas 0 as "no check"; memcached compares it with
+            // the item's CAS, which is never 0 unless CAS is disabled (-C).
+            if engine.config().cas_enabled {
+                match engine.lookup(req.key, Lookup::PEEK) {
+                    Some(_) => StoreOutcome::Exists,
+                    None => StoreOutcome::NotFound,
+                }
+            } else {
+                store.mode = StoreMode::Replace;
+                match engine.store(&store) {
+                    StoreOutcome::NotStored => StoreOutcome::NotFound,
+                    other => other,
+                }
+            }
+        } else {
+            engine.store(&store)
+        }
+    };
+    let s = ctx.stats;
+    let msg = match outcome {
+        StoreOutcome::Stored { .. } => {
+            if is_cas {
+                bump(&s.cas_hits);
+            }
+            "STORED"
+        }
+        StoreOutcome::NotStored => "NOT_STORED",
+        StoreOutcome::Exists => {
+            bump(&s.cas_badval);
+            "EXISTS"
+        }
+        StoreOutcome::NotFound => {
+            bump(&s.cas_misses);
+            "NOT_FOUND"
+        }
+        // An append/prepend that would outgrow -I: memcached cannot allocate
+        // the combined item and answers NOT_STORED.
+        StoreOutcome::TooLarge if matches!(mode, StoreMode::Append | StoreMode::Prepend) => {
+            "NOT_STORED"
+        }
+        StoreOutcome::TooLarge => {
+            bump(&s.store_too_large);
+            reply(out, req.noreply, "SERVER_ERROR object too large for cache");
+            return Outcome::Done(block);
+        }
+        StoreOutcome::NoMemory => {
+            bump(&s.store_no_memory);
+            if req.kind == StoreKind::Set {
+                ctx.cache.lock().delete(req.key, 0);
+            }
+            reply(
+                out,
+                req.noreply,
+                "SERVER_ERROR out of memory storing object",
+            );
+            return Outcome::Done(block);
+        }
+    };
+    bump(&s.cmd_set);
+    reply(out, req.noreply, msg);
+    Outcome::Done(block)
+}
+
+/// incr/decr.
+fn arith(ctx: &Ctx<'_>, incr: bool, key: &[u8], delta: u64, noreply: bool, out: &mut Vec<u8>) {
+    let req = Arith {
+        incr,
+        delta,
+        cas: 0,
+        autovivify: None,
+        new_expiry: None,
+    };
+    let outcome = ctx.cache.lock().arith(key, &req);
+    let s = ctx.stats;
+    match outcome {
+        ArithOutcome::Value { value, .. } => {
+            bump(if incr { &s.incr_hits } else { &s.decr_hits });
+            let mut num = itoa::Buffer::new();
+            reply(out, noreply, num.format(value));
+        }
+        ArithOutcome::NotFound => {
+            bump(if incr { &s.incr_misses } else { &s.decr_misses });
+            reply(out, noreply, "NOT_FOUND");
+        }
+        ArithOutcome::NonNumeric => reply(
+            out,
+            noreply,
+            "CLIENT_ERROR cannot increment or decrement non-numeric value",
+        ),
+        ArithOutcome::NoMemory => reply(out, noreply, "SERVER_ERROR out of memory"),
+        // Cannot happen without a cas; memcached sends nothing in that case.
+        ArithOutcome::Exists => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cachalot_engine::{Cache, Clock};
+
+    use super::*;
+    use crate::settings::Settings;
+    use crate::stats::{Shared, ThreadStats};
+
+    struct Rig {
+        cache: Cache,
+        settings: Settings,
+        shared: Arc<Shared>,
+        stats: Arc<ThreadStats>,
+    }
+
+    impl Rig {
+        fn new() -> Rig {
+            Rig::with(Settings::default())
+        }
+
+        fn with(settings: Settings) -> Rig {
+            let cache = Cache::new(settings.engine.clone(), Arc::new(Clock::new())).unwrap();
+            let stats = Arc::new(ThreadStats::default());
+            let shared = Arc::new(Shared {
+                threads: vec![stats.clone()],
+                ..Shared::default()
+            });
+            Rig {
+                cache,
+                settings,
+                shared,
+                stats,
+            }
+        }
+
+        fn ctx(&self) -> Ctx<'_> {
+            Ctx {
+                cache: &self.cache,
+                settings: &self.settings,
+                shared: &self.shared,
+                stats: &self.stats,
+                conn_id: 1,
+            }
+        }
+
+        /// Feed `input` in pieces of `chunk` bytes, as a network layer would
+        /// (keeping unconsumed bytes), and return (output, closed).
+        fn run_chunked(&self, h: &mut AsciiHandler, input: &[u8], chunk: usize) -> (Vec<u8>, bool) {
+            let ctx = self.ctx();
+            let mut out = Vec::new();
+            let mut buf: Vec<u8> = Vec::new();
+            for piece in input.chunks(chunk.max(1)) {
+                buf.extend_from_slice(piece);
+                loop {
+                    match h.step(&ctx, &buf, &mut out) {
+                        Step::Consumed(n) => {
+                            assert!(n > 0 && n <= buf.len(), "bad consume {n}");
+                            buf.drain(..n);
+                        }
+                        Step::NeedMore => break,
+                        Step::Close(n) => {
+                            assert!(n <= buf.len());
+                            return (out, true);
+                        }
+                    }
+                }
+            }
+            (out, false)
+        }
+
+        fn run(&self, input: &[u8]) -> (Vec<u8>, bool) {
+            let mut h = AsciiHandler::new();
+            self.run_chunked(&mut h, input, input.len())
+        }
+
+        /// Reply text of `input` sent in one piece; asserts it matches when fed
+        /// byte by byte too.
+        fn ask(&self, input: &[u8]) -> String {
+            let (out, _) = self.run(input);
+            String::from_utf8_lossy(&out).into_owned()
+        }
+
+        fn stat(&self, name: &str) -> String {
+            let out = self.ask(b"stats\r\n");
+            out.lines()
+                .find_map(|l| l.strip_prefix(&format!("STAT {name} ")).map(str::to_string))
+                .unwrap_or_else(|| panic!("no stat {name} in {out}"))
+        }
+    }
+
+    #[test]
+    fn set_get_roundtrip_and_pipelining() {
+        let r = Rig::new();
+        assert_eq!(
+            r.ask(b"set a 5 0 3\r\nabc\r\nget a b\r\ngets a\r\n"),
+            format!(
+                "STORED\r\nVALUE a 5 3\r\nabc\r\nEND\r\nVALUE a 5 3 {}\r\nabc\r\nEND\r\n",
+                r.cache.lock().lookup(b"a", Lookup::PEEK).unwrap().cas
+            )
+        );
+        // Bare \n works for lines; the data block needs \r\n.
+        assert_eq!(
+            r.ask(b"set b 0 0 1\nx\r\nget b\n"),
+            "STORED\r\nVALUE b 0 1\r\nx\r\nEND\r\n"
+        );
+        assert_eq!(
+            r.ask(b"set z 0 0 0\r\n\r\nget z\r\n"),
+            "STORED\r\nVALUE z 0 0\r\n\r\nEND\r\n"
+        );
+    }
+
+    #[test]
+    fn byte_by_byte_feeding_gives_the_same_replies() {
+        let r = Rig::new();
+        let script: &[u8] = b"set a 0 0 5\r\nhello\r\nappend a 0 0 1\r\n!\r\nget a\r\nincr n 1\r\n\
+            set n 0 0 2\r\n10\r\nincr n 5\r\ndecr n 100\r\ndelete a\r\ndelete a\r\ntouch n 10\r\n";
+        let whole = r.ask(script);
+        let r2 = Rig::new();
+        let mut h = AsciiHandler::new();
+        let (out, closed) = r2.run_chunked(&mut h, script, 1);
+        assert!(!closed);
+        assert_eq!(String::from_utf8_lossy(&out), whole);
+        assert_eq!(
+            whole,
+            "STORED\r\nSTORED\r\nVALUE a 0 6\r\nhello!\r\nEND\r\nNOT_FOUND\r\nSTORED\r\n15\r\n0\r\n\
+             DELETED\r\nNOT_FOUND\r\nTOUCHED\r\n"
+        );
+    }
+
+    #[test]
+    fn bad_data_chunk_resumes_after_the_block() {
+        let r = Rig::new();
+        assert_eq!(
+            r.ask(b"set foo 0 0 3\r\nabcde\r\n"),
+            "CLIENT_ERROR bad data chunk\r\nERROR\r\n"
+        );
+        assert_eq!(r.ask(b"set foo 0 0 3 noreply\r\nabcde\r\n"), "ERROR\r\n");
+        assert_eq!(r.ask(b"get foo\r\n"), "END\r\n");
+    }
+
+    #[test]
+    fn too_large_value_is_swallowed_across_reads() {
+        let r = Rig::new();
+        r.ask(b"set big 0 0 1\r\nx\r\n");
+        let mut input = b"set big 0 0 2000000\r\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 2_000_000));
+        input.extend_from_slice(b"\r\nget big\r\n");
+        let mut h = AsciiHandler::new();
+        let (out, closed) = r.run_chunked(&mut h, &input, 65536);
+        assert!(!closed);
+        // The failed set removed the old value, as memcached does.
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "SERVER_ERROR object too large for cache\r\nEND\r\n"
+        );
+        assert_eq!(r.stat("store_too_large"), "1");
+        // add does not remove the old value.
+        r.ask(b"set big 0 0 1\r\nx\r\n");
+        let mut input = b"add big 0 0 2000000 noreply\r\n".to_vec();
+        input.extend(std::iter::repeat_n(b'y', 2_000_002));
+        input.extend_from_slice(b"get big\r\n");
+        assert_eq!(r.ask(&input), "VALUE big 0 1\r\nx\r\nEND\r\n");
+    }
+
+    #[test]
+    fn long_lines_close_unless_multiget() {
+        let r = Rig::new();
+        let (out, closed) = r.run(&[b'x'; 2049]);
+        assert!(closed && out.is_empty());
+        let (out, closed) = r.run(&[b'x'; 2048]);
+        assert!(!closed && out.is_empty());
+        // A long line with its newline present is just parsed.
+        let mut long = vec![b'x'; 3000];
+        long.extend_from_slice(b"\r\n");
+        assert_eq!(r.run(&long), (b"ERROR\r\n".to_vec(), false));
+        // A huge multiget keeps the connection open while it arrives.
+        let mut get = b"get ".to_vec();
+        for i in 0..1000 {
+            get.extend_from_slice(format!("key{i} ").as_bytes());
+        }
+        let mut h = AsciiHandler::new();
+        let (out, closed) = r.run_chunked(&mut h, &get, 100);
+        assert!(!closed && out.is_empty());
+        get.extend_from_slice(b"\r\n");
+        let mut h = AsciiHandler::new();
+        let (out, closed) = r.run_chunked(&mut h, &get, 100);
+        assert!(!closed);
+        assert_eq!(out, b"END\r\n");
+        assert_eq!(r.stat("cmd_get"), "1000");
+    }
+
+    #[test]
+    fn multiget_with_a_long_key_sends_only_the_error() {
+        let r = Rig::new();
+        r.ask(b"set a 0 0 1\r\nx\r\n");
+        let line = format!("get a {} a\r\n", "k".repeat(251));
+        assert_eq!(
+            r.ask(line.as_bytes()),
+            "CLIENT_ERROR bad command line format\r\n"
+        );
+    }
+
+    #[test]
+    fn noreply_silences_results_and_errors() {
+        let r = Rig::new();
+        assert_eq!(
+            r.ask(b"set a 0 0 1 noreply\r\nx\r\nincr a 1 noreply\r\nincr zz abc noreply\r\n\
+                    delete zz x noreply\r\ntouch a abc noreply\r\nflush_all abc noreply\r\nget a\r\n"),
+            "VALUE a 0 1\r\nx\r\nEND\r\n"
+        );
+    }
+
+    #[test]
+    fn counters_follow_memcached() {
+        let r = Rig::new();
+        r.ask(
+            b"set a:1 0 0 1\r\nx\r\nset nodelim 0 0 1\r\nx\r\ngat 10 a:1 zz\r\ngats 10 a:1\r\n\
+              get a:1 b:2 nodelim\r\ntouch a:1 10\r\ndelete b:2\r\ncas a:1 0 0 1 999\r\ny\r\n\
+              cas zz 0 0 1 1\r\ny\r\nset q 0 0 1\r\nxx\r\nincr zz 1\r\ndecr zz 1\r\n\
+              set n 0 0 1\r\n5\r\nincr n 1\r\ndecr n 1\r\n",
+        );
+        let cas = r.cache.lock().lookup(b"a:1", Lookup::PEEK).unwrap().cas;
+        r.ask(format!("cas a:1 0 0 1 {cas}\r\nz\r\n").as_bytes());
+        for (name, want) in [
+            ("cmd_get", "3"),
+            ("cmd_set", "7"),
+            ("cmd_touch", "4"),
+            ("get_hits", "2"),
+            ("get_misses", "1"),
+            ("delete_misses", "1"),
+            ("delete_hits", "0"),
+            ("incr_misses", "1"),
+            ("incr_hits", "1"),
+            ("decr_misses", "1"),
+            ("decr_hits", "1"),
+            ("cas_misses", "1"),
+            ("cas_hits", "1"),
+            ("cas_badval", "1"),
+            ("touch_hits", "3"),
+            ("touch_misses", "1"),
+        ] {
+            assert_eq!(r.stat(name), want, "{name}");
+        }
+        assert_eq!(r.ask(b"stats reset\r\n"), "RESET\r\n");
+        assert_eq!(r.stat("cmd_get"), "0");
+    }
+
+    #[test]
+    fn cas_with_zero_unique() {
+        let r = Rig::new();
+        assert_eq!(r.ask(b"cas k 0 0 1 0\r\nx\r\n"), "NOT_FOUND\r\n");
+        r.ask(b"set k 0 0 1\r\nx\r\n");
+        assert_eq!(r.ask(b"cas k 0 0 1 0\r\ny\r\n"), "EXISTS\r\n");
+    }
+
+    #[test]
+    fn admin_commands() {
+        let r = Rig::new();
+        assert_eq!(r.ask(b"version\r\n"), "VERSION 1.6.18\r\n");
+        assert_eq!(r.ask(b"verbosity 5\r\n"), "OK\r\n");
+        assert_eq!(r.shared.verbosity.load(Ordering::Relaxed), 2);
+        assert_eq!(r.run(b"quit\r\nget a\r\n"), (Vec::new(), true));
+        assert_eq!(r.run(b"GET / HTTP/1.1\r\n"), (Vec::new(), true));
+        assert_eq!(r.ask(b"shutdown\r\n"), "ERROR: shutdown not enabled\r\n");
+        assert_eq!(
+            r.ask(b"cache_memlimit 5\r\n"),
+            "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"
+        );
+        assert_eq!(
+            r.ask(b"cache_memlimit 2000000000\r\n"),
+            "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n"
+        );
+        assert_eq!(r.ask(b"cache_memlimit x\r\n"), "ERROR\r\n");
+        assert_eq!(r.ask(b"cache_memlimit 100\r\n"), "OK\r\n");
+        assert_eq!(r.cache.lock().memory_limit(), 100 << 20);
+        assert_eq!(
+            r.ask(b"slabs reassign 1 1\r\n"),
+            "SAME src and dst class are identical\r\n"
+        );
+        assert_eq!(
+            r.ask(b"slabs reassign x 1\r\n"),
+            "CLIENT_ERROR bad command line format\r\n"
+        );
+        assert_eq!(r.ask(b"slabs automove 3\r\n"), "ERROR\r\n");
+        assert_eq!(r.ask(b"slabs automove 1\r\n"), "OK\r\n");
+        assert_eq!(r.ask(b"flush_all\r\n"), "OK\r\n");
+        assert_eq!(r.stat("cmd_flush"), "1");
+
+        let mut s = Settings::default();
+        s.shutdown_enabled = true;
+        s.flush_enabled = false;
+        s.engine.slab_reassign = false;
+        let r = Rig::with(s);
+        assert_eq!(
+            r.ask(b"flush_all abc\r\n"),
+            "CLIENT_ERROR flush_all not allowed\r\n"
+        );
+        assert_eq!(
+            r.ask(b"slabs reassign x 1\r\n"),
+            "CLIENT_ERROR slab reassignment disabled\r\n"
+        );
+        assert_eq!(
+            r.ask(b"shutdown x\r\n"),
+            "CLIENT_ERROR invalid shutdown mode\r\n"
+        );
+        assert!(!r.shared.shutdown.load(Ordering::SeqCst));
+        assert_eq!(r.run(b"shutdown graceful\r\n"), (Vec::new(), true));
+        assert!(r.shared.shutdown.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn request_budget_yields() {
+        let mut s = Settings::default();
+        s.reqs_per_event = 2;
+        let r = Rig::with(s);
+        let ctx = r.ctx();
+        let mut h = AsciiHandler::new();
+        let mut out = Vec::new();
+        let input = b"version\r\nversion\r\nversion\r\n";
+        assert_eq!(h.step(&ctx, input, &mut out), Step::Consumed(18));
+        assert_eq!(r.stats.conn_yields.load(Ordering::Relaxed), 1);
+        assert_eq!(h.step(&ctx, &input[18..], &mut out), Step::Consumed(9));
+        assert_eq!(out.len(), 3 * 16);
+    }
+
+    #[test]
+    fn stats_subcommands() {
+        let r = Rig::new();
+        r.ask(b"set a 0 0 1\r\nx\r\nset b 0 0 100\r\n");
+        let mut v = vec![b'y'; 100];
+        v.extend_from_slice(b"\r\n");
+        r.ask(&[b"set b 0 0 100\r\n".as_slice(), &v].concat());
+        let general = r.ask(b"stats\r\n");
+        assert!(general.starts_with("STAT pid "));
+        assert!(general.ends_with("STAT lru_bumps_dropped 0\r\nEND\r\n"));
+        assert!(general.contains("STAT curr_items 2\r\n"));
+        let names: Vec<&str> = general
+            .lines()
+            .filter_map(|l| l.split(' ').nth(1))
+            .collect();
+        let pos = |n: &str| names.iter().position(|x| *x == n).unwrap();
+        assert!(pos("uptime") < pos("cmd_get") && pos("cmd_get") < pos("bytes"));
+        let settings = r.ask(b"stats settings extra\r\n");
+        assert!(settings.starts_with("STAT maxbytes 67108864\r\nSTAT maxconns 1024\r\n"));
+        assert!(settings.ends_with("END\r\n"));
+        let items = r.ask(b"stats items\r\n");
+        assert_eq!(items.matches(":number ").count(), 2, "{items}");
+        assert!(items.contains(":number 1\r\n"));
+        let slabs = r.ask(b"stats slabs\r\n");
+        assert!(slabs.contains("STAT active_slabs "), "{slabs}");
+        assert!(slabs.contains("STAT total_malloced "));
+        let sizes = r.ask(b"stats sizes\r\n");
+        assert_eq!(
+            sizes.lines().filter(|l| l.starts_with("STAT ")).count(),
+            2,
+            "{sizes}"
+        );
+        assert_eq!(r.ask(b"stats foo\r\n"), "ERROR\r\n");
+        assert_eq!(
+            r.ask(b"stats cachedump 1 1\r\n"),
+            "CLIENT_ERROR stats cachedump not allowed\r\n"
+        );
+        assert_eq!(
+            r.ask(b"stats detail\r\n"),
+            "CLIENT_ERROR usage: stats detail on|off|dump\r\n"
+        );
+        assert_eq!(r.ask(b"stats conns\r\n"), "END\r\n");
+    }
+
+    #[test]
+    fn stats_detail_counts_prefixes() {
+        let r = Rig::new();
+        assert_eq!(r.ask(b"stats detail on\r\n"), "OK\r\n");
+        r.ask(b"set p:1 0 0 1\r\nx\r\nget p:1 p:2 nodelim\r\ndelete q:1\r\n");
+        let dump = r.ask(b"stats detail dump\r\n");
+        assert_eq!(r.ask(b"stats detail off\r\n"), "OK\r\n");
+        assert!(
+            dump.contains("PREFIX p get 2 hit 1 set 1 del 0\r\n"),
+            "{dump}"
+        );
+        assert!(
+            dump.contains("PREFIX q get 0 hit 0 set 0 del 1\r\n"),
+            "{dump}"
+        );
+        assert!(!dump.contains("nodelim"));
+        assert!(dump.ends_with("END\r\n"));
+    }
+}

@@ -1,0 +1,574 @@
+//! The `stats` command family: `stats`, `stats settings|items|slabs|sizes|conns|
+//! reset|detail|cachedump`, printed with memcached 1.6.18's names, order and
+//! number formats so dashboards, exporters and `memcached-tool` read them
+//! unchanged.
+//!
+//! Where memcached reports machinery cachalot does not have (segmented LRU,
+//! extstore, logger, read-buffer pools) the field is still printed, with the
+//! value that machinery would show when idle (0, or memcached's default
+//! setting), because exporters fail a scrape when an expected key is missing.
+//! The idea and field lists come from memcached's `server_stats`,
+//! `process_stat_settings`, `item_stats`, `do_slabs_stats` and `stats_prefix.c`.
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+use cachalot_protocol::text::{TextError, MEMCACHED_COMPAT_VERSION};
+use parking_lot::Mutex;
+
+use crate::session::Ctx;
+use crate::stats::ThreadStats;
+
+/// The (name, value) pairs of one stats group, in memcached's order.
+pub type Pairs = Vec<(String, String)>;
+
+/// Add one statistic.
+fn stat(out: &mut Pairs, name: impl Display, value: impl Display) {
+    out.push((name.to_string(), value.to_string()));
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn line(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The statistics of one group as (name, value) pairs: `""` is plain
+/// `stats`, then `settings`, `items`, `slabs`, `sizes`, `conns`. None for a
+/// group memcached does not know. Shared with the binary protocol, which
+/// sends the same pairs as STAT packets.
+pub fn collect(ctx: &Ctx<'_>, group: &[u8]) -> Option<Pairs> {
+    let mut out = Pairs::new();
+    match group {
+        b"" => general(ctx, &mut out),
+        b"settings" => settings(ctx, &mut out),
+        b"items" => items(ctx, &mut out),
+        b"slabs" => slabs(ctx, &mut out),
+        b"sizes" => sizes(ctx, &mut out),
+        b"conns" => conns(ctx, &mut out),
+        _ => return None,
+    }
+    Some(out)
+}
+
+/// `stats reset`: clear the counters memcached clears (command counters,
+/// byte counts, connection totals, engine counters, per-prefix stats),
+/// keeping gauges such as curr_items.
+pub fn reset(ctx: &Ctx<'_>) {
+    ctx.cache.lock().reset_stats();
+    for t in &ctx.shared.threads {
+        reset_thread(t);
+    }
+    // The stats of the thread serving us may not be in `threads` (tests).
+    reset_thread(ctx.stats);
+    ctx.shared.total_connections.store(0, Ordering::Relaxed);
+    ctx.shared.rejected_connections.store(0, Ordering::Relaxed);
+    detail_state().prefixes.lock().clear();
+}
+
+/// Run `stats [sub [arg1 [arg2]]]`, appending the whole text reply.
+pub fn handle(
+    ctx: &Ctx<'_>,
+    sub: Option<&[u8]>,
+    arg1: Option<&[u8]>,
+    arg2: Option<&[u8]>,
+    out: &mut Vec<u8>,
+) {
+    let sub = sub.unwrap_or(b"");
+    match sub {
+        b"reset" => {
+            reset(ctx);
+            line(out, "RESET");
+        }
+        b"detail" => detail(arg1.unwrap_or(b""), out),
+        b"cachedump" => {
+            // The engine offers no walk over a class's items, so cachalot
+            // behaves like memcached started with -X (dumps disabled).
+            let _ = (arg1, arg2);
+            line(out, "CLIENT_ERROR stats cachedump not allowed");
+        }
+        _ => match collect(ctx, sub) {
+            Some(pairs) => {
+                for (name, value) in pairs {
+                    // Writing into a Vec cannot fail.
+                    let _ = write!(out, "STAT {name} {value}\r\n");
+                }
+                line(out, "END");
+            }
+            None => line(out, TextError::Unknown.message()),
+        },
+    }
+}
+
+/// CPU time used by the process, as (user, system) `seconds.micros` strings.
+fn rusage() -> (String, String) {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage only writes into the struct we pass, which is valid
+    // for writes and correctly sized; RUSAGE_SELF is always a valid target.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
+    if rc != 0 {
+        return ("0.000000".into(), "0.000000".into());
+    }
+    // SAFETY: getrusage succeeded, so the struct is initialised (it was
+    // zeroed before anyway, and all-zero is a valid rusage).
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
+    (tv(ru.ru_utime), tv(ru.ru_stime))
+}
+
+/// Plain `stats`, in memcached 1.6.18's order.
+fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
+    let sh = ctx.shared;
+    let set = ctx.settings;
+    let clock = ctx.cache.clock();
+    let e = ctx.cache.lock().stats();
+    let sum = |f: fn(&ThreadStats) -> &AtomicU64| sh.sum(f);
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let (ru_user, ru_sys) = rusage();
+    // memcached's count includes the listening socket and prints it minus one.
+    let curr = load(&sh.curr_connections).saturating_sub(1);
+
+    stat(out, "pid", std::process::id());
+    stat(out, "uptime", clock.now());
+    stat(out, "time", clock.unix_now());
+    stat(out, "version", MEMCACHED_COMPAT_VERSION);
+    stat(out, "libevent", "mio");
+    stat(out, "pointer_size", usize::BITS);
+    stat(out, "rusage_user", ru_user);
+    stat(out, "rusage_system", ru_sys);
+    stat(out, "max_connections", set.max_conns);
+    stat(out, "curr_connections", curr);
+    stat(out, "total_connections", load(&sh.total_connections));
+    stat(out, "rejected_connections", load(&sh.rejected_connections));
+    stat(
+        out,
+        "connection_structures",
+        load(&sh.connection_structures),
+    );
+    // memcached's response-object and read-buffer pools have no equivalent.
+    for name in [
+        "response_obj_oom",
+        "response_obj_count",
+        "response_obj_bytes",
+        "read_buf_count",
+        "read_buf_bytes",
+        "read_buf_bytes_free",
+        "read_buf_oom",
+        "reserved_fds",
+    ] {
+        stat(out, name, 0);
+    }
+    stat(out, "cmd_get", sum(|t| &t.cmd_get));
+    stat(out, "cmd_set", sum(|t| &t.cmd_set));
+    stat(out, "cmd_flush", sum(|t| &t.cmd_flush));
+    stat(out, "cmd_touch", sum(|t| &t.cmd_touch));
+    stat(out, "cmd_meta", sum(|t| &t.cmd_meta));
+    stat(out, "get_hits", sum(|t| &t.get_hits));
+    stat(out, "get_misses", sum(|t| &t.get_misses));
+    // The engine sees expired/flushed items on lookup; handlers cannot.
+    stat(out, "get_expired", e.get_expired + sum(|t| &t.get_expired));
+    stat(out, "get_flushed", e.get_flushed + sum(|t| &t.get_flushed));
+    stat(out, "delete_misses", sum(|t| &t.delete_misses));
+    stat(out, "delete_hits", sum(|t| &t.delete_hits));
+    stat(out, "incr_misses", sum(|t| &t.incr_misses));
+    stat(out, "incr_hits", sum(|t| &t.incr_hits));
+    stat(out, "decr_misses", sum(|t| &t.decr_misses));
+    stat(out, "decr_hits", sum(|t| &t.decr_hits));
+    stat(out, "cas_misses", sum(|t| &t.cas_misses));
+    stat(out, "cas_hits", sum(|t| &t.cas_hits));
+    stat(out, "cas_badval", sum(|t| &t.cas_badval));
+    stat(out, "touch_hits", sum(|t| &t.touch_hits));
+    stat(out, "touch_misses", sum(|t| &t.touch_misses));
+    stat(out, "store_too_large", sum(|t| &t.store_too_large));
+    stat(out, "store_no_memory", sum(|t| &t.store_no_memory));
+    stat(out, "auth_cmds", sum(|t| &t.auth_cmds));
+    stat(out, "auth_errors", sum(|t| &t.auth_errors));
+    stat(out, "bytes_read", sum(|t| &t.bytes_read));
+    stat(out, "bytes_written", sum(|t| &t.bytes_written));
+    stat(out, "limit_maxbytes", e.limit_maxbytes);
+    let accepting = (curr as usize) < set.max_conns;
+    stat(out, "accepting_conns", u8::from(accepting));
+    stat(out, "listen_disabled_num", 0);
+    stat(out, "time_in_listen_disabled_us", 0);
+    stat(out, "threads", set.threads);
+    stat(out, "conn_yields", sum(|t| &t.conn_yields));
+    stat(out, "hash_power_level", e.hash_power_level);
+    stat(out, "hash_bytes", e.hash_bytes);
+    stat(out, "hash_is_expanding", u8::from(e.hash_is_expanding));
+    if set.engine.slab_reassign {
+        stat(out, "slab_reassign_rescues", e.slab_reassign_rescues);
+        stat(out, "slab_reassign_chunk_rescues", 0);
+        stat(
+            out,
+            "slab_reassign_evictions_nomem",
+            e.slab_reassign_evictions,
+        );
+        stat(out, "slab_reassign_inline_reclaim", 0);
+        stat(out, "slab_reassign_busy_items", 0);
+        stat(out, "slab_reassign_busy_deletes", 0);
+        stat(
+            out,
+            "slab_reassign_running",
+            u8::from(e.slab_reassign_running),
+        );
+        stat(out, "slabs_moved", e.slabs_moved);
+    }
+    // The engine's background reclaimer plays the LRU crawler's part.
+    stat(out, "lru_crawler_running", 0);
+    stat(out, "lru_crawler_starts", 0);
+    stat(out, "lru_maintainer_juggles", 0);
+    for name in [
+        "malloc_fails",
+        "log_worker_dropped",
+        "log_worker_written",
+        "log_watcher_skipped",
+        "log_watcher_sent",
+        "log_watchers",
+        "unexpected_napi_ids",
+        "round_robin_fallback",
+    ] {
+        stat(out, name, 0);
+    }
+    stat(out, "bytes", e.bytes);
+    stat(out, "curr_items", e.curr_items);
+    stat(out, "total_items", e.total_items);
+    stat(out, "slab_global_page_pool", e.free_pages);
+    stat(out, "expired_unfetched", e.expired_unfetched);
+    stat(out, "evicted_unfetched", e.evicted_unfetched);
+    stat(out, "evicted_active", 0);
+    stat(out, "evictions", e.evictions);
+    stat(out, "reclaimed", e.reclaimed);
+    stat(out, "crawler_reclaimed", e.crawler_reclaimed);
+    for name in [
+        "crawler_items_checked",
+        "lrutail_reflocked",
+        "moves_to_cold",
+        "moves_to_warm",
+        "moves_within_lru",
+        "direct_reclaims",
+        "lru_bumps_dropped",
+    ] {
+        stat(out, name, 0);
+    }
+}
+
+/// `stats settings`, in memcached's order (extstore and TLS lines omitted:
+/// memcached itself prints them only when built with those features).
+fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
+    let s = ctx.settings;
+    let ec = &s.engine;
+    let maxbytes = ctx.cache.lock().memory_limit();
+    let inter = if s.listen.is_empty() {
+        "NULL".to_string()
+    } else {
+        s.listen.join(",")
+    };
+    let domain = s
+        .unix_socket
+        .as_ref()
+        .map_or("NULL".to_string(), |p| p.display().to_string());
+    stat(out, "maxbytes", maxbytes);
+    stat(out, "maxconns", s.max_conns);
+    stat(out, "tcpport", s.port);
+    stat(out, "udpport", s.udp_port);
+    stat(out, "inter", inter);
+    stat(
+        out,
+        "verbosity",
+        ctx.shared.verbosity.load(Ordering::Relaxed),
+    );
+    stat(out, "oldest", 0);
+    stat(out, "evictions", if ec.evict { "on" } else { "off" });
+    stat(out, "domain_socket", domain);
+    stat(out, "umask", format!("{:o}", s.unix_mask));
+    stat(out, "shutdown_command", yes_no(s.shutdown_enabled));
+    stat(out, "growth_factor", format!("{:.2}", ec.growth_factor));
+    stat(out, "chunk_size", ec.chunk_min_data);
+    stat(out, "num_threads", s.threads);
+    stat(out, "num_threads_per_udp", s.threads);
+    stat(out, "stat_key_prefix", s.prefix_delimiter);
+    stat(out, "detail_enabled", yes_no(detail_enabled(ctx)));
+    stat(out, "reqs_per_event", s.reqs_per_event);
+    stat(out, "cas_enabled", yes_no(ec.cas_enabled));
+    stat(out, "tcp_backlog", s.backlog);
+    stat(out, "binding_protocol", s.protocol.name());
+    stat(out, "auth_enabled_sasl", "no");
+    stat(out, "auth_enabled_ascii", "no");
+    stat(out, "item_size_max", ec.item_size_max);
+    stat(out, "maxconns_fast", yes_no(s.maxconns_fast));
+    stat(out, "hashpower_init", s.hashpower_init);
+    stat(out, "slab_reassign", yes_no(ec.slab_reassign));
+    stat(out, "slab_automove", ec.slab_automove);
+    stat(
+        out,
+        "slab_automove_ratio",
+        format!("{:.2}", s.slab_automove_ratio),
+    );
+    stat(out, "slab_automove_window", s.slab_automove_window);
+    stat(out, "slab_chunk_max", s.slab_chunk_max);
+    stat(out, "lru_crawler", yes_no(s.lru_crawler));
+    stat(out, "lru_crawler_sleep", s.lru_crawler_sleep);
+    stat(out, "lru_crawler_tocrawl", s.lru_crawler_tocrawl);
+    stat(out, "tail_repair_time", s.tail_repair_time);
+    stat(out, "flush_enabled", yes_no(s.flush_enabled));
+    // cachedump is not available (see `handle`), as with memcached -X.
+    stat(out, "dump_enabled", "no");
+    stat(out, "hash_algorithm", "xxh3");
+    stat(out, "lru_maintainer_thread", yes_no(s.lru_maintainer));
+    stat(out, "lru_segmented", yes_no(s.lru_maintainer));
+    stat(out, "hot_lru_pct", s.hot_lru_pct);
+    stat(out, "warm_lru_pct", s.warm_lru_pct);
+    stat(out, "hot_max_factor", format!("{:.2}", s.hot_max_factor));
+    stat(out, "warm_max_factor", format!("{:.2}", s.warm_max_factor));
+    stat(out, "temp_lru", "no");
+    stat(out, "temporary_ttl", s.temporary_ttl);
+    stat(out, "idle_timeout", s.idle_timeout);
+    stat(out, "watcher_logbuf_size", s.watcher_logbuf_size);
+    stat(out, "worker_logbuf_size", s.worker_logbuf_size);
+    stat(out, "read_buf_mem_limit", s.read_buf_mem_limit);
+    // The engine always keeps the size histogram (`stats sizes`).
+    stat(out, "track_sizes", "yes");
+    stat(out, "inline_ascii_response", "no");
+    stat(out, "ssl_enabled", "no");
+    stat(out, "cachalot_version", env!("CARGO_PKG_VERSION"));
+}
+
+/// `stats items`: one block per slab class holding items.
+fn items(ctx: &Ctx<'_>, out: &mut Pairs) {
+    let classes = ctx.cache.lock().slab_stats();
+    for c in classes.iter().filter(|c| c.number > 0) {
+        let id = c.id;
+        let mut st = |name: &str, v: u64| stat(out, format_args!("items:{id}:{name}"), v);
+        // CLOCK has a single queue per class: everything is "cold".
+        st("number", c.number);
+        st("number_hot", 0);
+        st("number_warm", 0);
+        st("number_cold", c.number);
+        st("age_hot", 0);
+        st("age_warm", 0);
+        st("age", c.age);
+        st("mem_requested", c.mem_requested);
+        st("evicted", c.evicted);
+        st("evicted_nonzero", c.evicted_nonzero);
+        st("evicted_time", c.evicted_time);
+        st("outofmemory", c.outofmemory);
+        st("tailrepairs", 0);
+        st("reclaimed", c.reclaimed);
+        st("expired_unfetched", c.expired_unfetched);
+        st("evicted_unfetched", c.evicted_unfetched);
+        st("evicted_active", 0);
+        st("crawler_reclaimed", c.crawler_reclaimed);
+        st("crawler_items_checked", 0);
+        st("lrutail_reflocked", 0);
+        st("moves_to_cold", 0);
+        st("moves_to_warm", 0);
+        st("moves_within_lru", 0);
+        st("direct_reclaims", 0);
+        st("hits_to_hot", 0);
+        st("hits_to_warm", 0);
+        st("hits_to_cold", c.get_hits);
+        st("hits_to_temp", 0);
+    }
+}
+
+/// `stats slabs`: classes that own pages, then the totals.
+fn slabs(ctx: &Ctx<'_>, out: &mut Pairs) {
+    let (classes, e) = {
+        let engine = ctx.cache.lock();
+        (engine.slab_stats(), engine.stats())
+    };
+    let mut active = 0;
+    for c in classes.iter().filter(|c| c.total_pages > 0) {
+        active += 1;
+        let id = c.id;
+        let mut st = |name: &str, v: u64| stat(out, format_args!("{id}:{name}"), v);
+        st("chunk_size", u64::from(c.chunk_size));
+        st("chunks_per_page", u64::from(c.chunks_per_page));
+        st("total_pages", c.total_pages);
+        st("total_chunks", c.total_chunks);
+        st("used_chunks", c.used_chunks);
+        st("free_chunks", c.free_chunks);
+        st("free_chunks_end", c.free_chunks_end);
+        st("get_hits", c.get_hits);
+        st("cmd_set", c.cmd_set);
+        st("delete_hits", c.delete_hits);
+        st("incr_hits", c.incr_hits);
+        st("decr_hits", c.decr_hits);
+        st("cas_hits", c.cas_hits);
+        st("cas_badval", c.cas_badval);
+        st("touch_hits", c.touch_hits);
+    }
+    stat(out, "active_slabs", active);
+    stat(out, "total_malloced", e.total_malloced);
+}
+
+/// `stats sizes`: item counts by total size rounded up to 32 bytes (what
+/// memcached prints with `-o track_sizes`).
+fn sizes(ctx: &Ctx<'_>, out: &mut Pairs) {
+    let hist = ctx.cache.lock().size_histogram();
+    for (size, count) in hist {
+        stat(out, size, count);
+    }
+}
+
+/// `stats conns`: every connection and listener, by file descriptor.
+fn conns(ctx: &Ctx<'_>, out: &mut Pairs) {
+    let now = ctx.cache.clock().now();
+    for c in ctx.shared.conns_snapshot(now) {
+        let id = c.id;
+        stat(out, format_args!("{id}:addr"), &c.addr);
+        if !c.listen_addr.is_empty() {
+            stat(out, format_args!("{id}:listen_addr"), &c.listen_addr);
+        }
+        stat(out, format_args!("{id}:state"), c.state);
+        stat(
+            out,
+            format_args!("{id}:secs_since_last_cmd"),
+            c.secs_since_last_cmd,
+        );
+    }
+}
+
+fn reset_thread(t: &ThreadStats) {
+    for c in [
+        &t.cmd_get,
+        &t.cmd_set,
+        &t.cmd_flush,
+        &t.cmd_touch,
+        &t.cmd_meta,
+        &t.get_hits,
+        &t.get_misses,
+        &t.get_expired,
+        &t.get_flushed,
+        &t.delete_hits,
+        &t.delete_misses,
+        &t.incr_hits,
+        &t.incr_misses,
+        &t.decr_hits,
+        &t.decr_misses,
+        &t.cas_hits,
+        &t.cas_misses,
+        &t.cas_badval,
+        &t.touch_hits,
+        &t.touch_misses,
+        &t.store_too_large,
+        &t.store_no_memory,
+        &t.auth_cmds,
+        &t.auth_errors,
+        &t.bytes_read,
+        &t.bytes_written,
+        &t.conn_yields,
+    ] {
+        c.store(0, Ordering::Relaxed);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// `stats detail`: per key-prefix counters (memcached's stats_prefix.c).
+
+/// What a command did to a key, for per-prefix stats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DetailOp {
+    Get { hit: bool },
+    Set,
+    Delete,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct PrefixCounts {
+    gets: u64,
+    hits: u64,
+    sets: u64,
+    deletes: u64,
+}
+
+/// Process-wide like memcached's `settings.detail_enabled`.
+struct DetailState {
+    /// 0: follow `-D` from the command line; 1: on; 2: off (`stats detail on|off`).
+    switch: AtomicU8,
+    prefixes: Mutex<HashMap<Vec<u8>, PrefixCounts>>,
+}
+
+fn detail_state() -> &'static DetailState {
+    static STATE: OnceLock<DetailState> = OnceLock::new();
+    STATE.get_or_init(|| DetailState {
+        switch: AtomicU8::new(0),
+        prefixes: Mutex::new(HashMap::new()),
+    })
+}
+
+fn detail_enabled(ctx: &Ctx<'_>) -> bool {
+    match detail_state().switch.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => ctx.settings.detail_enabled,
+    }
+}
+
+/// Count a get/set/delete against the key's prefix when `stats detail` is on
+/// (one relaxed load otherwise). Keys without the delimiter are not counted,
+/// as in memcached.
+pub fn detail_record(ctx: &Ctx<'_>, key: &[u8], op: DetailOp) {
+    if !detail_enabled(ctx) {
+        return;
+    }
+    let mut delim = [0u8; 4];
+    let delim = ctx
+        .settings
+        .prefix_delimiter
+        .encode_utf8(&mut delim)
+        .as_bytes();
+    let Some(end) = key.windows(delim.len()).position(|w| w == delim) else {
+        return;
+    };
+    let mut map = detail_state().prefixes.lock();
+    let c = map.entry(key[..end].to_vec()).or_default();
+    match op {
+        DetailOp::Get { hit } => {
+            c.gets += 1;
+            c.hits += u64::from(hit);
+        }
+        DetailOp::Set => c.sets += 1,
+        DetailOp::Delete => c.deletes += 1,
+    }
+}
+
+fn detail(arg: &[u8], out: &mut Vec<u8>) {
+    let state = detail_state();
+    match arg {
+        b"on" => {
+            state.switch.store(1, Ordering::Relaxed);
+            line(out, "OK");
+        }
+        b"off" => {
+            state.switch.store(2, Ordering::Relaxed);
+            line(out, "OK");
+        }
+        b"dump" => {
+            let map = state.prefixes.lock();
+            let mut rows: Vec<_> = map.iter().collect();
+            rows.sort_by(|a, b| a.0.cmp(b.0));
+            for (prefix, c) in rows {
+                out.extend_from_slice(b"PREFIX ");
+                out.extend_from_slice(prefix);
+                let _ = write!(
+                    out,
+                    " get {} hit {} set {} del {}\r\n",
+                    c.gets, c.hits, c.sets, c.deletes
+                );
+            }
+            line(out, "END");
+        }
+        _ => line(out, "CLIENT_ERROR usage: stats detail on|off|dump"),
+    }
+}
