@@ -1,1 +1,847 @@
-//! placeholder
+//! Execution of memcached's meta commands (`mg`, `ms`, `md`, `ma`, `me`, `mn`)
+//! on the engine, writing memcached 1.6.18's replies byte for byte.
+//!
+//! The request is parsed by `cachalot_protocol::meta`; this module follows the
+//! order of effects of memcached's `proto_text.c` (`process_mget_command` and
+//! friends), checked against a running memcached 1.6.18:
+//!
+//! - Return flags come out in request order, and `T`/`N` change the TTL at
+//!   their place in that order: `mg k t T30` prints the old TTL, `mg k T30 t`
+//!   the new one. A too-long opaque on `mg`/`ma` is noticed only when the `O`
+//!   is reached, after earlier `T`/`N` and the increment took effect.
+//! - `h` and `l` report the item as it was before this access, so such requests
+//!   look the item up without touching it and bump it afterwards (memcached's
+//!   "locked" path with its delayed `do_item_bump`).
+//! - Win/stale tokens: `W` goes to the first client that vivifies (`N`), sees a
+//!   TTL below its `R`, or fetches a stale item; later clients see `Z`; `X`
+//!   marks a stale item (`md I`, or `ms I` with an older CAS).
+//! - `q` hides `EN` (mg), `HD` (ms, md) and successful `HD`/`VA` (ma, except
+//!   when the item was just created); errors always show.
+//! - Counters are the ones memcached bumps: `mg` counts as a get (or a touch
+//!   when it hit with `T`), `ms` as a set (plus the cas counters in CAS mode),
+//!   `md` as a delete (invalidation counts nothing), `ma` as incr/decr, and only
+//!   `me` bumps `cmd_meta`.
+//!
+//! Engine gaps worked around here (see the report in docs/protocol.md):
+//! memcached keeps the old TTL and win bit when `ms I` stores a stale value;
+//! `C0` means "compare with 0" rather than "no compare"; `E` on `md I` / `ma`
+//! (new CAS) goes through a store with `new_cas`.
+
+use std::sync::atomic::AtomicU64;
+
+use cachalot_engine::engine::{Arith, Lookup};
+use cachalot_engine::{
+    ArithOutcome, Engine, Expiry, ItemId, ItemRef, RelTime, Store, StoreMode, StoreOutcome,
+};
+use cachalot_protocol::meta::{self, base64_encode, MetaCommand, MetaErrorKind, MetaOp};
+
+use crate::session::Ctx;
+use crate::stats::ThreadStats;
+
+/// What the meta handler did with the bytes after the request line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaStep {
+    /// Finished; `consumed` bytes of `rest` were used (the ms data block
+    /// including its `\r\n`).
+    Done { consumed: usize },
+    /// The ms data block is incomplete: call again with the same line when
+    /// more bytes arrived (nothing was written or changed).
+    NeedMore,
+    /// Finished with an error; `consumed` bytes of `rest` were used and
+    /// `remaining` more must be discarded as they arrive (too-large value).
+    Swallow { consumed: usize, remaining: usize },
+    /// Close the connection after flushing the output.
+    Close,
+}
+
+/// Run one meta request. `line`: the request line without its `\r\n`;
+/// `rest`: the bytes after the line's `\n`.
+pub fn handle(ctx: &Ctx<'_>, line: &[u8], rest: &[u8], out: &mut Vec<u8>) -> MetaStep {
+    let cmd = match meta::parse(line) {
+        Ok(cmd) => cmd,
+        Err(e) => {
+            out.extend_from_slice(e.line());
+            return discard(e.swallow, rest.len());
+        }
+    };
+    match cmd.op {
+        MetaOp::Noop => out.extend_from_slice(b"MN\r\n"),
+        MetaOp::Get => mget(ctx, &cmd, out),
+        MetaOp::Set => return mset(ctx, &cmd, rest, out),
+        MetaOp::Delete => mdelete(ctx, &cmd, out),
+        MetaOp::Arith => marith(ctx, &cmd, out),
+        MetaOp::Debug => mdebug(ctx, &cmd, out),
+    }
+    MetaStep::Done { consumed: 0 }
+}
+
+/// Throw away `total` bytes of which `have` are already here.
+fn discard(total: usize, have: usize) -> MetaStep {
+    if have >= total {
+        MetaStep::Done { consumed: total }
+    } else {
+        MetaStep::Swallow {
+            consumed: have,
+            remaining: total - have,
+        }
+    }
+}
+
+fn bump(counter: &AtomicU64) {
+    ThreadStats::bump(counter);
+}
+
+// ---------------------------------------------------------------------------
+// Reply helpers.
+
+fn push_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+fn push_i64(out: &mut Vec<u8>, v: i64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// ` <flag><number>`
+fn push_flag_u64(out: &mut Vec<u8>, flag: u8, v: u64) {
+    out.push(b' ');
+    out.push(flag);
+    push_u64(out, v);
+}
+
+/// ` k<key>`, base64 and followed by ` b` for binary keys (memcached's META_KEY).
+fn push_key(out: &mut Vec<u8>, key: &[u8], binary: bool) {
+    out.extend_from_slice(b" k");
+    if binary {
+        base64_encode(key, out);
+        out.extend_from_slice(b" b");
+    } else {
+        out.extend_from_slice(key);
+    }
+}
+
+/// The `O` and `k` tokens, the only ones echoed on misses and failures.
+/// Returns false when the opaque is too long (memcached's error at that point).
+fn push_opaque_and_key(out: &mut Vec<u8>, cmd: &MetaCommand<'_>) -> bool {
+    for tok in cmd.tokens() {
+        match tok.first() {
+            Some(b'O') => {
+                if tok.len() > meta::MAX_OPAQUE {
+                    return false;
+                }
+                out.push(b' ');
+                out.extend_from_slice(tok);
+            }
+            Some(b'k') => push_key(out, cmd.key(), cmd.base64),
+            _ => {}
+        }
+    }
+    true
+}
+
+/// An expiry as memcached's `exptime` field: 0 never, 1 already expired.
+fn exptime_num(e: Expiry) -> u32 {
+    match e {
+        Expiry::Never => 0,
+        Expiry::At(t) => t,
+        Expiry::Expired => 1,
+    }
+}
+
+/// ` t<remaining>`: -1 for never; memcached prints `exptime - now` as an
+/// unsigned 32-bit number, so a TTL set in the past in this very request wraps.
+fn push_ttl(out: &mut Vec<u8>, e: Expiry, now: RelTime) {
+    out.extend_from_slice(b" t");
+    match e {
+        Expiry::Never => out.extend_from_slice(b"-1"),
+        _ => push_u64(out, u64::from(exptime_num(e).wrapping_sub(now))),
+    }
+}
+
+/// A client TTL through memcached's rules (negative = expired at once).
+fn expiry(ctx: &Ctx<'_>, ttl: i32) -> Expiry {
+    ctx.cache.clock().expiry(i64::from(ttl))
+}
+
+fn finish_line(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"\r\n");
+}
+
+// ---------------------------------------------------------------------------
+// mg
+
+/// What the flag loop decided, applied to the item afterwards.
+struct GetEffects {
+    exp: Expiry,
+    ttl_set: bool,
+    won: bool,
+    /// The loop stopped at a too-long opaque.
+    opaque_error: bool,
+}
+
+fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
+    let key = cmd.key();
+    let now = ctx.cache.clock().now();
+    let new_ttl = cmd.ttl.map(|t| expiry(ctx, t));
+    let vivify = cmd.vivify.map(|t| expiry(ctx, t));
+    let recache = cmd.recache.map(|t| expiry(ctx, t));
+    let bump_item = !cmd.has(b'u');
+    // memcached's "locked" path: look without touching, bump at the end.
+    let deferred = cmd.has(b'h')
+        || cmd.has(b'l')
+        || cmd.ttl.is_some()
+        || cmd.vivify.is_some()
+        || cmd.recache.is_some();
+    let how = if bump_item && !deferred {
+        Lookup::GET
+    } else {
+        Lookup::PEEK
+    };
+    let start = out.len();
+
+    let mut eng = ctx.cache.lock();
+    let mut created = false;
+    let mut found = eng.lookup(key, how).map(|it| it.id);
+    if found.is_none() && vivify.is_some() {
+        found = vivify_empty(&mut eng, key, cmd.new_cas);
+        created = found.is_some();
+    }
+    let Some(id) = found else {
+        drop(eng);
+        bump(&ctx.stats.cmd_get);
+        bump(&ctx.stats.get_misses);
+        out.extend_from_slice(b"EN");
+        if !push_opaque_and_key(out, cmd) {
+            out.truncate(start);
+            out.extend_from_slice(MetaErrorKind::OpaqueTooLong.line());
+            return;
+        }
+        finish_line(out);
+        if cmd.has(b'q') {
+            out.truncate(start);
+        }
+        return;
+    };
+
+    let it = eng.item(id);
+    let fx = mget_reply(cmd, &it, created, now, new_ttl, vivify, recache, out);
+    if fx.ttl_set || created {
+        eng.set_expiry(id, fx.exp);
+    }
+    if fx.opaque_error {
+        drop(eng);
+        out.truncate(start);
+        out.extend_from_slice(MetaErrorKind::OpaqueTooLong.line());
+        return;
+    }
+    if fx.won {
+        eng.set_win_sent(id, true);
+    }
+    if bump_item && deferred {
+        eng.lookup(key, Lookup::GET);
+    }
+    drop(eng);
+    if fx.ttl_set {
+        bump(&ctx.stats.cmd_touch);
+        bump(&ctx.stats.touch_hits);
+    } else {
+        bump(&ctx.stats.cmd_get);
+        bump(&ctx.stats.get_hits);
+    }
+}
+
+/// `N` on a miss: link an empty item (flags 0, no expiry yet: the `N` token
+/// sets it at its place in the flag order).
+fn vivify_empty(eng: &mut Engine, key: &[u8], new_cas: Option<u64>) -> Option<ItemId> {
+    let req = Store {
+        new_cas,
+        mode: StoreMode::Add,
+        ..Store::set(key, b"")
+    };
+    match eng.store(&req) {
+        StoreOutcome::Stored { .. } => eng.lookup(key, Lookup::PEEK).map(|it| it.id),
+        _ => None,
+    }
+}
+
+/// Write the `VA`/`HD` line (and the value) for a hit, walking the flags in
+/// request order.
+#[allow(clippy::too_many_arguments)]
+fn mget_reply(
+    cmd: &MetaCommand<'_>,
+    it: &ItemRef<'_>,
+    created: bool,
+    now: RelTime,
+    new_ttl: Option<Expiry>,
+    vivify: Option<Expiry>,
+    recache: Option<Expiry>,
+    out: &mut Vec<u8>,
+) -> GetEffects {
+    let with_value = cmd.has(b'v');
+    if with_value {
+        out.extend_from_slice(b"VA ");
+        push_u64(out, it.value.len() as u64);
+    } else {
+        out.extend_from_slice(b"HD");
+    }
+    let mut fx = GetEffects {
+        // A vivified item starts without expiry until its `N` is reached.
+        exp: if created { Expiry::Never } else { it.expiry },
+        ttl_set: false,
+        won: false,
+        opaque_error: false,
+    };
+    for tok in cmd.tokens() {
+        let Some(&flag) = tok.first() else { continue };
+        match flag {
+            b'T' => {
+                if let Some(e) = new_ttl {
+                    fx.ttl_set = true;
+                    fx.exp = e;
+                }
+            }
+            b'N' => {
+                if let (true, Some(e)) = (created, vivify) {
+                    fx.exp = e;
+                    fx.won = true;
+                }
+            }
+            b'R' => {
+                let below = recache.is_some_and(|r| exptime_num(fx.exp) < exptime_num(r));
+                if !it.win_sent && !created && fx.exp != Expiry::Never && below {
+                    fx.won = true;
+                }
+            }
+            b's' => push_flag_u64(out, b's', it.value.len() as u64),
+            b't' => push_ttl(out, fx.exp, now),
+            b'c' => push_flag_u64(out, b'c', it.cas),
+            b'f' => push_flag_u64(out, b'f', u64::from(it.flags)),
+            b'l' => push_flag_u64(out, b'l', u64::from(now.saturating_sub(it.last_access))),
+            b'h' => out.extend_from_slice(if it.fetched { b" h1" } else { b" h0" }),
+            b'w' => push_flag_u64(out, b'w', u64::from(it.cost)),
+            b'O' => {
+                if tok.len() > meta::MAX_OPAQUE {
+                    fx.opaque_error = true;
+                    return fx;
+                }
+                out.push(b' ');
+                out.extend_from_slice(tok);
+            }
+            // memcached prints the stored key; ours has no "binary" mark, so
+            // the request's `b` decides the encoding.
+            b'k' => push_key(out, it.key, cmd.base64),
+            _ => {}
+        }
+    }
+    // Z before X, and never W with Z (memcached's order).
+    if it.win_sent {
+        out.extend_from_slice(b" Z");
+    }
+    if it.stale {
+        out.extend_from_slice(b" X");
+        if !it.win_sent {
+            fx.won = true;
+        }
+    }
+    if fx.won {
+        out.extend_from_slice(b" W");
+    }
+    finish_line(out);
+    if with_value {
+        out.extend_from_slice(it.value);
+        finish_line(out);
+    }
+    fx
+}
+
+// ---------------------------------------------------------------------------
+// ms
+
+fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) -> MetaStep {
+    let key = cmd.key();
+    let len = cmd.datalen;
+    let total = len + 2;
+    let complete = rest.len() >= total;
+
+    let mut eng = ctx.cache.lock();
+    // memcached allocates the item before reading the data, so a value that
+    // can never fit is refused at once (and the old item dropped, so a stale
+    // value does not outlive the failed update).
+    if !eng.fits(key.len(), len, cmd.client_flags) {
+        eng.delete(key, 0);
+        drop(eng);
+        bump(&ctx.stats.store_too_large);
+        out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
+        return discard(total, rest.len());
+    }
+    if !complete {
+        return MetaStep::NeedMore;
+    }
+    bump(&ctx.stats.cmd_set);
+    let (data, end) = rest.split_at(len);
+    if !end.starts_with(b"\r\n") {
+        drop(eng);
+        out.extend_from_slice(b"CLIENT_ERROR bad data chunk\r\n");
+        return MetaStep::Done { consumed: total };
+    }
+
+    let mode = match cmd.mode {
+        Some(b'E') => StoreMode::Add,
+        Some(b'A') => StoreMode::Append,
+        Some(b'P') => StoreMode::Prepend,
+        Some(b'R') => StoreMode::Replace,
+        _ => StoreMode::Set,
+    };
+    // A CAS with set or replace is memcached's `cas` command; add ignores it.
+    let cas_mode = cmd.cas.is_some() && matches!(mode, StoreMode::Set | StoreMode::Replace);
+    let cas = match mode {
+        StoreMode::Add => 0,
+        _ => cmd.cas.unwrap_or(0),
+    };
+    let invalidate = cas_mode && cmd.has(b'I');
+    let req = Store {
+        key,
+        value: data,
+        flags: cmd.client_flags,
+        expiry: expiry(ctx, cmd.ttl.unwrap_or(0)),
+        mode: if cas_mode { StoreMode::Set } else { mode },
+        cas,
+        new_cas: cmd.new_cas,
+        cost: cmd.cost,
+        invalidate,
+    };
+    // A stale store (ms I with an older CAS) keeps the old item's TTL and win
+    // token in memcached.
+    let old = if invalidate {
+        eng.lookup(key, Lookup::PEEK)
+            .map(|it| (it.cas, it.expiry, it.win_sent))
+    } else {
+        None
+    };
+    let outcome = if cas_mode && cas == 0 {
+        // `C0` compares with 0 (the engine reads 0 as "no compare").
+        match eng.lookup(key, Lookup::PEEK).map(|it| it.cas) {
+            None => StoreOutcome::NotFound,
+            Some(0) => eng.store(&req),
+            Some(_) => StoreOutcome::Exists,
+        }
+    } else {
+        eng.store(&req)
+    };
+    if let (StoreOutcome::Stored { .. }, Some((old_cas, old_exp, old_win))) = (outcome, old) {
+        if cas < old_cas {
+            if let Some(id) = eng.lookup(key, Lookup::PEEK).map(|it| it.id) {
+                eng.set_expiry(id, old_exp);
+                if old_win {
+                    eng.set_win_sent(id, true);
+                }
+            }
+        }
+    }
+    if matches!(outcome, StoreOutcome::TooLarge | StoreOutcome::NoMemory) {
+        eng.delete(key, 0);
+    }
+    drop(eng);
+
+    if cas_mode {
+        match outcome {
+            StoreOutcome::Stored { .. } => bump(&ctx.stats.cas_hits),
+            StoreOutcome::Exists => bump(&ctx.stats.cas_badval),
+            StoreOutcome::NotFound => bump(&ctx.stats.cas_misses),
+            _ => {}
+        }
+    }
+    let start = out.len();
+    let mut new_cas = 0;
+    match outcome {
+        StoreOutcome::Stored { cas } => {
+            new_cas = cas;
+            out.extend_from_slice(b"HD");
+        }
+        StoreOutcome::NotStored => out.extend_from_slice(b"NS"),
+        StoreOutcome::Exists => out.extend_from_slice(b"EX"),
+        // Append/prepend with a CAS on a missing item is "not stored".
+        StoreOutcome::NotFound if !cas_mode => out.extend_from_slice(b"NS"),
+        StoreOutcome::NotFound => out.extend_from_slice(b"NF"),
+        StoreOutcome::TooLarge => {
+            bump(&ctx.stats.store_too_large);
+            out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
+            return MetaStep::Done { consumed: total };
+        }
+        StoreOutcome::NoMemory => {
+            bump(&ctx.stats.store_no_memory);
+            out.extend_from_slice(b"SERVER_ERROR out of memory storing object\r\n");
+            return MetaStep::Done { consumed: total };
+        }
+    }
+    for tok in cmd.tokens() {
+        match tok.first() {
+            Some(b'O') => {
+                out.push(b' ');
+                out.extend_from_slice(tok);
+            }
+            Some(b'k') => push_key(out, key, cmd.base64),
+            Some(b'c') => push_flag_u64(out, b'c', new_cas),
+            _ => {}
+        }
+    }
+    finish_line(out);
+    if cmd.has(b'q') && matches!(outcome, StoreOutcome::Stored { .. }) {
+        out.truncate(start);
+    }
+    MetaStep::Done { consumed: total }
+}
+
+// ---------------------------------------------------------------------------
+// md
+
+fn mdelete(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
+    let key = cmd.key();
+    let start = out.len();
+    let mut eng = ctx.cache.lock();
+    let found = eng
+        .lookup(key, Lookup::PEEK)
+        .map(|it| (it.id, it.cas, it.flags, it.expiry, it.cost));
+    let code: &[u8] = match found {
+        None => {
+            bump(&ctx.stats.delete_misses);
+            b"NF"
+        }
+        Some((_, item_cas, ..)) if cmd.cas.is_some_and(|c| c != item_cas) => {
+            bump(&ctx.stats.delete_misses);
+            b"EX"
+        }
+        Some((id, _, flags, exp, cost)) => {
+            let new_exp = cmd.ttl.map(|t| expiry(ctx, t));
+            if cmd.has(b'I') {
+                // Keep the item, mark it stale with a new CAS so the next
+                // reader wins the right to recache it.
+                match cmd.new_cas {
+                    None => eng.invalidate(id, new_exp),
+                    Some(c) => {
+                        let value = eng.item(id).value.to_vec();
+                        let exp = new_exp.unwrap_or(exp);
+                        if let Some(id) = restore(&mut eng, key, &value, flags, exp, cost, c) {
+                            eng.set_stale(id, true);
+                        }
+                    }
+                }
+                b"HD"
+            } else if cmd.has(b'x') {
+                // Extension (later memcached): drop the value, keep the item
+                // with its flags and TTL.
+                match restore(
+                    &mut eng,
+                    key,
+                    b"",
+                    flags,
+                    exp,
+                    cost,
+                    cmd.new_cas.unwrap_or(0),
+                ) {
+                    Some(_) => b"HD",
+                    None => b"NS",
+                }
+            } else {
+                eng.delete(key, 0);
+                bump(&ctx.stats.delete_hits);
+                b"HD"
+            }
+        }
+    };
+    drop(eng);
+    out.extend_from_slice(code);
+    // The parser already refused a too-long opaque for md.
+    push_opaque_and_key(out, cmd);
+    finish_line(out);
+    if cmd.has(b'q') && code == b"HD" {
+        out.truncate(start);
+    }
+}
+
+/// Rewrite an item in place of the current one (a plain set), with CAS `cas`
+/// when non-zero. Returns the new item.
+fn restore(
+    eng: &mut Engine,
+    key: &[u8],
+    value: &[u8],
+    flags: u32,
+    exp: Expiry,
+    cost: u32,
+    cas: u64,
+) -> Option<ItemId> {
+    let req = Store {
+        flags,
+        expiry: exp,
+        cost: Some(cost),
+        new_cas: (cas != 0).then_some(cas),
+        ..Store::set(key, value)
+    };
+    match eng.store(&req) {
+        StoreOutcome::Stored { .. } => eng.lookup(key, Lookup::PEEK).map(|it| it.id),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// ma
+
+fn marith(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
+    let key = cmd.key();
+    let now = ctx.cache.clock().now();
+    let incr = !matches!(cmd.mode, Some(b'D' | b'-'));
+    let new_ttl = cmd.ttl.map(|t| expiry(ctx, t));
+    let vivify = cmd.vivify.map(|t| expiry(ctx, t));
+    let start = out.len();
+
+    let mut eng = ctx.cache.lock();
+    // Only a vivifying request needs to know whether the item was there.
+    let existed = vivify.is_none() || eng.lookup(key, Lookup::PEEK).is_some();
+    let req = Arith {
+        incr,
+        delta: cmd.delta,
+        cas: cmd.cas.unwrap_or(0),
+        // Created without expiry: the `N` token sets it in flag order.
+        autovivify: vivify.map(|_| (cmd.initial, Expiry::Never)),
+        new_expiry: None,
+    };
+    let (value, mut id) = match eng.arith(key, &req) {
+        ArithOutcome::Value { value, id } => (value, id),
+        other => {
+            drop(eng);
+            let code: &[u8] = match other {
+                ArithOutcome::NotFound => {
+                    bump(if incr {
+                        &ctx.stats.incr_misses
+                    } else {
+                        &ctx.stats.decr_misses
+                    });
+                    b"NF"
+                }
+                ArithOutcome::Exists => b"EX",
+                ArithOutcome::NonNumeric => {
+                    out.extend_from_slice(
+                        b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+                    );
+                    return;
+                }
+                _ => {
+                    out.extend_from_slice(if existed {
+                        &b"SERVER_ERROR out of memory\r\n"[..]
+                    } else {
+                        &b"SERVER_ERROR Out of memory allocating new item\r\n"[..]
+                    });
+                    return;
+                }
+            };
+            out.extend_from_slice(code);
+            if !push_opaque_and_key(out, cmd) {
+                out.truncate(start);
+                out.extend_from_slice(MetaErrorKind::OpaqueTooLong.line());
+                return;
+            }
+            finish_line(out);
+            return;
+        }
+    };
+    let created = !existed;
+    let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
+    if let Some(c) = cmd.new_cas {
+        // Extension `E`: give the result the client's CAS.
+        let it = eng.item(id);
+        let (flags, exp, cost) = (it.flags, it.expiry, it.cost);
+        if let Some(new_id) = restore(&mut eng, key, &digits, flags, exp, cost, c) {
+            id = new_id;
+        }
+    }
+    let it = eng.item(id);
+    let item_cas = it.cas;
+    let mut exp = if created { Expiry::Never } else { it.expiry };
+    let mut exp_set = false;
+    let mut opaque_error = false;
+
+    if cmd.has(b'v') {
+        out.extend_from_slice(b"VA ");
+        push_u64(out, digits.len() as u64);
+    } else {
+        out.extend_from_slice(b"HD");
+    }
+    for tok in cmd.tokens() {
+        match tok.first() {
+            Some(b'c') => push_flag_u64(out, b'c', item_cas),
+            Some(b't') => push_ttl(out, exp, now),
+            Some(b'T') => {
+                if let Some(e) = new_ttl {
+                    exp = e;
+                    exp_set = true;
+                }
+            }
+            Some(b'N') => {
+                if let (true, Some(e)) = (created, vivify) {
+                    exp = e;
+                    exp_set = true;
+                }
+            }
+            Some(b'O') => {
+                if tok.len() > meta::MAX_OPAQUE {
+                    opaque_error = true;
+                    break;
+                }
+                out.push(b' ');
+                out.extend_from_slice(tok);
+            }
+            Some(b'k') => push_key(out, key, cmd.base64),
+            _ => {}
+        }
+    }
+    if cmd.has(b'v') {
+        finish_line(out);
+        out.extend_from_slice(&digits);
+    }
+    finish_line(out);
+    if exp_set {
+        eng.set_expiry(id, exp);
+    }
+    drop(eng);
+
+    if !created {
+        bump(if incr {
+            &ctx.stats.incr_hits
+        } else {
+            &ctx.stats.decr_hits
+        });
+    }
+    if opaque_error {
+        out.truncate(start);
+        out.extend_from_slice(MetaErrorKind::OpaqueTooLong.line());
+    } else if cmd.has(b'q') && !created {
+        out.truncate(start);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// me
+
+fn mdebug(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
+    bump(&ctx.stats.cmd_meta);
+    let key = cmd.key();
+    let now = ctx.cache.clock().now();
+    let cas_enabled = ctx.settings.engine.cas_enabled;
+    let mut eng = ctx.cache.lock();
+    let Some(it) = eng.lookup(key, Lookup::PEEK) else {
+        drop(eng);
+        out.extend_from_slice(b"EN\r\n");
+        return;
+    };
+    out.extend_from_slice(b"ME ");
+    if cmd.base64 {
+        base64_encode(it.key, out);
+    } else {
+        out.extend_from_slice(it.key);
+    }
+    // memcached prints `now - exptime` as a signed number (negative while alive).
+    out.extend_from_slice(b" exp=");
+    match it.expiry {
+        Expiry::Never => out.extend_from_slice(b"-1"),
+        e => push_i64(out, i64::from(now.wrapping_sub(exptime_num(e)) as i32)),
+    }
+    out.extend_from_slice(b" la=");
+    push_u64(out, u64::from(now.saturating_sub(it.last_access)));
+    out.extend_from_slice(b" cas=");
+    push_u64(out, it.cas);
+    out.extend_from_slice(if it.fetched {
+        &b" fetch=yes"[..]
+    } else {
+        &b" fetch=no"[..]
+    });
+    let size = memcached_item_size(it.key.len(), it.value.len(), it.flags, cas_enabled);
+    let (factor, item_max) = (
+        ctx.settings.engine.growth_factor,
+        ctx.settings.engine.item_size_max,
+    );
+    drop(eng);
+    out.extend_from_slice(b" cls=");
+    push_u64(out, u64::from(memcached_class(size, factor, item_max)));
+    out.extend_from_slice(b" size=");
+    push_u64(out, size as u64);
+    finish_line(out);
+}
+
+/// The size memcached would give this item (`ITEM_ntotal`): its 48-byte
+/// header, the key and its NUL, the value and its `\r\n`, 4 bytes of client
+/// flags when non-zero and 8 bytes of CAS. `me` reports memcached's figures
+/// so tools reading it see what they would see on memcached.
+fn memcached_item_size(nkey: usize, nbytes: usize, flags: u32, cas: bool) -> usize {
+    48 + nkey + 1 + nbytes + 2 + if flags != 0 { 4 } else { 0 } + if cas { 8 } else { 0 }
+}
+
+/// The memcached slab class (`slabs_clsid`) for an item of `size` bytes with
+/// default `-n 48`, growth `factor` and `-I item_max`: classes start at 96
+/// bytes, grow by `factor` rounded up to 8, and the last one is the largest
+/// chunk (`item_max / 2`); bigger items are chunked into the last class.
+fn memcached_class(size: usize, factor: f64, item_max: usize) -> u32 {
+    let chunk_max = item_max / 2;
+    let factor = if factor > 1.0 { factor } else { 1.25 };
+    let mut class = 1u32;
+    let mut chunk = 96usize;
+    // memcached stops before MAX_NUMBER_OF_SLAB_CLASSES (64).
+    while class < 63 && (chunk as f64) < chunk_max as f64 / factor {
+        chunk = chunk.next_multiple_of(8);
+        if size <= chunk {
+            return class;
+        }
+        class += 1;
+        chunk = (chunk as f64 * factor) as usize;
+    }
+    class
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memcached_sizes_and_classes() {
+        // Checked against memcached 1.6.18 `me` output.
+        assert_eq!(memcached_item_size(2, 3, 5, true), 68);
+        assert_eq!(memcached_item_size(2, 3, 0, true), 64);
+        assert_eq!(memcached_class(68, 1.25, 1 << 20), 1);
+        assert_eq!(memcached_class(96, 1.25, 1 << 20), 1);
+        assert_eq!(memcached_class(97, 1.25, 1 << 20), 2);
+        assert_eq!(memcached_class(121, 1.25, 1 << 20), 3);
+        // memcached -vv: class 39 is the 512 KB chunk class, 38 is 394840.
+        assert_eq!(memcached_class(394_840, 1.25, 1 << 20), 38);
+        assert_eq!(memcached_class(394_841, 1.25, 1 << 20), 39);
+        assert_eq!(memcached_class(1 << 20, 1.25, 1 << 20), 39);
+    }
+
+    #[test]
+    fn discard_counts_what_is_there() {
+        assert_eq!(discard(0, 10), MetaStep::Done { consumed: 0 });
+        assert_eq!(discard(4, 10), MetaStep::Done { consumed: 4 });
+        assert_eq!(
+            discard(10, 4),
+            MetaStep::Swallow {
+                consumed: 4,
+                remaining: 6
+            }
+        );
+    }
+
+    #[test]
+    fn ttl_printing() {
+        let mut out = Vec::new();
+        push_ttl(&mut out, Expiry::Never, 100);
+        push_ttl(&mut out, Expiry::At(130), 100);
+        push_ttl(&mut out, Expiry::Expired, 95);
+        assert_eq!(out, b" t-1 t30 t4294967202");
+    }
+
+    #[test]
+    fn keys_in_replies() {
+        let mut out = Vec::new();
+        push_key(&mut out, b"a", true);
+        push_key(&mut out, b"ab", false);
+        assert_eq!(out, b" kYQ== b kab");
+    }
+}
