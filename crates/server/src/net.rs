@@ -1,2 +1,513 @@
-//! placeholder
-pub fn main_with_args(_args: Vec<std::ffi::OsString>) -> i32 { todo!() }
+//! The network server: start-up (memcached's command line, privileges,
+//! daemonizing, pid file), the acceptor, the worker event loops and shutdown.
+//!
+//! Threads, as in memcached 1.6: one acceptor (the "dispatcher") that takes
+//! new connections from every listener and hands them round robin to `-t`
+//! workers, each running its own mio event loop; a clock thread (memcached's
+//! `clock_handler`) and a maintenance thread that gives the engine a little
+//! background time (memcached's LRU crawler / maintainer / slab rebalancer).
+//! A single acceptor was chosen over SO_REUSEPORT listeners in every worker:
+//! the kernel's reuseport hashing can pile many connections on one worker,
+//! while round robin keeps them even, and `-c` stays a simple counter.
+
+pub mod cli;
+pub mod conn;
+pub mod listener;
+pub mod os;
+pub mod worker;
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use cachalot_engine::{Cache, Clock};
+use mio::{Events, Interest, Poll, Token};
+
+use self::cli::{Action, EX_OSERR, EX_USAGE};
+use self::conn::Stream;
+use self::listener::Listener;
+use self::worker::{NewConn, Worker, WorkerHandle};
+use crate::settings::Settings;
+use crate::stats::{ConnEntry, ConnState, Shared, ThreadStats};
+
+/// memcached's reply to a connection over the `-c` limit.
+const TOO_MANY_CONNS: &[u8] = b"ERROR Too many open connections\r\n";
+/// How often the acceptor looks at the shutdown flags.
+const ACCEPT_TICK: Duration = Duration::from_millis(50);
+/// Engine chunks visited per `maintain` call; small so the lock is brief.
+const MAINTAIN_BUDGET: usize = 512;
+
+/// Entry point of the `cachalot` binary (argv including the program name).
+pub fn main_with_args(args: Vec<OsString>) -> i32 {
+    let args: Vec<String> = args
+        .into_iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let parsed = match cli::parse(&args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{}", e.message);
+            return e.code;
+        }
+    };
+    for w in &parsed.warnings {
+        eprintln!("{w}");
+    }
+    match parsed.action {
+        Action::Help => {
+            print!("{}", cli::usage());
+            0
+        }
+        Action::Version => {
+            println!("{}", cli::version());
+            0
+        }
+        Action::License => {
+            println!("{}", cli::license());
+            0
+        }
+        Action::Run(settings) => run(*settings),
+    }
+}
+
+/// Start a server from parsed settings and serve until shutdown (the
+/// `shutdown` command, SIGTERM or SIGINT). Returns the exit code.
+pub fn run(mut settings: Settings) -> i32 {
+    // Process-level set-up happens first, while there is only one thread
+    // (fork and setuid are unsafe in a threaded process).
+    let fds_needed = settings.max_conns as u64 + 64 + 4 * settings.threads as u64;
+    if let Err((msg, code)) = os::ensure_nofile(fds_needed) {
+        eprintln!("{msg}");
+        return code;
+    }
+    if settings.enable_coredumps {
+        if let Err(e) = os::raise_core_limit() {
+            eprintln!("failed to ensure corefile creation: {e}");
+            return EX_OSERR;
+        }
+    }
+    if let Err((msg, code)) = os::drop_privileges(settings.user.as_deref()) {
+        eprintln!("{msg}");
+        return code;
+    }
+    if settings.daemonize {
+        // The daemon changes directory to "/": keep relative paths meaningful.
+        for p in [&mut settings.pid_file, &mut settings.unix_socket]
+            .into_iter()
+            .flatten()
+        {
+            if let Ok(abs) = std::path::absolute(&*p) {
+                *p = abs;
+            }
+        }
+        if let Err(e) = os::daemonize(settings.enable_coredumps, settings.verbose > 0) {
+            eprintln!("failed to daemon() in order to daemonize: {e}");
+            return EX_OSERR;
+        }
+    }
+    if settings.lock_memory {
+        if let Err(e) = os::lock_memory() {
+            eprintln!(
+                "warning: -k invalid, mlockall() failed: {e}\n\
+                 Proceeding without locking memory"
+            );
+        }
+    }
+
+    let pid_file = settings.pid_file.clone();
+    let server = match Server::start(settings) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{}", e.message);
+            return e.code;
+        }
+    };
+    if let Some(path) = &pid_file {
+        // memcached warns and carries on when the pid file cannot be written.
+        if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
+            eprintln!(
+                "Could not open the pid file {} for writing: {e}",
+                path.display()
+            );
+        }
+    }
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(e) = signal_hook::flag::register(sig, server.stop_flag()) {
+            eprintln!("failed to install signal handler: {e}");
+        }
+    }
+    let verbose = server.settings.verbose;
+    server.wait();
+    if let Some(path) = &pid_file {
+        let _ = std::fs::remove_file(path);
+    }
+    if verbose > 1 {
+        eprintln!("Exiting normally");
+    }
+    0
+}
+
+/// A start-up failure: the message for stderr and memcached's exit code.
+#[derive(Debug)]
+pub struct StartError {
+    pub message: String,
+    pub code: i32,
+}
+
+/// A running server (engine, listeners and threads). `run` drives one for the
+/// binary; tests can start one in-process.
+pub struct Server {
+    settings: Arc<Settings>,
+    shared: Arc<Shared>,
+    cache: Arc<Cache>,
+    stop: Arc<AtomicBool>,
+    tcp_addrs: Vec<SocketAddr>,
+    unix_path: Option<PathBuf>,
+    acceptor: Option<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Build the engine, bind the listeners and start every thread.
+    pub fn start(settings: Settings) -> Result<Server, StartError> {
+        let clock = Arc::new(Clock::new());
+        let cache = Cache::new(settings.engine.clone(), clock.clone()).map_err(|e| StartError {
+            message: format!("{e}"),
+            code: EX_USAGE,
+        })?;
+        let cache = Arc::new(cache);
+        let listeners = listener::bind_all(&settings).map_err(|e| StartError {
+            message: e.message,
+            code: e.code,
+        })?;
+        if listeners.is_empty() && settings.verbose > 0 {
+            eprintln!("WARNING: no listening sockets (-p 0 without -s)");
+        }
+        let tcp_addrs = listeners
+            .iter()
+            .filter_map(|l| match l {
+                Listener::Tcp { addr, .. } => Some(*addr),
+                Listener::Unix { .. } => None,
+            })
+            .collect();
+        let unix_path = listeners.iter().find_map(|l| match l {
+            Listener::Unix { path, .. } => Some(path.clone()),
+            Listener::Tcp { .. } => None,
+        });
+
+        let threads: Vec<Arc<ThreadStats>> = (0..settings.threads)
+            .map(|_| Arc::new(ThreadStats::default()))
+            .collect();
+        let shared = Arc::new(Shared {
+            threads: threads.clone(),
+            ..Shared::default()
+        });
+        shared.verbosity.store(settings.verbose, Ordering::Relaxed);
+        let settings = Arc::new(settings);
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients = Arc::new(AtomicUsize::new(0));
+        let io_err = |e: std::io::Error| StartError {
+            message: format!("failed to start worker threads: {e}"),
+            code: EX_OSERR,
+        };
+
+        let mut handles = Vec::new();
+        let mut workers = Vec::new();
+        for (i, stats) in threads.into_iter().enumerate() {
+            let (worker, handle) = Worker::new(
+                cache.clone(),
+                settings.clone(),
+                shared.clone(),
+                stats,
+                clients.clone(),
+            )
+            .map_err(io_err)?;
+            handles.push(handle);
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("worker-{i}"))
+                    .spawn(move || worker.run())
+                    .map_err(io_err)?,
+            );
+        }
+
+        let mut background = Vec::new();
+        {
+            let (clock, shared, stop) = (clock.clone(), shared.clone(), stop.clone());
+            background.push(
+                std::thread::Builder::new()
+                    .name("clock".into())
+                    .spawn(move || clock_thread(&clock, &shared, &stop))
+                    .map_err(io_err)?,
+            );
+        }
+        {
+            let (cache, shared, stop) = (cache.clone(), shared.clone(), stop.clone());
+            background.push(
+                std::thread::Builder::new()
+                    .name("maintainer".into())
+                    .spawn(move || maintainer_thread(&cache, &shared, &stop))
+                    .map_err(io_err)?,
+            );
+        }
+
+        let acceptor = Acceptor {
+            poll: Poll::new().map_err(io_err)?,
+            listeners,
+            workers: handles,
+            next: 0,
+            settings: settings.clone(),
+            shared: shared.clone(),
+            stop: stop.clone(),
+            clients,
+        };
+        let acceptor = std::thread::Builder::new()
+            .name("acceptor".into())
+            .spawn(move || acceptor.run())
+            .map_err(io_err)?;
+
+        Ok(Server {
+            settings,
+            shared,
+            cache,
+            stop,
+            tcp_addrs,
+            unix_path,
+            acceptor: Some(acceptor),
+            workers,
+            background,
+        })
+    }
+
+    /// The TCP addresses actually bound (useful with `-l host:0`).
+    pub fn tcp_addrs(&self) -> &[SocketAddr] {
+        &self.tcp_addrs
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.cache
+    }
+
+    /// A flag that stops the server when set (signal handlers set it).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Ask the server to stop; `wait` then returns.
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Block until the server has stopped and every thread has exited, then
+    /// remove the unix socket file.
+    pub fn wait(mut self) {
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        for b in self.background.drain(..) {
+            b.thread().unpark();
+            let _ = b.join();
+        }
+        if let Some(path) = &self.unix_path {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Whether either stop source fired (signal / `Server::shutdown`, or the
+/// `shutdown` command which sets `Shared::shutdown`).
+fn stopping(stop: &AtomicBool, shared: &Shared) -> bool {
+    stop.load(Ordering::Relaxed) || shared.shutdown.load(Ordering::Relaxed)
+}
+
+/// memcached's `clock_handler`: the engine reads time from an atomic that
+/// this thread advances (every 100 ms, so expiry is never late by a second).
+fn clock_thread(clock: &Clock, shared: &Shared, stop: &AtomicBool) {
+    while !stopping(stop, shared) {
+        clock.tick();
+        std::thread::park_timeout(Duration::from_millis(100));
+    }
+}
+
+/// Background engine work a few times a second, in small slices so a
+/// request never waits long for the engine lock.
+fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
+    while !stopping(stop, shared) {
+        for _ in 0..8 {
+            let visited = cache.lock().maintain(MAINTAIN_BUDGET);
+            if visited < MAINTAIN_BUDGET || stopping(stop, shared) {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        std::thread::park_timeout(Duration::from_millis(200));
+    }
+}
+
+/// The dispatcher: accepts on every listener and deals connections out.
+struct Acceptor {
+    poll: Poll,
+    listeners: Vec<Listener>,
+    workers: Vec<WorkerHandle>,
+    next: usize,
+    settings: Arc<Settings>,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    clients: Arc<AtomicUsize>,
+}
+
+impl Acceptor {
+    fn run(mut self) {
+        let mut listener_ids = Vec::new();
+        for (i, l) in self.listeners.iter_mut().enumerate() {
+            let res = match l {
+                Listener::Tcp { sock, .. } => {
+                    self.poll
+                        .registry()
+                        .register(sock, Token(i), Interest::READABLE)
+                }
+                Listener::Unix { sock, .. } => {
+                    self.poll
+                        .registry()
+                        .register(sock, Token(i), Interest::READABLE)
+                }
+            };
+            if let Err(e) = res {
+                eprintln!("failed to register listener {}: {e}", l.name());
+            }
+            let fd = match l {
+                Listener::Tcp { sock, .. } => std::os::fd::AsRawFd::as_raw_fd(sock),
+                Listener::Unix { sock, .. } => std::os::fd::AsRawFd::as_raw_fd(sock),
+            } as u64;
+            // Listening sockets appear in `stats conns` and in
+            // curr_connections, as in memcached.
+            self.shared.register_conn(Arc::new(ConnEntry::new(
+                fd,
+                l.name().to_string(),
+                String::new(),
+                ConnState::Listening,
+                0,
+            )));
+            listener_ids.push(fd);
+            if self.settings.verbose > 1 {
+                eprintln!("<{fd} server listening ({})", self.settings.protocol.name());
+            }
+        }
+
+        let mut events = Events::with_capacity(64);
+        // Listeners we stopped accepting from (fd limit, or `-c` without
+        // maxconns_fast) and must retry: edges will not repeat.
+        let mut backlog_pending = false;
+        loop {
+            let timeout = if backlog_pending {
+                Duration::from_millis(10)
+            } else {
+                ACCEPT_TICK
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    eprintln!("acceptor poll failed: {e}");
+                    break;
+                }
+            }
+            if stopping(&self.stop, &self.shared) {
+                break;
+            }
+            let mut todo: Vec<usize> = events.iter().map(|e| e.token().0).collect();
+            if backlog_pending {
+                todo = (0..self.listeners.len()).collect();
+                backlog_pending = false;
+            }
+            for i in todo {
+                if self.accept_from(i) {
+                    backlog_pending = true;
+                }
+            }
+        }
+
+        // Stop accepting: close listeners, then tell the workers to finish.
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        for id in listener_ids {
+            self.shared.unregister_conn(id);
+        }
+        self.listeners.clear();
+        for w in &self.workers {
+            let _ = w.waker.wake();
+        }
+    }
+
+    /// Accept until the listener is drained. Returns true when it stopped
+    /// early and must be retried.
+    fn accept_from(&mut self, i: usize) -> bool {
+        loop {
+            let at_limit = self.clients.load(Ordering::Acquire) >= self.settings.max_conns;
+            if at_limit && !self.settings.maxconns_fast {
+                // Leave them in the kernel's backlog until a slot frees up.
+                return true;
+            }
+            let accepted = match self.listeners.get(i) {
+                Some(Listener::Tcp { sock, name, .. }) => sock.accept().map(|(s, addr)| {
+                    let _ = s.set_nodelay(true);
+                    (Stream::Tcp(s), listener::tcp_name(&addr), name.clone())
+                }),
+                Some(Listener::Unix { sock, name, .. }) => sock.accept().map(|(s, _)| {
+                    // memcached prints a unix peer this way (no name).
+                    (Stream::Unix(s), "?:<AF 0>".to_string(), name.clone())
+                }),
+                None => return false,
+            };
+            match accepted {
+                Ok((mut stream, addr, listen_addr)) => {
+                    if at_limit {
+                        // memcached's maxconns_fast: tell the client, close.
+                        use std::io::Write;
+                        let _ = stream.write(TOO_MANY_CONNS);
+                        self.shared
+                            .rejected_connections
+                            .fetch_add(1, Ordering::Relaxed);
+                        if self.settings.verbose > 0 {
+                            eprintln!("Too many open connections");
+                        }
+                        continue;
+                    }
+                    self.clients.fetch_add(1, Ordering::AcqRel);
+                    let w = self.next % self.workers.len().max(1);
+                    self.next = self.next.wrapping_add(1);
+                    match self.workers.get(w) {
+                        Some(worker) => worker.send(NewConn {
+                            stream,
+                            addr,
+                            listen_addr,
+                        }),
+                        None => {
+                            self.clients.fetch_sub(1, Ordering::AcqRel);
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE/ENFILE and the like: back off and retry soon.
+                    if self.settings.verbose > 0 {
+                        eprintln!("accept(): {e}");
+                    }
+                    return true;
+                }
+            }
+        }
+    }
+}

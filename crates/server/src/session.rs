@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cachalot_engine::Cache;
 
-use crate::settings::Settings;
+use crate::settings::{ProtocolChoice, Settings};
 use crate::stats::{Shared, ThreadStats};
 
 /// What a handler did with the input it was given.
@@ -38,3 +38,22 @@ pub trait Handler: Send {
     /// appending replies to `out`.
     fn step(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut Vec<u8>) -> Step;
 }
+
+/// Choose the handler for a new connection from its first byte (`-B auto`:
+/// 0x80 is the binary protocol's request magic, anything else is text),
+/// as memcached's `try_read_command_negotiate` does.
+pub fn new_handler(choice: ProtocolChoice, first_byte: u8) -> Box<dyn Handler> {
+    let binary = match choice {
+        ProtocolChoice::Auto => first_byte == BINARY_REQUEST_MAGIC,
+        ProtocolChoice::Binary => true,
+        ProtocolChoice::Ascii => false,
+    };
+    if binary {
+        Box::new(crate::binary::BinaryHandler::new())
+    } else {
+        Box::new(crate::text::AsciiHandler::new())
+    }
+}
+
+/// The first byte of every binary-protocol request.
+pub const BINARY_REQUEST_MAGIC: u8 = 0x80;

@@ -1,5 +1,9 @@
 //! Server settings, from memcached's command-line flags (`-p`, `-m`, `-o ...`).
-//! Parsing lives in `net` for now; this is the plain data every part reads.
+//!
+//! This is the plain data every part of the server reads; the parser that fills
+//! it from argv is `net::cli` (memcached 1.6's `getopt_long` flags and `-o`
+//! sub-options). Fields that only exist so `stats settings` can report what was
+//! asked for (LRU tuning knobs cachalot does not need) are kept as given.
 
 use std::path::PathBuf;
 
@@ -11,9 +15,20 @@ pub enum ProtocolChoice {
     Binary,
 }
 
+impl ProtocolChoice {
+    /// The name memcached prints in `stats settings` (`binding_protocol`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ProtocolChoice::Auto => "auto-negotiate",
+            ProtocolChoice::Ascii => "ascii",
+            ProtocolChoice::Binary => "binary",
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// `-p`
+    /// `-p` (0 = no TCP listener, as in memcached)
     pub port: u16,
     /// `-l` (comma-separated in memcached; each one is listened on)
     pub listen: Vec<String>,
@@ -51,6 +66,64 @@ pub struct Settings {
     pub max_line: usize,
     /// The engine's settings (`-m -I -f -n -C -M -L`, `-o slab_*`).
     pub engine: cachalot_engine::Config,
+
+    // --- Accepted for compatibility; reported by `stats settings`. ---
+    /// `-D <char>`: prefix delimiter for per-prefix stats.
+    pub prefix_delimiter: char,
+    /// `-D` given: per-prefix stats collection on (`detail_enabled`).
+    pub detail_enabled: bool,
+    /// `-X` clears this (`stats cachedump` / `lru_crawler metadump` allowed).
+    pub dump_enabled: bool,
+    /// `-W` clears this (`watch` allowed).
+    pub watch_enabled: bool,
+    /// `-k`: lock all paged memory (mlockall).
+    pub lock_memory: bool,
+    /// `-r`: raise the core file limit to the maximum.
+    pub enable_coredumps: bool,
+    /// `-o maxconns_fast` (default on): reject over-limit connections at once.
+    pub maxconns_fast: bool,
+    /// `-o hashpower=N`: initial index size hint (0 = default).
+    pub hashpower_init: u8,
+    /// `-o hash_algorithm=` (reported only: the index always hashes with xxh3).
+    pub hash_algorithm: String,
+    /// `-o tail_repair_time=` (reported only).
+    pub tail_repair_time: u64,
+    /// `-o lru_crawler` / `no_lru_crawler`.
+    pub lru_crawler: bool,
+    /// `-o lru_crawler_sleep=` microseconds.
+    pub lru_crawler_sleep: u64,
+    /// `-o lru_crawler_tocrawl=`.
+    pub lru_crawler_tocrawl: u64,
+    /// `-o lru_maintainer` / `no_lru_maintainer`.
+    pub lru_maintainer: bool,
+    /// `-o hot_lru_pct=`.
+    pub hot_lru_pct: u32,
+    /// `-o warm_lru_pct=`.
+    pub warm_lru_pct: u32,
+    /// `-o hot_max_factor=`.
+    pub hot_max_factor: f64,
+    /// `-o warm_max_factor=`.
+    pub warm_max_factor: f64,
+    /// `-o temporary_ttl=`.
+    pub temporary_ttl: u64,
+    /// `-o slab_chunk_max=` in bytes (memcached takes kilobytes).
+    pub slab_chunk_max: usize,
+    /// `-o slab_automove_ratio=`.
+    pub slab_automove_ratio: f64,
+    /// `-o slab_automove_window=`.
+    pub slab_automove_window: u32,
+    /// `-o watcher_logbuf_size=` in bytes (given in kilobytes).
+    pub watcher_logbuf_size: usize,
+    /// `-o worker_logbuf_size=` in bytes (given in kilobytes).
+    pub worker_logbuf_size: usize,
+    /// `-o read_buf_mem_limit=` in bytes (given in megabytes; 0 = unlimited).
+    pub read_buf_mem_limit: usize,
+    /// `-o track_sizes`.
+    pub track_sizes: bool,
+    /// `-o no_hashexpand` clears this.
+    pub hash_expand: bool,
+    /// `-o modern` given (nothing to change in 1.6).
+    pub modern: bool,
 }
 
 impl Default for Settings {
@@ -77,6 +150,34 @@ impl Default for Settings {
             idle_timeout: 0,
             max_line: 2048,
             engine: cachalot_engine::Config::default(),
+            prefix_delimiter: ':',
+            detail_enabled: false,
+            dump_enabled: true,
+            watch_enabled: true,
+            lock_memory: false,
+            enable_coredumps: false,
+            maxconns_fast: true,
+            hashpower_init: 0,
+            hash_algorithm: "murmur3".to_string(),
+            tail_repair_time: 0,
+            lru_crawler: true,
+            lru_crawler_sleep: 100,
+            lru_crawler_tocrawl: 0,
+            lru_maintainer: true,
+            hot_lru_pct: 20,
+            warm_lru_pct: 40,
+            hot_max_factor: 0.2,
+            warm_max_factor: 2.0,
+            temporary_ttl: 61,
+            slab_chunk_max: 512 * 1024,
+            slab_automove_ratio: 0.8,
+            slab_automove_window: 30,
+            watcher_logbuf_size: 256 * 1024,
+            worker_logbuf_size: 64 * 1024,
+            read_buf_mem_limit: 0,
+            track_sizes: false,
+            hash_expand: true,
+            modern: false,
         }
     }
 }

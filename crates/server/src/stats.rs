@@ -1,7 +1,9 @@
 //! Server-side counters: per-thread command counters (written only by their
-//! worker, summed when a client asks for `stats`) and process-wide state.
+//! worker, summed when a client asks for `stats`) and process-wide state,
+//! including the connection registry behind memcached's `stats conns`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -47,34 +49,179 @@ impl ThreadStats {
     }
 }
 
-/// Information about one open connection, for `stats conns`.
+/// Information about one open connection, for `stats conns` (a snapshot; see
+/// [`Shared::conns_snapshot`]).
 #[derive(Clone, Debug)]
 pub struct ConnInfo {
+    /// The socket's file descriptor number, as memcached prints it.
     pub id: u64,
-    /// "tcp:127.0.0.1:54321" / "unix:/path"
+    /// "tcp:127.0.0.1:54321" / "tcp6:[::1]:54321" / "unix:/path" (memcached's
+    /// `conn_to_str`; a unix client prints as "?:<AF 0>" exactly like memcached).
     pub addr: String,
+    /// The listener this connection came in on; empty for a listening socket
+    /// itself (memcached prints no `listen_addr` line for those).
     pub listen_addr: String,
     /// memcached's state names ("conn_parse_cmd", "conn_nread", ...)
     pub state: &'static str,
     pub secs_since_last_cmd: u64,
 }
 
+/// A connection's state as `stats conns` names it (memcached's `conn_states`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ConnState {
+    Listening = 0,
+    NewCmd = 1,
+    Waiting = 2,
+    Read = 3,
+    ParseCmd = 4,
+    Write = 5,
+    NRead = 6,
+    Swallow = 7,
+    Closing = 8,
+    MWrite = 9,
+    Closed = 10,
+}
+
+impl ConnState {
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnState::Listening => "conn_listening",
+            ConnState::NewCmd => "conn_new_cmd",
+            ConnState::Waiting => "conn_waiting",
+            ConnState::Read => "conn_read",
+            ConnState::ParseCmd => "conn_parse_cmd",
+            ConnState::Write => "conn_write",
+            ConnState::NRead => "conn_nread",
+            ConnState::Swallow => "conn_swallow",
+            ConnState::Closing => "conn_closing",
+            ConnState::MWrite => "conn_mwrite",
+            ConnState::Closed => "conn_closed",
+        }
+    }
+
+    fn from_u8(v: u8) -> ConnState {
+        match v {
+            0 => ConnState::Listening,
+            1 => ConnState::NewCmd,
+            2 => ConnState::Waiting,
+            3 => ConnState::Read,
+            4 => ConnState::ParseCmd,
+            5 => ConnState::Write,
+            6 => ConnState::NRead,
+            7 => ConnState::Swallow,
+            8 => ConnState::Closing,
+            9 => ConnState::MWrite,
+            _ => ConnState::Closed,
+        }
+    }
+}
+
+/// A live registry entry: the owning worker updates state and last command
+/// time with relaxed stores (no lock per request); `stats conns` reads them.
+#[derive(Debug)]
+pub struct ConnEntry {
+    pub id: u64,
+    pub addr: String,
+    pub listen_addr: String,
+    state: AtomicU8,
+    /// Server clock (`Clock::now`) at the last command.
+    last_cmd: AtomicU32,
+}
+
+impl ConnEntry {
+    pub fn new(
+        id: u64,
+        addr: String,
+        listen_addr: String,
+        state: ConnState,
+        now: u32,
+    ) -> ConnEntry {
+        ConnEntry {
+            id,
+            addr,
+            listen_addr,
+            state: AtomicU8::new(state as u8),
+            last_cmd: AtomicU32::new(now),
+        }
+    }
+
+    #[inline]
+    pub fn set_state(&self, state: ConnState) {
+        self.state.store(state as u8, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn state(&self) -> ConnState {
+        ConnState::from_u8(self.state.load(Ordering::Relaxed))
+    }
+
+    #[inline]
+    pub fn touch(&self, now: u32) {
+        self.last_cmd.store(now, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn last_cmd(&self) -> u32 {
+        self.last_cmd.load(Ordering::Relaxed)
+    }
+}
+
 /// Process-wide state shared by all threads.
 #[derive(Debug, Default)]
 pub struct Shared {
     pub threads: Vec<Arc<ThreadStats>>,
+    /// Open connections *including listening sockets*, as memcached counts
+    /// them (one client on one listener reads 2).
     pub curr_connections: AtomicU64,
+    /// Connections ever opened, listening sockets included (memcached's count).
     pub total_connections: AtomicU64,
+    /// Connections closed at once because `-c` was reached.
     pub rejected_connections: AtomicU64,
+    /// High-water mark of `curr_connections` (memcached's allocated conn structs).
     pub connection_structures: AtomicU64,
     /// Set when the server should stop (shutdown command, signal).
     pub shutdown: AtomicBool,
     pub verbosity: AtomicU8,
-    /// Open connections (by id), for `stats conns`.
-    pub conns: Mutex<Vec<ConnInfo>>,
+    /// Open connections and listening sockets (by id = fd), for `stats conns`.
+    /// Read it with [`Shared::conns_snapshot`].
+    pub conns: Mutex<BTreeMap<u64, Arc<ConnEntry>>>,
 }
 
 impl Shared {
+    /// `stats conns`: every registered connection in fd order, with seconds
+    /// since its last command computed against `now` (`Clock::now`).
+    pub fn conns_snapshot(&self, now: u32) -> Vec<ConnInfo> {
+        self.conns
+            .lock()
+            .values()
+            .map(|e| ConnInfo {
+                id: e.id,
+                addr: e.addr.clone(),
+                listen_addr: e.listen_addr.clone(),
+                state: e.state().name(),
+                secs_since_last_cmd: now.saturating_sub(e.last_cmd()) as u64,
+            })
+            .collect()
+    }
+
+    /// Add a connection (or listener) to the registry and the counters.
+    pub fn register_conn(&self, entry: Arc<ConnEntry>) {
+        self.conns.lock().insert(entry.id, entry);
+        let curr = self.curr_connections.fetch_add(1, Ordering::Relaxed) + 1;
+        self.total_connections.fetch_add(1, Ordering::Relaxed);
+        self.connection_structures
+            .fetch_max(curr, Ordering::Relaxed);
+    }
+
+    /// Remove a connection from the registry (before its fd is closed, so a
+    /// new connection reusing the fd number cannot be removed by mistake).
+    pub fn unregister_conn(&self, id: u64) {
+        if self.conns.lock().remove(&id).is_some() {
+            self.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Sum one counter over all worker threads.
     pub fn sum(&self, field: impl Fn(&ThreadStats) -> &AtomicU64) -> u64 {
         self.threads

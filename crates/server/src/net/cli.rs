@@ -1,0 +1,950 @@
+//! memcached 1.6's command line, so start-up scripts keep working unchanged.
+//!
+//! The flags, long names and error messages follow memcached 1.6.18's `main()`
+//! (its `getopt_long` table and `-o` sub-options), checked against the real
+//! binary: combined short flags (`-vv`, `-vp11211`), attached or separate
+//! values (`-p11211`, `-p 11211`), `--long=value` / `--long value`, unambiguous
+//! long-name prefixes, and options after non-option words (GNU permutation).
+//! Where memcached silently turns garbage into 0 (`atoi`), cachalot reports a
+//! clear error instead: a typo should not start a server on the wrong port.
+
+use std::path::PathBuf;
+
+use crate::settings::{ProtocolChoice, Settings};
+
+/// sysexits.h codes memcached uses.
+pub const EX_USAGE: i32 = 64;
+pub const EX_NOUSER: i32 = 67;
+pub const EX_OSERR: i32 = 71;
+/// memcached's plain `return 1` / `exit(EXIT_FAILURE)`.
+pub const EXIT_FAILURE: i32 = 1;
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Action {
+    Run(Box<Settings>),
+    Help,
+    Version,
+    License,
+}
+
+/// A command-line error: the message for stderr and the exit code.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CliError {
+    pub message: String,
+    pub code: i32,
+}
+
+impl CliError {
+    fn new(code: i32, message: impl Into<String>) -> CliError {
+        CliError {
+            message: message.into(),
+            code,
+        }
+    }
+}
+
+/// The result of parsing: what to do plus warnings to print on stderr.
+#[derive(Debug)]
+pub struct Parsed {
+    pub action: Action,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Arg {
+    None,
+    Required,
+    Optional,
+}
+
+/// memcached 1.6's `getopt_long` table: (short letter, long name, argument).
+const OPTIONS: &[(char, &str, Arg)] = &[
+    ('a', "unix-mask", Arg::Required),
+    ('A', "enable-shutdown", Arg::None),
+    ('Z', "enable-ssl", Arg::None),
+    ('p', "port", Arg::Required),
+    ('s', "unix-socket", Arg::Required),
+    ('U', "udp-port", Arg::Required),
+    ('m', "memory-limit", Arg::Required),
+    ('M', "disable-evictions", Arg::None),
+    ('c', "conn-limit", Arg::Required),
+    ('k', "lock-memory", Arg::None),
+    ('h', "help", Arg::None),
+    ('i', "license", Arg::None),
+    ('V', "version", Arg::None),
+    ('r', "enable-coredumps", Arg::None),
+    ('v', "verbose", Arg::Optional),
+    ('d', "daemon", Arg::None),
+    ('l', "listen", Arg::Required),
+    ('u', "user", Arg::Required),
+    ('P', "pidfile", Arg::Required),
+    ('f', "slab-growth-factor", Arg::Required),
+    ('n', "slab-min-size", Arg::Required),
+    ('t', "threads", Arg::Required),
+    ('L', "enable-largepages", Arg::None),
+    ('D', "", Arg::Required),
+    ('R', "max-reqs-per-event", Arg::Required),
+    ('C', "disable-cas", Arg::None),
+    ('b', "listen-backlog", Arg::Required),
+    ('B', "protocol", Arg::Required),
+    ('I', "max-item-size", Arg::Required),
+    ('S', "enable-sasl", Arg::None),
+    ('F', "disable-flush-all", Arg::None),
+    ('X', "disable-dumping", Arg::None),
+    ('W', "disable-watch", Arg::None),
+    ('Y', "auth-file", Arg::Required),
+    ('e', "memory-file", Arg::Required),
+    ('o', "extended", Arg::Required),
+    ('N', "napi-ids", Arg::Required),
+];
+
+/// getopt's complaint plus memcached's own second line, exit 1.
+fn getopt_error(first: String) -> CliError {
+    CliError::new(
+        EXIT_FAILURE,
+        format!("{first}\nIllegal argument \"?\"\nTry 'cachalot -h' for the list of options."),
+    )
+}
+
+/// Options in command-line order (an error ends the list where getopt would
+/// have reported it, so `-h` before a bad flag still prints help), and the
+/// non-option words.
+type Tokens = (Vec<Result<(char, Option<String>), CliError>>, Vec<String>);
+
+/// Split argv into (option letter, value) pairs the way GNU getopt_long does.
+fn tokenize(args: &[String]) -> Tokens {
+    let mut out = Vec::new();
+    let mut extra = Vec::new();
+    if let Err(e) = tokenize_into(args, &mut out, &mut extra) {
+        out.push(Err(e));
+    }
+    (out, extra)
+}
+
+fn tokenize_into(
+    args: &[String],
+    out: &mut Vec<Result<(char, Option<String>), CliError>>,
+    extra: &mut Vec<String>,
+) -> Result<(), CliError> {
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        i += 1;
+        if arg == "--" {
+            extra.extend(args[i..].iter().cloned());
+            break;
+        }
+        if let Some(long) = arg.strip_prefix("--") {
+            let (name, inline) = match long.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (long, None),
+            };
+            let exact = OPTIONS.iter().find(|o| !o.1.is_empty() && o.1 == name);
+            let opt = match exact {
+                Some(o) => *o,
+                None => {
+                    let matches: Vec<_> = OPTIONS
+                        .iter()
+                        .filter(|o| !o.1.is_empty() && o.1.starts_with(name))
+                        .collect();
+                    match matches.as_slice() {
+                        [one] => **one,
+                        [] => {
+                            return Err(getopt_error(format!(
+                                "cachalot: unrecognized option '--{name}'"
+                            )))
+                        }
+                        many => {
+                            let names: Vec<String> =
+                                many.iter().map(|o| format!("'--{}'", o.1)).collect();
+                            return Err(getopt_error(format!(
+                                "cachalot: option '--{name}' is ambiguous; possibilities: {}",
+                                names.join(" ")
+                            )));
+                        }
+                    }
+                }
+            };
+            let value = match (opt.2, inline) {
+                (Arg::None, Some(_)) => {
+                    return Err(getopt_error(format!(
+                        "cachalot: option '--{}' doesn't allow an argument",
+                        opt.1
+                    )))
+                }
+                (Arg::None, None) => None,
+                (Arg::Optional, v) => v,
+                (Arg::Required, Some(v)) => Some(v),
+                (Arg::Required, None) => match args.get(i) {
+                    Some(v) => {
+                        i += 1;
+                        Some(v.clone())
+                    }
+                    None => {
+                        return Err(getopt_error(format!(
+                            "cachalot: option '--{}' requires an argument",
+                            opt.1
+                        )))
+                    }
+                },
+            };
+            out.push(Ok((opt.0, value)));
+            continue;
+        }
+        let Some(shorts) = arg.strip_prefix('-').filter(|s| !s.is_empty()) else {
+            // A non-option word: GNU getopt moves it to the end; memcached ignores it.
+            extra.push(arg.clone());
+            continue;
+        };
+        for (pos, c) in shorts.char_indices() {
+            let Some(opt) = OPTIONS.iter().find(|o| o.0 == c) else {
+                return Err(getopt_error(format!("cachalot: invalid option -- '{c}'")));
+            };
+            match opt.2 {
+                Arg::None | Arg::Optional => out.push(Ok((c, None))),
+                Arg::Required => {
+                    let rest = &shorts[pos + c.len_utf8()..];
+                    let value = if !rest.is_empty() {
+                        rest.to_string()
+                    } else if let Some(v) = args.get(i) {
+                        i += 1;
+                        v.clone()
+                    } else {
+                        return Err(getopt_error(format!(
+                            "cachalot: option requires an argument -- '{c}'"
+                        )));
+                    };
+                    out.push(Ok((c, Some(value))));
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A whole decimal number (no sign, no garbage).
+fn number<T: std::str::FromStr>(s: &str) -> Option<T> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// A size with an optional k/m/g suffix (binary units), in bytes; `unit` is
+/// the multiplier of a bare number.
+fn size_with_suffix(s: &str, unit: u64) -> Option<u64> {
+    let (digits, mult) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, unit),
+    };
+    number::<u64>(digits)?.checked_mul(mult)
+}
+
+fn positive_float(s: &str) -> Option<f64> {
+    s.parse::<f64>().ok().filter(|f| f.is_finite())
+}
+
+/// Parse memcached's arguments (without the program name).
+pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
+    let (opts, extra) = tokenize(args);
+    let mut s = Settings::default();
+    let mut warnings = Vec::new();
+    let mut listen_given = false;
+    let mut item_size_given = false;
+
+    for opt in opts {
+        let (c, value) = opt?;
+        let v = value.unwrap_or_default();
+        match c {
+            'h' => {
+                return Ok(Parsed {
+                    action: Action::Help,
+                    warnings,
+                })
+            }
+            'V' => {
+                return Ok(Parsed {
+                    action: Action::Version,
+                    warnings,
+                })
+            }
+            'i' => {
+                return Ok(Parsed {
+                    action: Action::License,
+                    warnings,
+                })
+            }
+            'A' => s.shutdown_enabled = true,
+            'a' => {
+                s.unix_mask = u32::from_str_radix(&v, 8)
+                    .ok()
+                    .filter(|m| *m <= 0o777)
+                    .ok_or_else(|| {
+                        CliError::new(EX_USAGE, format!("ERROR: Invalid unix socket mask {v}."))
+                    })?
+            }
+            'p' => {
+                s.port = number::<u16>(&v).ok_or_else(|| {
+                    CliError::new(EX_USAGE, format!("ERROR: Invalid port number {v}."))
+                })?
+            }
+            's' => s.unix_socket = Some(PathBuf::from(v)),
+            'U' => {
+                s.udp_port = number::<u16>(&v).ok_or_else(|| {
+                    CliError::new(EX_USAGE, format!("ERROR: Invalid UDP port number {v}."))
+                })?
+            }
+            'm' => {
+                // memcached 1.6.18 reads a bare number of megabytes; k/m/g
+                // suffixes are accepted as a convenience.
+                let bytes = size_with_suffix(&v, 1 << 20)
+                    .and_then(|b| usize::try_from(b).ok())
+                    .ok_or_else(|| {
+                        CliError::new(EX_USAGE, format!("ERROR: Invalid memory limit {v}."))
+                    })?;
+                s.engine.memory_limit = bytes;
+            }
+            'M' => s.engine.evict = false,
+            'c' => {
+                s.max_conns = number::<usize>(&v).filter(|n| *n > 0).ok_or_else(|| {
+                    CliError::new(EXIT_FAILURE, "Maximum connections must be greater than 0")
+                })?
+            }
+            'k' => s.lock_memory = true,
+            'r' => s.enable_coredumps = true,
+            'v' => s.verbose = s.verbose.saturating_add(1),
+            'd' => s.daemonize = true,
+            'l' => {
+                // Repeated -l accumulate (memcached joins them with commas);
+                // the first one replaces the default.
+                if !listen_given {
+                    s.listen.clear();
+                    listen_given = true;
+                }
+                for part in v.split(',').filter(|p| !p.is_empty()) {
+                    if !s.listen.iter().any(|l| l == part) {
+                        s.listen.push(part.to_string());
+                    }
+                }
+            }
+            'u' => s.user = Some(v),
+            'P' => s.pid_file = Some(PathBuf::from(v)),
+            'f' => {
+                s.engine.growth_factor = positive_float(&v)
+                    .filter(|f| *f > 1.0)
+                    .ok_or_else(|| CliError::new(EXIT_FAILURE, "Factor must be greater than 1"))?
+            }
+            'n' => {
+                s.engine.chunk_min_data =
+                    number::<usize>(&v).filter(|n| *n > 0).ok_or_else(|| {
+                        CliError::new(EXIT_FAILURE, "Chunk size must be greater than 0")
+                    })?
+            }
+            't' => {
+                s.threads = number::<usize>(&v).filter(|n| *n > 0).ok_or_else(|| {
+                    CliError::new(EXIT_FAILURE, "Number of threads must be greater than 0")
+                })?;
+                if s.threads > 64 {
+                    warnings.push(
+                        "WARNING: Setting a high number of worker threads is not recommended.\n \
+                         Set this value to the number of cores in your machine or less."
+                            .to_string(),
+                    );
+                }
+            }
+            'L' => s.engine.prealloc = true,
+            'D' => {
+                let Some(ch) = v.chars().next() else {
+                    return Err(CliError::new(EXIT_FAILURE, "No delimiter specified"));
+                };
+                s.prefix_delimiter = ch;
+                s.detail_enabled = true;
+            }
+            'R' => {
+                s.reqs_per_event = number::<usize>(&v).filter(|n| *n > 0).ok_or_else(|| {
+                    CliError::new(
+                        EXIT_FAILURE,
+                        "Number of requests per event must be greater than 0",
+                    )
+                })?
+            }
+            'C' => s.engine.cas_enabled = false,
+            'b' => {
+                s.backlog = number::<i32>(&v).filter(|n| *n > 0).ok_or_else(|| {
+                    CliError::new(EX_USAGE, format!("ERROR: Invalid listen backlog {v}."))
+                })?
+            }
+            'B' => {
+                s.protocol = match v.as_str() {
+                    "auto" => ProtocolChoice::Auto,
+                    "binary" => ProtocolChoice::Binary,
+                    "ascii" => ProtocolChoice::Ascii,
+                    _ => {
+                        return Err(CliError::new(
+                            EX_USAGE,
+                            format!(
+                                "Invalid value for binding protocol: {v}\n \
+                                 -- should be one of auto, binary, or ascii"
+                            ),
+                        ))
+                    }
+                }
+            }
+            'I' => {
+                let size = size_with_suffix(&v, 1).unwrap_or(0);
+                if size < 1024 {
+                    return Err(CliError::new(
+                        EX_USAGE,
+                        "Item max size cannot be less than 1024 bytes.",
+                    ));
+                }
+                if size > 1 << 30 {
+                    return Err(CliError::new(
+                        EX_USAGE,
+                        "Cannot set item size limit higher than a gigabyte.",
+                    ));
+                }
+                s.engine.item_size_max = size as usize;
+                item_size_given = true;
+            }
+            'S' => {
+                return Err(CliError::new(
+                    EX_USAGE,
+                    "This server is not built with SASL support.",
+                ))
+            }
+            'Z' => {
+                return Err(CliError::new(
+                    EX_USAGE,
+                    "This server is not built with TLS support.",
+                ))
+            }
+            'Y' => {
+                return Err(CliError::new(
+                    EX_USAGE,
+                    "This server is not built with ASCII authentication (-Y) support.",
+                ))
+            }
+            'e' => {
+                return Err(CliError::new(
+                    EX_USAGE,
+                    "This server is not built with memory file (-e) support.",
+                ))
+            }
+            'F' => s.flush_enabled = false,
+            'X' => s.dump_enabled = false,
+            'W' => s.watch_enabled = false,
+            'N' => {
+                number::<u32>(&v).ok_or_else(|| {
+                    CliError::new(EX_USAGE, format!("ERROR: Invalid napi ids value {v}."))
+                })?;
+                warnings.push("WARNING: -N (napi ids) is not supported; ignored.".to_string());
+            }
+            'o' => extended(&v, &mut s, &mut warnings)?,
+            _ => return Err(getopt_error(format!("cachalot: invalid option -- '{c}'"))),
+        }
+    }
+
+    for word in extra {
+        warnings.push(format!("WARNING: ignoring extra argument '{word}'"));
+    }
+    if s.udp_port != 0 {
+        warnings.push(format!(
+            "WARNING: UDP is not supported; -U {} ignored (UDP stays off).",
+            s.udp_port
+        ));
+        s.udp_port = 0;
+    }
+    // memcached checks this after all flags, so `-I 32m -m 128` works in any order.
+    if s.engine.item_size_max > s.engine.memory_limit / 2 {
+        return Err(CliError::new(
+            EX_USAGE,
+            "Cannot set item size limit higher than 1/2 of memory max.",
+        ));
+    }
+    if item_size_given && s.engine.item_size_max > 1 << 20 && s.verbose > 0 {
+        warnings.push(format!(
+            "WARNING: Setting item max size above 1MB ({} bytes) raises the page size.",
+            s.engine.item_size_max
+        ));
+    }
+    // A request line may carry a key plus meta flags; values are bounded by -I.
+    s.max_line = s.max_line.max(2048);
+    Ok(Parsed {
+        action: Action::Run(Box::new(s)),
+        warnings,
+    })
+}
+
+/// One numeric sub-option value, with memcached's "missing" message.
+fn sub_number<T: std::str::FromStr>(name: &str, value: Option<&str>) -> Result<T, CliError> {
+    let v = value.ok_or_else(|| {
+        CliError::new(EXIT_FAILURE, format!("Missing numeric argument for {name}"))
+    })?;
+    number::<T>(v)
+        .ok_or_else(|| CliError::new(EXIT_FAILURE, format!("Invalid numeric argument for {name}")))
+}
+
+fn sub_float(name: &str, value: Option<&str>) -> Result<f64, CliError> {
+    let v = value.ok_or_else(|| {
+        CliError::new(EXIT_FAILURE, format!("Missing numeric argument for {name}"))
+    })?;
+    positive_float(v)
+        .filter(|f| *f >= 0.0)
+        .ok_or_else(|| CliError::new(EXIT_FAILURE, format!("Invalid numeric argument for {name}")))
+}
+
+/// `-o key[=value],key...`: memcached's extended options.
+fn extended(list: &str, s: &mut Settings, warnings: &mut Vec<String>) -> Result<(), CliError> {
+    for item in list.split(',').filter(|i| !i.is_empty()) {
+        let (key, value) = match item.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (item, None),
+        };
+        match key {
+            "maxconns_fast" => s.maxconns_fast = true,
+            "no_maxconns_fast" => s.maxconns_fast = false,
+            "hashpower" => {
+                let hp: u32 = sub_number("hashpower", value)?;
+                if hp < 12 {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        format!("Initial hashtable multiplier of {hp} is too low"),
+                    ));
+                }
+                if hp > 32 {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        format!(
+                            "Initial hashtable multiplier of {hp} is too high\n\
+                             Choose a value based on \"STAT hash_power_level\" from a running instance"
+                        ),
+                    ));
+                }
+                s.hashpower_init = hp as u8;
+            }
+            "tail_repair_time" => {
+                let t: u64 = value.and_then(number).unwrap_or(0);
+                if value.is_none() {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        "Missing numeric argument for tail_repair_time",
+                    ));
+                }
+                if t < 10 {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        "Cannot set tail_repair_time to less than 10 seconds",
+                    ));
+                }
+                s.tail_repair_time = t;
+            }
+            "hash_algorithm" => match value {
+                Some(a @ ("jenkins" | "murmur3" | "xxh3")) => s.hash_algorithm = a.to_string(),
+                None => {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        "Missing hash_algorithm argument",
+                    ))
+                }
+                Some(_) => {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        "Unknown hash_algorithm option (jenkins, murmur3, xxh3)",
+                    ))
+                }
+            },
+            "lru_crawler" => s.lru_crawler = true,
+            "no_lru_crawler" => s.lru_crawler = false,
+            "lru_crawler_sleep" => {
+                let us: u64 = sub_number("lru_crawler_sleep", value)?;
+                if us > 1_000_000 {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        "LRU crawler sleep must be between 0 and 1 second",
+                    ));
+                }
+                s.lru_crawler_sleep = us;
+            }
+            "lru_crawler_tocrawl" => {
+                s.lru_crawler_tocrawl = sub_number::<u32>("lru_crawler_tocrawl", value)? as u64
+            }
+            "lru_maintainer" => s.lru_maintainer = true,
+            "no_lru_maintainer" => s.lru_maintainer = false,
+            "hot_lru_pct" | "warm_lru_pct" => {
+                let pct: u32 = sub_number(key, value)?;
+                if !(1..80).contains(&pct) {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        format!("{key} must be > 1 and < 80"),
+                    ));
+                }
+                if key == "hot_lru_pct" {
+                    s.hot_lru_pct = pct;
+                } else {
+                    s.warm_lru_pct = pct;
+                }
+            }
+            "hot_max_factor" => s.hot_max_factor = sub_float(key, value)?,
+            "warm_max_factor" => s.warm_max_factor = sub_float(key, value)?,
+            "temporary_ttl" => s.temporary_ttl = sub_number(key, value)?,
+            "idle_timeout" => s.idle_timeout = sub_number(key, value)?,
+            "watcher_logbuf_size" => {
+                s.watcher_logbuf_size = sub_number::<usize>(key, value)?.saturating_mul(1024)
+            }
+            "worker_logbuf_size" => {
+                s.worker_logbuf_size = sub_number::<usize>(key, value)?.saturating_mul(1024)
+            }
+            "read_buf_mem_limit" => {
+                s.read_buf_mem_limit = sub_number::<usize>(key, value)?.saturating_mul(1 << 20)
+            }
+            "slab_reassign" => s.engine.slab_reassign = true,
+            "no_slab_reassign" => s.engine.slab_reassign = false,
+            "slab_automove" => {
+                let mode: i64 = match value {
+                    None => 1,
+                    Some(v) => v.parse().map_err(|_| {
+                        CliError::new(EXIT_FAILURE, "slab_automove must be between 0 and 2")
+                    })?,
+                };
+                if !(0..=2).contains(&mode) {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        "slab_automove must be between 0 and 2",
+                    ));
+                }
+                s.engine.slab_automove = mode as u8;
+            }
+            "no_slab_automove" => s.engine.slab_automove = 0,
+            "slab_automove_ratio" => s.slab_automove_ratio = sub_float(key, value)?,
+            "slab_automove_window" => s.slab_automove_window = sub_number(key, value)?,
+            "slab_automove_freeratio" => {
+                sub_float(key, value)?;
+            }
+            "slab_chunk_max" => {
+                s.slab_chunk_max = sub_number::<usize>(key, value)?.saturating_mul(1024)
+            }
+            "track_sizes" => s.track_sizes = true,
+            "no_hashexpand" => s.hash_expand = false,
+            "modern" => s.modern = true,
+            "no_modern" => s.modern = false,
+            // Accepted and without effect here, as in memcached 1.6.
+            "no_inline_ascii_resp"
+            | "inline_ascii_resp"
+            | "no_chunked_items"
+            | "drop_privileges"
+            | "no_drop_privileges" => {}
+            "sock_cookie_id" => {
+                sub_number::<u32>(key, value)?;
+            }
+            "resp_obj_mem_limit" => warnings.push(
+                "DEPRECATED: resp_obj_mem_limit no longer used. See read_buf_mem_limit,\n\
+                 now in megabytes. Value is ignored."
+                    .to_string(),
+            ),
+            k if k.starts_with("ext_") => warnings.push(format!(
+                "WARNING: external storage (extstore) is not supported; ignoring -o {item}"
+            )),
+            k if k.starts_with("ssl_") => {
+                warnings.push(format!("WARNING: TLS is not supported; ignoring -o {item}"))
+            }
+            _ => {
+                return Err(CliError::new(
+                    EXIT_FAILURE,
+                    format!("Illegal suboption \"{item}\""),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `-h`: memcached's usage text, limited to what cachalot does.
+pub fn usage() -> String {
+    format!(
+        "cachalot {version} (memcached {compat} compatible)
+-p, --port=<num>          TCP port to listen on (default: 11211, 0 = off)
+-U, --udp-port=<num>      UDP port (only 0, off, is supported)
+-s, --unix-socket=<file>  UNIX socket to listen on (disables network support)
+-a, --unix-mask=<mask>    access mask for UNIX socket, in octal (default: 700)
+-A, --enable-shutdown     enable ascii \"shutdown\" command
+-l, --listen=<addr>       interface to listen on (default: 127.0.0.1);
+                          comma-separated, each may be <ip>:<port> or [<ipv6>]:<port>
+-d, --daemon              run as a daemon
+-r, --enable-coredumps    maximize core file limit
+-u, --user=<user>         assume identity of <username> (only when run as root)
+-m, --memory-limit=<num>  item memory in megabytes (default: 64; k/m/g suffixes accepted)
+-M, --disable-evictions   return error on memory exhausted instead of evicting
+-c, --conn-limit=<num>    max simultaneous connections (default: 1024)
+-k, --lock-memory         lock down all paged memory
+-v, --verbose             verbose (print errors/warnings while in event loop)
+-vv                       very verbose (also print client connections)
+-vvv                      extremely verbose
+-h, --help                print this help and exit
+-i, --license             print the license and exit
+-V, --version             print version and exit
+-P, --pidfile=<file>      save PID in <file> (removed at exit)
+-f, --slab-growth-factor=<num> chunk size growth factor (default: 1.25)
+-n, --slab-min-size=<bytes> min space used for key+value+flags (default: 16)
+-L, --enable-largepages   preallocate all item memory at start
+-D <char>                 delimiter between key prefixes and IDs (per-prefix stats)
+-t, --threads=<num>       number of worker threads (default: number of cores)
+-R, --max-reqs-per-event  maximum number of requests per event, limits the
+                          requests processed per connection to prevent
+                          starvation (default: 20)
+-C, --disable-cas         disable use of CAS
+-b, --listen-backlog=<num> set the backlog queue limit (default: 1024)
+-B, --protocol=<name>     protocol - one of ascii, binary, or auto (default: auto-negotiate)
+-I, --max-item-size=<num> adjusts max item size
+                          (default: 1m, min: 1k, max: 16m)
+-F, --disable-flush-all   disable flush_all command
+-X, --disable-dumping     disable stats cachedump and lru_crawler metadump
+-W, --disable-watch       disable watch commands (live logging)
+-o, --extended            comma separated list of extended options
+                          most options have a 'no_' prefix to disable
+   - maxconns_fast:       immediately close new connections after limit (default: enabled)
+   - hashpower:           initial hash table size hint (log2 of buckets)
+   - idle_timeout:        timeout for idle connections in seconds (default: 0, no timeout)
+   - slab_reassign:       allow memory pages to move between slab classes (default: enabled)
+   - slab_automove:       0 = off, 1 = rebalance pages in the background (default), 2 = aggressive
+   - tail_repair_time, hash_algorithm, lru_crawler, lru_maintainer, hot_lru_pct,
+     warm_lru_pct, hot_max_factor, warm_max_factor, temporary_ttl, slab_chunk_max,
+     slab_automove_ratio, slab_automove_window, track_sizes, no_hashexpand, modern,
+     watcher_logbuf_size, worker_logbuf_size, read_buf_mem_limit:
+                          accepted as in memcached 1.6 (reported by \"stats settings\")
+",
+        version = env!("CARGO_PKG_VERSION"),
+        compat = COMPAT_VERSION,
+    )
+}
+
+/// The memcached release whose behaviour cachalot reproduces.
+pub const COMPAT_VERSION: &str = "1.6.18";
+
+/// `-V`.
+pub fn version() -> String {
+    format!("cachalot {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// `-i`.
+pub fn license() -> String {
+    format!(
+        "cachalot {}\n\nLicensed under the BSD 3-Clause License. cachalot reimplements the \
+         memcached protocol and command line;\nmemcached is Copyright (c) 2003, Danga Interactive, \
+         Inc. and distributed under the BSD license.",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<(Settings, Vec<String>), CliError> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let parsed = parse(&args)?;
+        match parsed.action {
+            Action::Run(s) => Ok((*s, parsed.warnings)),
+            other => panic!("expected Run, got {other:?}"),
+        }
+    }
+
+    fn err(args: &[&str]) -> CliError {
+        match run(args) {
+            Err(e) => e,
+            Ok(_) => panic!("{args:?} should fail"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let (s, w) = run(&[]).unwrap();
+        assert_eq!(s.port, 11211);
+        assert_eq!(s.listen, vec!["127.0.0.1"]);
+        assert_eq!(s.max_conns, 1024);
+        assert_eq!(s.engine.memory_limit, 64 << 20);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn short_flag_forms() {
+        let (s, _) = run(&["-p11212", "-vv", "-c", "10", "-vt", "3", "-m64"]).unwrap();
+        assert_eq!(s.port, 11212);
+        assert_eq!(s.verbose, 3);
+        assert_eq!(s.max_conns, 10);
+        assert_eq!(s.threads, 3);
+        assert_eq!(s.engine.memory_limit, 64 << 20);
+    }
+
+    #[test]
+    fn long_flag_forms() {
+        let (s, _) = run(&[
+            "--port=1234",
+            "--memory-limit",
+            "128",
+            "--threads=2",
+            "--conn-limit=5",
+            "--verbose",
+            "--enable-shutdown",
+            "--disable-cas",
+            "--protocol=ascii",
+            "--max-item-size=2m",
+            "--memory-l=256", // unambiguous prefix
+        ])
+        .unwrap();
+        assert_eq!(s.port, 1234);
+        assert_eq!(s.engine.memory_limit, 256 << 20);
+        assert_eq!(s.threads, 2);
+        assert_eq!(s.max_conns, 5);
+        assert_eq!(s.verbose, 1);
+        assert!(s.shutdown_enabled);
+        assert!(!s.engine.cas_enabled);
+        assert_eq!(s.protocol, ProtocolChoice::Ascii);
+        assert_eq!(s.engine.item_size_max, 2 << 20);
+    }
+
+    #[test]
+    fn memory_suffixes() {
+        assert_eq!(run(&["-m", "1g"]).unwrap().0.engine.memory_limit, 1 << 30);
+        assert_eq!(
+            run(&["-m", "512m"]).unwrap().0.engine.memory_limit,
+            512 << 20
+        );
+        assert_eq!(err(&["-m", "lots"]).code, EX_USAGE);
+    }
+
+    #[test]
+    fn listen_lists_accumulate() {
+        let (s, _) = run(&["-l", "127.0.0.1,127.0.0.2:11300", "-l", "[::1]:11400"]).unwrap();
+        assert_eq!(
+            s.listen,
+            vec!["127.0.0.1", "127.0.0.2:11300", "[::1]:11400"]
+        );
+    }
+
+    #[test]
+    fn memcached_error_messages() {
+        let e = err(&["-Q"]);
+        assert_eq!(e.code, 1);
+        assert!(e
+            .message
+            .starts_with("cachalot: invalid option -- 'Q'\nIllegal argument"));
+        let e = err(&["-p"]);
+        assert!(e
+            .message
+            .starts_with("cachalot: option requires an argument -- 'p'"));
+        assert_eq!(err(&["--nope"]).code, 1);
+        assert_eq!(
+            err(&["-p", "99999"]).message,
+            "ERROR: Invalid port number 99999."
+        );
+        assert_eq!(err(&["-p", "99999"]).code, EX_USAGE);
+        assert_eq!(
+            err(&["-c", "0"]).message,
+            "Maximum connections must be greater than 0"
+        );
+        assert_eq!(
+            err(&["-t", "abc"]).message,
+            "Number of threads must be greater than 0"
+        );
+        assert_eq!(err(&["-f", "1.0"]).message, "Factor must be greater than 1");
+        assert_eq!(
+            err(&["-n", "0"]).message,
+            "Chunk size must be greater than 0"
+        );
+        assert_eq!(
+            err(&["-R", "0"]).message,
+            "Number of requests per event must be greater than 0"
+        );
+        let e = err(&["-B", "foo"]);
+        assert_eq!(
+            e.message,
+            "Invalid value for binding protocol: foo\n -- should be one of auto, binary, or ascii"
+        );
+        assert_eq!(e.code, EX_USAGE);
+        assert_eq!(
+            err(&["-I", "500"]).message,
+            "Item max size cannot be less than 1024 bytes."
+        );
+        assert_eq!(
+            err(&["-I", "40m"]).message,
+            "Cannot set item size limit higher than 1/2 of memory max."
+        );
+        assert_eq!(err(&["--help=x"]).code, 1);
+    }
+
+    #[test]
+    fn extended_options() {
+        let (s, w) = run(&[
+            "-o",
+            "slab_reassign,slab_automove=2,idle_timeout=5,hashpower=20",
+        ])
+        .unwrap();
+        assert!(s.engine.slab_reassign);
+        assert_eq!(s.engine.slab_automove, 2);
+        assert_eq!(s.idle_timeout, 5);
+        assert_eq!(s.hashpower_init, 20);
+        assert!(w.is_empty());
+        let (s, _) = run(&["-o", "no_lru_crawler,modern,no_slab_reassign,slab_automove"]).unwrap();
+        assert!(!s.lru_crawler);
+        assert!(!s.engine.slab_reassign);
+        assert_eq!(s.engine.slab_automove, 1);
+        assert_eq!(
+            err(&["-o", "foo=bar"]).message,
+            "Illegal suboption \"foo=bar\""
+        );
+        assert_eq!(err(&["-o", "foo=bar"]).code, 1);
+        assert_eq!(
+            err(&["-o", "slab_automove=5"]).message,
+            "slab_automove must be between 0 and 2"
+        );
+        assert_eq!(
+            err(&["-o", "hashpower=70"]).message,
+            "Initial hashtable multiplier of 70 is too high\n\
+             Choose a value based on \"STAT hash_power_level\" from a running instance"
+        );
+        assert_eq!(
+            err(&["-o", "idle_timeout"]).message,
+            "Missing numeric argument for idle_timeout"
+        );
+        assert_eq!(
+            err(&["-o", "tail_repair_time=5"]).message,
+            "Cannot set tail_repair_time to less than 10 seconds"
+        );
+        let (_, w) = run(&["-o", "ext_path=/tmp/x:1g"]).unwrap();
+        assert_eq!(w.len(), 1);
+    }
+
+    #[test]
+    fn udp_and_extra_words_warn() {
+        let (s, w) = run(&["-U", "11211", "stray"]).unwrap();
+        assert_eq!(s.udp_port, 0);
+        assert_eq!(w.len(), 2);
+        assert!(w.iter().any(|m| m.contains("UDP is not supported")));
+        let (_, w) = run(&["-U", "0"]).unwrap();
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn help_and_version_stop_parsing() {
+        let args: Vec<String> = ["-h", "-Q"].iter().map(|s| s.to_string()).collect();
+        assert!(matches!(parse(&args).unwrap().action, Action::Help));
+        let args: Vec<String> = ["-V"].iter().map(|s| s.to_string()).collect();
+        assert!(matches!(parse(&args).unwrap().action, Action::Version));
+        // An error before -h wins, as with getopt's sequential processing.
+        let args: Vec<String> = ["-c", "0", "-h"].iter().map(|s| s.to_string()).collect();
+        assert!(parse(&args).is_err());
+    }
+
+    #[test]
+    fn unix_socket_and_mask() {
+        let (s, _) = run(&["-s", "/tmp/c.sock", "-a", "755"]).unwrap();
+        assert_eq!(s.unix_socket, Some(PathBuf::from("/tmp/c.sock")));
+        assert_eq!(s.unix_mask, 0o755);
+        assert_eq!(err(&["-a", "999"]).code, EX_USAGE);
+    }
+}

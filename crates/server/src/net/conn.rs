@@ -1,0 +1,449 @@
+//! One client connection: its socket, read and write buffers and protocol
+//! handler, and the read → parse → write cycle a worker runs when the socket
+//! is ready.
+//!
+//! The shape follows memcached 1.6's connection state machine (`drive_machine`):
+//! read what is available, run every complete request in the buffer
+//! (pipelining), answer them with one write, yield after `-R` requests so one
+//! busy client cannot starve the others, and stop reading from a client that
+//! does not read its replies. Buffers come from a small per-worker pool and go
+//! back to it when the connection is idle, so thousands of idle connections
+//! cost almost nothing (memcached's `rbuf` release on idle does the same).
+
+use std::io::{self, ErrorKind, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::session::{self, Ctx, Handler, Step};
+use crate::settings::Settings;
+use crate::stats::{ConnEntry, ConnState, ThreadStats};
+
+/// Size of a pooled buffer (memcached's READ_BUFFER_SIZE).
+pub const BUF_SIZE: usize = 16 * 1024;
+/// Stop running requests (and reading) while this much output is unsent.
+pub const OUT_HIGH_WATER: usize = 256 * 1024;
+/// Output buffers that grew beyond this are freed instead of pooled.
+const OUT_KEEP: usize = 64 * 1024;
+/// Pooled buffers kept per worker; beyond that they are freed.
+const POOL_MAX: usize = 256;
+
+/// A TCP or unix-domain stream.
+pub enum Stream {
+    Tcp(mio::net::TcpStream),
+    Unix(mio::net::UnixStream),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl mio::event::Source for Stream {
+    fn register(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        interests: mio::Interest,
+    ) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.register(registry, token, interests),
+            Stream::Unix(s) => s.register(registry, token, interests),
+        }
+    }
+    fn reregister(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        interests: mio::Interest,
+    ) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.reregister(registry, token, interests),
+            Stream::Unix(s) => s.reregister(registry, token, interests),
+        }
+    }
+    fn deregister(&mut self, registry: &mio::Registry) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.deregister(registry),
+            Stream::Unix(s) => s.deregister(registry),
+        }
+    }
+}
+
+/// Per-worker free lists of buffers.
+#[derive(Default)]
+pub struct BufPool {
+    read: Vec<Vec<u8>>,
+    write: Vec<Vec<u8>>,
+}
+
+impl BufPool {
+    /// A zero-filled read buffer of `BUF_SIZE` bytes.
+    fn take_read(&mut self) -> Vec<u8> {
+        self.read.pop().unwrap_or_else(|| vec![0; BUF_SIZE])
+    }
+    fn give_read(&mut self, buf: Vec<u8>) {
+        // Grown buffers are dropped: this is how a connection shrinks back
+        // after one large request.
+        if buf.len() == BUF_SIZE && self.read.len() < POOL_MAX {
+            self.read.push(buf);
+        }
+    }
+    fn take_write(&mut self) -> Vec<u8> {
+        self.write
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BUF_SIZE))
+    }
+    fn give_write(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() <= OUT_KEEP && self.write.len() < POOL_MAX {
+            buf.clear();
+            self.write.push(buf);
+        }
+    }
+}
+
+/// What the worker should do with a connection after servicing it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Wait for the next readiness event.
+    Open,
+    /// Has more buffered work: service again after the other ready ones.
+    Yield,
+    /// Close it now.
+    Close,
+}
+
+/// Everything a connection needs from its worker while being serviced.
+pub struct Env<'a> {
+    pub ctx: Ctx<'a>,
+    pub pool: &'a mut BufPool,
+    /// The largest buffered request allowed (see `max_request`).
+    pub max_request: usize,
+    /// Clock reading for last-command times.
+    pub now: u32,
+}
+
+/// The largest request a connection may buffer before it is cut off: one
+/// value of `-I` plus its command line, or a long multi-get line.
+pub fn max_request(settings: &Settings) -> usize {
+    settings.engine.item_size_max + 2 * settings.max_line.max(1 << 20)
+}
+
+pub struct Conn {
+    pub stream: Stream,
+    pub entry: Arc<ConnEntry>,
+    handler: Option<Box<dyn Handler>>,
+    /// Read buffer: bytes `rpos..rend` are received but not yet consumed.
+    /// Empty (no allocation) while the connection is idle.
+    rbuf: Vec<u8>,
+    rpos: usize,
+    rend: usize,
+    /// Output: bytes `wpos..` are not yet written.
+    wbuf: Vec<u8>,
+    wpos: usize,
+    /// The peer closed its side; finish what was received, then close.
+    eof: bool,
+    /// The handler asked to close after the output is flushed.
+    closing: bool,
+}
+
+enum Processed {
+    /// Every complete request was run; more bytes are needed.
+    NeedMore,
+    /// `-R` requests were run and input remains.
+    Budget,
+    /// Enough output is pending that it must be written first.
+    OutputFull,
+    /// The handler asked to close.
+    Closing,
+}
+
+enum Filled {
+    Data,
+    WouldBlock,
+    Eof,
+    /// The request does not fit in `max_request`.
+    TooBig,
+}
+
+impl Conn {
+    pub fn new(stream: Stream, entry: Arc<ConnEntry>) -> Conn {
+        Conn {
+            stream,
+            entry,
+            handler: None,
+            rbuf: Vec::new(),
+            rpos: 0,
+            rend: 0,
+            wbuf: Vec::new(),
+            wpos: 0,
+            eof: false,
+            closing: false,
+        }
+    }
+
+    /// Bytes of output not yet written.
+    fn pending_out(&self) -> usize {
+        self.wbuf.len() - self.wpos
+    }
+
+    /// Whether the connection waits for a command (for `-o idle_timeout`).
+    pub fn is_idle(&self) -> bool {
+        self.rpos == self.rend && self.pending_out() == 0
+    }
+
+    /// Run the read → process → write cycle until the socket would block,
+    /// the request budget is spent, or the connection must close.
+    pub fn service(&mut self, env: &mut Env<'_>) -> Status {
+        let status = self.cycle(env);
+        if status != Status::Close {
+            self.release_idle_buffers(env.pool);
+        }
+        status
+    }
+
+    fn cycle(&mut self, env: &mut Env<'_>) -> Status {
+        let mut reqs = 0usize;
+        loop {
+            // Replies are batched: write only when closing, when a lot is
+            // pending, or (below) when the socket has nothing more to read.
+            if (self.closing || self.pending_out() > OUT_HIGH_WATER)
+                && self.flush(env.ctx.stats).is_err()
+            {
+                return Status::Close;
+            }
+            if self.closing {
+                return self.close_when_flushed();
+            }
+            if self.pending_out() > OUT_HIGH_WATER {
+                // A slow reader: stop reading and parsing until the socket
+                // drains (a writable event brings us back).
+                self.entry.set_state(ConnState::MWrite);
+                return Status::Open;
+            }
+            match self.process(env, &mut reqs) {
+                Processed::NeedMore => {}
+                Processed::OutputFull | Processed::Closing => continue,
+                Processed::Budget => return Status::Yield,
+            }
+            if self.eof {
+                // Everything complete was answered; the rest can never complete.
+                self.closing = true;
+                continue;
+            }
+            match self.fill(env) {
+                Filled::Data => continue,
+                Filled::Eof => {
+                    self.eof = true;
+                    continue;
+                }
+                Filled::TooBig => {
+                    if env.ctx.settings.verbose > 0 {
+                        eprintln!(
+                            "<{} request larger than {} bytes, closing",
+                            self.entry.id, env.max_request
+                        );
+                    }
+                    return Status::Close;
+                }
+                Filled::WouldBlock => {
+                    if self.pending_out() > 0 && self.flush(env.ctx.stats).is_err() {
+                        return Status::Close;
+                    }
+                    self.set_wait_state();
+                    return Status::Open;
+                }
+            }
+        }
+    }
+
+    fn close_when_flushed(&mut self) -> Status {
+        if self.pending_out() == 0 {
+            Status::Close
+        } else {
+            self.entry.set_state(ConnState::Closing);
+            Status::Open
+        }
+    }
+
+    /// The state `stats conns` shows while we wait for the socket.
+    fn set_wait_state(&self) {
+        let state = if self.pending_out() > 0 {
+            ConnState::MWrite
+        } else if self.rpos == self.rend {
+            ConnState::Read
+        } else {
+            // A command line is buffered but its data block is incomplete
+            // (text: a "\n" was seen; binary: a whole 24-byte header is in).
+            let pending = &self.rbuf[self.rpos..self.rend];
+            let binary = pending.first() == Some(&session::BINARY_REQUEST_MAGIC);
+            if (binary && pending.len() >= 24) || (!binary && pending.contains(&b'\n')) {
+                ConnState::NRead
+            } else {
+                ConnState::Read
+            }
+        };
+        self.entry.set_state(state);
+    }
+
+    /// Run complete requests from the read buffer through the handler.
+    fn process(&mut self, env: &mut Env<'_>, reqs: &mut usize) -> Processed {
+        if self.rpos == self.rend {
+            return Processed::NeedMore;
+        }
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = env.pool.take_write();
+        }
+        self.entry.set_state(ConnState::ParseCmd);
+        let handler = self.handler.get_or_insert_with(|| {
+            session::new_handler(env.ctx.settings.protocol, self.rbuf[self.rpos])
+        });
+        let mut result = Processed::NeedMore;
+        let mut ran = false;
+        while self.rpos < self.rend {
+            let input = &self.rbuf[self.rpos..self.rend];
+            // The text handler enforces `-R` itself and counts the yield; a
+            // rise of conn_yields during the step is how we learn it stopped
+            // for that reason rather than at an incomplete request.
+            let yields_before = env.ctx.stats.conn_yields.load(Ordering::Relaxed);
+            match handler.step(&env.ctx, input, &mut self.wbuf) {
+                // A handler that consumes nothing must not spin forever.
+                Step::Consumed(0) | Step::NeedMore => break,
+                Step::Consumed(n) => {
+                    self.rpos += n.min(input.len());
+                    ran = true;
+                    *reqs += 1;
+                }
+                Step::Close(n) => {
+                    self.rpos += n.min(input.len());
+                    ran = true;
+                    self.closing = true;
+                    result = Processed::Closing;
+                    break;
+                }
+            }
+            if self.rpos < self.rend {
+                if env.ctx.stats.conn_yields.load(Ordering::Relaxed) != yields_before {
+                    result = Processed::Budget;
+                    break;
+                }
+                if *reqs >= env.ctx.settings.reqs_per_event {
+                    // A handler without its own budget: count the yield here.
+                    ThreadStats::bump(&env.ctx.stats.conn_yields);
+                    result = Processed::Budget;
+                    break;
+                }
+                if self.wbuf.len() - self.wpos > OUT_HIGH_WATER {
+                    result = Processed::OutputFull;
+                    break;
+                }
+            }
+        }
+        if ran {
+            self.entry.touch(env.now);
+        }
+        if self.rpos == self.rend {
+            self.rpos = 0;
+            self.rend = 0;
+        }
+        result
+    }
+
+    /// Read what the socket has into the read buffer, growing it only when a
+    /// single incomplete request fills it.
+    fn fill(&mut self, env: &mut Env<'_>) -> Filled {
+        if self.rbuf.is_empty() {
+            self.rbuf = env.pool.take_read();
+        }
+        if self.rend == self.rbuf.len() {
+            if self.rpos > 0 {
+                // Move the partial request to the front.
+                self.rbuf.copy_within(self.rpos..self.rend, 0);
+                self.rend -= self.rpos;
+                self.rpos = 0;
+            } else {
+                // One request larger than the buffer: grow (doubling), capped.
+                if self.rbuf.len() >= env.max_request {
+                    return Filled::TooBig;
+                }
+                let new_len = (self.rbuf.len() * 2).min(env.max_request);
+                self.rbuf.resize(new_len, 0);
+            }
+        }
+        loop {
+            match self.stream.read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => return Filled::Eof,
+                Ok(n) => {
+                    self.rend += n;
+                    env.ctx
+                        .stats
+                        .bytes_read
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    return Filled::Data;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Filled::WouldBlock,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                // ECONNRESET and friends: nothing more will come.
+                Err(_) => return Filled::Eof,
+            }
+        }
+    }
+
+    /// Write pending output; `Err` means the peer is gone.
+    fn flush(&mut self, stats: &ThreadStats) -> io::Result<()> {
+        while self.wpos < self.wbuf.len() {
+            match self.stream.write(&self.wbuf[self.wpos..]) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.wpos += n;
+                    stats.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        if self.wpos == self.wbuf.len() {
+            self.wbuf.clear();
+            self.wpos = 0;
+        } else if self.wpos > self.wbuf.len() / 2 {
+            // Keep the unsent tail at the front so the buffer does not creep.
+            self.wbuf.drain(..self.wpos);
+            self.wpos = 0;
+        }
+        Ok(())
+    }
+
+    /// Hand empty buffers back to the pool while waiting for the client.
+    fn release_idle_buffers(&mut self, pool: &mut BufPool) {
+        if self.rpos == self.rend && !self.rbuf.is_empty() {
+            pool.give_read(std::mem::take(&mut self.rbuf));
+            self.rpos = 0;
+            self.rend = 0;
+        }
+        if self.pending_out() == 0 && self.wbuf.capacity() > 0 {
+            pool.give_write(std::mem::take(&mut self.wbuf));
+            self.wpos = 0;
+        }
+    }
+
+    /// Best-effort final write at shutdown (no waiting).
+    pub fn flush_now(&mut self, stats: &ThreadStats) {
+        let _ = self.flush(stats);
+    }
+}

@@ -1,0 +1,160 @@
+//! The few process-level operations memcached performs at start-up that need
+//! raw libc calls: daemonizing (`-d`, memcached's `daemon.c`), dropping root
+//! (`-u`), resource limits (`-c`, `-r`) and `mlockall` (`-k`).
+//!
+//! This is the only module with `unsafe`: each block is one FFI call with
+//! plain-data arguments, and all of them run before any thread is started.
+
+use std::ffi::CString;
+use std::io;
+
+use super::cli::{EX_NOUSER, EX_OSERR, EX_USAGE};
+
+/// Whether the process runs as root (real or effective).
+pub fn is_root() -> bool {
+    // SAFETY: getuid/geteuid take no arguments and cannot fail.
+    unsafe { libc::getuid() == 0 || libc::geteuid() == 0 }
+}
+
+/// memcached refuses to run as root without `-u`; with it, become that user.
+/// Returns memcached's message and exit code on failure.
+pub fn drop_privileges(user: Option<&str>) -> Result<(), (String, i32)> {
+    if !is_root() {
+        return Ok(());
+    }
+    let Some(user) = user.filter(|u| !u.is_empty()) else {
+        return Err((
+            "can't run as root without the -u switch".to_string(),
+            EX_USAGE,
+        ));
+    };
+    let not_found = || {
+        (
+            format!("can't find the user {user} to switch to"),
+            EX_NOUSER,
+        )
+    };
+    let cname = CString::new(user).map_err(|_| not_found())?;
+    // SAFETY: `cname` is a valid NUL-terminated string; getpwnam returns NULL
+    // or a pointer to static storage that we read before any other call (and
+    // no other thread exists yet that could call it concurrently).
+    let pw = unsafe { libc::getpwnam(cname.as_ptr()) };
+    if pw.is_null() {
+        return Err(not_found());
+    }
+    // SAFETY: `pw` was just checked to be non-NULL and points to a passwd.
+    let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+    let fail = || {
+        (
+            format!("failed to assume identity of user {user}"),
+            EX_OSERR,
+        )
+    };
+    // SAFETY: setgroups with a zero count reads no memory; setgid/setuid take
+    // plain integers. Order matters: groups and gid first, while still root.
+    unsafe {
+        if libc::setgroups(0, std::ptr::null()) != 0 {
+            return Err(fail());
+        }
+        if libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+            return Err(fail());
+        }
+    }
+    Ok(())
+}
+
+/// Make sure `needed` file descriptors can be open (memcached raises
+/// RLIMIT_NOFILE to `-c`). Raises the soft limit, and the hard one if allowed.
+pub fn ensure_nofile(needed: u64) -> Result<(), (String, i32)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(("failed to getrlimit number of files".to_string(), EX_OSERR));
+    }
+    if lim.rlim_cur >= needed {
+        return Ok(());
+    }
+    let wanted = libc::rlimit {
+        rlim_cur: needed,
+        rlim_max: lim.rlim_max.max(needed),
+    };
+    // SAFETY: `wanted` is a valid rlimit struct, read only.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) } != 0 {
+        return Err((
+            "failed to set rlimit for open files. Try starting as root or requesting smaller \
+             maxconns value."
+                .to_string(),
+            EX_OSERR,
+        ));
+    }
+    Ok(())
+}
+
+/// `-r`: allow core files as large as the hard limit permits.
+pub fn raise_core_limit() -> io::Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid, writable rlimit struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_CORE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: valid rlimit struct, read only.
+    if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `-k`: lock current and future pages in memory.
+pub fn lock_memory() -> io::Result<()> {
+    // SAFETY: mlockall takes flags only.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `-d`: fork, let the parent exit 0, start a new session; unless `keep_cwd`
+/// change to `/`; unless `keep_stdio` (memcached keeps them when verbose)
+/// point stdin/stdout/stderr at /dev/null. Must run before threads exist.
+pub fn daemonize(keep_cwd: bool, keep_stdio: bool) -> io::Result<()> {
+    use std::io::Write;
+    let _ = io::stdout().flush();
+    let _ = io::stderr().flush();
+    // SAFETY: the process is single-threaded here, so the child inherits a
+    // consistent state; the parent leaves with _exit, running no destructors
+    // that would double-flush or remove files the child still uses.
+    match unsafe { libc::fork() } {
+        -1 => return Err(io::Error::last_os_error()),
+        0 => {}
+        // SAFETY: _exit never returns and touches no Rust state.
+        _ => unsafe { libc::_exit(0) },
+    }
+    // SAFETY: setsid takes no arguments.
+    if unsafe { libc::setsid() } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    if !keep_cwd {
+        std::env::set_current_dir("/")?;
+    }
+    if !keep_stdio {
+        use std::os::fd::AsRawFd;
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")?;
+        for fd in 0..3 {
+            // SAFETY: both descriptors are open; dup2 replaces fd atomically.
+            if unsafe { libc::dup2(null.as_raw_fd(), fd) } == -1 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}

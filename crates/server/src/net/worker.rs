@@ -1,0 +1,275 @@
+//! A worker thread: one mio event loop serving the connections the acceptor
+//! hands it (memcached's `worker_libevent` threads, with the connection queue
+//! plus eventfd wake-up replaced by a mutex-protected inbox and a mio Waker).
+//!
+//! Sockets are registered once for both readable and writable edges, so a
+//! connection never needs a re-registration syscall when it switches from
+//! reading to waiting for a slow client to drain its replies.
+
+use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cachalot_engine::Cache;
+use mio::{Events, Interest, Poll, Token, Waker};
+use parking_lot::Mutex;
+
+use super::conn::{max_request, BufPool, Conn, Env, Status, Stream};
+use crate::session::Ctx;
+use crate::settings::Settings;
+use crate::stats::{ConnEntry, ConnState, Shared, ThreadStats};
+
+/// The waker's token; connection tokens are slot indexes below it.
+pub const WAKE_TOKEN: Token = Token(usize::MAX);
+
+/// A freshly accepted connection on its way to a worker.
+pub struct NewConn {
+    pub stream: Stream,
+    /// memcached's `conn_to_str` of the peer.
+    pub addr: String,
+    /// The listener's name.
+    pub listen_addr: String,
+}
+
+/// The acceptor's handle on a worker.
+pub struct WorkerHandle {
+    pub inbox: Arc<Mutex<Vec<NewConn>>>,
+    pub waker: Arc<Waker>,
+}
+
+impl WorkerHandle {
+    /// Queue a connection and wake the worker.
+    pub fn send(&self, conn: NewConn) {
+        self.inbox.lock().push(conn);
+        let _ = self.waker.wake();
+    }
+}
+
+pub struct Worker {
+    poll: Poll,
+    inbox: Arc<Mutex<Vec<NewConn>>>,
+    cache: Arc<Cache>,
+    settings: Arc<Settings>,
+    shared: Arc<Shared>,
+    stats: Arc<ThreadStats>,
+    /// Open client connections (shared with the acceptor for `-c`).
+    clients: Arc<std::sync::atomic::AtomicUsize>,
+    /// Connection slots; a token is an index.
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    pool: BufPool,
+    /// Connections that yielded with work left (`-R`).
+    ready: VecDeque<usize>,
+}
+
+impl Worker {
+    /// Create a worker and the handle the acceptor uses to feed it.
+    pub fn new(
+        cache: Arc<Cache>,
+        settings: Arc<Settings>,
+        shared: Arc<Shared>,
+        stats: Arc<ThreadStats>,
+        clients: Arc<std::sync::atomic::AtomicUsize>,
+    ) -> std::io::Result<(Worker, WorkerHandle)> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKE_TOKEN)?);
+        let inbox = Arc::new(Mutex::new(Vec::new()));
+        let handle = WorkerHandle {
+            inbox: inbox.clone(),
+            waker,
+        };
+        Ok((
+            Worker {
+                poll,
+                inbox,
+                cache,
+                settings,
+                shared,
+                stats,
+                clients,
+                conns: Vec::new(),
+                free: Vec::new(),
+                pool: BufPool::default(),
+                ready: VecDeque::new(),
+            },
+            handle,
+        ))
+    }
+
+    /// Serve until the shared shutdown flag is set, then close everything.
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let idle_timeout = self.settings.idle_timeout;
+        let mut last_idle_check = Instant::now();
+        loop {
+            let timeout = if !self.ready.is_empty() {
+                Some(Duration::ZERO)
+            } else if idle_timeout > 0 {
+                Some(Duration::from_secs(1))
+            } else {
+                None
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    eprintln!("worker poll failed: {e}");
+                    break;
+                }
+            }
+            if self.shared.shutdown.load(Ordering::Acquire) {
+                break;
+            }
+            for event in events.iter() {
+                match event.token() {
+                    WAKE_TOKEN => self.accept_new(),
+                    Token(slot) => self.service(slot),
+                }
+            }
+            for _ in 0..self.ready.len() {
+                if let Some(slot) = self.ready.pop_front() {
+                    self.service(slot);
+                }
+            }
+            if idle_timeout > 0 && last_idle_check.elapsed() >= Duration::from_secs(1) {
+                last_idle_check = Instant::now();
+                self.close_idle(idle_timeout);
+            }
+        }
+        self.close_all();
+    }
+
+    fn accept_new(&mut self) {
+        let new: Vec<NewConn> = std::mem::take(&mut *self.inbox.lock());
+        let now = self.cache.clock().now();
+        for nc in new {
+            let mut stream = nc.stream;
+            let fd = match &stream {
+                Stream::Tcp(s) => s.as_raw_fd(),
+                Stream::Unix(s) => s.as_raw_fd(),
+            };
+            let slot = match self.free.pop() {
+                Some(s) => s,
+                None => {
+                    self.conns.push(None);
+                    self.conns.len() - 1
+                }
+            };
+            if let Err(e) = self.poll.registry().register(
+                &mut stream,
+                Token(slot),
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                if self.settings.verbose > 0 {
+                    eprintln!("failed to register connection: {e}");
+                }
+                self.free.push(slot);
+                self.clients.fetch_sub(1, Ordering::AcqRel);
+                continue;
+            }
+            let entry = Arc::new(ConnEntry::new(
+                fd as u64,
+                nc.addr,
+                nc.listen_addr,
+                ConnState::NewCmd,
+                now,
+            ));
+            self.shared.register_conn(entry.clone());
+            if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
+                // memcached's wording, period included or not.
+                eprintln!(
+                    "<{fd} new {}",
+                    match self.settings.protocol {
+                        crate::settings::ProtocolChoice::Auto =>
+                            "auto-negotiating client connection",
+                        crate::settings::ProtocolChoice::Ascii => "ascii client connection.",
+                        crate::settings::ProtocolChoice::Binary => "binary client connection.",
+                    }
+                );
+            }
+            self.conns[slot] = Some(Conn::new(stream, entry));
+            // Data may already be waiting; the registration's first edge
+            // reports it, so nothing else to do here.
+        }
+    }
+
+    fn service(&mut self, slot: usize) {
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return; // closed earlier in this round
+        };
+        let mut env = Env {
+            ctx: Ctx {
+                cache: &self.cache,
+                settings: &self.settings,
+                shared: &self.shared,
+                stats: &self.stats,
+                conn_id: conn.entry.id,
+            },
+            pool: &mut self.pool,
+            max_request: max_request(&self.settings),
+            now: self.cache.clock().now(),
+        };
+        match conn.service(&mut env) {
+            Status::Open => {}
+            Status::Yield => {
+                if !self.ready.contains(&slot) {
+                    self.ready.push_back(slot);
+                }
+            }
+            Status::Close => self.close(slot),
+        }
+    }
+
+    fn close(&mut self, slot: usize) {
+        let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        // Unregister before the fd is closed (dropped) so the number cannot
+        // be reused by a new connection while still listed.
+        self.shared.unregister_conn(conn.entry.id);
+        if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
+            eprintln!("<{} connection closed.", conn.entry.id);
+        }
+        drop(conn);
+        self.clients.fetch_sub(1, Ordering::AcqRel);
+        self.free.push(slot);
+    }
+
+    /// `-o idle_timeout`: close connections waiting for a command too long
+    /// (memcached's `conn_timeout_thread` only touches idle states as well).
+    fn close_idle(&mut self, idle_timeout: u64) {
+        let now = self.cache.clock().now();
+        let stale: Vec<usize> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, c)| {
+                let c = c.as_ref()?;
+                let idle_for = now.saturating_sub(c.entry.last_cmd()) as u64;
+                (c.is_idle() && idle_for > idle_timeout).then_some(slot)
+            })
+            .collect();
+        for slot in stale {
+            if self.settings.verbose > 0 {
+                if let Some(Some(c)) = self.conns.get(slot) {
+                    eprintln!("<{} idle timeout, closing", c.entry.id);
+                }
+            }
+            self.close(slot);
+        }
+    }
+
+    fn close_all(&mut self) {
+        for nc in std::mem::take(&mut *self.inbox.lock()) {
+            drop(nc);
+            self.clients.fetch_sub(1, Ordering::AcqRel);
+        }
+        for slot in 0..self.conns.len() {
+            if let Some(Some(conn)) = self.conns.get_mut(slot) {
+                conn.flush_now(&self.stats);
+            }
+            self.close(slot);
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! Shared helper for end-to-end tests: run the real `cachalot` binary on a
+//! free 127.0.0.1 port, wait until it accepts, and kill it when dropped.
+//!
+//! Which binary: `$CACHALOT_BIN` if set (scripts/test.sh points it at the
+//! release build); otherwise `cachalot` next to this test executable's
+//! `deps/` directory, i.e. `$CARGO_TARGET_DIR/<profile>/cachalot`, the one
+//! `cargo build -p cachalot` produced for the same profile. Nothing is built
+//! here (`env!("CARGO_BIN_EXE_cachalot")` only exists inside the cachalot
+//! package), so build the binary before `cargo test -p cachalot-server`;
+//! `cargo build --workspace` or scripts/test.sh do it.
+//!
+//! Arguments are appended after the helper's defaults, so a test's `-p`, `-l`
+//! or `-u` win (memcached-style last-one-wins); the defaults are only added
+//! when the test did not give them. `-u root` is always passed unless the
+//! test has `-u`: cachalot, like memcached, refuses to run as root without
+//! it, and ignores it when not root.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to start accepting.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The `cachalot` binary under test (see the module comment).
+pub fn cachalot_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("CACHALOT_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test-binary> -> target/<profile>/cachalot
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps");
+    profile_dir.join("cachalot")
+}
+
+/// A unique scratch path in the temp dir (log files, unix sockets, pid files).
+pub fn temp_path(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    std::env::temp_dir().join(format!(
+        "cachalot-test-{}-{}-{tag}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind 127.0.0.1:0")
+}
+
+fn has_flag(args: &[&str], short: &str, long: &str) -> bool {
+    args.iter()
+        .any(|a| a.starts_with(short) && !a.starts_with("--") || a.starts_with(long))
+}
+
+/// A running cachalot process, killed on drop.
+pub struct Server {
+    child: Child,
+    addr: SocketAddr,
+    unix: Option<PathBuf>,
+    log: PathBuf,
+}
+
+/// Start `cachalot` with these extra arguments (panics if it does not come up).
+pub fn spawn_server(args: &[&str]) -> Server {
+    Server::start(args)
+}
+
+impl Server {
+    /// Start `cachalot` with these extra arguments (panics if it does not come up).
+    pub fn start(args: &[&str]) -> Server {
+        // A free port can be taken by someone else before the server binds
+        // it: retry a few times on "Address already in use".
+        let mut last = String::new();
+        for _ in 0..5 {
+            match Server::try_start(args) {
+                Ok(s) => return s,
+                Err(e) if e.contains("Address already in use") => last = e,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("{last}");
+    }
+
+    /// Start and wait until it accepts; `Err` carries the exit status and
+    /// stderr if it exited or timed out instead.
+    pub fn try_start(args: &[&str]) -> Result<Server, String> {
+        let bin = cachalot_bin();
+        if !bin.exists() {
+            return Err(format!(
+                "cachalot binary not found at {}: run `cargo build -p cachalot` \
+                 (same profile) first, or set CACHALOT_BIN",
+                bin.display()
+            ));
+        }
+        let port = free_port();
+        let mut full: Vec<String> = Vec::new();
+        let unix = args
+            .iter()
+            .position(|a| *a == "-s" || a.starts_with("--unix-socket"))
+            .and_then(|i| {
+                if let Some(v) = args[i].strip_prefix("--unix-socket=") {
+                    Some(PathBuf::from(v))
+                } else {
+                    args.get(i + 1).map(PathBuf::from)
+                }
+            });
+        if !has_flag(args, "-p", "--port") {
+            full.extend(["-p".into(), port.to_string()]);
+        }
+        if !has_flag(args, "-l", "--listen") {
+            full.extend(["-l".into(), "127.0.0.1".into()]);
+        }
+        if !has_flag(args, "-U", "--udp-port") {
+            full.extend(["-U".into(), "0".into()]);
+        }
+        if !has_flag(args, "-u", "--user") {
+            full.extend(["-u".into(), "root".into()]);
+        }
+        full.extend(args.iter().map(|s| s.to_string()));
+        let port = port_from_args(&full).unwrap_or(port);
+
+        let log = temp_path("stderr.log");
+        let stderr = std::fs::File::create(&log).map_err(|e| format!("log file: {e}"))?;
+        let child = Command::new(&bin)
+            .args(&full)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
+        let mut server = Server {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            unix,
+            log,
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let up = match &server.unix {
+                Some(path) => UnixStream::connect(path).is_ok(),
+                None => {
+                    TcpStream::connect_timeout(&server.addr, Duration::from_millis(200)).is_ok()
+                }
+            };
+            if up {
+                return Ok(server);
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(format!(
+                    "cachalot {full:?} exited with {status} before accepting; stderr:\n{}",
+                    server.stderr()
+                ));
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "cachalot {full:?} did not accept within {START_TIMEOUT:?}; stderr:\n{}",
+                    server.stderr()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The TCP address (127.0.0.1:port).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A TCP connection with 10 s timeouts, so a hung server fails the test.
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).expect("connect to cachalot");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    /// Send `request`, then read until the reply ends with `end` (or the
+    /// server closes the connection); returns what was read.
+    pub fn ask(&self, request: &[u8], end: &[u8]) -> Vec<u8> {
+        let mut s = self.connect();
+        s.write_all(request).unwrap();
+        read_until(&mut s, end)
+    }
+
+    /// What the server wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether the process has exited (and its status).
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Wait up to `timeout` for the process to exit on its own.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.try_wait() {
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Send a signal (e.g. libc::SIGTERM) with the `kill` command.
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .args([format!("-{name}"), self.pid().to_string()])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "kill -{name} {}", self.pid());
+    }
+}
+
+/// Read until the data ends with `end`, EOF, or the socket's timeout.
+pub fn read_until(s: &mut impl Read, end: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while !out.ends_with(end) {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    out
+}
+
+/// The `-p` value in an argument list (last one wins).
+fn port_from_args(args: &[String]) -> Option<u16> {
+    let mut port = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "-p" || a == "--port" {
+            port = it.next().and_then(|v| v.parse().ok());
+        } else if let Some(v) = a.strip_prefix("--port=") {
+            port = v.parse().ok();
+        } else if let Some(v) = a.strip_prefix("-p") {
+            if !v.is_empty() {
+                port = v.parse().ok();
+            }
+        }
+    }
+    port
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
