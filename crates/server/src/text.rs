@@ -44,6 +44,9 @@ const MAX_LEADING_SPACES: usize = 100;
 pub struct AsciiHandler {
     /// Bytes of a refused data block still to discard.
     swallow: usize,
+    /// Length of the output buffer when the current `step` began: replies
+    /// after it are not sent yet (see `retrieve` for why that matters).
+    batch_start: usize,
 }
 
 /// What one request did with the bytes after its line.
@@ -103,6 +106,7 @@ impl Handler for AsciiHandler {
     fn step(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut Vec<u8>) -> Step {
         let mut pos = 0;
         let mut handled = 0usize;
+        self.batch_start = out.len();
         let budget = ctx.settings.reqs_per_event.max(1);
         loop {
             if self.swallow > 0 {
@@ -173,10 +177,10 @@ impl AsciiHandler {
             }
         };
         match cmd {
-            TextCommand::Get { keys, cas } => retrieve(ctx, keys, cas, None, out),
+            TextCommand::Get { keys, cas } => retrieve(ctx, keys, cas, None, self.batch_start, out),
             TextCommand::Gat { exptime, keys, cas } => {
                 let expiry = ctx.cache.clock().expiry(i64::from(exptime));
-                retrieve(ctx, keys, cas, Some(expiry), out)
+                retrieve(ctx, keys, cas, Some(expiry), self.batch_start, out)
             }
             TextCommand::Store {
                 kind,
@@ -355,18 +359,23 @@ fn write_value(out: &mut Vec<u8>, item: &ItemRef<'_>, with_cas: bool) {
 }
 
 /// get/gets/bget (touch = None) and gat/gats (touch = new expiry).
+///
+/// A key over 250 bytes aborts the command with `CLIENT_ERROR bad command line
+/// format`, and memcached then discards *every* reply it has not sent yet
+/// (`conn_release_items`): the values of this command and the replies of the
+/// commands pipelined before it in the same read. We do the same for the
+/// replies produced since this `step` began (`batch_start`).
 fn retrieve(
     ctx: &Ctx<'_>,
     keys: Keys<'_>,
     with_cas: bool,
     touch: Option<Expiry>,
+    batch_start: usize,
     out: &mut Vec<u8>,
 ) {
-    let start = out.len();
     for key in keys {
         if key.len() > KEY_MAX_LENGTH {
-            // memcached drops the values already queued and sends only the error.
-            out.truncate(start);
+            out.truncate(batch_start);
             reply(out, false, TextError::KeyTooLong.message());
             return;
         }
@@ -769,6 +778,18 @@ mod tests {
         assert_eq!(
             r.ask(line.as_bytes()),
             "CLIENT_ERROR bad command line format\r\n"
+        );
+        // Replies of earlier commands in the same batch are dropped too, but
+        // not output that was already there before the batch.
+        let ctx = r.ctx();
+        let mut h = AsciiHandler::new();
+        let mut out = b"earlier".to_vec();
+        let input = format!("version\r\nget a {} a\r\nversion\r\n", "k".repeat(251));
+        let step = h.step(&ctx, input.as_bytes(), &mut out);
+        assert_eq!(step, Step::Consumed(input.len()));
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "earlierCLIENT_ERROR bad command line format\r\nVERSION 1.6.18\r\n"
         );
     }
 
