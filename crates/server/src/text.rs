@@ -879,9 +879,11 @@ mod tests {
         assert_eq!(r.ask(b"flush_all\r\n"), "OK\r\n");
         assert_eq!(r.stat("cmd_flush"), "1");
 
-        let mut s = Settings::default();
-        s.shutdown_enabled = true;
-        s.flush_enabled = false;
+        let mut s = Settings {
+            shutdown_enabled: true,
+            flush_enabled: false,
+            ..Settings::default()
+        };
         s.engine.slab_reassign = false;
         let r = Rig::with(s);
         assert_eq!(
@@ -903,9 +905,10 @@ mod tests {
 
     #[test]
     fn request_budget_yields() {
-        let mut s = Settings::default();
-        s.reqs_per_event = 2;
-        let r = Rig::with(s);
+        let r = Rig::with(Settings {
+            reqs_per_event: 2,
+            ..Settings::default()
+        });
         let ctx = r.ctx();
         let mut h = AsciiHandler::new();
         let mut out = Vec::new();
