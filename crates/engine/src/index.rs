@@ -1,49 +1,1010 @@
-//! The hash index (Cavast, section 4.3): 64-byte buckets of tagged slots with
-//! localized expansion. See the module documentation below once implemented.
+//! The hash index: key hash → item location, in about 9-10 bytes per item.
+//!
+//! Design from Cavast (`../shared/seeds/004_*`, section 4.3 "Cache-friendly
+//! Hash Indexing"): cache-line buckets of tagged slots, so a lookup reads one
+//! line and touches an item only on a tag match, and *localized expansion*, so
+//! an overloaded bucket grows a few sub-buckets instead of the whole table
+//! being rebuilt. memcached's `assoc.c` supplies the other half: when the table
+//! itself must grow, a cursor migrates it a few buckets per insert.
+//!
+//! # Slot layout
+//!
+//! A bucket is one 64-byte line (`bucket.rs`): ten 48-bit slots and a 32-bit
+//! metadata word.
+//!
+//! ```text
+//! bytes  0..20  hi[10]: u16   tag (12 bits) << 4 | loc bits 32..36
+//! bytes 20..60  lo[10]: u32   loc bits 0..32
+//! bytes 60..64  meta:   u32   primary bucket: overflow sub-bucket (16) | tag filter (16)
+//!                             sub-bucket:     child for bit 0 (16)     | child for bit 1 (16)
+//! ```
+//!
+//! Cavast packs 6 slots of 16-bit tag + 64-bit pointer; locations here are
+//! slab coordinates below 2^36 ([`LOC_BITS`]), so a 6-byte slot fits ten per
+//! line, which is what makes the memory target reachable. Tag 0 marks an empty
+//! slot. The 64-bit key hash is cut into independent fields:
+//!
+//! ```text
+//! bits 32..64  which primary bucket: (h >> 32) * buckets >> 32 (any table size)
+//! bits 12..32  which child, one bit per sub-bucket level (20 levels)
+//! bits  0..12  tag (0 folded onto 1); its low 4 bits pick the filter bit
+//! ```
+//!
+//! # Expansion
+//!
+//! 1. *Local* (Cavast's sub-buckets, `segment.rs`). A full primary bucket gets
+//!    one overflow sub-bucket; a full sub-bucket gets up to two children chosen
+//!    by the next hash bit, forming a small binary tree. Removals pull an entry
+//!    up from a leaf, so inner nodes stay full and sub-buckets are freed as soon
+//!    as they empty. A lookup reads the primary line, and reads a sub-bucket
+//!    only if the primary bucket's 16-bit tag filter says an entry with that tag
+//!    may live below (a miss on an overflowing bucket usually stops at one line).
+//!    Sub-buckets come from a pool per *segment* of 1024 primary buckets,
+//!    addressed with 16-bit indices. Unlike Cavast's single fan-out of four, the
+//!    first overflow level is one node shared by all hash bits: most overflowing
+//!    buckets hold one or two extra entries, and four sub-buckets for them would
+//!    cost more memory than the rest of the table.
+//! 2. *Global*, only when sub-buckets become common: when the pools hold at
+//!    least 2/3 of a sub-bucket per primary bucket *and* the load is at least 9
+//!    entries per primary bucket (so a skewed key set cannot inflate a sparse
+//!    table), the table grows by 1.5x. The new table is filled incrementally:
+//!    a cursor walks the old buckets, each insert first moves two of them (their
+//!    entries are re-hashed with the engine's `hash_of`, since slots keep only 12
+//!    hash bits), and lookups below the cursor go to the new table. Bucket
+//!    choice is monotone in the hash, so old bucket `i` only feeds new buckets
+//!    near `1.5 * i`: new segments are allocated just ahead of the cursor and
+//!    old segments (with their pools) are freed just behind it, and the index
+//!    never holds both tables in full. A growth factor of 1.5 rather than 2 keeps
+//!    the load between about 8 and 12 entries per bucket, at the price of
+//!    re-hashing each entry twice per doubling of the item count.
+//!
+//! # Memory per item
+//!
+//! Measured by `density_report` (`cargo test --release -p cachalot-engine
+//! index::tests::density_report -- --ignored --nocapture`), inserting random
+//! hashes into an index created with `with_capacity(0)`; bytes include
+//! everything `memory_bytes` counts (buckets, pools, directories):
+//!
+//! ```text
+//! DENSITY_TABLE
+//! ```
+//!
+//! Lines per lookup are the 64-byte index lines read (primary + sub-buckets),
+//! not counting the item itself. The figure oscillates with the growth cycle
+//! between about 8.9 bytes (just before a growth) and 9.9 (just after).
+//!
+//! # Failure mode
+//!
+//! A segment's pool holds at most 65535 sub-buckets (about 650k entries over
+//! 1024 buckets, which only a deliberately concentrated key set can reach).
+//! Past that, entries go to a per-segment spill list scanned linearly: slower,
+//! still correct, never a panic.
+
+mod bucket;
+mod segment;
+
+use segment::{Key, Segment, MAX_POOL};
 
 /// Location of an item: an opaque value below `1 << LOC_BITS` (page and chunk).
 pub type Loc = u64;
-/// Number of significant bits in a [`Loc`].
-pub const LOC_BITS: u32 = 40;
+/// Number of significant bits in a [`Loc`] (a slot stores 36).
+pub const LOC_BITS: u32 = bucket::LOC_BITS;
 
-/// The index. Placeholder until the real implementation lands.
-pub struct Index {}
+/// Old buckets moved per insert while the table grows.
+const MIGRATE_PER_INSERT: usize = 2;
+/// Entries per primary bucket targeted by `with_capacity`.
+const INITIAL_LOAD: usize = 9;
+/// Growth needs at least this many entries per primary bucket, so a skewed key
+/// set (one hot bucket with a deep tree) cannot inflate a sparse table.
+const GROW_MIN_LOAD: usize = 9;
+/// ... and at least this fraction (in 1/100) of primary buckets overflowing,
+/// i.e. of lookups that may need a second line. Uniform hashes reach 60% at
+/// about 11.5 entries per bucket; a 1.5x growth brings that back to about 7.7.
+const GROW_OVERFLOWING_PCT: usize = 60;
+/// A table aims for this many segments, so the part of a resize that is
+/// allocated twice (the segments at the cursor) stays a few percent.
+const SEGMENTS_TARGET: usize = 64;
+
+/// Tunables, fixed in production; tests shrink them to reach every path with
+/// few entries.
+#[derive(Clone, Copy, Debug)]
+struct Params {
+    /// Bounds of log2 of the primary buckets per segment.
+    min_seg_shift: u32,
+    max_seg_shift: u32,
+    /// Sub-buckets one segment's pool may hold.
+    pool_limit: usize,
+    /// Smallest table.
+    min_buckets: usize,
+}
+
+const DEFAULT_PARAMS: Params = Params {
+    min_seg_shift: 4,
+    max_seg_shift: 10,
+    pool_limit: MAX_POOL,
+    min_buckets: 16,
+};
+
+/// One table: `n` primary buckets cut into segments of `1 << shift`.
+struct Table {
+    n: usize,
+    shift: u32,
+    segs: Vec<Segment>,
+    /// Sub-buckets in use over all segments.
+    nodes: usize,
+    /// Primary buckets with sub-buckets over all segments.
+    overflowing: usize,
+}
+
+impl Table {
+    /// A table of `n` buckets whose segments are allocated on first write.
+    fn new(n: usize, params: &Params) -> Table {
+        let shift = (n / SEGMENTS_TARGET)
+            .max(1)
+            .ilog2()
+            .clamp(params.min_seg_shift, params.max_seg_shift);
+        Table {
+            n,
+            shift,
+            segs: (0..n.div_ceil(1 << shift))
+                .map(|_| Segment::unallocated())
+                .collect(),
+            nodes: 0,
+            overflowing: 0,
+        }
+    }
+
+    /// Bucket of `hash`: the high 32 bits scaled to `n` (Lemire's fast range),
+    /// so any `n` works and bucket order follows hash order.
+    #[inline]
+    fn route(&self, hash: u64) -> usize {
+        (((hash >> 32) * self.n as u64) >> 32) as usize
+    }
+
+    /// Segment and offset of a bucket.
+    #[inline]
+    fn split(&self, bucket: usize) -> (usize, usize) {
+        (bucket >> self.shift, bucket & ((1 << self.shift) - 1))
+    }
+
+    /// Primary buckets in segment `s`.
+    fn segment_len(&self, s: usize) -> usize {
+        (1usize << self.shift).min(self.n - (s << self.shift))
+    }
+}
+
+/// The index.
+pub struct Index {
+    /// The table lookups use (the old one while growing).
+    cur: Table,
+    /// The table being filled while growing.
+    next: Option<Table>,
+    /// While growing: buckets of `cur` below this have moved to `next`.
+    cursor: usize,
+    len: usize,
+    /// Heap bytes in segments (buckets, pools, spill lists) of both tables.
+    seg_bytes: usize,
+    initial_buckets: usize,
+    params: Params,
+    /// Reused buffer for the entries of a bucket being migrated.
+    scratch: Vec<(u16, Loc)>,
+}
 
 impl Index {
     /// An index sized for about `expected_items`.
-    pub fn with_capacity(_expected_items: usize) -> Index {
-        todo!()
+    pub fn with_capacity(expected_items: usize) -> Index {
+        Index::with_params(expected_items, DEFAULT_PARAMS)
     }
+
+    fn with_params(expected_items: usize, params: Params) -> Index {
+        let initial_buckets = expected_items
+            .div_ceil(INITIAL_LOAD)
+            .clamp(params.min_buckets.max(1), 1 << 32);
+        Index::empty(initial_buckets, params)
+    }
+
+    /// No entries, `initial_buckets` primary buckets (allocated on first write).
+    fn empty(initial_buckets: usize, params: Params) -> Index {
+        Index {
+            cur: Table::new(initial_buckets, &params),
+            next: None,
+            cursor: 0,
+            len: 0,
+            seg_bytes: 0,
+            initial_buckets,
+            params,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The table and bucket that hold `hash` right now.
+    #[inline]
+    fn route(&self, hash: u64) -> (&Table, usize) {
+        let i = self.cur.route(hash);
+        match &self.next {
+            Some(next) if i < self.cursor => (next, next.route(hash)),
+            _ => (&self.cur, i),
+        }
+    }
+
+    /// Whether `hash` currently routes to `next` (and its bucket there), or to
+    /// `cur`.
+    #[inline]
+    fn route_mut(&self, hash: u64) -> (bool, usize) {
+        let i = self.cur.route(hash);
+        match &self.next {
+            Some(next) if i < self.cursor => (true, next.route(hash)),
+            _ => (false, i),
+        }
+    }
+
+    /// Run `f` on the segment holding `bucket` in the current (`in_next ==
+    /// false`) or next table, with the bucket's offset, keeping the byte and
+    /// sub-bucket counts in step with what it did.
+    fn with_segment<R>(
+        &mut self,
+        in_next: bool,
+        bucket: usize,
+        f: impl FnOnce(&mut Segment, usize) -> R,
+    ) -> R {
+        let table = if in_next {
+            self.next.as_mut().expect("growing")
+        } else {
+            &mut self.cur
+        };
+        let (s, off) = table.split(bucket);
+        let seg = &mut table.segs[s];
+        let (bytes, nodes, over) = (seg.bytes(), seg.nodes(), seg.overflowing());
+        let r = f(seg, off);
+        table.nodes = table.nodes + seg.nodes() - nodes;
+        table.overflowing = table.overflowing + seg.overflowing() - over;
+        self.seg_bytes = self.seg_bytes + seg.bytes() - bytes;
+        r
+    }
+
     /// Find the item with this key hash: every slot whose tag matches is offered to
     /// `is_match`; the first location it accepts is returned.
-    pub fn find(&self, _hash: u64, _is_match: impl FnMut(Loc) -> bool) -> Option<Loc> {
-        todo!()
+    #[inline]
+    pub fn find(&self, hash: u64, mut is_match: impl FnMut(Loc) -> bool) -> Option<Loc> {
+        let (table, bucket) = self.route(hash);
+        let (s, off) = table.split(bucket);
+        table.segs[s].find(off, Key::of(hash), &mut is_match)
     }
+
     /// Insert `loc` for `hash` (the caller guarantees the key is not present).
     /// `hash_of` gives the hash of any item already indexed (used when buckets move).
-    pub fn insert(&mut self, _hash: u64, _loc: Loc, _hash_of: &dyn Fn(Loc) -> u64) {
-        todo!()
+    pub fn insert(&mut self, hash: u64, loc: Loc, hash_of: &dyn Fn(Loc) -> u64) {
+        assert!(
+            loc < 1 << LOC_BITS,
+            "location {loc:#x} needs more than {LOC_BITS} bits"
+        );
+        if self.next.is_some() {
+            self.migrate(MIGRATE_PER_INSERT, hash_of);
+        }
+        let (in_next, bucket) = self.route_mut(hash);
+        self.put(in_next, bucket, hash, loc);
+        self.len += 1;
+        if self.next.is_none() && self.should_grow() {
+            let n = self.cur.n;
+            self.next = Some(Table::new((n + n / 2).clamp(n + 1, 1 << 32), &self.params));
+            self.cursor = 0;
+        }
     }
+
+    fn put(&mut self, in_next: bool, bucket: usize, hash: u64, loc: Loc) {
+        let limit = self.params.pool_limit;
+        let table = if in_next {
+            self.next.as_ref().expect("growing")
+        } else {
+            &self.cur
+        };
+        let seg_len = table.segment_len(table.split(bucket).0);
+        self.with_segment(in_next, bucket, |seg, off| {
+            if !seg.is_allocated() {
+                // Segments are allocated on first write: a resize target fills
+                // just ahead of the migration cursor.
+                *seg = Segment::new(seg_len);
+            }
+            seg.insert(off, Key::of(hash), loc, limit);
+        });
+    }
+
+    fn should_grow(&self) -> bool {
+        let n = self.cur.n;
+        100 * self.cur.overflowing >= GROW_OVERFLOWING_PCT * n
+            && self.len >= GROW_MIN_LOAD * n
+            && n < 1 << 32
+    }
+
+    /// Move up to `steps` buckets of the old table to the new one; finish the
+    /// resize when the cursor reaches the end.
+    fn migrate(&mut self, steps: usize, hash_of: &dyn Fn(Loc) -> u64) {
+        let mut entries = std::mem::take(&mut self.scratch);
+        for _ in 0..steps {
+            if self.cursor == self.cur.n {
+                break;
+            }
+            let bucket = self.cursor;
+            entries.clear();
+            self.with_segment(false, bucket, |seg, off| seg.drain(off, &mut entries));
+            self.cursor += 1;
+            for &(tag, loc) in &entries {
+                let hash = hash_of(loc);
+                debug_assert_eq!(bucket::tag_of(hash), tag, "hash_of({loc}) changed");
+                let to = self.next.as_ref().expect("growing").route(hash);
+                self.put(true, to, hash, loc);
+            }
+            if self.cursor & ((1 << self.cur.shift) - 1) == 0 || self.cursor == self.cur.n {
+                // Every bucket of this segment has moved: free it and its pool.
+                self.with_segment(false, bucket, |seg, _| *seg = Segment::unallocated());
+            }
+        }
+        self.scratch = entries;
+        if self.cursor == self.cur.n {
+            self.cur = self.next.take().expect("growing");
+            self.cursor = 0;
+        }
+    }
+
     /// Remove exactly the slot (hash, loc). Returns whether it was there.
-    pub fn remove(&mut self, _hash: u64, _loc: Loc) -> bool {
-        todo!()
+    pub fn remove(&mut self, hash: u64, loc: Loc) -> bool {
+        let (in_next, bucket) = self.route_mut(hash);
+        let removed = self.with_segment(in_next, bucket, |seg, off| {
+            seg.remove(off, Key::of(hash), loc)
+        });
+        self.len -= removed as usize;
+        removed
     }
+
     /// Point the slot (hash, old) at `new` (the item moved). Returns whether found.
-    pub fn relocate(&mut self, _hash: u64, _old: Loc, _new: Loc) -> bool {
-        todo!()
+    pub fn relocate(&mut self, hash: u64, old: Loc, new: Loc) -> bool {
+        assert!(
+            new < 1 << LOC_BITS,
+            "location {new:#x} needs more than {LOC_BITS} bits"
+        );
+        let (in_next, bucket) = self.route_mut(hash);
+        self.with_segment(in_next, bucket, |seg, off| {
+            seg.relocate(off, Key::of(hash), old, new)
+        })
     }
+
     pub fn len(&self) -> usize {
-        todo!()
+        self.len
     }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Bytes of memory the index holds.
+
+    /// Bytes of memory the index holds: buckets, sub-bucket pools, spill
+    /// lists, segment directories and the index itself.
     pub fn memory_bytes(&self) -> usize {
-        todo!()
+        let dir = |t: &Table| t.segs.capacity() * std::mem::size_of::<Segment>();
+        std::mem::size_of::<Index>()
+            + self.seg_bytes
+            + dir(&self.cur)
+            + self.next.as_ref().map_or(0, dir)
+            + self.scratch.capacity() * std::mem::size_of::<(u16, Loc)>()
     }
+
     /// Drop every entry and shrink back to the initial size.
     pub fn clear(&mut self) {
-        todo!()
+        *self = Index::empty(self.initial_buckets, self.params);
+    }
+
+    /// Primary buckets of the table being filled (the new one while growing).
+    pub fn bucket_count(&self) -> usize {
+        self.next.as_ref().unwrap_or(&self.cur).n
+    }
+
+    /// memcached's `hash_power_level`: log2 of the primary bucket count
+    /// (rounded down; the table grows by 1.5x, not by powers of two).
+    pub fn hash_power_level(&self) -> u32 {
+        self.bucket_count().ilog2()
+    }
+
+    /// Whether an incremental resize is in progress (`hash_is_expanding`).
+    pub fn is_expanding(&self) -> bool {
+        self.next.is_some()
+    }
+
+    /// Sub-buckets in use (over both tables while growing).
+    pub fn sub_buckets(&self) -> usize {
+        self.cur.nodes + self.next.as_ref().map_or(0, |t| t.nodes)
+    }
+}
+
+#[cfg(test)]
+impl Index {
+    /// Check every invariant: `len`, no duplicate locations, every entry
+    /// reachable from its hash (right table, bucket, tag and tree path),
+    /// migrated segments freed, byte and node counters exact.
+    pub(crate) fn validate(&self, hash_of: &dyn Fn(Loc) -> u64) -> Result<(), String> {
+        let mut locs = std::collections::HashSet::new();
+        let mut bytes = 0;
+        for (which, table) in
+            std::iter::once((false, &self.cur)).chain(self.next.iter().map(|t| (true, t)))
+        {
+            let per = 1usize << table.shift;
+            if table.segs.len() != table.n.div_ceil(per) {
+                return Err(format!(
+                    "{} segments for {} buckets",
+                    table.segs.len(),
+                    table.n
+                ));
+            }
+            let (mut nodes, mut overflowing) = (0, 0);
+            for (s, seg) in table.segs.iter().enumerate() {
+                bytes += seg.bytes();
+                nodes += seg.nodes();
+                overflowing += seg.overflowing();
+                let first = s * per;
+                let want = per.min(table.n - first);
+                if seg.is_allocated() && seg.bucket_len() != want {
+                    return Err(format!(
+                        "segment {s} has {} buckets, not {want}",
+                        seg.bucket_len()
+                    ));
+                }
+                if !which
+                    && self.next.is_some()
+                    && first + want <= self.cursor
+                    && seg.is_allocated()
+                {
+                    return Err(format!("migrated segment {s} still allocated"));
+                }
+                let mut seen = Vec::new();
+                seg.validate(&mut seen)
+                    .map_err(|e| format!("segment {s}: {e}"))?;
+                for e in seen {
+                    let bucket = first + e.bucket;
+                    let hash = hash_of(e.loc);
+                    if !locs.insert(e.loc) {
+                        return Err(format!("location {} indexed twice", e.loc));
+                    }
+                    if !which && self.next.is_some() && bucket < self.cursor {
+                        return Err(format!("loc {} left behind the cursor", e.loc));
+                    }
+                    let (t, b) = self.route(hash);
+                    if !std::ptr::eq(t, table) || b != bucket {
+                        return Err(format!(
+                            "loc {} in bucket {bucket}, hash routes to {b}",
+                            e.loc
+                        ));
+                    }
+                    let key = Key::of(hash);
+                    if key.tag != e.tag {
+                        return Err(format!(
+                            "loc {} has tag {:#x}, want {:#x}",
+                            e.loc, e.tag, key.tag
+                        ));
+                    }
+                    if let Some(sides) = e.sides {
+                        for (level, &side) in sides.iter().enumerate() {
+                            let want = if (level as u32) < segment::TREE_BITS {
+                                (key.path >> level) as usize & 1
+                            } else {
+                                0
+                            };
+                            if side != want {
+                                return Err(format!("loc {} off its tree path", e.loc));
+                            }
+                        }
+                    }
+                }
+            }
+            if nodes != table.nodes || overflowing != table.overflowing {
+                return Err(format!(
+                    "counts {} nodes, {} overflowing; segments {nodes}, {overflowing}",
+                    table.nodes, table.overflowing
+                ));
+            }
+        }
+        if locs.len() != self.len {
+            return Err(format!("len {} but {} entries", self.len, locs.len()));
+        }
+        if bytes != self.seg_bytes {
+            return Err(format!(
+                "seg_bytes {} but segments hold {bytes}",
+                self.seg_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl Index {
+    /// Index lines `find(hash)` reads to reach `target` (or to give up).
+    fn probe_lines(&self, hash: u64, target: Option<Loc>) -> usize {
+        let (table, bucket) = self.route(hash);
+        let (s, off) = table.split(bucket);
+        table.segs[s].probe_lines(off, Key::of(hash), target)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{HashMap, HashSet};
+
+    /// Small segments, tiny pools and a one-bucket start, so that a few hundred
+    /// entries cross segment boundaries, spill, and grow many times.
+    const TINY: Params = Params {
+        min_seg_shift: 1,
+        max_seg_shift: 2,
+        pool_limit: 3,
+        min_buckets: 1,
+    };
+
+    /// splitmix64: deterministic pseudo-random hashes without a dependency.
+    fn mix(mut x: u64) -> u64 {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^ (x >> 31)
+    }
+
+    /// The reference model: which locations are indexed, under which hash.
+    #[derive(Default)]
+    struct Model {
+        hash: HashMap<Loc, u64>,
+        next_loc: u64,
+    }
+
+    impl Model {
+        /// A fresh location, spread over all 36 bits (odd multiplier: a bijection).
+        fn fresh(&mut self) -> Loc {
+            self.next_loc += 1;
+            self.next_loc.wrapping_mul(0x9_E377_9B97) & ((1 << LOC_BITS) - 1)
+        }
+
+        fn insert(&mut self, index: &mut Index, hash: u64) -> Loc {
+            let loc = self.fresh();
+            let map = &self.hash;
+            index.insert(hash, loc, &|l| map[&l]);
+            self.hash.insert(loc, hash);
+            loc
+        }
+
+        fn check(&self, index: &Index) {
+            index.validate(&|l| self.hash[&l]).unwrap();
+            assert_eq!(index.len(), self.hash.len());
+        }
+
+        /// Every location stored under exactly `hash` is offered, nothing whose
+        /// tag differs is, nothing twice; and find returns what is_match picks.
+        fn check_find(&self, index: &Index, hash: u64) {
+            let mut offered = Vec::new();
+            assert_eq!(
+                index.find(hash, |l| {
+                    offered.push(l);
+                    false
+                }),
+                None
+            );
+            let offered_set: HashSet<Loc> = offered.iter().copied().collect();
+            assert_eq!(offered_set.len(), offered.len(), "a location offered twice");
+            let tag = bucket::tag_of(hash);
+            for &l in &offered {
+                assert_eq!(bucket::tag_of(self.hash[&l]), tag, "offered a wrong tag");
+            }
+            for (&l, &h) in &self.hash {
+                if h == hash {
+                    assert!(offered_set.contains(&l), "loc {l} not offered for its hash");
+                    assert_eq!(index.find(hash, |x| x == l), Some(l));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn empty_index() {
+        let index = Index::with_capacity(0);
+        assert!(index.is_empty());
+        assert_eq!(index.find(123, |_| true), None);
+        assert_eq!(index.bucket_count(), 16);
+        assert_eq!(index.hash_power_level(), 4);
+        // Segments are allocated on first write.
+        assert!(index.memory_bytes() < 16 * 64);
+        index.validate(&|_| unreachable!()).unwrap();
+    }
+
+    #[test]
+    fn insert_find_remove_relocate() {
+        let mut index = Index::with_capacity(100);
+        let mut m = Model::default();
+        let a = m.insert(&mut index, 42);
+        let b = m.insert(&mut index, 42); // same hash: both are kept and offered
+        assert_eq!(index.find(42, |l| l == b), Some(b));
+        assert_eq!(index.find(42, |l| l == a), Some(a));
+        assert_eq!(index.find(43, |_| true), None);
+        assert!(index.relocate(42, a, 0));
+        m.hash.remove(&a);
+        m.hash.insert(0, 42);
+        assert_eq!(index.find(42, |l| l == 0), Some(0));
+        assert!(!index.relocate(42, a, 5));
+        assert!(!index.remove(42, a));
+        assert!(!index.remove(41, b), "remove needs the right hash");
+        assert!(index.remove(42, b));
+        m.hash.remove(&b);
+        m.check(&index);
+        assert_eq!(index.len(), 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "needs more than 36 bits")]
+    fn rejects_locations_beyond_loc_bits() {
+        Index::with_capacity(0).insert(1, 1 << LOC_BITS, &|_| 1);
+    }
+
+    #[test]
+    fn grows_incrementally_and_everything_stays_reachable() {
+        let mut index = Index::with_capacity(0);
+        let mut m = Model::default();
+        let mut growths = 0;
+        let mut was_expanding = false;
+        let mut seen_mid = false;
+        for i in 0..60_000u64 {
+            let hash = mix(i);
+            m.insert(&mut index, hash);
+            if index.is_expanding() {
+                if !was_expanding {
+                    growths += 1;
+                }
+                // Mid-migration, check entries on both sides of the cursor once.
+                if !seen_mid && index.cursor > index.cur.n / 2 && index.cur.n > 2000 {
+                    seen_mid = true;
+                    m.check(&index);
+                    for (&l, &h) in m.hash.iter().take(5000) {
+                        assert_eq!(index.find(h, |x| x == l), Some(l));
+                    }
+                }
+            }
+            was_expanding = index.is_expanding();
+            if i % 9973 == 0 {
+                m.check(&index);
+            }
+        }
+        m.check(&index);
+        assert!(seen_mid);
+        assert!(growths >= 8, "grew {growths} times");
+        // 60k entries at 8 to 12 per bucket.
+        let per_bucket = index.len() as f64 / index.cur.n as f64;
+        assert!((7.5..=12.5).contains(&per_bucket), "load {per_bucket}");
+        for (&l, &h) in &m.hash {
+            assert_eq!(index.find(h, |x| x == l), Some(l));
+        }
+    }
+
+    #[test]
+    fn remove_and_relocate_during_migration() {
+        let mut index = Index::with_params(
+            0,
+            Params {
+                min_seg_shift: 3,
+                max_seg_shift: 3,
+                ..DEFAULT_PARAMS
+            },
+        );
+        let mut m = Model::default();
+        let mut i = 0;
+        while !index.is_expanding() || index.cursor < index.cur.n / 3 {
+            m.insert(&mut index, mix(i));
+            i += 1;
+        }
+        let locs: Vec<Loc> = m.hash.keys().copied().collect();
+        let (mut behind, mut ahead) = (0, 0);
+        for (k, &l) in locs.iter().enumerate() {
+            let h = m.hash[&l];
+            if index.cur.route(h) < index.cursor {
+                behind += 1;
+            } else {
+                ahead += 1;
+            }
+            if k % 2 == 0 {
+                assert!(index.remove(h, l));
+                m.hash.remove(&l);
+            } else {
+                let new = m.fresh();
+                assert!(index.relocate(h, l, new));
+                m.hash.remove(&l);
+                m.hash.insert(new, h);
+            }
+            m.check(&index);
+        }
+        assert!(behind > 10 && ahead > 10, "{behind} behind, {ahead} ahead");
+        assert!(index.is_expanding(), "removals do not migrate");
+        for (&l, &h) in &m.hash {
+            assert_eq!(index.find(h, |x| x == l), Some(l));
+        }
+    }
+
+    #[test]
+    fn clear_shrinks_to_initial_size() {
+        let mut index = Index::with_capacity(1000);
+        let initial = index.memory_bytes();
+        let mut m = Model::default();
+        for i in 0..20_000 {
+            m.insert(&mut index, mix(i));
+        }
+        assert!(index.memory_bytes() > 10 * initial);
+        index.clear();
+        m.hash.clear();
+        m.check(&index);
+        assert_eq!(index.memory_bytes(), initial);
+        assert_eq!(index.find(mix(5), |_| true), None);
+        m.insert(&mut index, 7);
+        m.check(&index);
+    }
+
+    #[test]
+    fn colliding_hashes_spread_over_the_tree() {
+        // 5000 hashes with the same bucket bits and the same tag, differing only
+        // in the tree bits: the subtree must stay logarithmically shallow.
+        let mut index = Index::with_capacity(0);
+        let mut m = Model::default();
+        for i in 0..5000u64 {
+            let hash = 0xDEAD_BEEF_0000_0ABC | (mix(i) & 0xFFFF_F000);
+            m.insert(&mut index, hash);
+        }
+        m.check(&index);
+        assert_eq!(
+            index.bucket_count(),
+            16,
+            "skew alone must not grow the table"
+        );
+        let worst = m
+            .hash
+            .iter()
+            .map(|(&l, &h)| index.probe_lines(h, Some(l)))
+            .max()
+            .unwrap();
+        assert!(worst <= 12, "deepest lookup reads {worst} lines");
+        for (&l, &h) in m.hash.iter().take(300) {
+            m.check_find(&index, h);
+            assert_eq!(index.find(h, |x| x == l), Some(l));
+        }
+    }
+
+    #[test]
+    fn identical_hashes_chain_below_the_last_tree_bit() {
+        // 300 entries with one hash: 31 nodes deep, past the 20 tree bits.
+        let mut index = Index::with_capacity(0);
+        let mut m = Model::default();
+        let locs: Vec<Loc> = (0..300).map(|_| m.insert(&mut index, 77)).collect();
+        m.check(&index);
+        m.check_find(&index, 77);
+        for &l in locs.iter().step_by(3) {
+            assert!(index.remove(77, l));
+            m.hash.remove(&l);
+            m.check(&index);
+        }
+        m.check_find(&index, 77);
+    }
+
+    #[test]
+    fn spill_keeps_entries_findable() {
+        let mut index = Index::with_params(0, TINY);
+        let mut m = Model::default();
+        for _ in 0..100 {
+            m.insert(&mut index, 5 << 12 | 3);
+        }
+        m.check(&index);
+        m.check_find(&index, 5 << 12 | 3);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u64),
+        /// Remove the n-th indexed location (modulo the count).
+        Remove(usize),
+        /// Remove a location that is not there, or with a wrong hash.
+        RemoveAbsent(usize, u64),
+        Relocate(usize),
+        Find(usize),
+        FindHash(u64),
+        Clear,
+    }
+
+    /// Hashes that collide a lot: few bucket values, few tags, few tree paths,
+    /// and a handful of exactly repeated hashes; plus some fully random ones.
+    fn hash_strategy() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            2 => any::<u64>(),
+            3 => (
+                prop::sample::select(vec![0u64, 1, 0x8000_0000, 0xFFFF_FFFF]),
+                0u64..8,
+                prop::sample::select(vec![0u64, 1, 0x11, 0xFFF]),
+            )
+                .prop_map(|(hi, path, tag)| hi << 32 | path << 12 | tag),
+            1 => prop::sample::select(vec![0u64, 0x1234_5678_9ABC_DEF0, u64::MAX]),
+        ]
+    }
+
+    fn op_strategy() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            12 => hash_strategy().prop_map(Op::Insert),
+            3 => any::<usize>().prop_map(Op::Remove),
+            1 => (any::<usize>(), hash_strategy()).prop_map(|(i, h)| Op::RemoveAbsent(i, h)),
+            2 => any::<usize>().prop_map(Op::Relocate),
+            2 => any::<usize>().prop_map(Op::Find),
+            1 => hash_strategy().prop_map(Op::FindHash),
+            1 => Just(Op::Clear),
+        ]
+    }
+
+    fn run(params: Params, ops: &[Op]) {
+        let mut index = Index::with_params(0, params);
+        let mut m = Model::default();
+        let mut order: Vec<Loc> = Vec::new();
+        for op in ops {
+            match *op {
+                Op::Insert(h) => order.push(m.insert(&mut index, h)),
+                Op::Remove(i) if !order.is_empty() => {
+                    let l = order.swap_remove(i % order.len());
+                    assert!(index.remove(m.hash[&l], l));
+                    m.hash.remove(&l);
+                }
+                Op::RemoveAbsent(i, h) => {
+                    // A location never used, or a live one under a hash it is
+                    // not stored with.
+                    let l = match order.get(i % order.len().max(1)) {
+                        Some(&l) if bucket::tag_of(m.hash[&l]) != bucket::tag_of(h) => l,
+                        _ => (1 << LOC_BITS) - 1,
+                    };
+                    assert!(!index.remove(h, l));
+                }
+                Op::Relocate(i) if !order.is_empty() => {
+                    let k = i % order.len();
+                    let (old, new) = (order[k], m.fresh());
+                    let h = m.hash.remove(&old).unwrap();
+                    assert!(index.relocate(h, old, new));
+                    m.hash.insert(new, h);
+                    order[k] = new;
+                }
+                Op::Find(i) if !order.is_empty() => {
+                    m.check_find(&index, m.hash[&order[i % order.len()]])
+                }
+                Op::FindHash(h) => m.check_find(&index, h),
+                Op::Clear => {
+                    index.clear();
+                    m.hash.clear();
+                    order.clear();
+                }
+                _ => {}
+            }
+            m.check(&index);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        #[test]
+        fn matches_model_tiny_params(ops in prop::collection::vec(op_strategy(), 1..600)) {
+            run(TINY, &ops);
+        }
+
+        #[test]
+        fn matches_model_default_params(ops in prop::collection::vec(op_strategy(), 1..400)) {
+            run(DEFAULT_PARAMS, &ops);
+        }
+
+        #[test]
+        fn matches_model_through_growth(
+            hashes in prop::collection::vec(hash_strategy(), 300..1500),
+            removals in prop::collection::vec(any::<usize>(), 0..100),
+        ) {
+            // Mostly inserts, so the tiny table grows many times.
+            let mut ops: Vec<Op> = hashes.into_iter().map(Op::Insert).collect();
+            for (k, r) in removals.into_iter().enumerate() {
+                ops.insert((k * 13) % ops.len(), Op::Remove(r));
+            }
+            run(Params { pool_limit: MAX_POOL, ..TINY }, &ops);
+        }
+    }
+
+    /// Fill with random hashes and report bytes per item and lines per lookup
+    /// at several sizes (the table in the module doc).
+    #[test]
+    #[ignore = "slow: run in release with --ignored --nocapture"]
+    fn density_report() {
+        let checkpoints = [
+            100_000, 150_000, 200_000, 300_000, 500_000, 750_000, 1_000_000, 1_500_000, 2_000_000,
+            3_000_000, 4_000_000, 5_000_000,
+        ];
+        let hashes: Vec<u64> = (0..5_000_000u64).map(|i| mix(i ^ 0xC0FFEE)).collect();
+        let hash_of = |l: Loc| hashes[l as usize];
+        let mut index = Index::with_capacity(0);
+        let mut next = 0;
+        println!("| items | bytes/item | buckets | sub-buckets | hit lines | miss lines |");
+        for &n in &checkpoints {
+            while next < n {
+                index.insert(hashes[next], next as Loc, &hash_of);
+                next += 1;
+            }
+            let sample = 100_000;
+            let hit: usize = (0..sample)
+                .map(|k| {
+                    let l = (mix(k as u64) % n as u64) as usize;
+                    index.probe_lines(hashes[l], Some(l as Loc))
+                })
+                .sum();
+            let miss: usize = (0..sample)
+                .map(|k| index.probe_lines(mix(!(k as u64)), None))
+                .sum();
+            println!(
+                "| {n} | {:.2} | {} | {} | {:.3} | {:.3} |",
+                index.memory_bytes() as f64 / n as f64,
+                index.bucket_count(),
+                index.sub_buckets(),
+                hit as f64 / sample as f64,
+                miss as f64 / sample as f64,
+            );
+        }
+    }
+
+    /// The same check in a debug-friendly size, with a bound: the memory target.
+    #[test]
+    fn density_stays_under_ten_and_a_half_bytes() {
+        let hashes: Vec<u64> = (0..200_000u64).map(|i| mix(i ^ 0xBEEF)).collect();
+        let hash_of = |l: Loc| hashes[l as usize];
+        let mut index = Index::with_capacity(0);
+        for (i, &h) in hashes.iter().enumerate() {
+            index.insert(h, i as Loc, &hash_of);
+            if i + 1 >= 20_000 && (i + 1) % 5_000 == 0 {
+                let per = index.memory_bytes() as f64 / (i + 1) as f64;
+                assert!(per <= 10.5, "{per:.2} bytes/item at {} items", i + 1);
+            }
+        }
+        index.validate(&hash_of).unwrap();
+    }
+
+    /// Rough per-operation timings (release mode).
+    #[test]
+    #[ignore = "timing: run in release with --ignored --nocapture"]
+    fn timing_report() {
+        use std::time::Instant;
+        let n = 2_000_000usize;
+        let hashes: Vec<u64> = (0..n as u64).map(mix).collect();
+        let hash_of = |l: Loc| hashes[l as usize];
+        let mut index = Index::with_capacity(0);
+        let t = Instant::now();
+        for (i, &h) in hashes.iter().enumerate() {
+            index.insert(h, i as Loc, &hash_of);
+        }
+        let insert = t.elapsed().as_nanos() as f64 / n as f64;
+        // Random-order hits; is_match compares the full hash (the engine would
+        // compare the key, one more cache miss not measured here).
+        let order: Vec<usize> = (0..n as u64)
+            .map(|k| (mix(k ^ 77) % n as u64) as usize)
+            .collect();
+        let t = Instant::now();
+        let mut found = 0;
+        for &l in &order {
+            let h = hashes[l];
+            found += index.find(h, |x| hashes[x as usize] == h).is_some() as usize;
+        }
+        let hit = t.elapsed().as_nanos() as f64 / n as f64;
+        assert_eq!(found, n);
+        let t = Instant::now();
+        let mut found = 0;
+        for k in 0..n as u64 {
+            let h = mix(!k);
+            found += index.find(h, |x| hashes[x as usize] == h).is_some() as usize;
+        }
+        let miss = t.elapsed().as_nanos() as f64 / n as f64;
+        assert_eq!(found, 0);
+        let t = Instant::now();
+        for (i, &h) in hashes.iter().enumerate().step_by(2) {
+            assert!(index.remove(h, i as Loc));
+        }
+        let remove = t.elapsed().as_nanos() as f64 / (n / 2) as f64;
+        println!(
+            "{n} items: insert {insert:.0} ns (incl. growth), hit {hit:.0} ns, miss {miss:.0} ns, remove {remove:.0} ns; {:.2} bytes/item",
+            index.memory_bytes() as f64 / index.len() as f64
+        );
     }
 }
