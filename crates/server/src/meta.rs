@@ -438,9 +438,17 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
             }
         }
     }
-    if matches!(outcome, StoreOutcome::TooLarge | StoreOutcome::NoMemory) {
-        eng.delete(key, 0);
-    }
+    let appending = matches!(mode, StoreMode::Append | StoreMode::Prepend);
+    let outcome = match outcome {
+        // memcached allocates the joined value while storing; when that
+        // fails the append is just "not stored" and the old item stays.
+        StoreOutcome::TooLarge | StoreOutcome::NoMemory if appending => StoreOutcome::NotStored,
+        StoreOutcome::TooLarge | StoreOutcome::NoMemory => {
+            eng.delete(key, 0);
+            outcome
+        }
+        other => other,
+    };
     drop(eng);
 
     if cas_mode {
@@ -796,9 +804,204 @@ fn memcached_class(size: usize, factor: f64, item_max: usize) -> u32 {
     class
 }
 
+// The conversation table of tests/meta.rs, replayed in process by the tests below.
+#[cfg(test)]
+#[path = "../tests/meta_script/mod.rs"]
+#[allow(dead_code)]
+mod meta_script;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use cachalot_engine::{Cache, Clock};
+
+    use crate::session::{Handler, Step};
+    use crate::settings::Settings;
+    use crate::stats::Shared;
+    use crate::text::AsciiHandler;
+
+    use super::meta_script as script;
+
+    /// A server without sockets: the text handler over an engine whose clock
+    /// does not move (so TTLs are exact).
+    struct Rig {
+        cache: Cache,
+        settings: Settings,
+        shared: Arc<Shared>,
+        stats: ThreadStats,
+    }
+
+    impl Rig {
+        fn new() -> Rig {
+            let settings = Settings::default();
+            let cache =
+                Cache::new(settings.engine.clone(), Arc::new(Clock::new())).expect("engine config");
+            Rig {
+                cache,
+                settings,
+                shared: Arc::new(Shared::default()),
+                stats: ThreadStats::default(),
+            }
+        }
+
+        fn ctx(&self) -> Ctx<'_> {
+            Ctx {
+                cache: &self.cache,
+                settings: &self.settings,
+                shared: &self.shared,
+                stats: &self.stats,
+                conn_id: 1,
+            }
+        }
+
+        /// Send requests through the text handler; returns everything answered.
+        fn ask(&self, conn: &mut InProc, req: &[u8]) -> Vec<u8> {
+            conn.feed(&self.ctx(), req);
+            std::mem::take(&mut conn.out)
+        }
+    }
+
+    /// One client connection: unread input and unread replies.
+    #[derive(Default)]
+    struct InProc {
+        handler: AsciiHandler,
+        input: Vec<u8>,
+        out: Vec<u8>,
+    }
+
+    impl InProc {
+        fn feed(&mut self, ctx: &Ctx<'_>, bytes: &[u8]) {
+            self.input.extend_from_slice(bytes);
+            loop {
+                match self.handler.step(ctx, &self.input, &mut self.out) {
+                    Step::Consumed(n) => {
+                        self.input.drain(..n);
+                        if self.input.is_empty() {
+                            return;
+                        }
+                    }
+                    Step::NeedMore => return,
+                    Step::Close(_) => panic!("handler closed the connection"),
+                }
+            }
+        }
+    }
+
+    struct RigConn<'a> {
+        rig: &'a Rig,
+        conn: InProc,
+    }
+
+    impl script::Conn for RigConn<'_> {
+        fn send(&mut self, bytes: &[u8]) {
+            self.conn.feed(&self.rig.ctx(), bytes);
+        }
+
+        fn recv(&mut self) -> Option<Vec<u8>> {
+            let out = std::mem::take(&mut self.conn.out);
+            (!out.is_empty()).then_some(out)
+        }
+    }
+
+    #[test]
+    fn case_table_in_process() {
+        let rig = Rig::new();
+        let cases = script::parse(script::CASES);
+        let failures = script::run_all(&cases, true, &mut || {
+            Box::new(RigConn {
+                rig: &rig,
+                conn: InProc::default(),
+            })
+        });
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    fn count(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn counters() {
+        let rig = Rig::new();
+        let mut c = InProc::default();
+        let s = &rig.stats;
+        assert_eq!(rig.ask(&mut c, b"mg a v\r\n"), b"EN\r\n");
+        assert_eq!((count(&s.cmd_get), count(&s.get_misses)), (1, 1));
+        assert_eq!(rig.ask(&mut c, b"mg a N30 T60\r\n"), b"HD W\r\n");
+        // A hit with T counts as a touch, not a get (vivified or not).
+        assert_eq!((count(&s.cmd_touch), count(&s.touch_hits)), (1, 1));
+        assert_eq!(rig.ask(&mut c, b"mg a u\r\n"), b"HD Z\r\n");
+        assert_eq!((count(&s.cmd_get), count(&s.get_hits)), (2, 1));
+        assert_eq!(rig.ask(&mut c, b"ms a 1 C999999\r\nx\r\n"), b"EX\r\n");
+        assert_eq!((count(&s.cmd_set), count(&s.cas_badval)), (1, 1));
+        assert_eq!(rig.ask(&mut c, b"ms b 1 C1\r\nx\r\n"), b"NF\r\n");
+        assert_eq!(count(&s.cas_misses), 1);
+        assert_eq!(
+            rig.ask(&mut c, b"ms a 1 zz\r\nx\r\n"),
+            b"CLIENT_ERROR invalid flag\r\n"
+        );
+        assert_eq!(count(&s.cmd_set), 2);
+        assert_eq!(rig.ask(&mut c, b"md a I\r\nmd b\r\n"), b"HD\r\nNF\r\n");
+        assert_eq!((count(&s.delete_hits), count(&s.delete_misses)), (0, 1));
+        assert_eq!(rig.ask(&mut c, b"ma n\r\nma n MD\r\n"), b"NF\r\nNF\r\n");
+        assert_eq!((count(&s.incr_misses), count(&s.decr_misses)), (1, 1));
+        assert_eq!(rig.ask(&mut c, b"ma n N0\r\nma n\r\n"), b"HD\r\nHD\r\n");
+        assert_eq!(count(&s.incr_hits), 1);
+        let me = rig.ask(&mut c, b"me n\r\nme x\r\nmn\r\n");
+        let me = String::from_utf8_lossy(&me);
+        assert!(me.starts_with("ME n exp=-1 la=0 cas="), "{me}");
+        assert!(
+            me.ends_with(" fetch=no cls=1 size=61\r\nEN\r\nMN\r\n"),
+            "{me}"
+        );
+        assert_eq!(count(&s.cmd_meta), 2);
+        let big = format!("ms big {}\r\n", 2 << 20);
+        assert_eq!(
+            rig.ask(&mut c, big.as_bytes()),
+            b"SERVER_ERROR object too large for cache\r\n"
+        );
+        assert_eq!(count(&s.store_too_large), 1);
+    }
+
+    #[test]
+    fn set_waits_for_the_whole_data_block() {
+        let rig = Rig::new();
+        let ctx = rig.ctx();
+        let mut out = Vec::new();
+        assert_eq!(
+            handle(&ctx, b"ms a 5 T0", b"hel", &mut out),
+            MetaStep::NeedMore
+        );
+        assert_eq!(
+            handle(&ctx, b"ms a 5 T0", b"hello\r", &mut out),
+            MetaStep::NeedMore
+        );
+        assert!(out.is_empty(), "nothing written while waiting");
+        assert_eq!(
+            handle(&ctx, b"ms a 5 T0", b"hello\r\nmn\r\n", &mut out),
+            MetaStep::Done { consumed: 7 }
+        );
+        assert_eq!(out, b"HD\r\n");
+        out.clear();
+        // A refused line swallows the data block it announced.
+        assert_eq!(
+            handle(&ctx, b"ms a 5 zz", b"hel", &mut out),
+            MetaStep::Swallow {
+                consumed: 3,
+                remaining: 4
+            }
+        );
+        assert_eq!(out, b"CLIENT_ERROR invalid flag\r\n");
+        out.clear();
+        // A format error before the length leaves the data alone.
+        assert_eq!(
+            handle(&ctx, b"ms a x", b"hello\r\n", &mut out),
+            MetaStep::Done { consumed: 0 }
+        );
+    }
 
     #[test]
     fn memcached_sizes_and_classes() {
