@@ -22,9 +22,10 @@
 //!   `md` as a delete (invalidation counts nothing), `ma` as incr/decr, and only
 //!   `me` bumps `cmd_meta`.
 //!
-//! Engine gaps worked around here (see the report in docs/protocol.md):
-//! memcached keeps the old TTL and win bit when `ms I` stores a stale value;
-//! `C0` means "compare with 0" rather than "no compare"; `E` on `md I` / `ma`
+//! Engine gaps worked around here (docs/protocol.md, "Meta commands", lists
+//! what is still different): memcached keeps the old TTL and win bit when
+//! `ms I` stores a stale value; `C0` on ms means "compare with 0" rather than
+//! "no compare"; an append that grows too large is `NS`; `E` on `md I` / `ma`
 //! (new CAS) goes through a store with `new_cas`.
 
 use std::sync::atomic::AtomicU64;
