@@ -772,11 +772,14 @@ impl Engine {
             s.decr_hits += 1;
         }
         let cas = self.next_cas();
-        if digits.len() == old_len {
-            // Same length: rewrite in place.
+        if digits.len() <= old_len {
+            // Fits: rewrite in place, padding with spaces like memcached
+            // (`do_add_delta`), so a shrinking counter never reallocates.
             let chunk = self.slabs.chunk_mut(loc);
             let start = item::HEADER_LEN + item::flags_width(flags) + key.len();
-            chunk[start..start + old_len].copy_from_slice(digits);
+            let field = &mut chunk[start..start + old_len];
+            field[..digits.len()].copy_from_slice(digits);
+            field[digits.len()..].fill(b' ');
             item::set_cas(chunk, cas);
             item::set_exptime(chunk, exptime);
             self.access(
@@ -1179,11 +1182,11 @@ impl Engine {
     }
 }
 
-/// memcached's incr/decr accept a decimal number, optionally followed by
-/// spaces (left by a shorter in-place result in memcached itself).
+/// memcached's incr/decr accept what `safe_strtoull` does: a decimal number,
+/// optionally surrounded by whitespace (a shrinking in-place result leaves
+/// trailing spaces).
 fn parse_decimal(v: &[u8]) -> Option<u64> {
-    let end = v.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1);
-    let digits = &v[..end];
+    let digits = v.trim_ascii();
     if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }

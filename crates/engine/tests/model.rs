@@ -230,14 +230,12 @@ fn run(ops: Vec<Op>) {
                 match model.get_mut(&k) {
                     None => assert_eq!(got, ArithOutcome::NotFound),
                     Some(m) => {
-                        let parsed = std::str::from_utf8(&m.value)
-                            .ok()
-                            .and_then(|s| s.parse::<u64>().ok())
-                            .filter(|_| {
-                                !m.value.is_empty()
-                                    && m.value.len() <= 20
-                                    && m.value.iter().all(u8::is_ascii_digit)
-                            });
+                        let trimmed = m.value.trim_ascii();
+                        let parsed = Some(trimmed)
+                            .filter(|t| {
+                                !t.is_empty() && t.len() <= 20 && t.iter().all(u8::is_ascii_digit)
+                            })
+                            .and_then(|t| std::str::from_utf8(t).ok()?.parse::<u64>().ok());
                         match parsed {
                             None => assert_eq!(got, ArithOutcome::NonNumeric),
                             Some(n) => {
@@ -249,7 +247,12 @@ fn run(ops: Vec<Op>) {
                                 match got {
                                     ArithOutcome::Value { value, id } => {
                                         assert_eq!(value, want);
-                                        m.value = want.to_string().into_bytes();
+                                        // memcached pads a shorter result with spaces in place.
+                                        let mut digits = want.to_string().into_bytes();
+                                        if digits.len() < m.value.len() {
+                                            digits.resize(m.value.len(), b' ');
+                                        }
+                                        m.value = digits;
                                         m.cas = e.item(id).cas;
                                         assert_eq!(e.item(id).value, &m.value[..]);
                                     }
