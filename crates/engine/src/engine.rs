@@ -234,6 +234,7 @@ impl Engine {
             item_max,
         );
         let slabs = Slabs::new(page_size, &sizes);
+        Self::check_addressable(&slabs, config.memory_limit)?;
         // The index starts small and grows with the item count; size the start
         // for one item per 256 bytes of memory (a fraction of the final size).
         let index = Index::with_capacity((config.memory_limit / 256).min(1 << 20));
@@ -262,6 +263,15 @@ impl Engine {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Item locations are (page, chunk) packed in `index::LOC_BITS` bits.
+    fn check_addressable(slabs: &Slabs, memory_limit: usize) -> Result<(), ConfigError> {
+        let max_pages = 1usize << (crate::index::LOC_BITS - slabs.chunk_bits);
+        if memory_limit / slabs.page_size >= max_pages {
+            return Err(ConfigError::TooMuchMemory(memory_limit));
+        }
+        Ok(())
     }
 
     /// The current memory limit (`-m`, or the last `cache_memlimit`).
@@ -1045,6 +1055,7 @@ impl Engine {
         if bytes < self.slabs.page_size {
             return Err(ConfigError::MemoryLimit(bytes));
         }
+        Self::check_addressable(&self.slabs, bytes)?;
         self.memory_limit = bytes;
         self.config.memory_limit = bytes;
         self.enforce_budget(None);

@@ -89,6 +89,8 @@ pub enum ConfigError {
     ItemSizeMax { size: usize, max: usize },
     #[error("memory limit {0} bytes is smaller than one page")]
     MemoryLimit(usize),
+    #[error("memory limit {0} bytes is more pages than item locations can address")]
+    TooMuchMemory(usize),
 }
 
 /// The engine shared by all worker threads.
