@@ -95,11 +95,18 @@ pub fn run(mut settings: Settings) -> i32 {
         eprintln!("{msg}");
         return code;
     }
+    if let Some(path) = std::env::var_os("MEMCACHED_PORT_FILENAME") {
+        settings.port_file = Some(PathBuf::from(path));
+    }
     if settings.daemonize {
         // The daemon changes directory to "/": keep relative paths meaningful.
-        for p in [&mut settings.pid_file, &mut settings.unix_socket]
-            .into_iter()
-            .flatten()
+        for p in [
+            &mut settings.pid_file,
+            &mut settings.unix_socket,
+            &mut settings.port_file,
+        ]
+        .into_iter()
+        .flatten()
         {
             if let Ok(abs) = std::path::absolute(&*p) {
                 *p = abs;
@@ -119,28 +126,22 @@ pub fn run(mut settings: Settings) -> i32 {
         }
     }
 
+    // Signals are caught before anything listens, so a SIGTERM sent as soon
+    // as the port answers still means a clean shutdown.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
+            eprintln!("failed to install signal handler: {e}");
+        }
+    }
     let pid_file = settings.pid_file.clone();
-    let server = match Server::start(settings) {
+    let server = match Server::start_with_stop(settings, stop) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{}", e.message);
             return e.code;
         }
     };
-    if let Some(path) = &pid_file {
-        // memcached warns and carries on when the pid file cannot be written.
-        if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
-            eprintln!(
-                "Could not open the pid file {} for writing: {e}",
-                path.display()
-            );
-        }
-    }
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        if let Err(e) = signal_hook::flag::register(sig, server.stop_flag()) {
-            eprintln!("failed to install signal handler: {e}");
-        }
-    }
     let verbose = server.settings.verbose;
     server.wait();
     if let Some(path) = &pid_file {
@@ -176,6 +177,14 @@ pub struct Server {
 impl Server {
     /// Build the engine, bind the listeners and start every thread.
     pub fn start(settings: Settings) -> Result<Server, StartError> {
+        Server::start_with_stop(settings, Arc::new(AtomicBool::new(false)))
+    }
+
+    /// `start`, stopping when `stop` becomes true (e.g. set by a signal).
+    pub fn start_with_stop(
+        settings: Settings,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Server, StartError> {
         let clock = Arc::new(Clock::new());
         let cache = Cache::new(settings.engine.clone(), clock.clone()).map_err(|e| StartError {
             message: format!("{e}"),
@@ -189,13 +198,27 @@ impl Server {
         if listeners.is_empty() && settings.verbose > 0 {
             eprintln!("WARNING: no listening sockets (-p 0 without -s)");
         }
-        let tcp_addrs = listeners
+        if let Some(path) = &settings.pid_file {
+            // Written once the sockets are bound but before anything is
+            // accepted, so whoever sees the port open can read the pid.
+            // memcached warns and carries on when it cannot be written.
+            if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
+                eprintln!(
+                    "Could not open the pid file {} for writing: {e}",
+                    path.display()
+                );
+            }
+        }
+        let tcp_addrs: Vec<SocketAddr> = listeners
             .iter()
             .filter_map(|l| match l {
                 Listener::Tcp { addr, .. } => Some(*addr),
                 Listener::Unix { .. } => None,
             })
             .collect();
+        if let Some(path) = &settings.port_file {
+            write_port_file(path, &tcp_addrs);
+        }
         let unix_path = listeners.iter().find_map(|l| match l {
             Listener::Unix { path, .. } => Some(path.clone()),
             Listener::Tcp { .. } => None,
@@ -210,7 +233,6 @@ impl Server {
         });
         shared.verbosity.store(settings.verbose, Ordering::Relaxed);
         let settings = Arc::new(settings);
-        let stop = Arc::new(AtomicBool::new(false));
         let clients = Arc::new(AtomicUsize::new(0));
         let io_err = |e: std::io::Error| StartError {
             message: format!("failed to start worker threads: {e}"),
@@ -325,6 +347,21 @@ impl Server {
         if let Some(path) = &self.unix_path {
             let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+/// memcached's `MEMCACHED_PORT_FILENAME`: one "TCP INET: <port>" line per TCP
+/// listener, written to "<file>.lck" and renamed so readers never see half.
+fn write_port_file(path: &std::path::Path, addrs: &[SocketAddr]) {
+    let text: String = addrs
+        .iter()
+        .map(|a| format!("TCP INET: {}\n", a.port()))
+        .collect();
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".lck");
+    let res = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, path));
+    if let Err(e) = res {
+        eprintln!("Failed to write port file {}: {e}", path.display());
     }
 }
 

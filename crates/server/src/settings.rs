@@ -30,6 +30,12 @@ impl ProtocolChoice {
 pub struct Settings {
     /// `-p` (0 = no TCP listener, as in memcached)
     pub port: u16,
+    /// `-p -1`: bind an ephemeral port (memcached's test mode; the port is
+    /// reported through `port_file`).
+    pub port_ephemeral: bool,
+    /// `$MEMCACHED_PORT_FILENAME`: where to write "TCP INET: <port>" lines
+    /// once the listeners are bound (memcached's test-suite hook).
+    pub port_file: Option<PathBuf>,
     /// `-l` (comma-separated in memcached; each one is listened on)
     pub listen: Vec<String>,
     /// `-s`
@@ -130,6 +136,8 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             port: 11211,
+            port_ephemeral: false,
+            port_file: None,
             listen: vec!["127.0.0.1".to_string()],
             unix_socket: None,
             unix_mask: 0o700,

@@ -287,10 +287,16 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
                         CliError::new(EX_USAGE, format!("ERROR: Invalid unix socket mask {v}."))
                     })?
             }
+            'p' if v == "-1" => {
+                // memcached: any free port, reported via MEMCACHED_PORT_FILENAME.
+                s.port = 0;
+                s.port_ephemeral = true;
+            }
             'p' => {
                 s.port = number::<u16>(&v).ok_or_else(|| {
                     CliError::new(EX_USAGE, format!("ERROR: Invalid port number {v}."))
-                })?
+                })?;
+                s.port_ephemeral = false;
             }
             's' => s.unix_socket = Some(PathBuf::from(v)),
             'U' => {
@@ -667,7 +673,8 @@ fn extended(list: &str, s: &mut Settings, warnings: &mut Vec<String>) -> Result<
 pub fn usage() -> String {
     format!(
         "cachalot {version} (memcached {compat} compatible)
--p, --port=<num>          TCP port to listen on (default: 11211, 0 = off)
+-p, --port=<num>          TCP port to listen on (default: 11211, 0 = off,
+                          -1 = any free port, written to $MEMCACHED_PORT_FILENAME)
 -U, --udp-port=<num>      UDP port (only 0, off, is supported)
 -s, --unix-socket=<file>  UNIX socket to listen on (disables network support)
 -a, --unix-mask=<mask>    access mask for UNIX socket, in octal (default: 700)
@@ -758,6 +765,16 @@ mod tests {
             Err(e) => e,
             Ok(_) => panic!("{args:?} should fail"),
         }
+    }
+
+    #[test]
+    fn ephemeral_port() {
+        let (s, _) = run(&["-p", "-1"]).unwrap();
+        assert!(s.port_ephemeral);
+        let (s, _) = run(&["-p", "-1", "-p", "5"]).unwrap();
+        assert!(!s.port_ephemeral);
+        assert_eq!(s.port, 5);
+        assert_eq!(err(&["-p", "-2"]).code, EX_USAGE);
     }
 
     #[test]

@@ -92,7 +92,7 @@ pub fn bind_all(settings: &Settings) -> Result<Vec<Listener>, BindError> {
         out.push(bind_unix(path, settings.unix_mask, settings.backlog)?);
         return Ok(out);
     }
-    if settings.port == 0 {
+    if settings.port == 0 && !settings.port_ephemeral {
         return Ok(out);
     }
     for entry in &settings.listen {
@@ -222,6 +222,18 @@ mod tests {
         };
         assert_ne!(addr.port(), 0);
         assert_eq!(name, &format!("tcp:127.0.0.1:{}", addr.port()));
+    }
+
+    #[test]
+    fn ephemeral_port_binds_something() {
+        let settings = Settings {
+            port: 0,
+            port_ephemeral: true,
+            ..Settings::default()
+        };
+        let ls = bind_all(&settings).unwrap();
+        assert_eq!(ls.len(), 1);
+        assert!(matches!(&ls[0], Listener::Tcp { addr, .. } if addr.port() != 0));
     }
 
     #[test]

@@ -49,6 +49,9 @@ impl WorkerHandle {
 
 pub struct Worker {
     poll: Poll,
+    /// Our own reference to the waker: if only the acceptor held it, its
+    /// exit would close the eventfd and could drop a pending wake-up.
+    _waker: Arc<Waker>,
     inbox: Arc<Mutex<Vec<NewConn>>>,
     cache: Arc<Cache>,
     settings: Arc<Settings>,
@@ -78,11 +81,12 @@ impl Worker {
         let inbox = Arc::new(Mutex::new(Vec::new()));
         let handle = WorkerHandle {
             inbox: inbox.clone(),
-            waker,
+            waker: waker.clone(),
         };
         Ok((
             Worker {
                 poll,
+                _waker: waker,
                 inbox,
                 cache,
                 settings,

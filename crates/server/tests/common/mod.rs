@@ -9,9 +9,12 @@
 //! package), so build the binary before `cargo test -p cachalot-server`;
 //! `cargo build --workspace` or scripts/test.sh do it.
 //!
-//! Arguments are appended after the helper's defaults, so a test's `-p`, `-l`
-//! or `-u` win (memcached-style last-one-wins); the defaults are only added
-//! when the test did not give them. `-u root` is always passed unless the
+//! Port: unless the test passes `-p`, the server gets memcached's `-p -1`
+//! (the kernel picks a free port) and reports it through
+//! `MEMCACHED_PORT_FILENAME`, so tests running in parallel never collide.
+//!
+//! Arguments are appended after the helper's defaults (`-p -1 -l 127.0.0.1
+//! -U 0 -u root`), each default only when the test did not give that flag. `-u root` is always passed unless the
 //! test has `-u`: cachalot, like memcached, refuses to run as root without
 //! it, and ignores it when not root.
 
@@ -52,7 +55,7 @@ pub fn temp_path(tag: &str) -> PathBuf {
     ))
 }
 
-/// A port that was free a moment ago.
+/// A port that was free a moment ago (racy: prefer the helper's `-p -1`).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -81,21 +84,15 @@ pub fn spawn_server(args: &[&str]) -> Server {
 impl Server {
     /// Start `cachalot` with these extra arguments (panics if it does not come up).
     pub fn start(args: &[&str]) -> Server {
-        // A free port can be taken by someone else before the server binds
-        // it: retry a few times on "Address already in use".
-        let mut last = String::new();
-        for _ in 0..5 {
-            match Server::try_start(args) {
-                Ok(s) => return s,
-                Err(e) if e.contains("Address already in use") => last = e,
-                Err(e) => panic!("{e}"),
-            }
-        }
-        panic!("{last}");
+        Server::try_start(args).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Start and wait until it accepts; `Err` carries the exit status and
     /// stderr if it exited or timed out instead.
+    ///
+    /// Unless the test chose a port, the server is started with memcached's
+    /// `-p -1` (any free port) and reports the port it bound through
+    /// `MEMCACHED_PORT_FILENAME`, so parallel tests can never race for one.
     pub fn try_start(args: &[&str]) -> Result<Server, String> {
         let bin = cachalot_bin();
         if !bin.exists() {
@@ -105,7 +102,6 @@ impl Server {
                 bin.display()
             ));
         }
-        let port = free_port();
         let mut full: Vec<String> = Vec::new();
         let unix = args
             .iter()
@@ -117,8 +113,9 @@ impl Server {
                     args.get(i + 1).map(PathBuf::from)
                 }
             });
-        if !has_flag(args, "-p", "--port") {
-            full.extend(["-p".into(), port.to_string()]);
+        let own_port = has_flag(args, "-p", "--port");
+        if !own_port {
+            full.extend(["-p".into(), "-1".into()]);
         }
         if !has_flag(args, "-l", "--listen") {
             full.extend(["-l".into(), "127.0.0.1".into()]);
@@ -130,12 +127,13 @@ impl Server {
             full.extend(["-u".into(), "root".into()]);
         }
         full.extend(args.iter().map(|s| s.to_string()));
-        let port = port_from_args(&full).unwrap_or(port);
 
         let log = temp_path("stderr.log");
+        let port_file = temp_path("port");
         let stderr = std::fs::File::create(&log).map_err(|e| format!("log file: {e}"))?;
         let child = Command::new(&bin)
             .args(&full)
+            .env("MEMCACHED_PORT_FILENAME", &port_file)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -143,14 +141,21 @@ impl Server {
             .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
         let mut server = Server {
             child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            addr: SocketAddr::from(([127, 0, 0, 1], port_from_args(&full).unwrap_or(0))),
             unix,
             log,
         };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
+            if server.unix.is_none() && !own_port && server.addr.port() == 0 {
+                if let Some(port) = read_port_file(&port_file) {
+                    server.addr.set_port(port);
+                    let _ = std::fs::remove_file(&port_file);
+                }
+            }
             let up = match &server.unix {
                 Some(path) => UnixStream::connect(path).is_ok(),
+                None if server.addr.port() == 0 => false,
                 None => {
                     TcpStream::connect_timeout(&server.addr, Duration::from_millis(200)).is_ok()
                 }
@@ -170,7 +175,7 @@ impl Server {
                     server.stderr()
                 ));
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -251,6 +256,15 @@ pub fn read_until(s: &mut impl Read, end: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The first port in a `MEMCACHED_PORT_FILENAME` file ("TCP INET: <port>").
+pub fn read_port_file(path: &Path) -> Option<u16> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("TCP INET: "))
+        .and_then(|p| p.trim().parse().ok())
+}
+
 /// The `-p` value in an argument list (last one wins).
 fn port_from_args(args: &[String]) -> Option<u16> {
     let mut port = None;
@@ -271,6 +285,10 @@ fn port_from_args(args: &[String]) -> Option<u16> {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The server's side of the story helps explain a failed test.
+            eprintln!("--- cachalot stderr ---\n{}", self.stderr());
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);
