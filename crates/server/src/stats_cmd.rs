@@ -262,8 +262,7 @@ fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
     }
 }
 
-/// `stats settings`, in memcached's order (extstore and TLS lines omitted:
-/// memcached itself prints them only when built with those features).
+/// `stats settings`, in memcached's order, plus `cachalot_version` at the end.
 fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     let s = ctx.settings;
     let ec = &s.engine;
@@ -339,7 +338,36 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     // The engine always keeps the size histogram (`stats sizes`).
     stat(out, "track_sizes", "yes");
     stat(out, "inline_ascii_response", "no");
-    stat(out, "ssl_enabled", "no");
+    // memcached 1.6.18 as packaged (extstore and TLS built in, neither in
+    // use) prints these defaults; cachalot has neither feature.
+    for (name, value) in [
+        ("ext_item_size", "512"),
+        ("ext_item_age", "4294967295"),
+        ("ext_low_ttl", "0"),
+        ("ext_recache_rate", "2000"),
+        ("ext_wbuf_size", "4194304"),
+        ("ext_compact_under", "0"),
+        ("ext_drop_under", "0"),
+        ("ext_max_sleep", "1000000"),
+        ("ext_max_frag", "0.80"),
+        ("slab_automove_freeratio", "0.010"),
+        ("ext_drop_unread", "no"),
+        ("ssl_enabled", "no"),
+        ("ssl_chain_cert", "(null)"),
+        ("ssl_key", "(null)"),
+        ("ssl_verify_mode", "0"),
+        ("ssl_keyformat", "1"),
+        ("ssl_ciphers", "NULL"),
+        ("ssl_ca_cert", "NULL"),
+        ("ssl_wbuf_size", "16384"),
+        ("ssl_session_cache", "no"),
+        ("ssl_kernel_tls", "no"),
+        ("ssl_min_version", "tlsv1.2"),
+        ("num_napi_ids", "(null)"),
+        ("memory_file", "(null)"),
+    ] {
+        stat(out, name, value);
+    }
     stat(out, "cachalot_version", env!("CARGO_PKG_VERSION"));
 }
 
