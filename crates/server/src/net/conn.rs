@@ -136,6 +136,9 @@ pub struct Env<'a> {
     pub max_request: usize,
     /// Clock reading for last-command times.
     pub now: u32,
+    /// The readiness event said the peer closed its side (EPOLLRDHUP): read
+    /// until EOF instead of trusting a short read to mean "drained".
+    pub peer_closed: bool,
 }
 
 /// The largest request a connection may buffer before it is cut off: one
@@ -175,6 +178,10 @@ enum Processed {
 
 enum Filled {
     Data,
+    /// Data, and the read came back short: the socket's queue is empty, so
+    /// another read would only return EAGAIN (epoll(7): for stream sockets a
+    /// short read means the edge was consumed; new data brings a new event).
+    Drained,
     WouldBlock,
     Eof,
     /// The request does not fit in `max_request`.
@@ -202,6 +209,12 @@ impl Conn {
         self.wbuf.len() - self.wpos
     }
 
+    /// Whether replies are waiting for the socket to drain (or the
+    /// connection is closing once they have).
+    pub fn has_pending_output(&self) -> bool {
+        self.pending_out() > 0 || self.closing
+    }
+
     /// Whether the connection waits for a command (for `-o idle_timeout`).
     pub fn is_idle(&self) -> bool {
         self.rpos == self.rend && self.pending_out() == 0
@@ -219,6 +232,7 @@ impl Conn {
 
     fn cycle(&mut self, env: &mut Env<'_>) -> Status {
         let mut reqs = 0usize;
+        let mut drained = false;
         loop {
             // Replies are batched: write only when closing, when a lot is
             // pending, or (below) when the socket has nothing more to read.
@@ -246,8 +260,17 @@ impl Conn {
                 self.closing = true;
                 continue;
             }
-            match self.fill(env) {
+            let filled = if drained {
+                Filled::WouldBlock
+            } else {
+                self.fill(env)
+            };
+            match filled {
                 Filled::Data => continue,
+                Filled::Drained => {
+                    drained = true;
+                    continue;
+                }
                 Filled::Eof => {
                     self.eof = true;
                     continue;
@@ -389,11 +412,15 @@ impl Conn {
             match self.stream.read(&mut self.rbuf[self.rend..]) {
                 Ok(0) => return Filled::Eof,
                 Ok(n) => {
+                    let space = self.rbuf.len() - self.rend;
                     self.rend += n;
                     env.ctx
                         .stats
                         .bytes_read
                         .fetch_add(n as u64, Ordering::Relaxed);
+                    if n < space && !env.peer_closed {
+                        return Filled::Drained;
+                    }
                     return Filled::Data;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Filled::WouldBlock,

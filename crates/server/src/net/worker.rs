@@ -127,12 +127,27 @@ impl Worker {
             for event in events.iter() {
                 match event.token() {
                     WAKE_TOKEN => self.accept_new(),
-                    Token(slot) => self.service(slot),
+                    Token(slot) => {
+                        // Every reply we write is later followed by a
+                        // writable edge; unless output is waiting, such an
+                        // event has nothing for us (saves a read syscall).
+                        let only_writable = event.is_writable()
+                            && !event.is_readable()
+                            && !event.is_read_closed()
+                            && !event.is_error();
+                        let waiting = matches!(
+                            self.conns.get(slot),
+                            Some(Some(c)) if c.has_pending_output()
+                        );
+                        if !only_writable || waiting {
+                            self.service(slot, event.is_read_closed() || event.is_error());
+                        }
+                    }
                 }
             }
             for _ in 0..self.ready.len() {
                 if let Some(slot) = self.ready.pop_front() {
-                    self.service(slot);
+                    self.service(slot, false);
                 }
             }
             if idle_timeout > 0 && last_idle_check.elapsed() >= Duration::from_secs(1) {
@@ -197,7 +212,7 @@ impl Worker {
         }
     }
 
-    fn service(&mut self, slot: usize) {
+    fn service(&mut self, slot: usize, peer_closed: bool) {
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return; // closed earlier in this round
         };
@@ -212,6 +227,7 @@ impl Worker {
             pool: &mut self.pool,
             max_request: max_request(&self.settings),
             now: self.cache.clock().now(),
+            peer_closed,
         };
         match conn.service(&mut env) {
             Status::Open => {}
