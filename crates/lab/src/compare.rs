@@ -1,0 +1,8 @@
+//! Placeholder: being written.
+
+#[derive(clap::Args, Debug)]
+pub struct CompareArgs {}
+
+pub fn run(_args: CompareArgs) -> anyhow::Result<()> {
+    anyhow::bail!("not implemented yet")
+}

@@ -1,0 +1,64 @@
+//! cachalot-lab: measures any memcached-protocol server on the workloads of
+//! the papers cachalot implements, and simulates cachalot's engine in-process.
+//!
+//! - [`trace`]: the request record, CSV (`time,key,size,cost,op,ttl`, readable
+//!   by libCacheSim) and a compact binary form.
+//! - [`workload`]: the workload models (YCSB, Facebook ETC, Twitter-like,
+//!   GD-Wheel cost workloads, calcification, zExpander switch), all seeded.
+//! - [`values`]: value contents with realistic compressibility.
+//! - [`metrics`]: hit ratio, byte and cost hit ratios, per-interval figures,
+//!   latency histograms; the JSON result format every command writes.
+//! - [`replay`] (network), [`sim`] (in-process engine), [`mrc`] (miss-ratio
+//!   curves and the offline optimal slab assignment), [`compare`] (memcached
+//!   vs cachalot), [`plot`] (PNG/SVG charts).
+
+use clap::{Parser, Subcommand};
+
+pub mod compare;
+pub mod metrics;
+pub mod mrc;
+pub mod plot;
+pub mod replay;
+pub mod servers;
+pub mod sim;
+pub mod trace;
+pub mod values;
+pub mod workload;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cachalot-lab",
+    version,
+    about = "Workload lab for memcached-protocol servers"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Write a trace from a workload model.
+    Gen(workload::GenArgs),
+    /// Drive a trace or model against a server as a look-aside cache.
+    Replay(replay::ReplayArgs),
+    /// Run a trace or model through cachalot's engine in-process.
+    Sim(sim::SimArgs),
+    /// Miss-ratio curves by stack distance (with costs) and the optimal slab assignment.
+    Mrc(mrc::MrcArgs),
+    /// Run the same workload against memcached and cachalot and print both.
+    Compare(compare::CompareArgs),
+    /// Draw charts from JSON results.
+    Plot(plot::PlotArgs),
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Gen(a) => workload::run_gen(a),
+        Command::Replay(a) => replay::run(a),
+        Command::Sim(a) => sim::run(a),
+        Command::Mrc(a) => mrc::run(a),
+        Command::Compare(a) => compare::run(a),
+        Command::Plot(a) => plot::run(a),
+    }
+}

@@ -1,0 +1,8 @@
+//! Placeholder: being written.
+
+#[derive(clap::Args, Debug)]
+pub struct ReplayArgs {}
+
+pub fn run(_args: ReplayArgs) -> anyhow::Result<()> {
+    anyhow::bail!("not implemented yet")
+}

@@ -1,0 +1,1 @@
+//! Placeholder: starting and stopping memcached and cachalot processes.

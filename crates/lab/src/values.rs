@@ -1,0 +1,1 @@
+//! Placeholder: value content generators.
