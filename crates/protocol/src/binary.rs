@@ -302,6 +302,17 @@ pub fn parse_frame(input: &[u8]) -> Parsed<'_> {
     }
 }
 
+/// A length as memcached's C code sees it after storing it in an `int`: body
+/// lengths of 2 GB and more turn negative, and a negative swallow count means
+/// "swallow nothing" (the bytes are then parsed as the next request).
+pub fn c_int_len(n: u32) -> u64 {
+    if n > i32::MAX as u32 {
+        0
+    } else {
+        n as u64
+    }
+}
+
 /// set / add / replace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreKind {
@@ -420,7 +431,7 @@ impl<'a> Command<'a> {
         }
         let Some(op) = Opcode::from_u8(h.opcode) else {
             return Ok(Command::Unknown {
-                swallow: bodylen as u64,
+                swallow: c_int_len(bodylen),
             });
         };
         let key = f.key;
@@ -525,12 +536,12 @@ impl<'a> Command<'a> {
             SaslAuth | SaslStep => ok(
                 extlen == 0 && keylen != 0,
                 Command::Unknown {
-                    swallow: (bodylen - keylen) as u64,
+                    swallow: c_int_len(bodylen - keylen),
                 },
             ),
             // memcached 1.6 has no handler for Verbosity.
             Verbosity => Ok(Command::Unknown {
-                swallow: bodylen as u64,
+                swallow: c_int_len(bodylen),
             }),
         }
     }
@@ -860,6 +871,17 @@ mod tests {
         assert_eq!(
             decode(&req(0x22, &[], &[], b"x")),
             Err(ProtocolError::InvalidArguments)
+        );
+        // A body length that is negative as a C int swallows nothing.
+        let mut b = req(0x30, &[], &[], &[]);
+        b[8..12].copy_from_slice(&0x8000_0000u32.to_be_bytes());
+        assert_eq!(decode(&b), Ok(Command::Unknown { swallow: 0 }));
+        b[8..12].copy_from_slice(&0x7fff_ffffu32.to_be_bytes());
+        assert_eq!(
+            decode(&b),
+            Ok(Command::Unknown {
+                swallow: 0x7fff_ffff
+            })
         );
     }
 

@@ -17,15 +17,23 @@ use std::sync::atomic::AtomicU64;
 use cachalot_engine::engine::{Arith, ArithOutcome, DeleteOutcome};
 use cachalot_engine::{Expiry, Store, StoreMode, StoreOutcome};
 use cachalot_protocol::binary::{
-    parse_frame, write_error, write_response, write_response_header, Command, Parsed, Status,
-    StoreKind, ARITH_NO_CREATE,
+    c_int_len, parse_frame, write_error, write_response, write_response_header, Command, Header,
+    Parsed, Status, StoreKind, ARITH_NO_CREATE, HEADER_LEN, REQ_MAGIC,
 };
 
 use crate::session::{Ctx, Handler, Step};
 use crate::stats::ThreadStats;
+use crate::stats_cmd::{self, DetailOp};
 
 /// Opcode of Stat responses (every packet of a stats reply carries it).
 const OP_STAT: u8 = 0x10;
+
+/// memcached reads request heads into a fixed 16 KB buffer (`READ_BUFFER_SIZE`).
+/// A head (header + extras + key) that cannot fit makes its next read return
+/// 0 bytes, which it takes for end of stream: the connection is closed
+/// without a reply once more than that many bytes are waiting. Keys longer
+/// than 250 bytes are refused anyway; this also bounds what we buffer.
+const READ_BUFFER_SIZE: usize = 16384;
 
 /// One binary connection's protocol state.
 #[derive(Debug, Default)]
@@ -98,6 +106,16 @@ impl BinaryHandler {
 
     /// Handle the request at the front of `input`.
     fn one(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut Vec<u8>) -> Flow {
+        if let Some(h) = Header::parse(input) {
+            let head = HEADER_LEN + h.extras_len as usize + h.key_len as usize;
+            if h.magic == REQ_MAGIC && head > READ_BUFFER_SIZE {
+                return if input.len() > READ_BUFFER_SIZE {
+                    Flow::Close(0)
+                } else {
+                    Flow::NeedMore
+                };
+            }
+        }
         let frame = match parse_frame(input) {
             Parsed::Incomplete => return Flow::NeedMore,
             Parsed::BadMagic => return Flow::BadMagic,
@@ -171,6 +189,7 @@ impl BinaryHandler {
                 )
             }
             Command::Delete { key, quiet } => {
+                stats_cmd::detail_record(ctx, key, DetailOp::Delete);
                 let outcome = ctx.cache.lock().delete(key, h.cas);
                 match outcome {
                     DeleteOutcome::Deleted => {
@@ -294,6 +313,7 @@ impl BinaryHandler {
                 None => false,
             }
         };
+        stats_cmd::detail_record(ctx, key, DetailOp::Get { hit });
         let s = ctx.stats;
         if touch.is_some() {
             bump(&s.cmd_touch);
@@ -349,13 +369,16 @@ impl BinaryHandler {
             if ctx.cache.lock().fits(key.len(), value_len as usize, flags) {
                 return Flow::NeedMore;
             }
-            self.too_large(ctx, r, key, mode, value_len, out);
+            // (A length of 2 GB or more is negative in memcached's `int`:
+            // nothing is swallowed and the value is read as requests.)
+            self.too_large(ctx, r, key, mode, c_int_len(value_len), out);
             return Flow::Next(head);
         };
         if !ctx.cache.lock().fits(key.len(), value.len(), flags) {
             self.too_large(ctx, r, key, mode, 0, out);
             return Flow::Next(head + value.len());
         }
+        stats_cmd::detail_record(ctx, key, DetailOp::Set);
         let concat = matches!(mode, StoreMode::Append | StoreMode::Prepend);
         // A non-zero CAS makes set/add/replace a plain compare-and-swap
         // (memcached's NREAD_CAS ignores which of the three it was).
@@ -387,6 +410,8 @@ impl BinaryHandler {
         match outcome {
             StoreOutcome::Stored { cas } => r.ok(out, cas, quiet),
             StoreOutcome::Exists => self.error(r, out, Status::KeyExists),
+            // A CAS append/prepend on a missing key is still just "not stored".
+            StoreOutcome::NotFound if concat => self.error(r, out, Status::NotStored),
             StoreOutcome::NotFound => self.error(r, out, Status::KeyNotFound),
             // memcached maps a refused store by command: add -> exists,
             // replace -> not found, append/prepend -> not stored.
@@ -419,14 +444,15 @@ impl BinaryHandler {
         r: Reply,
         key: &[u8],
         mode: StoreMode,
-        swallow: u32,
+        swallow: u64,
         out: &mut Vec<u8>,
     ) {
+        stats_cmd::detail_record(ctx, key, DetailOp::Set);
         if mode == StoreMode::Set {
             let _ = ctx.cache.lock().delete(key, 0);
         }
         write_error(out, r.opcode, r.opaque, Status::TooLarge);
-        self.swallow = swallow as u64;
+        self.swallow = swallow;
     }
 
     /// Increment / Decrement. memcached creates a missing counter itself (an
@@ -507,42 +533,61 @@ impl BinaryHandler {
 
     /// Stat: one packet per statistic, then an empty one. The group name is
     /// matched like memcached's process_bin_stat: "reset", "settings" and
-    /// "detail" by prefix, the engine groups exactly, anything else is
-    /// "Not found".
+    /// "detail" by prefix, the engine groups exactly, anything else (even
+    /// "conns", which only the text protocol has) is "Not found". The pairs
+    /// come from the generators behind text `stats`.
     fn stat(&mut self, ctx: &Ctx<'_>, r: Reply, key: &[u8], out: &mut Vec<u8>) {
-        let pairs: Vec<(String, String)> = if key.is_empty() {
-            stats_pairs(ctx, "").unwrap_or_default()
+        let mut terminate = true;
+        let pairs: stats_cmd::Pairs = if key.is_empty() {
+            stats_cmd::collect(ctx, b"").unwrap_or_default()
         } else if key.starts_with(b"reset") {
-            let _ = stats_pairs(ctx, "reset");
+            stats_cmd::reset(ctx);
             Vec::new()
         } else if key.starts_with(b"settings") {
-            stats_pairs(ctx, "settings").unwrap_or_default()
+            stats_cmd::collect(ctx, b"settings").unwrap_or_default()
         } else if let Some(sub) = key.strip_prefix(b"detail") {
-            if sub.starts_with(b" dump") {
-                // cachalot keeps no per-prefix stats: the dump is empty.
-                vec![("detailed".to_string(), "END\r\n".to_string())]
-            } else if sub.starts_with(b" on") || sub.starts_with(b" off") {
-                Vec::new()
+            let arg: &[u8] = if sub.starts_with(b" dump") {
+                b"dump"
+            } else if sub.starts_with(b" on") {
+                b"on"
+            } else if sub.starts_with(b" off") {
+                b"off"
             } else {
                 return self.error(r, out, Status::KeyNotFound);
+            };
+            let mut text = Vec::new();
+            stats_cmd::handle(ctx, Some(b"detail"), Some(arg), None, &mut text);
+            if arg == b"dump" {
+                // The dump travels as one stat whose value is the text
+                // protocol's "PREFIX ...\r\n...END\r\n" listing.
+                vec![(
+                    "detailed".to_string(),
+                    String::from_utf8_lossy(&text).into_owned(),
+                )]
+            } else {
+                Vec::new()
             }
         } else {
-            let group = match key {
-                b"items" => "items",
-                b"slabs" => "slabs",
-                b"sizes" => "sizes",
-                b"sizes_enable" => "sizes_enable",
-                b"sizes_disable" => "sizes_disable",
+            match key {
+                b"items" | b"slabs" | b"sizes" => match stats_cmd::collect(ctx, key) {
+                    Some(p) => p,
+                    None => return self.error(r, out, Status::KeyNotFound),
+                },
+                // memcached answers these with their one statistic and no
+                // terminating packet (size tracking is a build option there;
+                // cachalot always keeps the histogram).
+                b"sizes_enable" | b"sizes_disable" => {
+                    terminate = false;
+                    let state = if key == b"sizes_enable" {
+                        "enabled"
+                    } else {
+                        "disabled"
+                    };
+                    vec![("sizes_status".to_string(), state.to_string())]
+                }
                 _ => return self.error(r, out, Status::KeyNotFound),
-            };
-            match stats_pairs(ctx, group) {
-                Some(p) => p,
-                None => return self.error(r, out, Status::KeyNotFound),
             }
         };
-        // memcached's sizes_enable/sizes_disable reply with their one
-        // statistic and no terminating packet.
-        let terminate = !matches!(key, b"sizes_enable" | b"sizes_disable");
         for (k, v) in &pairs {
             write_response(
                 out,
@@ -604,147 +649,6 @@ impl Handler for BinaryHandler {
             Step::Consumed(pos)
         }
     }
-}
-
-/// Picks one counter out of a worker's [`ThreadStats`].
-type Counter = fn(&ThreadStats) -> &AtomicU64;
-
-/// The statistics of one `stats` group as (name, value) pairs, in memcached's
-/// order; `None` for a group memcached does not know.
-///
-/// The text protocol's generators (`stats_cmd`) are the source of truth for
-/// names and values; until they are in, this serves the general group and
-/// `reset` from the same counters, and `settings` plus the engine groups
-/// with their main fields.
-fn stats_pairs(ctx: &Ctx<'_>, group: &str) -> Option<Vec<(String, String)>> {
-    use std::sync::atomic::Ordering::Relaxed;
-    let sh = ctx.shared;
-    let mut v: Vec<(String, String)> = Vec::new();
-    let mut put = |k: &str, val: String| v.push((k.to_string(), val));
-    match group {
-        "" => {
-            let clock = ctx.cache.clock();
-            let e = ctx.cache.lock().stats();
-            put("pid", std::process::id().to_string());
-            put(
-                "uptime",
-                (clock.unix_now() - clock.started_unix()).to_string(),
-            );
-            put("time", clock.unix_now().to_string());
-            put(
-                "version",
-                cachalot_protocol::text::MEMCACHED_COMPAT_VERSION.to_string(),
-            );
-            put("pointer_size", (usize::BITS).to_string());
-            put(
-                "curr_connections",
-                sh.curr_connections.load(Relaxed).to_string(),
-            );
-            put(
-                "total_connections",
-                sh.total_connections.load(Relaxed).to_string(),
-            );
-            let counters: [(&str, Counter); 20] = [
-                ("cmd_get", |t| &t.cmd_get),
-                ("cmd_set", |t| &t.cmd_set),
-                ("cmd_flush", |t| &t.cmd_flush),
-                ("cmd_touch", |t| &t.cmd_touch),
-                ("get_hits", |t| &t.get_hits),
-                ("get_misses", |t| &t.get_misses),
-                ("get_expired", |t| &t.get_expired),
-                ("get_flushed", |t| &t.get_flushed),
-                ("delete_misses", |t| &t.delete_misses),
-                ("delete_hits", |t| &t.delete_hits),
-                ("incr_misses", |t| &t.incr_misses),
-                ("incr_hits", |t| &t.incr_hits),
-                ("decr_misses", |t| &t.decr_misses),
-                ("decr_hits", |t| &t.decr_hits),
-                ("cas_misses", |t| &t.cas_misses),
-                ("cas_hits", |t| &t.cas_hits),
-                ("cas_badval", |t| &t.cas_badval),
-                ("touch_hits", |t| &t.touch_hits),
-                ("touch_misses", |t| &t.touch_misses),
-                ("bytes_read", |t| &t.bytes_read),
-            ];
-            for (name, field) in counters {
-                put(name, sh.sum(field).to_string());
-            }
-            put("bytes_written", sh.sum(|t| &t.bytes_written).to_string());
-            put("limit_maxbytes", e.limit_maxbytes.to_string());
-            put("threads", ctx.settings.threads.to_string());
-            put("bytes", e.bytes.to_string());
-            put("curr_items", e.curr_items.to_string());
-            put("total_items", e.total_items.to_string());
-            put("evictions", e.evictions.to_string());
-            put("reclaimed", e.reclaimed.to_string());
-        }
-        "reset" => {
-            ctx.cache.lock().reset_stats();
-            for t in &sh.threads {
-                for c in [
-                    &t.cmd_get,
-                    &t.cmd_set,
-                    &t.cmd_flush,
-                    &t.cmd_touch,
-                    &t.get_hits,
-                    &t.get_misses,
-                    &t.delete_hits,
-                    &t.delete_misses,
-                    &t.incr_hits,
-                    &t.incr_misses,
-                    &t.decr_hits,
-                    &t.decr_misses,
-                    &t.cas_hits,
-                    &t.cas_misses,
-                    &t.cas_badval,
-                    &t.touch_hits,
-                    &t.touch_misses,
-                ] {
-                    c.store(0, Relaxed);
-                }
-            }
-        }
-        "settings" => {
-            let st = ctx.settings;
-            put("maxbytes", st.engine.memory_limit.to_string());
-            put("maxconns", st.max_conns.to_string());
-            put("tcpport", st.port.to_string());
-            put("item_size_max", st.engine.item_size_max.to_string());
-        }
-        "slabs" => {
-            let engine = ctx.cache.lock();
-            let classes = engine.slab_stats();
-            let total_malloced = engine.stats().total_malloced;
-            drop(engine);
-            for c in &classes {
-                let id = c.id;
-                put(&format!("{id}:chunk_size"), c.chunk_size.to_string());
-                put(
-                    &format!("{id}:chunks_per_page"),
-                    c.chunks_per_page.to_string(),
-                );
-                put(&format!("{id}:total_pages"), c.total_pages.to_string());
-                put(&format!("{id}:total_chunks"), c.total_chunks.to_string());
-                put(&format!("{id}:used_chunks"), c.used_chunks.to_string());
-                put(&format!("{id}:free_chunks"), c.free_chunks.to_string());
-            }
-            put("active_slabs", classes.len().to_string());
-            put("total_malloced", total_malloced.to_string());
-        }
-        "items" => {
-            let classes = ctx.cache.lock().slab_stats();
-            for c in classes.iter().filter(|c| c.number > 0) {
-                let id = c.id;
-                put(&format!("items:{id}:number"), c.number.to_string());
-                put(&format!("items:{id}:age"), c.age.to_string());
-                put(&format!("items:{id}:evicted"), c.evicted.to_string());
-            }
-        }
-        "sizes" | "sizes_disable" => put("sizes_status", "disabled".to_string()),
-        "sizes_enable" => put("sizes_status", "enabled".to_string()),
-        _ => return None,
-    }
-    Some(v)
 }
 
 #[cfg(test)]
@@ -1080,10 +984,11 @@ mod tests {
         assert_eq!(r[0].value, 52u64.to_be_bytes());
         let r = c.replies(&req(0x06, 0, 0, &arith_extras(100, 42, 0), b"n", &[]));
         assert_eq!(r[0].value, 0u64.to_be_bytes(), "decr stops at 0");
+        // memcached rewrites a shorter result in place, padded with spaces.
         let r = c.replies(&req(0x00, 0, 0, &[], b"n", &[]));
         assert_eq!(
             (&r[0].value[..], &r[0].extras[..]),
-            (&b"0"[..], &[0u8, 0, 0, 0][..])
+            (&b"0 "[..], &[0u8, 0, 0, 0][..])
         );
         // Wrap around at 2^64.
         c.replies(&req(0x05, 0, 0, &arith_extras(u64::MAX, 0, 0), b"n", &[]));
@@ -1377,6 +1282,48 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].opaque, 1);
         assert!(c.closed);
+    }
+
+    #[test]
+    fn heads_larger_than_memcached_read_buffer_close_silently() {
+        // A 16000-byte key fits memcached's 16 KB read buffer: it is read whole,
+        // then refused as too long.
+        let mut c = Conn::new();
+        let r = c.replies(&req(0x00, 1, 0, &[], &vec![b'k'; 16000], &[]));
+        assert_eq!((r.len(), r[0].status), (1, 4));
+        assert!(c.closed);
+        // One that cannot fit: nothing until more than 16 KB is waiting, then
+        // the connection closes without a reply (earlier replies still go).
+        let mut c = Conn::new();
+        let big = [
+            req(0x01, 1, 0, &set_extras(0, 0), b"k", b"v"),
+            req(0x00, 2, 0, &[], &vec![b'k'; 16361], &[]),
+        ]
+        .concat();
+        let first = c.replies(&big[..16384]);
+        assert_eq!(first.len(), 1);
+        assert!(!c.closed);
+        assert!(c.replies(&big[16384..]).is_empty());
+        assert!(c.closed);
+    }
+
+    #[test]
+    fn two_gigabyte_bodies_swallow_nothing() {
+        // memcached keeps body lengths in an `int`: 2 GB and up is negative,
+        // so the value is not swallowed but parsed as the next request.
+        let mut c = Conn::new();
+        set(&mut c, b"k", b"old", 0);
+        let mut head = req(0x01, 1, 0, &set_extras(0, 0), b"k", &[]);
+        head[8..12].copy_from_slice(&0x8000_0009u32.to_be_bytes());
+        let r = c.replies(&[head, req(NOOP, 2, 0, &[], &[], &[])].concat());
+        let got: Vec<_> = r.iter().map(|r| (r.op, r.status, r.opaque)).collect();
+        assert_eq!(got, vec![(0x01, 3, 1), (NOOP, 0, 2)]);
+        assert_eq!(c.h.swallowing(), 0);
+        assert_eq!(c.replies(&req(0x00, 3, 0, &[], b"k", &[]))[0].status, 1);
+        let mut unknown = req(0x30, 4, 0, &[], &[], &[]);
+        unknown[8..12].copy_from_slice(&0xffff_fff0u32.to_be_bytes());
+        let r = c.replies(&[unknown, req(NOOP, 5, 0, &[], &[], &[])].concat());
+        assert_eq!(r.iter().map(|r| r.opaque).collect::<Vec<_>>(), vec![4, 5]);
     }
 
     #[test]
