@@ -330,14 +330,13 @@ impl<'a> Tokens<'a> {
 
 /// Parse one request line (without the line terminator).
 ///
-/// A trailing `\r` is tolerated (memcached strips it before parsing) and
-/// the line ends at its first NUL byte, as in memcached.
+/// The caller strips the line terminator: `\n`, or `\r\n` when the line
+/// is longer than the `\r` alone (memcached's rule). Any further `\r` is
+/// part of the last token, as in memcached (`verbosity 1\r` is level 1,
+/// `stats detail\r` is an unknown stats group). The line ends at its first
+/// NUL byte.
 pub fn parse(line: &[u8]) -> Result<TextCommand<'_>, ParseError> {
     let line = until_nul(line);
-    let line = match line {
-        [head @ .., b'\r'] if !head.is_empty() => head,
-        _ => line,
-    };
     let t = Tokens::new(line);
     let nt = t.ntokens;
     if nt < 2 || t.get(0).len() < 2 {
@@ -511,11 +510,11 @@ fn parse_store<'a>(cmd: &'a [u8], t: &Tokens<'a>) -> Result<TextCommand<'a>, Par
     // memcached accepts one optional token (anything; `noreply` if it says so).
     // Our extension adds `cost=<N>`: with both, one more token is allowed.
     let mut cost = None;
-    let noreply;
-    if nt == fixed + 1 {
-        noreply = false;
-    } else if nt == fixed + 2 {
-        noreply = t.noreply();
+    // memcached's set_noreply_maybe looks at the last token whatever it is:
+    // with no optional token that is <bytes> (or the cas unique), so
+    // `set k 0 0 noreply` is a silent format error.
+    let mut noreply = t.noreply();
+    if nt == fixed + 2 {
         // The optional slot is ignored unless it is noreply or a valid cost.
         cost = parse_cost(t.get(fixed));
     } else if nt == fixed + 3 {
@@ -535,7 +534,7 @@ fn parse_store<'a>(cmd: &'a [u8], t: &Tokens<'a>) -> Result<TextCommand<'a>, Par
             }
             None => return Err(ParseError::new(Unknown, false)),
         }
-    } else {
+    } else if nt != fixed + 1 {
         return Err(ParseError::new(Unknown, false));
     }
     let key = key(t, noreply)?;
@@ -711,6 +710,15 @@ mod tests {
         assert_eq!(e(b""), (Unknown, false));
         assert_eq!(e(b"   "), (Unknown, false));
         assert_eq!(e(b"\r"), (Unknown, false));
+        assert_eq!(e(b"verbosity \r"), (BadFormat, false));
+        assert_eq!(
+            p(b"stats detail\r"),
+            Ok(TextCommand::Stats {
+                sub: Some(b"detail\r"),
+                arg1: None,
+                arg2: None
+            })
+        );
         assert_eq!(e(b"x"), (Unknown, false));
         assert_eq!(e(b"ge"), (Unknown, false));
         assert_eq!(e(b"get"), (Unknown, false));
@@ -735,9 +743,9 @@ mod tests {
             keys(b"get a\tb \x01"),
             vec![b"a\tb".to_vec(), b"\x01".to_vec()]
         );
-        // A NUL ends the line; a trailing CR is dropped.
+        // A NUL ends the line; a CR left by the caller belongs to the key.
         assert_eq!(keys(b"get a\0b c"), vec![b"a".to_vec()]);
-        assert_eq!(keys(b"get a\r"), vec![b"a".to_vec()]);
+        assert_eq!(keys(b"get a\r"), vec![b"a\r".to_vec()]);
     }
 
     #[test]
@@ -865,6 +873,9 @@ mod tests {
         assert_eq!(e(b"set k 0 0 2147483646"), (BadFormat, false));
         assert_eq!(f(b"set k 0 0 2147483645"), Some((0, 0, 2147483645)));
         assert_eq!(e(b"set k 0 0 abc noreply"), (BadFormat, true));
+        // The last token is checked for noreply even when it is <bytes>.
+        assert_eq!(e(b"set k 1 replace noreply"), (BadFormat, true));
+        assert_eq!(e(b"cas k 0 0 1 noreply"), (BadFormat, true));
     }
 
     #[test]

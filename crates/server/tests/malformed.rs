@@ -91,6 +91,9 @@ fn table() -> Vec<Row> {
         open("set mf2 0 0 abc\r\n", BAD_FORMAT),
         open("set mf3 0 0 abc noreply\r\n", ""),
         open("set mf4 0 0\r\n", "ERROR\r\n"),
+        // noreply is looked for in the last token even when that is <bytes>.
+        open("set mf4 1 replace noreply\r\n", ""),
+        open("cas mf4 0 0 1 noreply\r\n", ""),
         open("set mf5 0 0 3 noreply x\r\n", "ERROR\r\n"),
         open("set mf6 0 0 3 x\r\nabc\r\n", "STORED\r\n"),
         open("set mf7 abc 0 3\r\nabc\r\n", format!("{BAD_FORMAT}ERROR\r\n")),
@@ -247,6 +250,10 @@ fn table() -> Vec<Row> {
         open("verbosity 1 2 3\r\n", "ERROR\r\n"),
         open("verbosity 0 noreply\r\n", ""),
         open("verbosity 0\r\n", "OK\r\n"),
+        // Only one '\r' is stripped; another one belongs to the last token.
+        open("verbosity \r\r\n", BAD_FORMAT),
+        open("verbosity 1\r\r\n", "OK\r\n"),
+        open("stats detail\r\r\n", "ERROR\r\n"),
         open("version x\r\n", "VERSION 1.6.18\r\n"),
         open("shutdown\r\n", "ERROR: shutdown not enabled\r\n"),
         open("shutdown graceful\r\n", "ERROR: shutdown not enabled\r\n"),
