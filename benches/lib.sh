@@ -120,3 +120,32 @@ machine_line() {
     echo "memcached: $("$MEMCACHED_BIN" -V 2>/dev/null) ($MEMCACHED_BIN)"
     echo "cachalot:  $CACHALOT_BIN (git $(cd "$BENCH_ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 }
+
+# Percentage of the machine's CPU time (all cores) that was busy over half a
+# second, from /proc/stat. Our own servers are idle between runs, so this is
+# mostly other people's work on this shared machine.
+cpu_busy_pct() {
+    local a b
+    a=$(awk '/^cpu / { print $2+$3+$4+$7+$8+$9, $5+$6 }' /proc/stat)
+    sleep 0.5
+    b=$(awk '/^cpu / { print $2+$3+$4+$7+$8+$9, $5+$6 }' /proc/stat)
+    awk -v a="$a" -v b="$b" 'BEGIN {
+        split(a, x, " "); split(b, y, " ");
+        busy = y[1] - x[1]; idle = y[2] - x[2];
+        if (busy + idle > 0) printf "%.0f", 100 * busy / (busy + idle); else print 0 }'
+}
+
+# Waits (at most QUIET_WAIT seconds, default 60) until the machine is mostly
+# idle (busy <= QUIET_PCT %, default 15), so a run does not start in the
+# middle of someone else's build. Prints the busy % it finally saw.
+wait_quiet() {
+    local limit=${QUIET_WAIT:-60} max=${QUIET_PCT:-15} start=$SECONDS busy
+    while :; do
+        busy=$(cpu_busy_pct)
+        if [ "$busy" -le "$max" ] || [ $((SECONDS - start)) -ge "$limit" ]; then
+            echo "$busy"
+            return 0
+        fi
+        sleep 1
+    done
+}

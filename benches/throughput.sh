@@ -93,7 +93,9 @@ run_one() {
         *) echo "unknown workload $w" >&2; exit 1 ;;
     esac
     case $w in *-dN) depth=$DEPTH ;; *) depth=1 ;; esac
-    echo "loadavg before: $(cat /proc/loadavg)" >"$raw"
+    local busy
+    busy=$(wait_quiet)
+    echo "loadavg before: $(cat /proc/loadavg); machine busy before: ${busy}%" >"$raw"
     case $w in
         lg-*)
             # Warm the key space first (not timed), so gets measure hits.
@@ -130,10 +132,10 @@ run_one() {
     local cpu_us
     cpu_us=$(awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v n="$ops_total" \
         'BEGIN { if (n > 0) printf "%.2f", t / hz * 1e6 / n; else print "-" }')
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$w" "$s" "$rep" "$ops" "$p50" "$p99" "$cpu_us" \
-        >>"$OUT_DIR/results.tsv"
-    printf '  %-12s %-10s run %s: %8s ops/s  p50 %7s us  p99 %8s us  server CPU %6s us/op\n' \
-        "$w" "$s" "$rep" "$ops" "$p50" "$p99" "$cpu_us" >&2
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$w" "$s" "$rep" "$ops" "$p50" "$p99" "$cpu_us" \
+        "$busy" >>"$OUT_DIR/results.tsv"
+    printf '  %-12s %-10s run %s: %8s ops/s  p50 %7s us  p99 %8s us  server CPU %6s us/op  (machine %s%% busy before)\n' \
+        "$w" "$s" "$rep" "$ops" "$p50" "$p99" "$cpu_us" "$busy" >&2
 }
 
 : >"$OUT_DIR/results.tsv"
@@ -153,10 +155,24 @@ col() { # workload server column -> median of that column
         "$OUT_DIR/results.tsv" | median
 }
 
+# Median over repetitions of cachalot/memcached for column 4 (ops/s) or 7
+# (CPU per request) taken within the same repetition: the two runs of a pair
+# are back to back, so they saw about the same background load.
+paired() { # workload column -> median of per-repetition ratios
+    awk -F'\t' -v w="$1" -v c="$2" '
+        $1 == w && $c != "-" { v[$3, $2] = $c; reps[$3] = 1 }
+        END { for (r in reps) if (v[r, "memcached"] > 0 && v[r, "cachalot"] != "")
+                  printf "%.4f\n", v[r, "cachalot"] / v[r, "memcached"] }' \
+        "$OUT_DIR/results.tsv" | median
+}
+
+fmt2() { awk -v x="$1" 'BEGIN { if (x == "nan" || x == "") print "-"; else printf "%.2f", x }'; }
+
 echo
-echo "medians of $REPS runs (ops/s; latency in us; server CPU in us per request):"
-printf '%-12s | %10s %10s %6s | %15s %15s | %8s %8s\n' workload memcached cachalot ratio \
-    "memc p50/p99" "cach p50/p99" "memc cpu" "cach cpu"
+echo "medians of $REPS runs (ops/s; latency p50/p99 in us; server CPU time in us per request);"
+echo "x = cachalot/memcached of the medians; pair x = median of the per-repetition ratios"
+printf '%-12s | %9s %9s %5s %6s | %15s %15s | %5s %5s %6s\n' workload memcached cachalot x "pair x" \
+    "memc p50/p99" "cach p50/p99" "m cpu" "c cpu" "pair x"
 for w in $WORKLOADS; do
     m=$(col "$w" memcached 4)
     c=$(col "$w" cachalot 4)
@@ -167,6 +183,10 @@ for w in $WORKLOADS; do
     else
         ml=-; cl=-
     fi
-    printf '%-12s | %10.0f %10.0f %6s | %15s %15s | %8s %8s\n' "${w/dN/d$DEPTH}" "$m" "$c" "$r" \
-        "$ml" "$cl" "$(col "$w" memcached 7)" "$(col "$w" cachalot 7)"
+    printf '%-12s | %9.0f %9.0f %5s %6s | %15s %15s | %5s %5s %6s\n' "${w/dN/d$DEPTH}" "$m" "$c" "$r" \
+        "$(fmt2 "$(paired "$w" 4)")" "$ml" "$cl" \
+        "$(fmt2 "$(col "$w" memcached 7)")" "$(fmt2 "$(col "$w" cachalot 7)")" \
+        "$(fmt2 "$(paired "$w" 7)")"
 done
+echo
+echo "machine busy % before each run (others' work), median: $(awk -F'\t' '{ print $8 }' "$OUT_DIR/results.tsv" | median), max: $(awk -F'\t' '{ print $8 }' "$OUT_DIR/results.tsv" | sort -n | tail -n1)"
