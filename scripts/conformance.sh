@@ -28,7 +28,7 @@ MEMCCAPABLE_TESTS=54
 suite_memccapable() {
 	local out rc=0 passed failed
 	out=$(mktemp)
-	timeout 300 memccapable -h "$MC_HOST" -p "$MC_PORT" -t 10 >"$out" 2>&1 || rc=$?
+	timeout 180 memccapable -h "$MC_HOST" -p "$MC_PORT" -t 3 >"$out" 2>&1 || rc=$?
 	cat "$out"
 	passed=$(grep -c '\[pass\]' "$out" || true)
 	failed=$(grep -ciE '\[(fail|skip)\]' "$out" || true)

@@ -141,11 +141,11 @@ start_server() {
 		;;
 	memcached)
 		cmd=(memcached -p "$port" -l 127.0.0.1 -U 0)
-		# memcached refuses to run as root without -u.
-		[[ $(id -u) != 0 ]] || cmd+=(-u root)
 		;;
 	*) die "TARGET_SERVER must be cachalot or memcached, not '$TARGET_SERVER'" ;;
 	esac
+	# memcached (and cachalot, like it) refuses to run as root without -u.
+	[[ $(id -u) != 0 ]] || cmd+=(-u root)
 	# shellcheck disable=SC2206 # SERVER_ARGS is a plain word list on purpose
 	cmd+=(${SERVER_ARGS:-})
 	SERVER_LOG="$(mktemp "${TMPDIR:-/tmp}/cachalot-server-log.XXXXXX")"
