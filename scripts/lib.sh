@@ -132,7 +132,7 @@ servers_stop_all() {
 # it accepts connections.  Sets SERVER_PID, SERVER_LOG and exports MC_HOST,
 # MC_PORT for the client tests.  Extra flags can be given in SERVER_ARGS.
 start_server() {
-	local port cmd i
+	local port cmd
 	port=$(free_port)
 	case "$TARGET_SERVER" in
 	cachalot)
@@ -152,7 +152,7 @@ start_server() {
 	"${cmd[@]}" >"$SERVER_LOG" 2>&1 &
 	SERVER_PID=$!
 	echo "$SERVER_PID" >"$SERVER_PIDS_DIR/$SERVER_PID.pid"
-	for i in $(seq 1 100); do
+	for _ in $(seq 1 100); do
 		if ! server_alive; then
 			log "server exited at start: ${cmd[*]}"
 			cat "$SERVER_LOG" >&2
@@ -182,8 +182,7 @@ stop_server() {
 	[[ -n "${SERVER_PID:-}" ]] || return 0
 	kill "$SERVER_PID" 2>/dev/null || true
 	# Give it a moment to go, then make sure.
-	local i
-	for i in $(seq 1 50); do
+	for _ in $(seq 1 50); do
 		server_alive || break
 		sleep 0.1
 	done

@@ -153,10 +153,13 @@ def test_gets_cas(mc, keyprefix):
 def test_touch_and_expiry(mc, keyprefix):
     touched, untouched = keyprefix + "tt", keyprefix + "tu"
     assert mc.touch(touched, 10) is False
-    assert mc.set(touched, b"t", time=1) is True
-    assert mc.set(untouched, b"u", time=1) is True
+    assert mc.set(touched, b"t", time=2) is True
+    assert mc.set(untouched, b"u", time=2) is True
     assert mc.touch(touched, 100) is True
-    time.sleep(2.5)
+    # The server clock ticks once a second, so a 2 s ttl lasts between 1 and
+    # 2 s: long enough that the touch above cannot race the expiry, and gone
+    # after 3.5 s.
+    time.sleep(3.5)
     assert mc.get(untouched) is None
     assert mc.get(touched) == b"t"
 

@@ -181,13 +181,14 @@ def test_delete(client, keyprefix):
 def test_touch_and_expiry(client, keyprefix):
     touched, untouched, forever = (k(keyprefix, n) for n in ("tt", "tu", "tf"))
     assert client.touch(touched, 10, noreply=False) is False
-    assert client.set(touched, b"t", expire=1, noreply=False) is True
-    assert client.set(untouched, b"u", expire=1, noreply=False) is True
+    assert client.set(touched, b"t", expire=2, noreply=False) is True
+    assert client.set(untouched, b"u", expire=2, noreply=False) is True
     assert client.set(forever, b"f", expire=0, noreply=False) is True
     assert client.touch(touched, 100, noreply=False) is True
-    # memcached's clock ticks once a second, so an item set with a 1 s ttl is
-    # gone after at most 2 s; wait a little more.
-    time.sleep(2.5)
+    # The server clock ticks once a second, so a 2 s ttl lasts between 1 and
+    # 2 s: long enough that the touch above cannot race the expiry, and gone
+    # after 3.5 s.
+    time.sleep(3.5)
     assert client.get(untouched) is None
     assert client.get(touched) == b"t"
     assert client.get(forever) == b"f"

@@ -213,11 +213,12 @@ test('touch and expiry', async () => {
   const touched = key('tt');
   const untouched = key('tu');
   assert.equal(await client.touch(touched, 10), false);
-  await client.set(touched, 't', { expires: 1 });
-  await client.set(untouched, 'u', { expires: 1 });
+  await client.set(touched, 't', { expires: 2 });
+  await client.set(untouched, 'u', { expires: 2 });
   assert.equal(await client.touch(touched, 100), true);
-  // The server clock ticks once a second: 1 s items are gone within 2 s.
-  await new Promise((r) => setTimeout(r, 2500));
+  // The server clock ticks once a second, so a 2 s ttl lasts between 1 and
+  // 2 s: long enough that the touch cannot race the expiry, gone by 3.5 s.
+  await new Promise((r) => setTimeout(r, 3500));
   assert.equal((await client.get(untouched)).value, null);
   assert.equal((await client.get(touched)).value.toString(), 't');
 });

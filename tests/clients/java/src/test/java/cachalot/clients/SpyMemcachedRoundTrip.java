@@ -214,9 +214,9 @@ abstract class SpyMemcachedRoundTrip {
     String untouched = key("tu");
     String gat = key("gat");
     assertFalse(mc.touch(touched, 10).get());
-    mc.set(touched, 1, "t").get();
-    mc.set(untouched, 1, "u").get();
-    mc.set(gat, 1, "g").get();
+    mc.set(touched, 2, "t").get();
+    mc.set(untouched, 2, "u").get();
+    mc.set(gat, 2, "g").get();
     assertTrue(mc.touch(touched, 100).get());
     if (binary()) {
       // spymemcached has getAndTouch (GAT) in binary mode only; in text mode
@@ -227,8 +227,9 @@ abstract class SpyMemcachedRoundTrip {
     } else {
       assertTrue(mc.touch(gat, 100).get());
     }
-    // The server clock ticks once a second: 1 s items are gone within 2 s.
-    Thread.sleep(2500);
+    // The server clock ticks once a second, so a 2 s ttl lasts between 1 and
+    // 2 s: long enough that the touch cannot race the expiry, gone by 3.5 s.
+    Thread.sleep(3500);
     assertNull(mc.get(untouched));
     assertEquals("t", mc.get(touched));
     assertEquals("g", mc.get(gat));
