@@ -227,12 +227,13 @@ impl BinaryHandler {
                     self.error(r, out, Status::AuthError);
                 } else {
                     // A delay is a point in time by memcached's exptime rules;
-                    // 0 (or no extras) flushes now.
-                    let at = match ctx.cache.clock().expiry(exptime as i64) {
-                        Expiry::At(t) => Some(t),
-                        Expiry::Never | Expiry::Expired => None,
-                    };
-                    ctx.cache.lock().flush_all(at);
+                    // 0 (or no extras) flushes now. An absolute time already
+                    // past makes memcached's oldest_live 0, i.e. no flush.
+                    match ctx.cache.clock().expiry(exptime as i64) {
+                        Expiry::Never => ctx.cache.lock().flush_all(None),
+                        Expiry::At(t) => ctx.cache.lock().flush_all(Some(t)),
+                        Expiry::Expired => {}
+                    }
                     bump(&ctx.stats.cmd_flush);
                     r.ok(out, 0, quiet);
                 }
@@ -262,7 +263,8 @@ impl BinaryHandler {
                 Flow::Next(head)
             }
             Command::Unknown { swallow } => {
-                write_error(out, r.opcode, r.opaque, Status::UnknownCommand);
+                // Written out at once unless there is a body to swallow first.
+                self.error(r, out, Status::UnknownCommand);
                 self.swallow = swallow;
                 Flow::Next(head)
             }
@@ -1093,6 +1095,12 @@ mod tests {
         assert_eq!(c.replies(&req(0x00, 0, 0, &[], b"k", &[]))[0].status, 0);
         c.cache.clock().advance(std::time::Duration::from_secs(11));
         assert_eq!(c.replies(&req(0x00, 0, 0, &[], b"k", &[]))[0].status, 1);
+        // An absolute flush time in the past flushes nothing (memcached).
+        set(&mut c, b"k", b"v", 0);
+        let past = 30 * 24 * 3600 + 1u32;
+        let r = c.replies(&req(0x08, 4, 0, &past.to_be_bytes(), &[], &[]));
+        assert_eq!((r[0].status, r[0].opaque), (0, 4));
+        assert_eq!(c.replies(&req(0x00, 0, 0, &[], b"k", &[]))[0].status, 0);
         let r = c.replies(&req(0x0b, 5, 0, &[], &[], &[]));
         assert_eq!((r[0].opaque, text(&r[0])), (5, "1.6.18"));
         let r = c.replies(&req(0x07, 6, 0, &[], &[], &[]));
@@ -1322,8 +1330,13 @@ mod tests {
         assert_eq!(c.replies(&req(0x00, 3, 0, &[], b"k", &[]))[0].status, 1);
         let mut unknown = req(0x30, 4, 0, &[], &[], &[]);
         unknown[8..12].copy_from_slice(&0xffff_fff0u32.to_be_bytes());
-        let r = c.replies(&[unknown, req(NOOP, 5, 0, &[], &[], &[])].concat());
+        let r = c.replies(&[unknown.clone(), req(NOOP, 5, 0, &[], &[], &[])].concat());
         assert_eq!(r.iter().map(|r| r.opaque).collect::<Vec<_>>(), vec![4, 5]);
+        // With nothing to swallow, that error is written out at once: a bad
+        // magic byte right after it does not take it back.
+        let r = c.replies(&[unknown, vec![0; 24]].concat());
+        assert_eq!((r.len(), r[0].opaque), (1, 4));
+        assert!(c.closed);
     }
 
     #[test]
