@@ -1,8 +1,549 @@
-//! Placeholder: being written.
+//! `cachalot-lab sim`: the same look-aside run as `replay`, through
+//! cachalot's engine in-process: no sockets, no threads, exactly repeatable,
+//! and fast enough for policy studies over many memory sizes.
+//!
+//! What makes it agree with `replay` against a cachalot server with the same
+//! `-m`/`-f`/`-n`/`-I`: the same engine (`cachalot_engine::Engine` with the
+//! server's default `Config`), the same look-aside steps (GET; on a miss SET
+//! `value_size` bytes from `values::value_bytes`, flags 0, exptime = ttl,
+//! with the request's cost, as replay sends `cost=` to cachalot), the same
+//! key bytes (`trace::key_bytes`, cut to memcached's 250), and the server's
+//! background work: its maintainer thread calls `Engine::maintain(512)` up to
+//! 8 times every 200 ms (crates/server/src/net.rs), so we do the same every
+//! 200 ms of simulated time. Time is the trace's `time_us` (so TTLs and
+//! slab automove's 10 s period play out as in the trace), or `--rate R` to
+//! pace the requests at R per second the way `replay --rate R` does; the
+//! engine's clock is advanced with `Clock::advance` and never reads the wall
+//! clock. The result is the same document as `replay` (`metrics::RunResult`),
+//! without latencies; `totals.elapsed_s` is the simulation's own run time.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cachalot_engine::{Clock, Config, DeleteOutcome, Engine, Store, StoreOutcome};
+
+use crate::metrics::{self, At, IntervalSpec, Recorder, RunMeta, RunResult};
+use crate::mrc::{parse_megabytes, parse_size, progress_bar};
+use crate::trace::{key_bytes, Op, Request};
+use crate::values::{value_bytes, ValueKind};
+use crate::workload::Source;
+
+/// memcached's longest key; `replay` cuts longer model keys the same way.
+const KEY_MAX: usize = 250;
+
+/// The server's maintainer: every 200 ms, up to 8 slices of 512 chunks.
+const MAINTAIN_PERIOD_US: u64 = 200_000;
+const MAINTAIN_BUDGET: usize = 512;
+const MAINTAIN_SLICES: usize = 8;
+
+/// After a gap in the trace longer than this many maintainer periods, the
+/// rest of the gap is skipped in one step (the reclaimer has swept every page
+/// by then; only the clock still needs to move).
+const MAX_TICKS_PER_GAP: u64 = 600;
+
+/// The engine flags `sim` shares with the server (memcached's names).
+#[derive(clap::Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// Memory for items and index, like -m (MB without a suffix).
+    #[arg(short = 'm', long, default_value = "64", value_parser = parse_megabytes)]
+    pub memory: u64,
+    /// Chunk size growth factor (-f).
+    #[arg(short = 'f', long, default_value_t = Config::default().growth_factor)]
+    pub growth_factor: f64,
+    /// Minimum key + value + flags space in the smallest chunk (-n).
+    #[arg(short = 'n', long, default_value_t = Config::default().chunk_min_data)]
+    pub chunk_min: usize,
+    /// Largest item (-I; 1m, 512k).
+    #[arg(short = 'I', long, default_value = "1m", value_parser = parse_size)]
+    pub max_item_size: u64,
+    /// -o slab_automove=N: 0 off, 1 background (the default), 2 aggressive.
+    #[arg(long, default_value_t = Config::default().slab_automove)]
+    pub slab_automove: u8,
+    /// -M: return errors instead of evicting.
+    #[arg(short = 'M', long)]
+    pub no_evict: bool,
+}
+
+impl EngineArgs {
+    pub fn config(&self) -> anyhow::Result<Config> {
+        Ok(Config {
+            memory_limit: usize::try_from(self.memory)?,
+            item_size_max: usize::try_from(self.max_item_size)?,
+            growth_factor: self.growth_factor,
+            chunk_min_data: self.chunk_min,
+            slab_automove: self.slab_automove,
+            evict: !self.no_evict,
+            ..Config::default()
+        })
+    }
+}
 
 #[derive(clap::Args, Debug)]
-pub struct SimArgs {}
+#[command(
+    about = "Run a trace or model through cachalot's engine in-process (look-aside, like replay)",
+    long_about = "Runs the requests through cachalot's storage engine in this process, with \
+                  replay's look-aside semantics (GET; on a miss SET the value with its ttl and \
+                  cost). No network: fast and exactly repeatable. The engine clock follows the \
+                  trace's timestamps (or --rate), and the server's background maintenance runs \
+                  every 200 ms of that time, so hit ratios agree with replay against a cachalot \
+                  server started with the same -m/-f/-n/-I."
+)]
+pub struct SimArgs {
+    #[command(flatten)]
+    pub source: Source,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Pace requests at this many per second instead of the trace's timestamps
+    /// (what the engine clock sees; use replay's --rate to compare TTL effects).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// What values look like (the engine stores them as they are).
+    #[arg(long, value_enum, default_value_t = ValueKind::Random)]
+    pub values: ValueKind,
+    /// Interval for the per-interval figures: requests (100000) or seconds of
+    /// simulated time (1s).
+    #[arg(long, default_value = "100000")]
+    pub interval: IntervalSpec,
+    /// Print the per-interval table too.
+    #[arg(long)]
+    pub show_intervals: bool,
+    /// Write the result document (same format as replay's) here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
 
-pub fn run(_args: SimArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+/// Everything [`simulate`] needs besides the requests.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub engine: Config,
+    pub values: ValueKind,
+    pub interval: IntervalSpec,
+    /// Requests per second of simulated time; None = the trace's time_us.
+    pub rate: Option<f64>,
+}
+
+impl SimConfig {
+    pub fn new(engine: Config) -> SimConfig {
+        SimConfig {
+            engine,
+            values: ValueKind::Random,
+            interval: IntervalSpec::default(),
+            rate: None,
+        }
+    }
+}
+
+/// The engine with its simulated clock and the server's maintainer schedule.
+struct Sim {
+    engine: Engine,
+    clock: Arc<Clock>,
+    /// Simulated microseconds since the start, and the whole seconds the
+    /// engine clock has been moved so far.
+    now_us: u64,
+    clock_secs: u64,
+    next_maintain_us: u64,
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
+impl Sim {
+    fn new(config: Config) -> anyhow::Result<Sim> {
+        let clock = Arc::new(Clock::new());
+        let engine = Engine::new(config, clock.clone())
+            .map_err(|e| anyhow::anyhow!("engine configuration: {e}"))?;
+        Ok(Sim {
+            engine,
+            clock,
+            now_us: 0,
+            clock_secs: 0,
+            next_maintain_us: MAINTAIN_PERIOD_US,
+            key: Vec::with_capacity(KEY_MAX),
+            value: Vec::new(),
+        })
+    }
+
+    fn set_clock(&mut self, us: u64) {
+        let secs = us / 1_000_000;
+        if secs > self.clock_secs {
+            self.clock
+                .advance(Duration::from_secs(secs - self.clock_secs));
+            self.clock_secs = secs;
+        }
+    }
+
+    /// Move simulated time to `us` (never backwards), running the
+    /// maintainer at every 200 ms tick passed on the way, each at its time.
+    fn advance_to(&mut self, us: u64) {
+        if us <= self.now_us {
+            return;
+        }
+        let mut ticks = 0;
+        while self.next_maintain_us <= us {
+            if ticks == MAX_TICKS_PER_GAP {
+                // A long gap: jump to its last tick.
+                let last = us - (us - self.next_maintain_us) % MAINTAIN_PERIOD_US;
+                self.next_maintain_us = last;
+            }
+            self.set_clock(self.next_maintain_us);
+            for _ in 0..MAINTAIN_SLICES {
+                if self.engine.maintain(MAINTAIN_BUDGET) < MAINTAIN_BUDGET {
+                    break;
+                }
+            }
+            self.next_maintain_us += MAINTAIN_PERIOD_US;
+            ticks += 1;
+        }
+        self.set_clock(us);
+        self.now_us = us;
+    }
+
+    /// One request, look-aside; records it.
+    fn request(&mut self, r: &Request, at: At, values: ValueKind, rec: &mut Recorder) {
+        key_bytes(r.key, (r.key_size as usize).min(KEY_MAX), &mut self.key);
+        match r.op {
+            Op::Get => {
+                let hit = self.engine.get(&self.key).is_some();
+                rec.get(at, hit, r.value_size, r.cost);
+                if !hit {
+                    if !self.store(r, values) {
+                        rec.error(at);
+                    }
+                    rec.fill(at);
+                }
+            }
+            Op::Set => {
+                if !self.store(r, values) {
+                    rec.error(at);
+                }
+                rec.set(at);
+            }
+            Op::Delete => {
+                // NOT_FOUND is a normal reply, not an error.
+                let _: DeleteOutcome = self.engine.delete(&self.key, 0);
+                rec.delete(at);
+            }
+        }
+    }
+
+    /// SET the request's value; false when the engine refused it (too large,
+    /// out of memory), which a server answers with SERVER_ERROR.
+    fn store(&mut self, r: &Request, values: ValueKind) -> bool {
+        value_bytes(values, r.key, r.value_size as usize, &mut self.value);
+        let mut st = Store::set(&self.key, &self.value);
+        st.expiry = self.clock.expiry(r.ttl as i64);
+        st.cost = Some(r.cost);
+        matches!(self.engine.store(&st), StoreOutcome::Stored { .. })
+    }
+}
+
+/// Run `requests` through a fresh engine and return the run document (with
+/// `meta` filled in with the engine's settings and stats). Same requests and
+/// config, same result, every time.
+pub fn simulate(
+    requests: impl Iterator<Item = Request>,
+    cfg: &SimConfig,
+    mut meta: RunMeta,
+    progress: Option<&indicatif::ProgressBar>,
+) -> anyhow::Result<RunResult> {
+    let mut sim = Sim::new(cfg.engine.clone())?;
+    let mut rec = Recorder::new(cfg.interval);
+    let started = Instant::now();
+    let rate = cfg.rate.filter(|r| r.is_finite() && *r > 0.0);
+    let mut t0 = None;
+    for (seq, r) in requests.enumerate() {
+        let seq = seq as u64;
+        let us = match rate {
+            Some(rate) => (seq as f64 * 1e6 / rate) as u64,
+            None => r.time_us.saturating_sub(*t0.get_or_insert(r.time_us)),
+        };
+        sim.advance_to(us);
+        let at = At {
+            seq,
+            elapsed_us: sim.now_us,
+        };
+        sim.request(&r, at, cfg.values, &mut rec);
+        if seq % 65_536 == 65_535 {
+            if let Some(p) = progress {
+                p.inc(65_536);
+            }
+        }
+    }
+    fill_meta(&mut meta, cfg, &sim);
+    Ok(rec.finish(meta, started.elapsed()))
+}
+
+/// The engine's settings and, like replay's `stats` after a run, its counters.
+fn fill_meta(meta: &mut RunMeta, cfg: &SimConfig, sim: &Sim) {
+    let c = &cfg.engine;
+    meta.server = "in-process".to_string();
+    meta.server_kind = "cachalot-engine".to_string();
+    meta.server_version = Some(env!("CARGO_PKG_VERSION").to_string());
+    meta.memory_mb = Some((c.memory_limit >> 20) as u64);
+    let s = &mut meta.settings;
+    s.insert("memory_limit".into(), c.memory_limit.into());
+    s.insert("growth_factor".into(), c.growth_factor.into());
+    s.insert("chunk_min_data".into(), c.chunk_min_data.into());
+    s.insert("item_size_max".into(), c.item_size_max.into());
+    s.insert("slab_automove".into(), c.slab_automove.into());
+    s.insert("evict".into(), c.evict.into());
+    s.insert(
+        "values".into(),
+        serde_json::to_value(cfg.values).unwrap_or_default(),
+    );
+    s.insert("interval".into(), cfg.interval.to_string().into());
+    s.insert(
+        "rate".into(),
+        cfg.rate.map(serde_json::Value::from).unwrap_or_default(),
+    );
+    s.insert("simulated_seconds".into(), (sim.now_us as f64 / 1e6).into());
+    let st = sim.engine.stats();
+    let stats = [
+        ("curr_items", st.curr_items),
+        ("total_items", st.total_items),
+        ("bytes", st.bytes),
+        ("evictions", st.evictions),
+        ("reclaimed", st.reclaimed),
+        ("expired_unfetched", st.expired_unfetched),
+        ("evicted_unfetched", st.evicted_unfetched),
+        ("get_expired", st.get_expired),
+        ("crawler_reclaimed", st.crawler_reclaimed),
+        ("limit_maxbytes", st.limit_maxbytes),
+        ("total_malloced", st.total_malloced),
+        ("hash_bytes", st.hash_bytes),
+        ("slabs_moved", st.slabs_moved),
+        ("slab_reassign_rescues", st.slab_reassign_rescues),
+        ("slab_reassign_evictions", st.slab_reassign_evictions),
+        ("outofmemory", st.outofmemory),
+    ];
+    for (k, v) in stats {
+        meta.server_stats.insert(k.to_string(), v.to_string());
+    }
+    let pages: Vec<String> = sim
+        .engine
+        .slab_stats()
+        .iter()
+        .filter(|c| c.total_pages > 0)
+        .map(|c| format!("{}:{}", c.id, c.total_pages))
+        .collect();
+    meta.server_stats
+        .insert("slab_pages".to_string(), pages.join(" "));
+}
+
+pub fn run(args: SimArgs) -> anyhow::Result<()> {
+    let cfg = SimConfig {
+        engine: args.engine.config()?,
+        values: args.values,
+        interval: args.interval,
+        rate: args.rate,
+    };
+    let requests = args.source.open()?;
+    let known = args.source.trace.is_none().then_some(args.source.requests);
+    let pb = progress_bar(known, "sim");
+    let meta = RunMeta::new("sim", "sim", &args.source);
+    let result = simulate(requests, &cfg, meta, Some(&pb))?;
+    pb.finish_and_clear();
+    metrics::print_table(std::slice::from_ref(&result));
+    if args.show_intervals {
+        print!("{}", metrics::format_intervals(&result));
+    }
+    let st = &result.meta.server_stats;
+    let get = |k: &str| st.get(k).map_or("-", |v| v.as_str());
+    println!(
+        "engine: {} items, {} evictions, {} expired, {} slab pages moved; pages per class: {}",
+        get("curr_items"),
+        get("evictions"),
+        get("get_expired")
+            .parse::<u64>()
+            .unwrap_or(0)
+            .saturating_add(get("crawler_reclaimed").parse::<u64>().unwrap_or(0)),
+        get("slabs_moved"),
+        get("slab_pages")
+    );
+    if let Some(path) = &args.json {
+        metrics::write_json(path, &result)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(time_us: u64, key: u64, op: Op, value_size: u32, ttl: u32) -> Request {
+        Request {
+            time_us,
+            key,
+            key_size: 20,
+            value_size,
+            cost: 1 + (key % 9) as u32,
+            op,
+            ttl,
+        }
+    }
+
+    /// A skewed stream with sets and deletes, timestamps 10 us apart.
+    fn stream(n: u64, keys: u64, seed: u64) -> Vec<Request> {
+        let mut x = seed;
+        (0..n)
+            .map(|i| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+                let key = (u * u * keys as f64) as u64;
+                let op = match x % 50 {
+                    0 => Op::Set,
+                    1 => Op::Delete,
+                    _ => Op::Get,
+                };
+                req(i * 10, key, op, 100 + (key % 400) as u32, 0)
+            })
+            .collect()
+    }
+
+    fn small_config() -> SimConfig {
+        SimConfig::new(Config {
+            memory_limit: 16 << 20,
+            ..Config::default()
+        })
+    }
+
+    #[test]
+    fn look_aside_counts_match_a_model_when_everything_fits() {
+        // 64 MB holds every key: a GET misses only on the first request after
+        // the start or a delete, like a dictionary.
+        let reqs = stream(50_000, 2_000, 3);
+        let cfg = SimConfig::new(Config::default());
+        let r = simulate(reqs.iter().copied(), &cfg, RunMeta::default(), None).unwrap();
+        let mut present = std::collections::HashSet::new();
+        let mut want = metrics::Counts::default();
+        for q in &reqs {
+            match q.op {
+                Op::Get => {
+                    want.record_get(present.contains(&q.key), q.value_size, q.cost);
+                    present.insert(q.key);
+                }
+                Op::Set => {
+                    want.requests += 1;
+                    want.sets += 1;
+                    present.insert(q.key);
+                }
+                Op::Delete => {
+                    want.requests += 1;
+                    want.deletes += 1;
+                    present.remove(&q.key);
+                }
+            }
+        }
+        assert_eq!(r.totals.counts, want);
+        assert_eq!(r.totals.fills, want.gets - want.hits);
+        assert_eq!(r.totals.errors, 0);
+        // Intervals of 100000 requests: one here, with everything.
+        assert_eq!(r.intervals.len(), 1);
+        assert_eq!(r.intervals[0].counts, want);
+        assert_eq!(r.meta.server_stats["evictions"], "0");
+    }
+
+    #[test]
+    fn repeatable_and_memory_bound() {
+        let reqs = stream(300_000, 200_000, 8);
+        let a = simulate(
+            reqs.iter().copied(),
+            &small_config(),
+            RunMeta::default(),
+            None,
+        )
+        .unwrap();
+        let b = simulate(
+            reqs.iter().copied(),
+            &small_config(),
+            RunMeta::default(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(a.totals.counts, b.totals.counts);
+        assert_eq!(a.intervals, b.intervals);
+        assert_eq!(a.meta.server_stats, b.meta.server_stats);
+        // 16 MB cannot hold ~100000 objects of ~350 bytes: evictions, fewer
+        // hits than with 64 MB.
+        assert_ne!(a.meta.server_stats["evictions"], "0");
+        let big = simulate(
+            reqs.iter().copied(),
+            &SimConfig::new(Config::default()),
+            RunMeta::default(),
+            None,
+        )
+        .unwrap();
+        assert!(a.totals.hit_ratio + 0.05 < big.totals.hit_ratio);
+        assert_eq!(a.intervals.len(), 3);
+    }
+
+    #[test]
+    fn ttls_follow_trace_time() {
+        // Key 1 with a 2 s ttl, read again at 1.5 s (hit) and at 3 s (miss:
+        // expired), then refilled and read at 3.1 s (hit).
+        let reqs = [
+            req(0, 1, Op::Get, 10, 2),
+            req(1_500_000, 1, Op::Get, 10, 2),
+            req(3_000_000, 1, Op::Get, 10, 2),
+            req(3_100_000, 1, Op::Get, 10, 2),
+        ];
+        let cfg = SimConfig::new(Config::default());
+        let r = simulate(reqs.iter().copied(), &cfg, RunMeta::default(), None).unwrap();
+        assert_eq!(r.totals.counts.gets, 4);
+        assert_eq!(r.totals.counts.hits, 2);
+        // With --rate the same requests are 1 ms apart: nothing expires.
+        let fast = SimConfig {
+            rate: Some(1000.0),
+            ..SimConfig::new(Config::default())
+        };
+        let r = simulate(reqs.iter().copied(), &fast, RunMeta::default(), None).unwrap();
+        assert_eq!(r.totals.counts.hits, 3);
+    }
+
+    #[test]
+    fn maintainer_reclaims_expired_items_during_a_gap() {
+        // 1000 keys with a 1 s ttl, then a 5 s gap: the background reclaimer
+        // frees them (crawler_reclaimed), as the server's maintainer would.
+        let mut reqs: Vec<Request> = (0..1000).map(|k| req(k, k, Op::Get, 50, 1)).collect();
+        reqs.push(req(5_000_000, 5000, Op::Get, 50, 0));
+        let r = simulate(
+            reqs.iter().copied(),
+            &SimConfig::new(Config::default()),
+            RunMeta::default(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(r.meta.server_stats["crawler_reclaimed"], "1000");
+        assert_eq!(r.meta.server_stats["curr_items"], "1");
+    }
+
+    #[test]
+    fn too_large_values_are_errors_not_hits() {
+        let reqs = [
+            req(0, 1, Op::Get, 2 << 20, 0),
+            req(1, 1, Op::Get, 2 << 20, 0),
+            req(2, 2, Op::Set, 2 << 20, 0),
+        ];
+        let r = simulate(
+            reqs.iter().copied(),
+            &SimConfig::new(Config::default()),
+            RunMeta::default(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(r.totals.counts.hits, 0);
+        assert_eq!(r.totals.errors, 3);
+        assert_eq!(r.totals.fills, 2);
+    }
+
+    #[test]
+    fn bad_engine_config_is_an_error() {
+        let cfg = SimConfig::new(Config {
+            growth_factor: 1.0,
+            ..Config::default()
+        });
+        assert!(simulate(std::iter::empty(), &cfg, RunMeta::default(), None).is_err());
+    }
 }
