@@ -134,6 +134,12 @@ pub fn run(mut settings: Settings) -> i32 {
             eprintln!("failed to install signal handler: {e}");
         }
     }
+    // memcached survives SIGHUP (and SIGUSR1 without a memory file): a
+    // closed terminal must not take the cache down.
+    let ignored = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGHUP, signal_hook::consts::SIGUSR1] {
+        let _ = signal_hook::flag::register(sig, ignored.clone());
+    }
     let pid_file = settings.pid_file.clone();
     let server = match Server::start_with_stop(settings, stop) {
         Ok(s) => s,

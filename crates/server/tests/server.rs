@@ -433,6 +433,14 @@ fn pid_file_written_and_removed() {
     let mut server = spawn_server(&["-P", pid_path.to_str().unwrap()]);
     let written = std::fs::read_to_string(&pid_path).expect("pid file");
     assert_eq!(written, format!("{}\n", server.pid()));
+    // SIGHUP is survived, as by memcached.
+    server.signal("HUP");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(server.try_wait().is_none(), "SIGHUP killed the server");
+    assert_eq!(
+        ask(&mut server.connect(), b"version\r\n", b"\r\n"),
+        "VERSION 1.6.18\r\n"
+    );
     server.signal("INT");
     let status = server
         .wait_exit(Duration::from_secs(10))
