@@ -17,9 +17,10 @@
 //! calibrated on the paper's key-repetition figure (section 4.2.1, Fig. 5):
 //! 1% of ETC's keys take ~55% of requests; a 1 M-request trace over 100 k
 //! keys gives 60%, and alpha 0.95 gives 53%. The paper's other figure (the
-//! least popular 50% of keys take ~1% of requests) reflects its very long
-//! trace: in a finite trace every key seen is seen at least once, so this
-//! share falls with trace length (5.6% here; docs/lab.md has the table).
+//! least popular 50% of keys take ~1% of requests) no Zipf law over a fixed
+//! key set gives together with the first: the least popular half of N Zipf(1)
+//! keys take about ln 2 / ln N of the requests (6% for N = 100 k); the paper's
+//! 1% comes from a long tail of keys that are rarely repeated at all.
 
 use super::dist::{gev, gpd, unit_hash, Rng, Zipf};
 use super::{min_key_len, Params, MAX_VALUE};
