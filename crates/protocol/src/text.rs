@@ -447,6 +447,9 @@ pub fn parse(line: &[u8]) -> Result<TextCommand<'_>, ParseError> {
             let level = strtoul32(t.get(1)).ok_or(ParseError::new(BadFormat, noreply))?;
             Ok(TextCommand::Verbosity { level, noreply })
         }
+        // memcached dispatches on the first letter first: unknown commands
+        // starting with one of these answer ERROR without the HTTP check.
+        _ if b"gsacidt".contains(&cmd[0]) => fail(Unknown),
         _ => {
             // memcached drops connections that look like HTTP requests.
             if t.get(nt - 2).starts_with(b"HTTP/") {
@@ -1082,6 +1085,8 @@ mod tests {
         }
         assert_eq!(e(b"mx a"), (Unknown, false));
         assert_eq!(e(b"GET / HTTP/1.1"), (Http, false));
+        assert_eq!(e(b"sx / HTTP/1.1"), (Unknown, false));
+        assert_eq!(e(b"misc HTTP/1.0"), (Http, false));
         assert!(Http.closes());
         assert_eq!(e(b"foo bar"), (Unknown, false));
     }

@@ -295,6 +295,9 @@ fn table() -> Vec<Row> {
         row("quit x\r\n", "", false),
         row("GET / HTTP/1.1\r\n", "", false),
         row("foo HTTP/1.0\r\n", "", false),
+        row("mget HTTP/1.0\r\n", "", false),
+        open("sx HTTP/1.0\r\n", "ERROR\r\n"),
+        open("get / HTTP/1.0\r\n", "END\r\n"),
         row(vec![b'x'; 2049], "", false),
     ]
 }
