@@ -613,6 +613,8 @@ impl Handler for BinaryHandler {
         let mut pos = 0usize;
         // Replies before this mark would already be on the wire in memcached.
         let mut mark = out.len();
+        let budget = ctx.settings.reqs_per_event.max(1);
+        let mut handled = 0usize;
         loop {
             if self.swallow > 0 {
                 let avail = input.len().saturating_sub(pos);
@@ -627,6 +629,12 @@ impl Handler for BinaryHandler {
             if rest.is_empty() {
                 break;
             }
+            if handled >= budget {
+                // Let the worker's other connections run (memcached's -R).
+                bump(&ctx.stats.conn_yields);
+                break;
+            }
+            handled += 1;
             self.flush_point = false;
             match self.one(ctx, rest, out) {
                 Flow::Next(n) => {
@@ -1290,6 +1298,29 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].opaque, 1);
         assert!(c.closed);
+    }
+
+    #[test]
+    fn yields_after_reqs_per_event() {
+        let mut c = Conn::with(Settings {
+            reqs_per_event: 3,
+            ..Settings::default()
+        });
+        let batch: Vec<u8> = (0..7)
+            .flat_map(|i| req(NOOP, i, 0, &[], &[], &[]))
+            .collect();
+        let r = c.replies(&batch);
+        // All answered, over three steps: two of them stopped for the budget.
+        assert_eq!(
+            r.iter().map(|r| r.opaque).collect::<Vec<_>>(),
+            (0..7).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            c.stats()
+                .conn_yields
+                .load(std::sync::atomic::Ordering::Relaxed),
+            2
+        );
     }
 
     #[test]
