@@ -28,6 +28,16 @@ use crate::stats_cmd::{self, DetailOp};
 /// Opcode of Stat responses (every packet of a stats reply carries it).
 const OP_STAT: u8 = 0x10;
 
+/// memcached's out-of-memory texts in the binary protocol (see `error_text`).
+const OOM_ALLOCATING_ITEM: &str = "Out of memory allocating item";
+const OOM_INCREMENTING: &str = "Out of memory incrementing value";
+const OOM_NEW_ITEM: &str = "Out of memory allocating new item";
+
+/// An error status with memcached's usual text for it.
+fn fail(status: Status) -> (Status, &'static str) {
+    (status, status.text())
+}
+
 /// memcached reads request heads into a fixed 16 KB buffer (`READ_BUFFER_SIZE`).
 /// A head (header + extras + key) that cannot fit makes its next read return
 /// 0 bytes, which it takes for end of stream: the connection is closed
@@ -100,7 +110,23 @@ impl BinaryHandler {
 
     /// Write an error reply (errors are never suppressed by quiet opcodes).
     fn error(&mut self, r: Reply, out: &mut Vec<u8>, status: Status) {
-        write_error(out, r.opcode, r.opaque, status);
+        self.error_text(r, out, status, status.text());
+    }
+
+    /// An error reply with its own text: memcached's out-of-memory replies
+    /// carry the text protocol's message minus "SERVER_ERROR "
+    /// (`out_of_memory` in memcached.c), not the generic "Out of memory".
+    fn error_text(&mut self, r: Reply, out: &mut Vec<u8>, status: Status, text: &str) {
+        write_response(
+            out,
+            r.opcode,
+            status,
+            r.opaque,
+            0,
+            &[],
+            &[],
+            text.as_bytes(),
+        );
         self.flush_point = true;
     }
 
@@ -432,7 +458,9 @@ impl BinaryHandler {
                 self.error(r, out, Status::NotStored)
             }
             StoreOutcome::TooLarge => self.error(r, out, Status::TooLarge),
-            StoreOutcome::NoMemory => self.error(r, out, Status::OutOfMemory),
+            StoreOutcome::NoMemory => {
+                self.error_text(r, out, Status::OutOfMemory, OOM_ALLOCATING_ITEM)
+            }
         }
         Flow::Next(head + value.len())
     }
@@ -475,7 +503,7 @@ impl BinaryHandler {
         out: &mut Vec<u8>,
     ) {
         let s = ctx.stats;
-        let result: Result<(u64, u64), Status> = {
+        let result: Result<(u64, u64), (Status, &str)> = {
             let mut engine = ctx.cache.lock();
             let req = Arith {
                 incr,
@@ -504,17 +532,19 @@ impl BinaryHandler {
                     });
                     match created {
                         StoreOutcome::Stored { cas } => Ok((initial, cas)),
-                        StoreOutcome::NoMemory | StoreOutcome::TooLarge => Err(Status::OutOfMemory),
-                        _ => Err(Status::NotStored),
+                        StoreOutcome::NoMemory | StoreOutcome::TooLarge => {
+                            Err((Status::OutOfMemory, OOM_NEW_ITEM))
+                        }
+                        _ => Err(fail(Status::NotStored)),
                     }
                 }
                 ArithOutcome::NotFound => {
                     bump(if incr { &s.incr_misses } else { &s.decr_misses });
-                    Err(Status::KeyNotFound)
+                    Err(fail(Status::KeyNotFound))
                 }
-                ArithOutcome::NonNumeric => Err(Status::NonNumeric),
-                ArithOutcome::Exists => Err(Status::KeyExists),
-                ArithOutcome::NoMemory => Err(Status::OutOfMemory),
+                ArithOutcome::NonNumeric => Err(fail(Status::NonNumeric)),
+                ArithOutcome::Exists => Err(fail(Status::KeyExists)),
+                ArithOutcome::NoMemory => Err((Status::OutOfMemory, OOM_INCREMENTING)),
             }
         };
         match result {
@@ -529,7 +559,7 @@ impl BinaryHandler {
                 &value.to_be_bytes(),
             ),
             Ok(_) => {}
-            Err(status) => self.error(r, out, status),
+            Err((status, text)) => self.error_text(r, out, status, text),
         }
     }
 
@@ -1298,6 +1328,27 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].opaque, 1);
         assert!(c.closed);
+    }
+
+    #[test]
+    fn out_of_memory_with_evictions_off() {
+        let mut settings = Settings::default();
+        settings.engine.memory_limit = 2 << 20;
+        settings.engine.evict = false;
+        let mut c = Conn::with(settings);
+        let ex = set_extras(0, 0);
+        let value = vec![b'x'; 100_000];
+        let failed = (0..100).find_map(|i| {
+            let r = c.replies(&req(0x01, i, 0, &ex, format!("k{i}").as_bytes(), &value));
+            (r[0].status != 0).then(|| r.into_iter().next().unwrap())
+        });
+        let r = failed.expect("a 2 MB cache without eviction fills up");
+        assert_eq!(
+            (r.status, text(&r)),
+            (0x82, "Out of memory allocating item")
+        );
+        // The connection goes on; small items may still fit elsewhere.
+        assert_eq!(c.replies(&req(NOOP, 1, 0, &[], &[], &[]))[0].op, NOOP);
     }
 
     #[test]
