@@ -160,6 +160,16 @@ impl BinaryHandler {
                 return Flow::Close(head);
             }
         };
+        // With -C items carry no CAS (memcached's ITEM_get_cas is 0): a
+        // store's CAS is ignored, and a delete/incr CAS can never match an
+        // existing item. u64::MAX is outside the engine's 40-bit CAS range.
+        let cas_enabled = ctx.settings.engine.cas_enabled;
+        let store_cas = if cas_enabled { h.cas } else { 0 };
+        let check_cas = if cas_enabled || h.cas == 0 {
+            h.cas
+        } else {
+            u64::MAX
+        };
         match cmd {
             Command::Get {
                 key,
@@ -196,7 +206,8 @@ impl BinaryHandler {
                     StoreKind::Replace => StoreMode::Replace,
                 };
                 self.store(
-                    ctx, r, input, head, key, value_len, flags, exptime, h.cas, mode, quiet, out,
+                    ctx, r, input, head, key, value_len, flags, exptime, store_cas, mode, quiet,
+                    out,
                 )
             }
             Command::Concat {
@@ -211,12 +222,12 @@ impl BinaryHandler {
                     StoreMode::Prepend
                 };
                 self.store(
-                    ctx, r, input, head, key, value_len, 0, 0, h.cas, mode, quiet, out,
+                    ctx, r, input, head, key, value_len, 0, 0, store_cas, mode, quiet, out,
                 )
             }
             Command::Delete { key, quiet } => {
                 stats_cmd::detail_record(ctx, key, DetailOp::Delete);
-                let outcome = ctx.cache.lock().delete(key, h.cas);
+                let outcome = ctx.cache.lock().delete(key, check_cas);
                 match outcome {
                     DeleteOutcome::Deleted => {
                         bump(&ctx.stats.delete_hits);
@@ -239,7 +250,7 @@ impl BinaryHandler {
                 quiet,
             } => {
                 self.arith(
-                    ctx, r, key, incr, delta, initial, exptime, h.cas, quiet, out,
+                    ctx, r, key, incr, delta, initial, exptime, check_cas, quiet, out,
                 );
                 Flow::Next(head)
             }
@@ -1349,6 +1360,46 @@ mod tests {
         );
         // The connection goes on; small items may still fit elsewhere.
         assert_eq!(c.replies(&req(NOOP, 1, 0, &[], &[], &[]))[0].op, NOOP);
+    }
+
+    #[test]
+    fn cas_disabled() {
+        let mut settings = Settings::default();
+        settings.engine.cas_enabled = false;
+        let mut c = Conn::with(settings);
+        let ex = set_extras(0, 0);
+        let ax = arith_extras(1, 1, 0);
+        let batch = [
+            req(0x01, 1, 0, &ex, b"k", b"v1"),
+            req(0x01, 2, 1, &ex, b"k", b"v2"), // CAS ignored: stored
+            req(0x01, 3, 1, &ex, b"m", b"v2"), // even on a missing key
+            req(0x02, 4, 1, &ex, b"k", b"v3"), // a plain add: exists
+            req(0x0e, 5, 1, &[], b"k", b"+"),  // CAS ignored
+            req(0x05, 6, 0, &ax, b"n", &[]),   // created
+            req(0x05, 7, 1, &ax, b"n", &[]),   // CAS never matches
+            req(0x04, 8, 1, &[], b"k", &[]),   // CAS never matches
+            req(0x04, 9, 1, &[], b"gone", &[]), // missing: not found
+            req(0x00, 10, 0, &[], b"k", &[]),
+        ]
+        .concat();
+        let r = c.replies(&batch);
+        let got: Vec<_> = r.iter().map(|r| (r.opaque, r.status, r.cas)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, 0, 0),
+                (2, 0, 0),
+                (3, 0, 0),
+                (4, 2, 0),
+                (5, 0, 0),
+                (6, 0, 0),
+                (7, 2, 0),
+                (8, 2, 0),
+                (9, 1, 0),
+                (10, 0, 0)
+            ]
+        );
+        assert_eq!(r[9].value, b"v2+");
     }
 
     #[test]
