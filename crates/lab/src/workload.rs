@@ -439,7 +439,9 @@ pub fn print_summary(s: &Summary, out: &mut dyn Write) -> std::io::Result<()> {
     if !params.is_empty() {
         writeln!(out, "params            {}", params.join(" "))?;
     }
-    writeln!(out, "seed              {}", s.seed)?;
+    if !s.workload.starts_with("trace:") {
+        writeln!(out, "seed              {}", s.seed)?;
+    }
     writeln!(out, "requests          {}", s.requests)?;
     writeln!(out, "distinct keys     {}", s.distinct_keys)?;
     writeln!(
