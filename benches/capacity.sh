@@ -15,7 +15,8 @@
 # Environment: CACHALOT_BIN (default target/release/cachalot), MEMCACHED_BIN,
 # LOADGEN_BIN, ITEMS (1500000), MEM_MB (64), THREADS (-t, 4), VALUE_SIZES
 # ("10 100"), KEY_LEN (14), PROTO (text: set noreply | meta: ms q),
-# SERVERS ("memcached cachalot"), OUT_DIR (raw outputs; default a new
+# SERVERS ("memcached cachalot"), BENCH_NICE (priority, default 0),
+# OUT_DIR (raw outputs; default a new
 # temporary directory).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -45,7 +46,7 @@ for vs in $VALUE_SIZES; do
     for name in $SERVERS; do
         start_server "$name" - "${FLAGS[@]}"
         echo "== $name, ${vs}-byte values (port $SERVER_PORT, pid $SERVER_PID)" >&2
-        "$LOADGEN" capacity --addr "127.0.0.1:$SERVER_PORT" --pid "$SERVER_PID" \
+        "${NICE[@]}" "$LOADGEN" capacity --addr "127.0.0.1:$SERVER_PORT" --pid "$SERVER_PID" \
             --items "$ITEMS" --value-size "$vs" --key-len "$KEY_LEN" --proto "$PROTO" \
             >"$OUT_DIR/$name-$vs.txt"
         stop_server "$SERVER_PID"

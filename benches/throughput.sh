@@ -21,7 +21,9 @@
 # needs keys longer than 16 bytes, and both tools use the same length),
 # VALUE_SIZE (32), DEPTH (16), MEM_MB (64), PIN (1), WORKLOADS (subset of
 # "lg-get90-d1 lg-get90-dN lg-set90-d1 lg-set90-dN mcs-get90 mcs-set90"),
-# OUT_DIR (raw outputs; default a new temporary directory).
+# BENCH_NICE (priority, default 0), QUIET_WAIT / QUIET_PCT (before each run,
+# wait up to QUIET_WAIT s, default 60, for the machine to be at most QUIET_PCT
+# %, default 15, busy), OUT_DIR (raw outputs; default a new temp directory).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -45,10 +47,10 @@ ensure_loadgen
 
 if [ "$PIN" = 1 ]; then
     SERVER_CPUS=0
-    CLIENT=(taskset -c 1)
+    CLIENT=("${NICE[@]}" taskset -c 1)
 else
     SERVER_CPUS=-
-    CLIENT=()
+    CLIENT=("${NICE[@]}")
 fi
 
 # shellcheck disable=SC2206
