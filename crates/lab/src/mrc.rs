@@ -53,9 +53,18 @@ pub struct MrcArgs {
     /// Cache sizes in items for the item curve, comma separated.
     #[arg(long, value_delimiter = ',')]
     pub items: Vec<u64>,
-    /// Points on each curve that has no explicit sizes, evenly spaced up to the footprint.
+    /// Points on each curve that has no explicit sizes, evenly spaced up to
+    /// the largest stack distance seen.
     #[arg(long, default_value_t = 10)]
     pub points: usize,
+    /// Requests that only warm the stacks up: they move objects but are not
+    /// counted (like the thesis's YCSB warm-up before measuring).
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    /// Also report the smallest cache (items and bytes) whose LRU hit ratio
+    /// reaches this, e.g. 0.95.
+    #[arg(long)]
+    pub target_hit: Option<f64>,
     /// What an object's size is in the byte curve: the value (the trace's size
     /// column, as libCacheSim counts), the item (header + key + value), or the
     /// slab chunk it occupies.
@@ -165,6 +174,10 @@ pub struct MrcOptions {
     pub byte_sizes: Vec<u64>,
     pub item_sizes: Vec<u64>,
     pub points: usize,
+    /// Leading requests that update the stacks without being counted.
+    pub warmup: u64,
+    /// Hit ratio whose smallest cache size to report.
+    pub target_hit: Option<f64>,
     pub bytes_of: BytesOf,
     pub geometry: Geometry,
     /// Memory for the detailed optimal assignment.
@@ -213,6 +226,16 @@ pub struct SlabPlan {
     pub cost_hit_ratio: f64,
 }
 
+/// The smallest LRU caches that reach a hit ratio (None: not reachable,
+/// i.e. the target is above 1 - compulsory misses). Sizes are histogram
+/// edges, so at most 0.8% above the exact smallest size.
+#[derive(Clone, Debug, Serialize)]
+pub struct TargetSizes {
+    pub hit_ratio: f64,
+    pub items: Option<u64>,
+    pub bytes: Option<u64>,
+}
+
 /// The optimum for one memory size.
 #[derive(Clone, Debug, Serialize)]
 pub struct OptimalPoint {
@@ -229,6 +252,8 @@ pub struct OptimalPoint {
 pub struct MrcReport {
     pub source: String,
     pub requests: u64,
+    /// Leading requests not counted (they only warmed the stacks).
+    pub warmup: u64,
     pub gets: u64,
     pub sets: u64,
     pub deletes: u64,
@@ -246,6 +271,7 @@ pub struct MrcReport {
     pub too_large: Tally,
     pub by_items: Vec<CurvePoint>,
     pub by_bytes: Vec<CurvePoint>,
+    pub target: Option<TargetSizes>,
     pub page_size: usize,
     pub classes: Vec<ClassCurve>,
     /// The optimum at --memory, then at every byte-curve size (greedy only
@@ -378,6 +404,10 @@ impl Analyzer {
 
     pub fn access(&mut self, r: &Request) {
         self.requests += 1;
+        if self.requests <= self.opts.warmup {
+            self.warm(r);
+            return;
+        }
         match r.op {
             Op::Get => {
                 let (size, class) = self.sizes(r);
@@ -427,16 +457,33 @@ impl Analyzer {
             }
             Op::Delete => {
                 self.deletes += 1;
-                if let Some(&obj) = self.ids.get(&r.key) {
-                    self.global.remove(obj, &mut self.gslots);
-                    let old = self.obj_class[obj as usize];
-                    if old != NO_CLASS {
-                        self.classes[old as usize]
-                            .stack
-                            .remove(obj, &mut self.cslots);
-                        self.obj_class[obj as usize] = NO_CLASS;
-                    }
-                }
+                self.delete(r.key);
+            }
+        }
+    }
+
+    /// A warm-up request: the stacks change as usual, nothing is counted.
+    fn warm(&mut self, r: &Request) {
+        match r.op {
+            Op::Get | Op::Set => {
+                let (size, class) = self.sizes(r);
+                let obj = self.object(r.key);
+                self.global.access(obj, size, &mut self.gslots);
+                self.class_access(obj, class);
+            }
+            Op::Delete => self.delete(r.key),
+        }
+    }
+
+    fn delete(&mut self, key: u64) {
+        if let Some(&obj) = self.ids.get(&key) {
+            self.global.remove(obj, &mut self.gslots);
+            let old = self.obj_class[obj as usize];
+            if old != NO_CLASS {
+                self.classes[old as usize]
+                    .stack
+                    .remove(obj, &mut self.cslots);
+                self.obj_class[obj as usize] = NO_CLASS;
             }
         }
     }
@@ -546,6 +593,15 @@ impl Analyzer {
             !self.opts.byte_sizes.is_empty(),
             self.max_bytes,
         );
+        let target = self.opts.target_hit.map(|t| {
+            // The smallest count of hits that makes the ratio: ceil(t * gets).
+            let need = (t * self.requested.count as f64).ceil().max(0.0) as u64;
+            TargetSizes {
+                hit_ratio: t,
+                items: self.item_hist.smallest_edge_with(need),
+                bytes: self.byte_hist.smallest_edge_with(need),
+            }
+        });
         let class_curves: Vec<Vec<Tally>> = self
             .classes
             .iter()
@@ -589,6 +645,7 @@ impl Analyzer {
         MrcReport {
             source,
             requests: self.requests,
+            warmup: self.opts.warmup.min(self.requests),
             gets: self.requested.count,
             sets: self.sets,
             deletes: self.deletes,
@@ -600,6 +657,7 @@ impl Analyzer {
             too_large: self.too_large,
             by_items,
             by_bytes,
+            target,
             page_size: self.opts.geometry.page_size,
             classes,
             optimal,
@@ -700,12 +758,13 @@ fn fmt_bytes(b: u64) -> String {
 pub fn print_report(r: &MrcReport, per_class: bool, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "{}: {} requests ({} GETs, {} SETs, {} DELETEs), {} objects, footprint {} ({:?} sizes)",
+        "{}: {} requests ({} GETs, {} SETs, {} DELETEs counted after {} warm-up), {} objects, footprint {} ({:?} sizes)",
         r.source,
         r.requests,
         r.gets,
         r.sets,
         r.deletes,
+        r.warmup,
         r.distinct_objects,
         fmt_bytes(r.footprint_bytes),
         r.bytes_of
@@ -733,12 +792,12 @@ pub fn print_report(r: &MrcReport, per_class: bool, out: &mut impl Write) -> std
     }
     writeln!(
         out,
-        "\nLRU by bytes, and the optimal slab assignment at that memory (Alg. 2 greedy / exact)"
+        "\nLRU by bytes; slab opt: cost miss ratio of the optimal slab assignment with that memory in pages (Alg. 2 greedy / exact DP)"
     )?;
     writeln!(
         out,
         "{:>12} {:>10} {:>10} {:>10} {:>7} {:>12} {:>12}",
-        "bytes", "miss", "byte miss", "cost miss", "pages", "opt cost hr", "exact"
+        "bytes", "miss", "byte miss", "cost miss", "pages", "slab opt", "exact"
     )?;
     for (p, o) in r.by_bytes.iter().zip(&r.optimal_by_size) {
         writeln!(
@@ -749,10 +808,23 @@ pub fn print_report(r: &MrcReport, per_class: bool, out: &mut impl Write) -> std
             p.byte_miss_ratio,
             p.cost_miss_ratio,
             o.pages,
-            o.greedy.cost_hit_ratio,
-            o.exact
-                .as_ref()
-                .map_or("-".to_string(), |e| format!("{:.4}", e.cost_hit_ratio))
+            1.0 - o.greedy.cost_hit_ratio,
+            o.exact.as_ref().map_or("-".to_string(), |e| format!(
+                "{:.4}",
+                1.0 - e.cost_hit_ratio
+            ))
+        )?;
+    }
+    if let Some(t) = &r.target {
+        let show =
+            |v: Option<u64>, f: &dyn Fn(u64) -> String| v.map_or("unreachable".to_string(), f);
+        writeln!(
+            out,
+            "\nLRU hit ratio {:.4} from {} items, {} ({:?} sizes)",
+            t.hit_ratio,
+            show(t.items, &|v| v.to_string()),
+            show(t.bytes, &|v| format!("{} B = {}", v, fmt_bytes(v))),
+            r.bytes_of
         )?;
     }
     let o = &r.optimal;
@@ -820,6 +892,8 @@ pub fn run(args: MrcArgs) -> anyhow::Result<()> {
         bytes_of: args.bytes_of,
         geometry,
         memory: args.memory,
+        warmup: args.warmup,
+        target_hit: args.target_hit,
     };
     let requests = args.source.open()?;
     let known = args.source.trace.is_none().then_some(args.source.requests);
@@ -858,18 +932,27 @@ mod tests {
             bytes_of: BytesOf::Value,
             geometry: Geometry::new(1.25, 16, 1 << 20),
             memory: 2 << 20,
+            warmup: 0,
+            target_hit: None,
         }
     }
 
     /// A plain LRU cache of `cap` items or bytes, simulated directly.
     fn lru_hits(reqs: &[Request], cap: u64, bytes: bool) -> (u64, u64) {
+        lru_hits_after(reqs, cap, bytes, 0)
+    }
+
+    /// Same, counting only requests from index `skip` on.
+    fn lru_hits_after(reqs: &[Request], cap: u64, bytes: bool, skip: usize) -> (u64, u64) {
         let mut list: Vec<(u64, u64)> = Vec::new(); // most recent first
         let (mut hits, mut cost) = (0, 0);
-        for r in reqs {
+        for (i, r) in reqs.iter().enumerate() {
             let sz = if bytes { r.value_size as u64 } else { 1 };
             if let Some(p) = list.iter().position(|&(k, _)| k == r.key) {
-                hits += 1;
-                cost += r.cost as u64;
+                if i >= skip {
+                    hits += 1;
+                    cost += r.cost as u64;
+                }
                 let e = list.remove(p);
                 list.insert(0, e);
             } else if sz <= cap {
@@ -1031,6 +1114,48 @@ mod tests {
         assert_eq!(r.compulsory.count, 3);
         let c: Vec<(u64, u64)> = r.by_items.iter().map(|p| (p.size, p.hits.count)).collect();
         assert_eq!(c, vec![(1, 1), (2, 2)]);
+    }
+
+    #[test]
+    fn warmup_fills_the_stack_without_counting() {
+        let reqs = trace(10_000, 3);
+        let mut o = opts();
+        o.item_sizes = vec![20, 80];
+        o.byte_sizes = vec![10_000];
+        o.warmup = 4_000;
+        let r = analyze(reqs.iter().copied(), o, "t".into(), None);
+        assert_eq!((r.requests, r.warmup, r.gets), (10_000, 4_000, 6_000));
+        for p in &r.by_items {
+            assert_eq!(p.hits.count, lru_hits_after(&reqs, p.size, false, 4_000).0);
+        }
+        let p = &r.by_bytes[0];
+        assert_eq!(p.hits.count, lru_hits_after(&reqs, p.size, true, 4_000).0);
+        // After 4000 requests over ~400 keys, first references are rare.
+        assert!(r.compulsory.count < 100, "{}", r.compulsory.count);
+    }
+
+    #[test]
+    fn target_hit_ratio_gives_the_smallest_cache() {
+        let reqs = trace(20_000, 4);
+        let mut o = opts();
+        o.target_hit = Some(0.6);
+        let r = analyze(reqs.iter().copied(), o, "t".into(), None);
+        let t = r.target.as_ref().unwrap();
+        let items = t.items.unwrap();
+        // Item distances below 256 have exact buckets: the smallest size.
+        assert!(items < 256, "{items}");
+        let need = (0.6 * r.gets as f64).ceil() as u64;
+        assert!(lru_hits(&reqs, items, false).0 >= need);
+        assert!(lru_hits(&reqs, items - 1, false).0 < need);
+        // Bytes: reached at the edge, not 1% below it.
+        let bytes = t.bytes.unwrap();
+        assert!(lru_hits(&reqs, bytes, true).0 >= need);
+        assert!(lru_hits(&reqs, bytes * 99 / 100, true).0 < need);
+        // Above 1 - compulsory misses it cannot be reached.
+        let mut o = opts();
+        o.target_hit = Some(1.0);
+        let r = analyze(reqs.iter().copied(), o, "t".into(), None);
+        assert_eq!(r.target.as_ref().unwrap().items, None);
     }
 
     #[test]

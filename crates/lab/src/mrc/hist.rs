@@ -94,6 +94,21 @@ impl LogHist {
     }
 }
 
+impl LogHist {
+    /// The smallest bucket edge from which at least `hits` requests hit
+    /// (None if the whole histogram has fewer).
+    pub fn smallest_edge_with(&self, hits: u64) -> Option<u64> {
+        let mut acc = 0;
+        for (i, t) in self.buckets.iter().enumerate() {
+            acc += t.count;
+            if acc >= hits {
+                return Some(bucket_max(i));
+            }
+        }
+        None
+    }
+}
+
 /// Exact hit tallies at a fixed, sorted list of cache sizes.
 #[derive(Clone, Debug)]
 pub struct Thresholds {
@@ -178,6 +193,23 @@ mod tests {
             assert_eq!(t.cost, 2 * want);
             assert_eq!(t.bytes, 3 * want);
         }
+    }
+
+    #[test]
+    fn smallest_edge_reaching_a_count() {
+        let mut h = LogHist::default();
+        for d in [3u64, 3, 10, 1000, 1000, 1000] {
+            h.record(d, 1, 1);
+        }
+        assert_eq!(h.smallest_edge_with(0), Some(0));
+        assert_eq!(h.smallest_edge_with(2), Some(3));
+        assert_eq!(h.smallest_edge_with(3), Some(10));
+        // 1000 lies in a bucket of width 4 (512..1024 in 128 steps).
+        let e = h.smallest_edge_with(6).unwrap();
+        assert!((1000..1004).contains(&e), "{e}");
+        assert_eq!(h.hits_at_edge(e).1.count, 6);
+        assert_eq!(h.hits_at_edge(e - 4).1.count, 3);
+        assert_eq!(h.smallest_edge_with(7), None);
     }
 
     #[test]
