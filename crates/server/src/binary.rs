@@ -11,6 +11,10 @@
 //! value is answered at once and then swallowed as it arrives, and a bad
 //! magic byte closes the connection, dropping replies memcached had not
 //! flushed yet.
+//!
+//! One deliberate difference in timing, not in bytes: while memcached reads
+//! or swallows a value it holds the replies queued before it; here they go
+//! out with the next write. The byte stream a client receives is the same.
 
 use std::sync::atomic::AtomicU64;
 
