@@ -34,7 +34,11 @@ step "install deps" scripts/install-deps.sh
 step "cargo fmt --check" cargo fmt --all --check
 step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
 step "cargo build --release" cargo build --release
-step "cargo test --release" cargo test --workspace --release
+# Under KEEP_GOING, cargo runs every test binary instead of stopping at the
+# first one that fails.
+cargo_test_args=(--workspace --release)
+[[ "${KEEP_GOING:-0}" != 1 ]] || cargo_test_args+=(--no-fail-fast)
+step "cargo test --release" cargo test "${cargo_test_args[@]}"
 # With KEEP_GOING=1 (a developer switch) every step runs and all failures
 # are reported; the exit status is still non-zero if any failed.
 conformance_rc=0
