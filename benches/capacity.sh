@@ -16,8 +16,7 @@
 # LOADGEN_BIN, ITEMS (1500000), MEM_MB (64), THREADS (-t, 4), VALUE_SIZES
 # ("10 100"), KEY_LEN (14), PROTO (text: set noreply | meta: ms q),
 # SERVERS ("memcached cachalot"), BENCH_NICE (priority, default 0),
-# OUT_DIR (raw outputs; default a new
-# temporary directory).
+# OUT_DIR (raw outputs; default a new temporary directory).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
