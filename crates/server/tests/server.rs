@@ -168,6 +168,31 @@ fn serves_and_pipelines() {
 }
 
 #[test]
+fn request_budget_yields_but_answers_everything() {
+    // -R 2: the connection yields every two requests (memcached's
+    // conn_yields) and is resumed until the whole pipeline is answered,
+    // while another client is served in between.
+    let server = spawn_server(&["-R", "2", "-t", "1"]);
+    let mut busy = server.connect();
+    let mut other = server.connect();
+    busy.write_all(&b"version\r\n".repeat(3000)).unwrap();
+    assert_eq!(
+        ask(&mut other, b"version\r\n", b"\r\n"),
+        "VERSION 1.6.18\r\n"
+    );
+    let want = b"VERSION 1.6.18\r\n".repeat(3000);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while got.len() < want.len() {
+        let n = busy.read(&mut buf).unwrap();
+        assert!(n > 0, "EOF after {} bytes", got.len());
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got == want);
+    assert!(stat(&mut other, "conn_yields") >= 1000);
+}
+
+#[test]
 fn request_sent_byte_by_byte() {
     let server = spawn_server(&[]);
     let mut s = server.connect();
@@ -472,7 +497,9 @@ fn idle_timeout_closes_quiet_clients() {
 fn stats_conns_lists_listener_and_clients() {
     let server = spawn_server(&[]);
     let mut a = server.connect();
-    let _b = server.connect();
+    // One client in the middle of a value, as memcached reports it.
+    let mut b = server.connect();
+    b.write_all(b"set half 0 0 10\r\nabc").unwrap();
     let port = server.port();
     let listen_line = format!(":listen_addr tcp:127.0.0.1:{port}\r\n");
     // A connect() returns before the server registered the connection, and
@@ -480,7 +507,7 @@ fn stats_conns_lists_listener_and_clients() {
     let deadline = Instant::now() + Duration::from_secs(5);
     let got = loop {
         let got = ask(&mut a, b"stats conns\r\n", b"END\r\n");
-        if got.matches(&listen_line).count() == 2 {
+        if got.matches(&listen_line).count() == 2 && got.contains(":state conn_nread\r\n") {
             break got;
         }
         assert!(Instant::now() < deadline, "{got}");

@@ -163,6 +163,8 @@ pub struct Conn {
     eof: bool,
     /// The handler asked to close after the output is flushed.
     closing: bool,
+    /// In the worker's queue of connections that yielded (`-R`).
+    pub queued: bool,
 }
 
 enum Processed {
@@ -201,6 +203,7 @@ impl Conn {
             wpos: 0,
             eof: false,
             closing: false,
+            queued: false,
         }
     }
 

@@ -147,6 +147,9 @@ impl Worker {
             }
             for _ in 0..self.ready.len() {
                 if let Some(slot) = self.ready.pop_front() {
+                    if let Some(Some(c)) = self.conns.get_mut(slot) {
+                        c.queued = false;
+                    }
                     self.service(slot, false);
                 }
             }
@@ -229,11 +232,26 @@ impl Worker {
             now: self.cache.clock().now(),
             peer_closed,
         };
-        match conn.service(&mut env) {
+        // A bug reachable from client input must cost that client its
+        // connection, not every client of this worker: catch a panic, drop
+        // the connection, keep serving. (The engine lock does not poison.)
+        let status =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.service(&mut env)))
+                .unwrap_or_else(|_| {
+                    eprintln!(
+                        "<{} internal error while serving this connection; closing it",
+                        slot
+                    );
+                    Status::Close
+                });
+        match status {
             Status::Open => {}
             Status::Yield => {
-                if !self.ready.contains(&slot) {
-                    self.ready.push_back(slot);
+                if let Some(Some(c)) = self.conns.get_mut(slot) {
+                    if !c.queued {
+                        c.queued = true;
+                        self.ready.push_back(slot);
+                    }
                 }
             }
             Status::Close => self.close(slot),
