@@ -992,13 +992,13 @@ impl Engine {
         });
         if let Some(src) = src {
             self.move_page(src, dst);
+            self.counters.slabs_moved += 1;
         }
     }
 
-    /// Move one page from `src` to `dst`, rescuing referenced items.
-    fn move_page(&mut self, src: usize, dst: usize) {
-        // Prefer the page with the fewest live items.
-        let page = self.slabs.classes[src]
+    /// The page of `class` with the fewest live items (cheapest to empty).
+    fn emptiest_page(&self, class: usize) -> Option<PageId> {
+        self.slabs.classes[class]
             .pages
             .iter()
             .copied()
@@ -1006,43 +1006,71 @@ impl Engine {
                 self.slabs.pages[p as usize]
                     .as_ref()
                     .map_or(0, |pg| pg.bump - pg.free_count)
-            });
-        let Some(page) = page else { return };
+            })
+    }
+
+    /// Move one page from `src` to `dst`, rescuing referenced items.
+    fn move_page(&mut self, src: usize, dst: usize) {
+        let Some(page) = self.emptiest_page(src) else {
+            return;
+        };
         self.empty_page(page, true);
         self.slabs.unassign(page);
         self.slabs.assign(page, dst);
-        self.counters.slabs_moved += 1;
         self.slabs.classes[src].stats.pages_out += 1;
         self.slabs.classes[dst].stats.pages_in += 1;
     }
 
+    /// `slabs reassign <src> <dst>` with memcached's rules and replies: class
+    /// 0 is the pool of pages that belong to no class, -1 as source picks one.
     pub fn slabs_reassign(&mut self, src: i32, dst: i32) -> ReassignOutcome {
         let n = self.slabs.classes.len() as i32;
         if !self.config.slab_reassign {
             return ReassignOutcome::Busy;
         }
-        if dst < 1 || dst > n || src == 0 || src < -1 || src > n {
-            return ReassignOutcome::BadClass;
-        }
         if src == dst {
             return ReassignOutcome::Same;
         }
-        let dst = (dst - 1) as usize;
         let src = if src == -1 {
             match (0..n as usize)
-                .filter(|&c| c != dst && self.slabs.classes[c].pages.len() >= 2)
+                .filter(|&c| c as i32 + 1 != dst && self.slabs.classes[c].pages.len() >= 2)
                 .max_by_key(|&c| self.slabs.classes[c].pages.len())
             {
-                Some(c) => c,
+                Some(c) => c as i32 + 1,
                 None => return ReassignOutcome::NoSpare,
             }
         } else {
-            (src - 1) as usize
+            src
         };
-        if self.slabs.classes[src].pages.len() < 2 {
+        if !(0..=n).contains(&src) || !(0..=n).contains(&dst) {
+            return ReassignOutcome::BadClass;
+        }
+        let pages = |c: i32| match c {
+            0 => self.slabs.spare.len(),
+            c => self.slabs.classes[(c - 1) as usize].pages.len(),
+        };
+        if pages(src) < 2 {
             return ReassignOutcome::NoSpare;
         }
-        self.move_page(src, dst);
+        match (src, dst) {
+            (0, dst) => {
+                if let Some(p) = self.slabs.spare.pop() {
+                    self.slabs.assign(p, (dst - 1) as usize);
+                    self.slabs.classes[(dst - 1) as usize].stats.pages_in += 1;
+                }
+            }
+            (src, 0) => {
+                let src = (src - 1) as usize;
+                if let Some(page) = self.emptiest_page(src) {
+                    self.empty_page(page, true);
+                    self.slabs.unassign(page);
+                    self.slabs.spare.push(page);
+                    self.slabs.classes[src].stats.pages_out += 1;
+                }
+            }
+            (src, dst) => self.move_page((src - 1) as usize, (dst - 1) as usize),
+        }
+        self.counters.slabs_moved += 1;
         ReassignOutcome::Ok
     }
 

@@ -382,7 +382,7 @@ fn slabs_reassign_moves_a_page_and_keeps_items_consistent() {
         clock,
     )
     .unwrap();
-    for i in 0..60_000u32 {
+    for i in 0..200_000u32 {
         e.store(&Store::set(format!("k{i}").as_bytes(), b"v"));
         if i % 3 == 0 {
             e.get(format!("k{i}").as_bytes());
@@ -391,7 +391,6 @@ fn slabs_reassign_moves_a_page_and_keeps_items_consistent() {
     let before = e.slab_stats();
     let src = before.iter().max_by_key(|s| s.total_pages).unwrap().id as i32;
     assert_eq!(e.slabs_reassign(src, src), ReassignOutcome::Same);
-    assert_eq!(e.slabs_reassign(src, 0), ReassignOutcome::BadClass);
     assert_eq!(e.slabs_reassign(src, src + 3), ReassignOutcome::Ok);
     e.validate();
     let after = e.slab_stats();
@@ -402,6 +401,15 @@ fn slabs_reassign_moves_a_page_and_keeps_items_consistent() {
     };
     assert_eq!(pages(&after, src), pages(&before, src) - 1);
     assert_eq!(pages(&after, src + 3), 1);
+    // Class 0 is the pool of unassigned pages, as in memcached.
+    assert_eq!(e.slabs_reassign(src, 0), ReassignOutcome::Ok);
+    assert_eq!(e.stats().free_pages, 1);
+    assert_eq!(e.slabs_reassign(0, src + 3), ReassignOutcome::NoSpare);
+    assert_eq!(e.slabs_reassign(src, 0), ReassignOutcome::Ok);
+    assert_eq!(e.slabs_reassign(0, src + 3), ReassignOutcome::Ok);
+    assert_eq!(e.slabs_reassign(src, 1000), ReassignOutcome::BadClass);
+    assert_eq!(e.stats().slabs_moved, 4);
+    e.validate();
 }
 
 #[test]
