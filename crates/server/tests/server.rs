@@ -274,9 +274,10 @@ fn many_concurrent_clients() {
 
 #[test]
 fn max_connections_rejects_extra_clients() {
-    let server = spawn_server(&["-c", "3"]);
-    // The helper's readiness probe may still hold a slot for a moment: wait
-    // until this connection is the only client.
+    // One worker: connections are registered in accept order, so once
+    // `stats` says this is the only client, the helper's readiness probe
+    // (accepted earlier) has been closed and no longer holds a slot.
+    let server = spawn_server(&["-c", "3", "-t", "1"]);
     let mut first = server.connect();
     let deadline = Instant::now() + Duration::from_secs(5);
     while stat(&mut first, "curr_connections") != 1 {
