@@ -1147,6 +1147,45 @@ impl Engine {
         item::atime_age(item::Header::read(self.slabs.chunk(loc)).atime, now)
     }
 
+    /// `stats cachedump <class> <limit>`: up to `limit` (0 = all) live items
+    /// of a class as (key, value length, expiry), at most `max_bytes` of keys.
+    pub fn cachedump(
+        &self,
+        class_id: u32,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Vec<(Vec<u8>, usize, Expiry)> {
+        let mut out = Vec::new();
+        let Some(class) = (class_id as usize)
+            .checked_sub(1)
+            .and_then(|c| self.slabs.classes.get(c))
+        else {
+            return out;
+        };
+        let now = self.now();
+        let mut bytes = 0;
+        for &page in &class.pages {
+            for loc in self.slabs.live_in_page(page) {
+                let p = item::parts(self.slabs.chunk(loc));
+                let exp = p.header.exptime;
+                if exp != 0 && exp <= now {
+                    continue;
+                }
+                if (limit != 0 && out.len() >= limit) || bytes + p.key.len() > max_bytes {
+                    return out;
+                }
+                bytes += p.key.len() + 32;
+                let expiry = if exp == 0 {
+                    Expiry::Never
+                } else {
+                    Expiry::At(exp)
+                };
+                out.push((p.key.to_vec(), p.value.len(), expiry));
+            }
+        }
+        out
+    }
+
     /// `stats sizes`: (size rounded up to 32 bytes, item count), ascending.
     pub fn size_histogram(&self) -> Vec<(u32, u64)> {
         let mut hist = std::collections::BTreeMap::new();

@@ -321,7 +321,17 @@ mod tests {
         assert_eq!(quantize_cost(0), 0);
         assert_eq!(dequantize_cost(quantize_cost(1)), 1);
         let mut last = 0;
-        for c in [1u32, 2, 3, 10, 100, 1000, 123_456, 10_000_000, 3_000_000_000] {
+        for c in [
+            1u32,
+            2,
+            3,
+            10,
+            100,
+            1000,
+            123_456,
+            10_000_000,
+            3_000_000_000,
+        ] {
             let q = quantize_cost(c);
             assert!(q >= last);
             last = q;

@@ -76,7 +76,7 @@ fn key_bytes(k: u8) -> Vec<u8> {
 
 fn value_bytes(k: u8, len: usize) -> Vec<u8> {
     // Half the keys hold numbers so incr/decr have something to work on.
-    if k % 2 == 0 {
+    if k.is_multiple_of(2) {
         (len as u64 * 7).to_string().into_bytes()
     } else {
         (0..len)

@@ -91,12 +91,7 @@ pub fn handle(
             line(out, "RESET");
         }
         b"detail" => detail(arg1.unwrap_or(b""), out),
-        b"cachedump" => {
-            // The engine offers no walk over a class's items, so cachalot
-            // behaves like memcached started with -X (dumps disabled).
-            let _ = (arg1, arg2);
-            line(out, "CLIENT_ERROR stats cachedump not allowed");
-        }
+        b"cachedump" => cachedump(ctx, arg1, arg2, out),
         _ => match collect(ctx, sub) {
             Some(pairs) => {
                 for (name, value) in pairs {
@@ -320,8 +315,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "lru_crawler_tocrawl", s.lru_crawler_tocrawl);
     stat(out, "tail_repair_time", s.tail_repair_time);
     stat(out, "flush_enabled", yes_no(s.flush_enabled));
-    // cachedump is not available (see `handle`), as with memcached -X.
-    stat(out, "dump_enabled", "no");
+    stat(out, "dump_enabled", "yes");
     stat(out, "hash_algorithm", "xxh3");
     stat(out, "lru_maintainer_thread", yes_no(s.lru_maintainer));
     stat(out, "lru_segmented", yes_no(s.lru_maintainer));
@@ -599,4 +593,34 @@ fn detail(arg: &[u8], out: &mut Vec<u8>) {
         }
         _ => line(out, "CLIENT_ERROR usage: stats detail on|off|dump"),
     }
+}
+
+/// `stats cachedump <class> <limit>`: memcached's debugging dump of a class's
+/// items, `ITEM <key> [<bytes> b; <unix exptime or 0> s]`, capped at 2 MB.
+fn cachedump(ctx: &Ctx<'_>, class: Option<&[u8]>, limit: Option<&[u8]>, out: &mut Vec<u8>) {
+    let (Some(class), Some(limit)) = (class, limit) else {
+        line(out, "CLIENT_ERROR bad command line");
+        return;
+    };
+    let parse = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u32>().ok();
+    let (Some(class), Some(limit)) = (parse(class), parse(limit)) else {
+        line(out, "CLIENT_ERROR bad command line format");
+        return;
+    };
+    if class >= 64 {
+        line(out, "CLIENT_ERROR Illegal slab id");
+        return;
+    }
+    let started = ctx.cache.clock().started_unix();
+    let items = ctx.cache.lock().cachedump(class, limit as usize, 2 << 20);
+    for (key, bytes, expiry) in items {
+        let exp = match expiry {
+            cachalot_engine::Expiry::At(t) => started + t as i64,
+            _ => 0,
+        };
+        out.extend_from_slice(b"ITEM ");
+        out.extend_from_slice(&key);
+        let _ = write!(out, " [{bytes} b; {exp} s]\r\n");
+    }
+    line(out, "END");
 }

@@ -954,9 +954,14 @@ mod tests {
         );
         assert_eq!(r.ask(b"stats foo\r\n"), "ERROR\r\n");
         assert_eq!(
-            r.ask(b"stats cachedump 1 1\r\n"),
-            "CLIENT_ERROR stats cachedump not allowed\r\n"
+            r.ask(b"stats cachedump 200 1\r\n"),
+            "CLIENT_ERROR Illegal slab id\r\n"
         );
+        assert_eq!(
+            r.ask(b"stats cachedump 1\r\n"),
+            "CLIENT_ERROR bad command line\r\n"
+        );
+        assert_eq!(r.ask(b"stats cachedump 40 0\r\n"), "END\r\n");
         assert_eq!(
             r.ask(b"stats detail\r\n"),
             "CLIENT_ERROR usage: stats detail on|off|dump\r\n"
