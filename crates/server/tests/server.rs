@@ -15,7 +15,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cachalot_bin, read_until, spawn_server, temp_path};
+use common::{cachalot_bin, read_some, read_until, spawn_server, temp_path};
 
 /// Run the binary to completion with these arguments: (exit code, stdout, stderr).
 fn run_cli(args: &[&str]) -> (i32, String, String) {
@@ -184,7 +184,7 @@ fn request_budget_yields_but_answers_everything() {
     let mut got = Vec::new();
     let mut buf = [0u8; 65536];
     while got.len() < want.len() {
-        let n = busy.read(&mut buf).unwrap();
+        let n = read_some(&mut busy, &mut buf).unwrap();
         assert!(n > 0, "EOF after {} bytes", got.len());
         got.extend_from_slice(&buf[..n]);
     }
@@ -390,7 +390,7 @@ fn slow_reader_is_throttled_not_buffered_without_bound() {
     let mut buf = vec![0u8; 1 << 20];
     let want = 200 * (b"VALUE fat 0 500000\r\n".len() + 500_000 + b"\r\nEND\r\n".len());
     while total < want {
-        let n = slow.read(&mut buf).unwrap();
+        let n = read_some(&mut slow, &mut buf).unwrap();
         assert!(n > 0, "EOF after {total} of {want} bytes");
         total += n;
     }

@@ -74,6 +74,7 @@ pub struct Server {
     addr: SocketAddr,
     unix: Option<PathBuf>,
     log: PathBuf,
+    port_file: PathBuf,
 }
 
 /// Start `cachalot` with these extra arguments (panics if it does not come up).
@@ -144,6 +145,7 @@ impl Server {
             addr: SocketAddr::from(([127, 0, 0, 1], port_from_args(&full).unwrap_or(0))),
             unix,
             log,
+            port_file: port_file.clone(),
         };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -248,12 +250,24 @@ pub fn read_until(s: &mut impl Read, end: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut buf = [0u8; 65536];
     while !out.ends_with(end) {
-        match s.read(&mut buf) {
+        match read_some(s, &mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => out.extend_from_slice(&buf[..n]),
         }
     }
     out
+}
+
+/// One `read`, retried on EINTR: a socket with a timeout returns EINTR on
+/// Linux when the process was stopped and continued, even without handlers
+/// (signal(7)), and test processes do get stopped under load.
+pub fn read_some(s: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match s.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
 }
 
 /// The first port in a `MEMCACHED_PORT_FILENAME` file ("TCP INET: <port>").
@@ -292,5 +306,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);
+        let _ = std::fs::remove_file(&self.port_file);
     }
 }
