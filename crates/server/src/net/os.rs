@@ -8,7 +8,7 @@
 use std::ffi::CString;
 use std::io;
 
-use super::cli::{EX_NOUSER, EX_OSERR, EX_USAGE};
+use super::cli::{EX_NOUSER, EX_OSERR};
 
 /// Whether the process runs as root (real or effective).
 pub fn is_root() -> bool {
@@ -16,17 +16,20 @@ pub fn is_root() -> bool {
     unsafe { libc::getuid() == 0 || libc::geteuid() == 0 }
 }
 
-/// memcached refuses to run as root without `-u`; with it, become that user.
-/// Returns memcached's message and exit code on failure.
+/// With `-u` as root, become that user. memcached refuses to run as root
+/// without `-u`; cachalot only warns, so the plain start command works on a
+/// fresh machine where everything runs as root (scripts that pass `-u` behave
+/// exactly as with memcached). Returns memcached's message and exit code on
+/// failure.
 pub fn drop_privileges(user: Option<&str>) -> Result<(), (String, i32)> {
     if !is_root() {
         return Ok(());
     }
     let Some(user) = user.filter(|u| !u.is_empty()) else {
-        return Err((
-            "can't run as root without the -u switch".to_string(),
-            EX_USAGE,
-        ));
+        eprintln!(
+            "warning: running as root without the -u switch (memcached would refuse; pass -u <user> to drop privileges)"
+        );
+        return Ok(());
     };
     let not_found = || {
         (
