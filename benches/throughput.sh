@@ -15,6 +15,10 @@
 # steal each other's core; both servers get the same `-t` (THREADS, default
 # 1: one worker thread per pinned core). With PIN=0 nothing is pinned.
 #
+# The server's cost per request is also reported: CPU time from /proc and,
+# where `perf stat` works, instructions per request (user + kernel). On a
+# machine shared with other work these are steadier than requests/s.
+#
 # Usage: benches/throughput.sh   (see docs/benchmarks.md)
 # Environment: CACHALOT_BIN, MEMCACHED_BIN, LOADGEN_BIN, DURATION (s, 10),
 # REPS (3), CONNS (50), THREADS (-t, 1), KEYS (100000), KEY_LEN (20: memcaslap
@@ -23,7 +27,8 @@
 # "lg-get90-d1 lg-get90-dN lg-set90-d1 lg-set90-dN mcs-get90 mcs-set90"),
 # BENCH_NICE (priority, default 0), QUIET_WAIT / QUIET_PCT (before each run,
 # wait up to QUIET_WAIT s, default 60, for the machine to be at most QUIET_PCT
-# %, default 15, busy), OUT_DIR (raw outputs; default a new temp directory).
+# %, default 15, busy), PERF (1: count instructions with perf stat),
+# OUT_DIR (raw outputs; default a new temp directory).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -83,61 +88,101 @@ cpu_ticks() {
     awk '{ print $14 + $15 }' "/proc/$1/stat"
 }
 
+# Hardware counters of the server process during a run (perf stat -p), when
+# perf works here: instructions per request do not depend on how much CPU
+# other people's work left us, unlike ops/s, so they compare the servers'
+# efficiency even on a busy machine. PERF=0 turns this off.
+PERF_OK=0
+if [ "${PERF:-1}" = 1 ] && command -v perf >/dev/null &&
+    perf stat -e instructions -x, -o /dev/null -- true >/dev/null 2>&1; then
+    PERF_OK=1
+fi
+
+perf_start() { # pid outfile
+    PERF_PID=
+    if [ "$PERF_OK" = 1 ]; then
+        perf stat -x, -e instructions,cycles -p "$1" -o "$2" >/dev/null 2>&1 &
+        PERF_PID=$!
+    fi
+}
+
+perf_stop() {
+    if [ -n "$PERF_PID" ]; then
+        kill -INT "$PERF_PID" 2>/dev/null || true
+        wait "$PERF_PID" 2>/dev/null || true
+    fi
+}
+
+# perf_per_op FILE EVENT OPS -> thousands of EVENT per request, or -
+perf_per_op() {
+    [ -s "$1" ] || { echo -; return; }
+    awk -F, -v e="$2" -v n="$3" '$3 ~ "^"e && $1 ~ /^[0-9]+$/ && n > 0 { printf "%.2f", $1 / n / 1000; found = 1 }
+        END { if (!found) print "-" }' "$1"
+}
+
 # run_one WORKLOAD SERVER REP: one timed run; appends a line to results.tsv:
-# workload server rep ops_per_sec p50_us p99_us server_cpu_us_per_op
+# workload server rep ops_per_sec p50_us p99_us cpu_us_per_op busy% kinstr/op kcycles/op
 run_one() {
     local w=$1 s=$2 rep=$3
-    local addr=127.0.0.1:${PORT[$s]} raw=$OUT_DIR/$w-$s-$rep.txt
-    local ratio depth c0 c1 ops p50=- p99=- ops_total
+    local addr=127.0.0.1:${PORT[$s]} raw=$OUT_DIR/$w-$s-$rep.txt perf_out=$OUT_DIR/$w-$s-$rep.perf
+    local ratio depth c0 c1 ops p50=- p99=- ops_total busy
     case $w in
         *get90*) ratio=0.9 ;;
         *set90*) ratio=0.1 ;;
         *) echo "unknown workload $w" >&2; exit 1 ;;
     esac
     case $w in *-dN) depth=$DEPTH ;; *) depth=1 ;; esac
-    local busy
+    if [[ $w == lg-* ]]; then
+        # Warm the key space first (not timed), so gets measure hits.
+        "${CLIENT[@]}" "$LOADGEN" fill --addr "$addr" --items "$KEYS" \
+            --value-size "$VALUE_SIZE" --key-len "$KEY_LEN" >"$raw.warm"
+    fi
     busy=$(wait_quiet)
     echo "loadavg before: $(cat /proc/loadavg); machine busy before: ${busy}%" >"$raw"
+    c0=$(cpu_ticks "${PID[$s]}")
+    perf_start "${PID[$s]}" "$perf_out"
     case $w in
         lg-*)
-            # Warm the key space first (not timed), so gets measure hits.
-            "${CLIENT[@]}" "$LOADGEN" fill --addr "$addr" --items "$KEYS" \
-                --value-size "$VALUE_SIZE" --key-len "$KEY_LEN" >>"$raw"
-            c0=$(cpu_ticks "${PID[$s]}")
             "${CLIENT[@]}" "$LOADGEN" load --addr "$addr" --conns "$CONNS" --threads 1 \
                 --duration "$DURATION" --get-ratio "$ratio" --keys "$KEYS" \
                 --key-len "$KEY_LEN" --value-size "$VALUE_SIZE" --depth "$depth" \
                 --warm 0 --seed "$rep" >>"$raw"
-            c1=$(cpu_ticks "${PID[$s]}")
-            local line
+            ;;
+        mcs-*)
+            [ -n "$MEMCASLAP" ] || { echo "memcaslap not installed" >&2; exit 1; }
+            # -w: 2k keys per connection keeps the key space near KEYS.
+            "${CLIENT[@]}" "$MEMCASLAP" -s "$addr" -T 1 -c "$CONNS" -t "${DURATION}s" \
+                -w 2k -F "$(mcs_cfg "$ratio")" >>"$raw" 2>&1
+            ;;
+    esac
+    perf_stop
+    c1=$(cpu_ticks "${PID[$s]}")
+    case $w in
+        lg-*)
+            local line errors
             line=$(grep '^ops=' "$raw" | tr ' ' '\n')
             ops=$(sed -n 's/^ops_per_sec=//p' <<<"$line")
             ops_total=$(sed -n 's/^ops=//p' <<<"$line")
             p50=$(sed -n 's/^p50_us=//p' <<<"$line")
             p99=$(sed -n 's/^p99_us=//p' <<<"$line")
-            local errors
             errors=$(sed -n 's/^errors=//p' <<<"$line")
             [ "$errors" = 0 ] || echo "warning: $s answered $errors requests with errors in $w run $rep" >&2
             ;;
         mcs-*)
-            [ -n "$MEMCASLAP" ] || { echo "memcaslap not installed" >&2; exit 1; }
-            c0=$(cpu_ticks "${PID[$s]}")
-            # -w: 2k keys per connection keeps the key space near KEYS.
-            "${CLIENT[@]}" "$MEMCASLAP" -s "$addr" -T 1 -c "$CONNS" -t "${DURATION}s" \
-                -w 2k -F "$(mcs_cfg "$ratio")" >>"$raw" 2>&1
-            c1=$(cpu_ticks "${PID[$s]}")
             ops=$(sed -n 's/.*TPS: \([0-9]*\).*/\1/p' "$raw" | tail -n1)
             ops_total=$(sed -n 's/.* Ops: \([0-9]*\) .*/\1/p' "$raw" | tail -n1)
             ;;
     esac
-    [ -n "$ops" ] || { echo "no result in $raw:" >&2; cat "$raw" >&2; exit 1; }
-    local cpu_us
+    [ -n "$ops" ] && [ -n "$ops_total" ] || { echo "no result in $raw:" >&2; cat "$raw" >&2; exit 1; }
+    local cpu_us kins kcyc
     cpu_us=$(awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v n="$ops_total" \
         'BEGIN { if (n > 0) printf "%.2f", t / hz * 1e6 / n; else print "-" }')
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$w" "$s" "$rep" "$ops" "$p50" "$p99" "$cpu_us" \
-        "$busy" >>"$OUT_DIR/results.tsv"
-    printf '  %-12s %-10s run %s: %8s ops/s  p50 %7s us  p99 %8s us  server CPU %6s us/op  (machine %s%% busy before)\n' \
-        "$w" "$s" "$rep" "$ops" "$p50" "$p99" "$cpu_us" "$busy" >&2
+    kins=$(perf_per_op "$perf_out" instructions "$ops_total")
+    kcyc=$(perf_per_op "$perf_out" cycles "$ops_total")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$w" "$s" "$rep" "$ops" "$p50" "$p99" \
+        "$cpu_us" "$busy" "$kins" "$kcyc" >>"$OUT_DIR/results.tsv"
+    printf '  %-12s %-10s run %s: %8s ops/s  p50 %7s us  p99 %8s us  server %6s us/op %6s kinstr/op  (machine %s%% busy before)\n' \
+        "$w" "$s" "$rep" "$ops" "$p50" "$p99" "$cpu_us" "$kins" "$busy" >&2
 }
 
 : >"$OUT_DIR/results.tsv"
@@ -157,9 +202,9 @@ col() { # workload server column -> median of that column
         "$OUT_DIR/results.tsv" | median
 }
 
-# Median over repetitions of cachalot/memcached for column 4 (ops/s) or 7
-# (CPU per request) taken within the same repetition: the two runs of a pair
-# are back to back, so they saw about the same background load.
+# Median over repetitions of cachalot/memcached for one column, taken within
+# the same repetition: the two runs of a pair are back to back, so they saw
+# about the same background load.
 paired() { # workload column -> median of per-repetition ratios
     awk -F'\t' -v w="$1" -v c="$2" '
         $1 == w && $c != "-" { v[$3, $2] = $c; reps[$3] = 1 }
@@ -168,27 +213,41 @@ paired() { # workload column -> median of per-repetition ratios
         "$OUT_DIR/results.tsv" | median
 }
 
-fmt2() { awk -v x="$1" 'BEGIN { if (x == "nan" || x == "") print "-"; else printf "%.2f", x }'; }
+fmt() { # number [decimals] -> formatted, or - for a missing value
+    awk -v x="$1" -v d="${2:-2}" 'BEGIN { if (x == "nan" || x == "" || x == "-") print "-"; else printf "%." d "f", x }'
+}
+
+name() { echo "${1/dN/d$DEPTH}"; }
 
 echo
-echo "medians of $REPS runs (ops/s; latency p50/p99 in us; server CPU time in us per request);"
-echo "x = cachalot/memcached of the medians; pair x = median of the per-repetition ratios"
-printf '%-12s | %9s %9s %5s %6s | %15s %15s | %5s %5s %6s\n' workload memcached cachalot x "pair x" \
-    "memc p50/p99" "cach p50/p99" "m cpu" "c cpu" "pair x"
+echo "Medians of $REPS runs per server. x = cachalot / memcached of the medians;"
+echo "pair x = median over repetitions of the ratio within each back-to-back pair."
+echo
+echo "throughput (requests/s, higher is better):"
+printf '  %-12s %10s %10s %6s %7s\n' workload memcached cachalot x "pair x"
 for w in $WORKLOADS; do
-    m=$(col "$w" memcached 4)
-    c=$(col "$w" cachalot 4)
-    r=$(awk -v a="$c" -v b="$m" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
-    if [[ $w == lg-* ]]; then
-        ml="$(col "$w" memcached 5)/$(col "$w" memcached 6)"
-        cl="$(col "$w" cachalot 5)/$(col "$w" cachalot 6)"
-    else
-        ml=-; cl=-
-    fi
-    printf '%-12s | %9.0f %9.0f %5s %6s | %15s %15s | %5s %5s %6s\n' "${w/dN/d$DEPTH}" "$m" "$c" "$r" \
-        "$(fmt2 "$(paired "$w" 4)")" "$ml" "$cl" \
-        "$(fmt2 "$(col "$w" memcached 7)")" "$(fmt2 "$(col "$w" cachalot 7)")" \
-        "$(fmt2 "$(paired "$w" 7)")"
+    m=$(col "$w" memcached 4); c=$(col "$w" cachalot 4)
+    printf '  %-12s %10s %10s %6s %7s\n' "$(name "$w")" "$(fmt "$m" 0)" "$(fmt "$c" 0)" \
+        "$(awk -v a="$c" -v b="$m" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')" \
+        "$(fmt "$(paired "$w" 4)")"
 done
 echo
-echo "machine busy % before each run (others' work), median: $(awk -F'\t' '{ print $8 }' "$OUT_DIR/results.tsv" | median), max: $(awk -F'\t' '{ print $8 }' "$OUT_DIR/results.tsv" | sort -n | tail -n1)"
+echo "latency per request (us, loadgen only; p50 / p99):"
+printf '  %-12s %21s %21s\n' workload memcached cachalot
+for w in $WORKLOADS; do
+    [[ $w == lg-* ]] || continue
+    printf '  %-12s %21s %21s\n' "$(name "$w")" \
+        "$(fmt "$(col "$w" memcached 5)" 0) / $(fmt "$(col "$w" memcached 6)" 0)" \
+        "$(fmt "$(col "$w" cachalot 5)" 0) / $(fmt "$(col "$w" cachalot 6)" 0)"
+done
+echo
+echo "server cost per request (lower is better): CPU time in us (from /proc), and"
+echo "thousands of instructions (user + kernel, perf stat -p; '-' when perf is unavailable):"
+printf '  %-12s %8s %8s %7s | %9s %9s %7s\n' workload "memc us" "cach us" "pair x" "memc kins" "cach kins" "pair x"
+for w in $WORKLOADS; do
+    printf '  %-12s %8s %8s %7s | %9s %9s %7s\n' "$(name "$w")" \
+        "$(fmt "$(col "$w" memcached 7)")" "$(fmt "$(col "$w" cachalot 7)")" "$(fmt "$(paired "$w" 7)")" \
+        "$(fmt "$(col "$w" memcached 9)" 1)" "$(fmt "$(col "$w" cachalot 9)" 1)" "$(fmt "$(paired "$w" 9)")"
+done
+echo
+echo "machine busy % (all cores) in the half second before each run, median $(awk -F'\t' '{ print $8 }' "$OUT_DIR/results.tsv" | median), max $(awk -F'\t' '{ print $8 }' "$OUT_DIR/results.tsv" | sort -n | tail -n1)"
