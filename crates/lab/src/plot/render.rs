@@ -333,7 +333,7 @@ where
         .caption(&chart.title, (FAMILY, 22))
         .margin(16)
         // Room for the last x tick label, centred on the axis' end.
-        .margin_right(36)
+        .margin_right(48)
         .x_label_area_size(48)
         .y_label_area_size(72)
         .build_cartesian_2d(x, y)
@@ -408,10 +408,17 @@ pub fn tick(kind: Ticks, v: f64) -> String {
             if v <= 1.0 {
                 return "0%".to_string();
             }
-            // v = 1 / (1 - q): as many decimals as the nines need.
+            // v = 1 / (1 - q): as many decimals as the nines need, and more
+            // if rounding would say 100% of a quantile below 1.
             let pct = 100.0 * (1.0 - 1.0 / v);
-            let decimals = (v.log10().round() as i32 - 2).clamp(0, 8) as usize;
-            format!("{}%", trim(format!("{pct:.decimals$}")))
+            let mut decimals = (v.log10().ceil() as i32 - 2).clamp(0, 12) as usize;
+            loop {
+                let s = trim(format!("{pct:.decimals$}"));
+                if s != "100" || decimals >= 12 {
+                    return format!("{s}%");
+                }
+                decimals += 1;
+            }
         }
     }
 }
@@ -469,6 +476,8 @@ mod tests {
         assert_eq!(tick(Ticks::Tail, 100.0), "99%");
         assert_eq!(tick(Ticks::Tail, 1000.0), "99.9%");
         assert_eq!(tick(Ticks::Tail, 100_000.0), "99.999%");
+        assert_eq!(tick(Ticks::Tail, 1.0 / (1.0 - 0.99999)), "99.999%");
+        assert_eq!(tick(Ticks::Tail, 2.9e6), "99.99997%");
     }
 
     #[test]
