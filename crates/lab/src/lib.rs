@@ -44,11 +44,10 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Run a trace or model through cachalot's engine in-process.
     Sim(sim::SimArgs),
-    /// Miss-ratio curves by stack distance (with costs) and the optimal slab assignment.
+    // `mrc` and `plot` carry their own about/long_about texts.
     Mrc(mrc::MrcArgs),
     /// Run the same workload against memcached and cachalot and print both.
     Compare(compare::CompareArgs),
-    /// Draw charts from JSON results.
     Plot(plot::PlotArgs),
 }
 
