@@ -78,24 +78,24 @@ impl Stack {
         self.total_bytes
     }
 
-    fn prefix_count(&self, slot: usize) -> u64 {
+    /// Marks and sizes in slots 0..=slot, in one walk down the tree (both
+    /// arrays are read at the same indices, so their cache misses overlap).
+    fn prefix(&self, slot: usize) -> (u64, u64) {
         let mut i = slot + 1;
-        let mut sum = 0u64;
-        while i > 0 {
-            sum += self.count[i] as u64;
-            i &= i - 1;
+        let (mut count, mut bytes) = (0u64, 0u64);
+        if self.with_bytes {
+            while i > 0 {
+                count += self.count[i] as u64;
+                bytes += self.bytes[i];
+                i &= i - 1;
+            }
+        } else {
+            while i > 0 {
+                count += self.count[i] as u64;
+                i &= i - 1;
+            }
         }
-        sum
-    }
-
-    fn prefix_bytes(&self, slot: usize) -> u64 {
-        let mut i = slot + 1;
-        let mut sum = 0u64;
-        while i > 0 {
-            sum += self.bytes[i];
-            i &= i - 1;
-        }
-        sum
+        (count, bytes)
     }
 
     fn add(&mut self, slot: usize, count: i32, bytes: i64) {
@@ -113,19 +113,14 @@ impl Stack {
     /// Distance of the object in `slot` (which it must own).
     fn distance_at(&self, slot: usize) -> Distance {
         // Marks strictly before the slot are less recent objects.
-        let below = if slot == 0 {
-            0
+        let (below, below_bytes) = if slot == 0 {
+            (0, 0)
         } else {
-            self.prefix_count(slot - 1)
+            self.prefix(slot - 1)
         };
         let items = self.live as u64 - below;
         let bytes = if self.with_bytes {
-            let below_b = if slot == 0 {
-                0
-            } else {
-                self.prefix_bytes(slot - 1)
-            };
-            self.total_bytes - below_b
+            self.total_bytes - below_bytes
         } else {
             0
         };
