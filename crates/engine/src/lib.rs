@@ -62,6 +62,37 @@ pub struct Config {
     pub slab_automove: u8,
     /// `-L`: preallocate all pages at start (and ask for transparent hugepages).
     pub prealloc: bool,
+    /// `-o eviction=lru|gdwheel`: which item to evict within a slab class.
+    pub eviction: EvictionPolicy,
+    /// `-o rebalance=off|memcached|sas|cost-per-byte`: how pages move between classes.
+    pub rebalance: RebalancePolicy,
+    /// `-o learn_costs=0|1`: infer an item's cost from the gap between a GET
+    /// miss and the SET that follows, when the client sends no cost.
+    pub learn_costs: bool,
+}
+
+/// Eviction within a slab class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EvictionPolicy {
+    /// Recency only: CLOCK, an LRU approximation (memcached's behaviour).
+    #[default]
+    Lru,
+    /// GreedyDual by cost with hierarchical cost wheels (GD-Wheel, ch. 3).
+    GdWheel,
+}
+
+/// Moving pages between slab classes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RebalancePolicy {
+    /// Pages never move on their own (`slabs reassign` still works).
+    Off,
+    /// memcached's automove: towards the class that evicts most.
+    #[default]
+    Memcached,
+    /// Carra & Michiardi's SAS: towards cost-weighted capacity misses.
+    Sas,
+    /// GD-Wheel chapter 5: by cost per byte.
+    CostPerByte,
 }
 
 impl Default for Config {
@@ -76,6 +107,9 @@ impl Default for Config {
             slab_reassign: true,
             slab_automove: 1,
             prealloc: false,
+            eviction: EvictionPolicy::default(),
+            rebalance: RebalancePolicy::default(),
+            learn_costs: false,
         }
     }
 }
