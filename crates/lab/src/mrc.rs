@@ -876,14 +876,23 @@ pub fn print_report(r: &MrcReport, per_class: bool, out: &mut impl Write) -> std
 }
 
 pub fn run(args: MrcArgs) -> anyhow::Result<()> {
+    // The engine's own limits (Engine::new refuses the same).
+    anyhow::ensure!(
+        args.growth_factor > 1.0,
+        "growth factor must be greater than 1.0"
+    );
+    let max_item = cachalot_engine::VALUE_MAX_LEN as u64 + 1;
+    anyhow::ensure!(
+        (1024..=max_item).contains(&args.max_item_size),
+        "item size max must be between 1024 bytes and {max_item} bytes"
+    );
+    if let Some(t) = args.target_hit {
+        anyhow::ensure!((0.0..=1.0).contains(&t), "--target-hit is a ratio in 0..1");
+    }
     let geometry = Geometry::new(
         args.growth_factor,
         args.chunk_min,
         usize::try_from(args.max_item_size)?,
-    );
-    anyhow::ensure!(
-        args.growth_factor > 1.0,
-        "growth factor must be greater than 1.0"
     );
     let opts = MrcOptions {
         byte_sizes: args.sizes.clone(),

@@ -229,6 +229,10 @@ impl Sim {
     /// SET the request's value; false when the engine refused it (too large,
     /// out of memory), which a server answers with SERVER_ERROR.
     fn store(&mut self, r: &Request, values: ValueKind) -> bool {
+        // Refused before a value is built: a trace may ask for huge values.
+        if !self.engine.fits(self.key.len(), r.value_size as usize, 0) {
+            return false;
+        }
         value_bytes(values, r.key, r.value_size as usize, &mut self.value);
         let mut st = Store::set(&self.key, &self.value);
         st.expiry = self.clock.expiry(r.ttl as i64);
@@ -331,6 +335,12 @@ fn fill_meta(meta: &mut RunMeta, cfg: &SimConfig, sim: &Sim) {
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
+    if let Some(r) = args.rate {
+        anyhow::ensure!(
+            r.is_finite() && r > 0.0,
+            "--rate must be a positive number of requests per second"
+        );
+    }
     let cfg = SimConfig {
         engine: args.engine.config()?,
         values: args.values,
@@ -525,6 +535,8 @@ mod tests {
             req(0, 1, Op::Get, 2 << 20, 0),
             req(1, 1, Op::Get, 2 << 20, 0),
             req(2, 2, Op::Set, 2 << 20, 0),
+            // Far beyond what the engine could hold: refused, not allocated.
+            req(3, 3, Op::Get, u32::MAX, 0),
         ];
         let r = simulate(
             reqs.iter().copied(),
@@ -534,8 +546,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.totals.counts.hits, 0);
-        assert_eq!(r.totals.errors, 3);
-        assert_eq!(r.totals.fills, 2);
+        assert_eq!(r.totals.errors, 4);
+        assert_eq!(r.totals.fills, 3);
     }
 
     #[test]
