@@ -365,7 +365,9 @@ impl Analyzer {
 
     /// Size of the request's object in the byte curve, and its class.
     fn sizes(&self, r: &Request) -> (u32, Option<usize>) {
-        let total = item::total_len(r.key_size as usize, r.value_size as usize, 0);
+        // Keys longer than memcached's 250 bytes are cut, as replay and sim do.
+        let key_len = (r.key_size as usize).clamp(1, cachalot_engine::KEY_MAX_LEN);
+        let total = item::total_len(key_len, r.value_size as usize, 0);
         let class = self.opts.geometry.class_of(total);
         let size = match self.opts.bytes_of {
             BytesOf::Value => r.value_size as u64,
