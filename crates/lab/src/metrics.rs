@@ -706,6 +706,36 @@ pub fn format_intervals(run: &RunResult) -> String {
     render(&rows)
 }
 
+/// A run's latency per operation ("all", "get", "set", "fill", "delete"):
+/// count, mean and percentiles in microseconds. Empty when not measured.
+pub fn format_latency(run: &RunResult) -> String {
+    if run.totals.latency.is_empty() {
+        return String::new();
+    }
+    let mut rows: Vec<Vec<String>> = vec![[
+        "latency", "count", "mean us", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()];
+    let order = ["all", "get", "fill", "set", "delete"];
+    for op in order {
+        if let Some(l) = run.totals.latency.get(op) {
+            rows.push(vec![
+                op.to_string(),
+                l.count.to_string(),
+                fmt_us(l.mean_us),
+                fmt_us(l.p50_us),
+                fmt_us(l.p90_us),
+                fmt_us(l.p99_us),
+                fmt_us(l.p999_us),
+                fmt_us(l.max_us),
+            ]);
+        }
+    }
+    render(&rows)
+}
+
 fn fmt_us(v: f64) -> String {
     if v < 100.0 {
         format!("{v:.1}")
@@ -897,12 +927,18 @@ mod tests {
         let (x, y) = (&back.totals.latency["get"], &r.totals.latency["get"]);
         assert_eq!(x.cdf.len(), y.cdf.len());
         assert!((x.p99_us - y.p99_us).abs() < 1e-9);
-        let table = format_table(&[r]);
+        let table = format_table(std::slice::from_ref(&r));
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[2].starts_with("cachalot  ycsb-b"), "{table}");
         assert!(lines[2].contains("1.0000"), "{table}");
         assert!(lines[2].ends_with("5.0"), "{table}");
+        let lat = format_latency(&r);
+        let lines: Vec<&str> = lat.lines().collect();
+        assert_eq!(lines.len(), 4, "{lat}");
+        assert!(lines[2].starts_with("all "), "{lat}");
+        assert!(lines[3].starts_with("get "), "{lat}");
+        assert!(lines[3].ends_with("5.0"), "{lat}");
     }
 
     #[test]

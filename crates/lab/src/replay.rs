@@ -112,6 +112,8 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let label = kind.name();
     let result = replay_source(addr, kind, label, &args.source, &args.drive)?;
     metrics::print_table(std::slice::from_ref(&result));
+    println!();
+    print!("{}", metrics::format_latency(&result));
     if args.drive.show_intervals {
         print!("{}", metrics::format_intervals(&result));
     }
