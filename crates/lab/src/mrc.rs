@@ -852,23 +852,55 @@ pub fn print_report(r: &MrcReport, per_class: bool, out: &mut impl Write) -> std
         None => writeln!(out, "  exact (DP): too large to compute")?,
     }
     if per_class {
-        writeln!(out, "\nPer slab class")?;
+        // Each class's own curve at three points: with the pages the optimal
+        // assignment (Algorithm 2) gives it, and with all it could use.
         writeln!(
             out,
-            "{:>5} {:>8} {:>9} {:>10} {:>10} {:>10} {:>8} {:>10}",
-            "class", "chunk", "per page", "objects", "GETs", "1st miss", "pages", "hit@all"
+            "\nPer slab class (hit and cost miss ratios within the class; opt = Algorithm 2 at {})",
+            fmt_bytes(o.memory)
+        )?;
+        writeln!(
+            out,
+            "{:>5} {:>8} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>9} {:>9} {:>8}",
+            "class",
+            "chunk",
+            "per page",
+            "objects",
+            "GETs",
+            "1st miss",
+            "opt pages",
+            "hit@opt",
+            "cmiss@opt",
+            "all pages",
+            "hit@all"
         )?;
         for c in &r.classes {
-            let all = c.hits_by_pages.last().copied().unwrap_or_default();
+            let at = |k: usize| {
+                c.hits_by_pages
+                    .get(k)
+                    .or(c.hits_by_pages.last())
+                    .copied()
+                    .unwrap_or_default()
+            };
+            let k = o
+                .greedy
+                .pages
+                .iter()
+                .find(|(id, _)| *id == c.id)
+                .map_or(0, |&(_, k)| k);
+            let (opt, all) = (at(k), at(usize::MAX));
             writeln!(
                 out,
-                "{:>5} {:>8} {:>9} {:>10} {:>10} {:>10} {:>8} {:>10.4}",
+                "{:>5} {:>8} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8.4} {:>9.4} {:>9} {:>8.4}",
                 c.id,
                 c.chunk_size,
                 c.chunks_per_page,
                 c.objects,
                 c.requests.count,
                 c.compulsory.count,
+                k,
+                ratio(opt.count, c.requests.count),
+                1.0 - ratio(opt.cost, c.requests.cost),
                 c.hits_by_pages.len().saturating_sub(1),
                 ratio(all.count, c.requests.count)
             )?;
