@@ -10,16 +10,13 @@
 //! server's time-driven work (the maintainer every 200 ms, slab automove)
 //! happens at about the same points of the trace in both.
 //!
-//! The cachalot binary: `$CACHALOT_BIN` (scripts/test.sh sets it to the
-//! release build), else `target/<profile>/cachalot` next to this test, else
-//! it is built here with the cargo that runs the test.
+//! The cachalot binary: see tests/replay_support (built if missing).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod replay_support;
 
 use cachalot_lab::metrics::{IntervalSpec, RunMeta};
 use cachalot_lab::replay::{replay, ReplayConfig};
-use cachalot_lab::servers::{self, LocalServer, ServerConfig, ServerKind};
+use cachalot_lab::servers::{LocalServer, ServerConfig, ServerKind};
 use cachalot_lab::sim::{simulate, SimConfig};
 use cachalot_lab::workload::Source;
 
@@ -39,37 +36,10 @@ fn source() -> Source {
     }
 }
 
-/// The cachalot binary, built with this test's profile if there is none.
-fn cachalot_bin() -> PathBuf {
-    if let Ok(p) = servers::cachalot_bin(None) {
-        return p;
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<this test>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binary lives in target/<profile>/deps");
-    let target_dir = profile_dir.parent().expect("target dir");
-    let release = profile_dir.file_name().is_some_and(|n| n == "release");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-p", "cachalot"])
-        .env("CARGO_TARGET_DIR", target_dir);
-    if release {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().expect("running cargo build -p cachalot");
-    assert!(status.success(), "cargo build -p cachalot failed");
-    let bin = profile_dir.join("cachalot");
-    assert!(bin.is_file(), "{} missing after the build", bin.display());
-    bin
-}
-
 #[test]
 fn replay_and_sim_agree_on_hit_ratio() {
     let mut cfg = ServerConfig::new(ServerKind::Cachalot, MEMORY_MB, 1);
-    cfg.cachalot_bin = Some(cachalot_bin());
+    cfg.cachalot_bin = Some(replay_support::cachalot_bin());
     let server = LocalServer::start(&cfg).expect("start cachalot");
 
     let src = source();
