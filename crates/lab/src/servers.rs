@@ -235,6 +235,13 @@ pub fn memcached_bin() -> anyhow::Result<PathBuf> {
     if let Some(p) = find_in_path("memcached") {
         return Ok(p);
     }
+    // One install at a time (parallel tests would fight over dpkg's lock);
+    // whoever waited finds it installed.
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = find_in_path("memcached") {
+        return Ok(p);
+    }
     if is_root() {
         eprintln!("memcached not found: installing the Debian package");
         let _ = Command::new("apt-get")
