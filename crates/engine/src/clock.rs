@@ -3,8 +3,14 @@
 //! Like memcached (`memcached.c`, `current_time`), time inside the cache is a
 //! 32-bit count of seconds since the process started, advanced by a timer
 //! thread, so hot paths read one atomic instead of calling into the kernel.
+//!
+//! Learned costs (`cost`) need finer time: [`Clock::now_us`] reads the
+//! monotonic clock in microseconds, only on the paths that learn (a GET miss,
+//! a SET that follows one). A simulator drives it instead with
+//! [`Clock::set_us`], so that the gap between a miss and its SET is exactly
+//! the backend delay it models.
 
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Seconds since the server started.
@@ -31,6 +37,9 @@ pub struct Clock {
     started_unix: AtomicI64,
     started: Instant,
     now: AtomicU32,
+    /// Set by `set_us`: from then on `now_us` returns `us` (simulation).
+    driven_us: AtomicBool,
+    us: AtomicU64,
 }
 
 impl Default for Clock {
@@ -49,7 +58,28 @@ impl Clock {
             started_unix: AtomicI64::new(unix - 2),
             started: Instant::now(),
             now: AtomicU32::new(2),
+            driven_us: AtomicBool::new(false),
+            us: AtomicU64::new(0),
         }
+    }
+
+    /// Microseconds since the clock was made (monotonic), or the value of
+    /// the last `set_us` once a simulator drives the clock.
+    #[inline]
+    pub fn now_us(&self) -> u64 {
+        if self.driven_us.load(Ordering::Relaxed) {
+            self.us.load(Ordering::Relaxed)
+        } else {
+            self.started.elapsed().as_micros().min(u64::MAX as u128) as u64
+        }
+    }
+
+    /// Drive the microsecond clock (simulators and tests); it no longer
+    /// follows the monotonic clock afterwards. Independent of the seconds
+    /// clock, which `advance` moves.
+    pub fn set_us(&self, us: u64) {
+        self.us.store(us, Ordering::Relaxed);
+        self.driven_us.store(true, Ordering::Relaxed);
     }
 
     /// Current relative time in seconds.
@@ -133,6 +163,19 @@ mod tests {
         assert_eq!(c.expiry(abs), Expiry::At(c.now() + 3600));
         // Absolute time in the past (but above the 30-day threshold).
         assert_eq!(c.expiry(REALTIME_MAXDELTA + 1), Expiry::Expired);
+    }
+
+    #[test]
+    fn microseconds_are_monotonic_or_driven() {
+        let c = Clock::new();
+        let a = c.now_us();
+        std::thread::sleep(Duration::from_millis(2));
+        let b = c.now_us();
+        assert!(b >= a + 2000, "{a} then {b}");
+        c.set_us(42);
+        assert_eq!(c.now_us(), 42);
+        std::thread::sleep(Duration::from_millis(1));
+        assert_eq!(c.now_us(), 42);
     }
 
     #[test]

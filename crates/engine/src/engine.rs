@@ -8,7 +8,8 @@
 use std::sync::Arc;
 
 use crate::clock::{Clock, Expiry, RelTime};
-use crate::evict::{self, Victim};
+use crate::cost::Learner;
+use crate::evict::{Policy, Victim};
 use crate::index::Index;
 use crate::item;
 use crate::slab::{class_sizes, PageId, Slabs};
@@ -204,6 +205,10 @@ pub struct Engine {
     automove_seen: Vec<u64>,
     /// Reused buffer for append/prepend/incr.
     scratch: Vec<u8>,
+    /// Victim selection within a class (CLOCK or GD-Wheel), see `evict`.
+    policy: Policy,
+    /// Recent GET misses, to learn costs (`-o learn_costs=1`), see `cost`.
+    learner: Option<Learner>,
 }
 
 #[inline]
@@ -241,6 +246,10 @@ impl Engine {
         let mut engine = Engine {
             memory_limit: config.memory_limit,
             automove_seen: vec![0; sizes.len()],
+            policy: Policy::new(config.eviction, sizes.len()),
+            learner: config
+                .learn_costs
+                .then(|| Learner::new(config.memory_limit)),
             config,
             clock,
             slabs,
@@ -282,7 +291,8 @@ impl Engine {
     /// Whether an item with this key and value length fits under `-I`.
     pub fn fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
         value_len <= VALUE_MAX_LEN
-            && item::total_len(key_len, value_len, flags) <= self.config.item_size_max
+            && item::total_len(key_len, value_len, flags) + self.policy.trailer_len()
+                <= self.config.item_size_max
     }
 
     #[inline]
@@ -310,7 +320,15 @@ impl Engine {
 
     /// Find a live item (expired ones are removed on the way).
     pub fn lookup(&mut self, key: &[u8], how: Lookup) -> Option<ItemRef<'_>> {
-        let loc = self.find_live(key, hash(key))?;
+        let h = hash(key);
+        let Some(loc) = self.find_live(key, h) else {
+            if how.fetch {
+                if let Some(l) = &mut self.learner {
+                    l.miss(h, self.clock.now_us());
+                }
+            }
+            return None;
+        };
         self.access(loc, how);
         Some(self.view(loc))
     }
@@ -333,6 +351,9 @@ impl Engine {
             bits |= item::FETCHED;
         }
         item::set_bits(chunk, bits);
+        if how.bump {
+            self.policy.touch(&mut self.slabs, class, loc);
+        }
         if how.fetch {
             self.slabs.classes[class].stats.get_hits += 1;
         }
@@ -452,7 +473,10 @@ impl Engine {
                 None => self.next_cas(),
             };
             let bits = item::LIVE | if stale { item::STALE } else { 0 };
-            let cost = item::quantize_cost(cost.unwrap_or(1));
+            let cost = item::quantize_cost(match cost {
+                Some(c) => c,
+                None => self.unknown_cost(h, old),
+            });
             match self.write_new(h, req.key, &[value], flags, exptime, cas, cost, bits, old) {
                 Ok(()) => StoreOutcome::Stored {
                     cas: if self.config.cas_enabled { cas } else { 0 },
@@ -487,7 +511,7 @@ impl Engine {
     ) -> Result<(), StoreOutcome> {
         let vlen: usize = value.iter().map(|v| v.len()).sum();
         let total = item::total_len(key.len(), vlen, flags);
-        let loc = self.alloc(total, old)?;
+        let loc = self.alloc(total + self.policy.trailer_len(), old)?;
         // Eviction while allocating may have taken the old item already.
         if let Some(o) = old.filter(|&o| o != loc && self.slabs.is_live(o)) {
             self.remove(o);
@@ -508,6 +532,7 @@ impl Engine {
         self.index
             .insert(h, loc, &|l| hash(item::key(slabs.chunk(l))));
         let class = self.slabs.class_of(loc);
+        self.policy.link(&mut self.slabs, class, loc);
         let c = &mut self.slabs.classes[class];
         c.used += 1;
         c.requested += total as u64;
@@ -520,8 +545,34 @@ impl Engine {
     }
 
     fn can_add_page(&self) -> bool {
-        (self.slabs.pages_allocated() + 1) * self.slabs.page_size + self.index.memory_bytes()
+        (self.slabs.pages_allocated() + 1) * self.slabs.page_size + self.aux_bytes()
             <= self.memory_limit
+    }
+
+    /// Memory counted in `-m` besides the pages: the index, the eviction
+    /// policy's structures, the learned-cost table.
+    fn aux_bytes(&self) -> usize {
+        self.index.memory_bytes()
+            + self.policy.memory_bytes()
+            + self.learner.as_ref().map_or(0, Learner::memory_bytes)
+    }
+
+    /// The cost of an item stored without one: learned from a recent miss
+    /// of its key when learning is on, else the replaced item's, else the
+    /// mean learned cost; 1 (all equal: LRU) when learning is off.
+    fn unknown_cost(&mut self, h: u64, old: Option<u64>) -> u32 {
+        let Some(learner) = &mut self.learner else {
+            return 1;
+        };
+        if learner.waiting(h) {
+            if let Some(c) = learner.learn(h, self.clock.now_us()) {
+                return c;
+            }
+        }
+        match old {
+            Some(loc) => self.policy.cost_of(self.slabs.chunk(loc)),
+            None => learner.default_cost(),
+        }
     }
 
     /// A chunk for an item of `size` bytes: a free chunk, a new page, or an
@@ -553,7 +604,7 @@ impl Engine {
                 return Err(self.out_of_memory(class));
             }
             let now = self.now();
-            match evict::clock_victim(&mut self.slabs, class, now, protect) {
+            match self.policy.victim(&mut self.slabs, class, now, protect) {
                 Some(Victim::Expired(loc)) => {
                     self.unlink(loc);
                     self.counters.reclaimed += 1;
@@ -562,8 +613,10 @@ impl Engine {
                 }
                 Some(Victim::Evicted(loc)) => {
                     let hdr = item::Header::read(self.slabs.chunk(loc));
+                    let cost = self.policy.cost_of(self.slabs.chunk(loc)) as u64;
                     let s = &mut self.slabs.classes[class].stats;
                     s.evicted += 1;
+                    s.evicted_cost += cost;
                     if hdr.exptime != 0 {
                         s.evicted_nonzero += 1;
                     }
@@ -640,6 +693,7 @@ impl Engine {
                     let h = hash(item::key(&tmp));
                     self.scratch = tmp;
                     self.index.relocate(h, loc, dst);
+                    self.policy.relocate(&mut self.slabs, class, loc, dst);
                     item::set_bits(self.slabs.chunk_mut(loc), 0);
                     self.counters.rescues += 1;
                     continue;
@@ -659,6 +713,7 @@ impl Engine {
         debug_assert!(removed, "unlinked item was indexed");
         let total = hdr.total_len() as u64;
         let class = self.slabs.class_of(loc);
+        self.policy.unlink(&mut self.slabs, class, loc);
         let c = &mut self.slabs.classes[class];
         c.used -= 1;
         c.requested -= total;
@@ -682,7 +737,7 @@ impl Engine {
 
     /// Give pages back until items + index fit in the memory limit again.
     fn enforce_budget(&mut self, protect: Option<u64>) {
-        while self.slabs.pages_allocated() * self.slabs.page_size + self.index.memory_bytes()
+        while self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes()
             > self.memory_limit
         {
             if let Some(p) = self.slabs.spare.pop() {
@@ -899,6 +954,7 @@ impl Engine {
     fn flush_now(&mut self) {
         self.index.clear();
         self.slabs.clear_items();
+        self.policy.clear();
         self.counters.curr_items = 0;
         self.counters.bytes = 0;
     }
@@ -1114,6 +1170,15 @@ impl Engine {
             slab_reassign_running: false,
             free_pages: self.slabs.spare.len() as u64,
             outofmemory: c.outofmemory,
+            evicted_cost: self
+                .slabs
+                .classes
+                .iter()
+                .map(|c| c.stats.evicted_cost)
+                .sum(),
+            learned_costs: self.learner.as_ref().map_or(0, |l| l.learned),
+            learn_table_bytes: self.learner.as_ref().map_or(0, Learner::memory_bytes) as u64,
+            eviction_bytes: self.policy.memory_bytes() as u64,
         }
     }
 
@@ -1128,6 +1193,10 @@ impl Engine {
             .map(|c| {
                 let mut s = self.slabs.class_stats(c);
                 s.age = self.hand_age(c, now) as u64;
+                s.avg_cost = match s.number {
+                    0 => 0,
+                    n => (self.policy.live_cost(c) + n / 2) / n,
+                };
                 s
             })
             .collect()
@@ -1135,6 +1204,9 @@ impl Engine {
 
     /// Age of the item under the class's CLOCK hand (memcached's items:age).
     fn hand_age(&self, class: usize, now: RelTime) -> u32 {
+        if let Some(loc) = self.policy.peek(class) {
+            return item::atime_age(item::Header::read(self.slabs.chunk(loc)).atime, now);
+        }
         let c = &self.slabs.classes[class];
         if c.pages.is_empty() {
             return 0;
@@ -1253,10 +1325,11 @@ impl Engine {
         let used: u64 = self.slabs.classes.iter().map(|c| c.used).sum();
         assert_eq!(used, live, "class used counts");
         assert!(
-            self.slabs.pages_allocated() * self.slabs.page_size + self.index.memory_bytes()
+            self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes()
                 <= self.memory_limit.max(self.slabs.page_size),
             "memory budget"
         );
+        self.policy.validate(&self.slabs);
     }
 }
 

@@ -15,10 +15,12 @@
 //! - [`item`]: the 16-byte item header and item layout inside a chunk.
 //! - [`index`]: the hash index (Cavast section 4.3).
 //! - [`slab`]: pages, slab classes, free chunks, page moves.
-//! - [`evict`]: the per-class CLOCK eviction policy.
+//! - [`evict`]: eviction within a slab class: CLOCK (LRU) or GD-Wheel.
+//! - [`cost`]: costs learned from the gap between a GET miss and its SET.
 //! - [`engine`]: the operations (get/store/delete/arith/touch/flush) on top.
 
 pub mod clock;
+pub mod cost;
 pub mod engine;
 pub mod evict;
 pub mod index;

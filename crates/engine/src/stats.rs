@@ -39,6 +39,14 @@ pub struct EngineStats {
     pub free_pages: u64,
     /// Stores refused for lack of memory.
     pub outofmemory: u64,
+    /// Sum of the costs of evicted items (all classes).
+    pub evicted_cost: u64,
+    /// Items whose cost was learned from a miss (`-o learn_costs=1`).
+    pub learned_costs: u64,
+    /// Bytes of the learned-cost table (inside `limit_maxbytes`).
+    pub learn_table_bytes: u64,
+    /// Bytes of the eviction policy's own structures (inside `limit_maxbytes`).
+    pub eviction_bytes: u64,
 }
 
 /// Per slab class counters for `stats slabs` and `stats items`.
@@ -79,4 +87,9 @@ pub struct SlabClassStats {
     /// Pages moved into / out of this class.
     pub pages_in: u64,
     pub pages_out: u64,
+    /// Mean cost of the live items (the client's units, or microseconds when
+    /// learned), rounded; 0 when the class is empty.
+    pub avg_cost: u64,
+    /// Sum of the costs of the items this class evicted.
+    pub evicted_cost: u64,
 }

@@ -9,17 +9,9 @@
 //! clear, so a fill with no reads evicts oldest-first (FIFO), and an item read
 //! once survives one more revolution.
 
+use super::Victim;
 use crate::item;
 use crate::slab::Slabs;
-
-/// Why a chunk was chosen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Victim {
-    /// Held an expired item.
-    Expired(u64),
-    /// Held a live item, not referenced since the hand last passed.
-    Evicted(u64),
-}
 
 /// Advance `class`'s hand to the next victim. REF bits are cleared on the way.
 /// `protect` (an item the caller still needs) is skipped. Returns None when the

@@ -1,0 +1,651 @@
+//! GreedyDual with hierarchical cost wheels (GD-Wheel).
+//!
+//! The idea is Conglong Li's thesis "GD-Wheel: a cost-aware replacement
+//! policy for key-value stores" (Rice, 2014; ../shared/seeds/001_*): chapter
+//! 3.1 GreedyDual in Cao et al.'s form (every item has a priority H = L +
+//! cost, set on insert and on every hit; evict the item with the smallest H,
+//! the least recently used first among equals, and let L become its H),
+//! chapter 3.2 the hierarchical cost wheels that replace GreedyDual's
+//! priority queue by arrays of FIFO queues, and chapter 4.3 one set of wheels
+//! per slab class. The layout of the wheels follows Varghese and Lauck's
+//! hierarchical timing wheels (also the model of moka's timer wheel): H is an
+//! integer, read as three base-256 digits relative to the hand L.
+//!
+//! - level 0 holds items whose H shares everything but its lowest digit with
+//!   L: one queue per exact H;
+//! - level 1 holds items in the same 2^16 block as L but a later 256-block:
+//!   one queue per 256-block;
+//! - level 2 is a ring of 256 queues of 2^16 blocks ahead of L's block.
+//!
+//! A victim is the oldest item of the first non-empty level-0 queue at or
+//! after L, and L moves to its H. When level 0 has nothing left in L's
+//! 256-block, L jumps to the next non-empty level-1 queue and that queue is
+//! *cascaded* (the thesis' "migration"): its items, oldest first, move to
+//! the level-0 queue of their exact H. Level 2 cascades into level 1 (or 0)
+//! the same way. Cascaded queues land in empty queues and keep their order,
+//! and items inserted directly into a queue after a cascade are younger than
+//! the cascaded ones, so every level-0 queue is in access order: the wheels
+//! evict exactly what GreedyDual with priority queues (GD-PQ) evicts, ties
+//! broken least recently used first, for every integer cost below 2^24 - 2^16
+//! (larger ones are capped; tests/gdwheel.rs checks this against a GD-PQ).
+//! With equal costs H grows with the time of the last access, so GD-Wheel is
+//! exactly LRU. Every operation is O(1): a hit is one unlink and one push
+//! (the thesis' "reuse"), an eviction finds the next non-empty queue with a
+//! 256-bit occupancy map per level, and an item is cascaded at most twice
+//! between two operations on it (section 3.3's amortisation argument).
+//!
+//! The thesis uses two wheels of 256 queues (costs up to 65535); we use three
+//! so that costs learned in microseconds (up to 16 s) keep their full
+//! resolution. Costs come from the item header's one-byte log-quantised cost
+//! (`item::quantize_cost`, steps of 9%), so the wheels see at most 256
+//! distinct costs; the unit is whatever the client sends (or microseconds
+//! when learned, see `cost`).
+//!
+//! Per-item state. The 16-byte header has no room for queue links, so with
+//! this policy every chunk ends with a 12-byte trailer (the engine asks the
+//! allocator for `TRAILER_LEN` more bytes; LRU keeps 16-byte items):
+//!
+//! ```text
+//! byte 0..9    prev and next item locations in the queue, 36 bits each
+//!              (index::LOC_BITS), NIL = all ones
+//! byte 9..12   H modulo 2^24: with the hand L, H = L + ((h24 - L) mod 2^24),
+//!              because H - L < 2^24 always holds (the cap above)
+//! ```
+//!
+//! Storing H's low bits is what lets a level-1 or level-2 queue be cascaded
+//! without knowing when each item was inserted, and what tells `unlink` which
+//! queue an item is in. Per class the wheels take 768 queues x 16 bytes
+//! (12 KB), allocated when the class links its first item and counted in the
+//! memory limit by the engine (`memory_bytes`).
+
+use super::Victim;
+use crate::item;
+use crate::slab::Slabs;
+
+/// Levels of wheels.
+pub const LEVELS: usize = 3;
+/// Queues per wheel.
+pub const SLOTS: usize = 256;
+/// Bytes at the end of every chunk under this policy.
+pub const TRAILER_LEN: usize = 12;
+
+const QUEUES: usize = LEVELS * SLOTS;
+const LOC_MASK: u64 = (1 << 36) - 1;
+/// "No item". Item locations are below 2^LOC_BITS and the engine refuses a
+/// memory limit whose last page number would reach the all-ones page
+/// (`Engine::check_addressable`), so all ones is never a real location.
+const NIL: u64 = LOC_MASK;
+const H_MASK: u64 = (1 << 24) - 1;
+
+// The trailer packs locations in 36 bits.
+const _: () = assert!(crate::index::LOC_BITS <= 36);
+
+/// One class's wheels.
+struct Wheels {
+    /// GreedyDual's inflation value L: the H of the last victim.
+    hand: u64,
+    /// Oldest (next victim) and newest item of each queue; level * 256 + slot.
+    head: Box<[u64]>,
+    tail: Box<[u64]>,
+    /// Non-empty queues, one bit per queue.
+    occupied: [[u64; SLOTS / 64]; LEVELS],
+    len: u64,
+}
+
+impl Wheels {
+    fn new() -> Wheels {
+        Wheels {
+            hand: 0,
+            head: vec![NIL; QUEUES].into_boxed_slice(),
+            tail: vec![NIL; QUEUES].into_boxed_slice(),
+            occupied: [[0; SLOTS / 64]; LEVELS],
+            len: 0,
+        }
+    }
+
+    const BYTES: usize = std::mem::size_of::<Wheels>() + 2 * QUEUES * 8;
+
+    #[inline]
+    fn mark(&mut self, q: usize, on: bool) {
+        let word = &mut self.occupied[q / SLOTS][(q % SLOTS) / 64];
+        let bit = 1u64 << (q % 64);
+        if on {
+            *word |= bit;
+        } else {
+            *word &= !bit;
+        }
+    }
+
+    /// The largest H an insert may use now: the end of the last 2^16 block
+    /// the level-2 ring can hold.
+    #[inline]
+    fn h_max(&self) -> u64 {
+        (((self.hand >> 16) + 255) << 16) | 0xffff
+    }
+
+    /// Full H of an item from its stored low 24 bits.
+    #[inline]
+    fn h_of(&self, h24: u64) -> u64 {
+        self.hand + (h24.wrapping_sub(self.hand) & H_MASK)
+    }
+}
+
+/// The queue of priority `h` when the hand is at `hand` (h >= hand).
+#[inline]
+fn place(h: u64, hand: u64) -> usize {
+    if h >> 8 == hand >> 8 {
+        (h & 0xff) as usize
+    } else if h >> 16 == hand >> 16 {
+        SLOTS + ((h >> 8) & 0xff) as usize
+    } else {
+        2 * SLOTS + ((h >> 16) & 0xff) as usize
+    }
+}
+
+/// First set bit at index >= from in a 256-bit map.
+#[inline]
+fn next_set(map: &[u64; SLOTS / 64], from: usize) -> Option<usize> {
+    let mut w = from / 64;
+    if w >= map.len() {
+        return None;
+    }
+    let mut bits = map[w] & (u64::MAX << (from % 64));
+    loop {
+        if bits != 0 {
+            return Some(w * 64 + bits.trailing_zeros() as usize);
+        }
+        w += 1;
+        if w == map.len() {
+            return None;
+        }
+        bits = map[w];
+    }
+}
+
+// Trailer access. The trailer is the last TRAILER_LEN bytes of the chunk.
+
+#[inline]
+fn trailer(chunk: &[u8]) -> &[u8] {
+    &chunk[chunk.len() - TRAILER_LEN..]
+}
+
+#[inline]
+fn trailer_mut(chunk: &mut [u8]) -> &mut [u8] {
+    let n = chunk.len();
+    &mut chunk[n - TRAILER_LEN..]
+}
+
+#[inline]
+fn links(t: &[u8]) -> (u64, u64) {
+    let lo = u64::from_le_bytes([t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]]);
+    (lo & LOC_MASK, (lo >> 36) | ((t[8] as u64) << 28))
+}
+
+#[inline]
+fn set_links(t: &mut [u8], prev: u64, next: u64) {
+    let lo = prev | (next << 36);
+    t[..8].copy_from_slice(&lo.to_le_bytes());
+    t[8] = (next >> 28) as u8;
+}
+
+#[inline]
+fn h24(t: &[u8]) -> u64 {
+    u32::from_le_bytes([t[9], t[10], t[11], 0]) as u64
+}
+
+#[inline]
+fn set_h24(t: &mut [u8], h: u64) {
+    t[9..12].copy_from_slice(&(h & H_MASK).to_le_bytes()[..3]);
+}
+
+fn set_prev(slabs: &mut Slabs, loc: u64, prev: u64) {
+    let t = trailer_mut(slabs.chunk_mut(loc));
+    let (_, next) = links(t);
+    set_links(t, prev, next);
+}
+
+fn set_next(slabs: &mut Slabs, loc: u64, next: u64) {
+    let t = trailer_mut(slabs.chunk_mut(loc));
+    let (prev, _) = links(t);
+    set_links(t, prev, next);
+}
+
+/// Append `loc` as the newest item of queue `q`.
+fn push_back(w: &mut Wheels, slabs: &mut Slabs, q: usize, loc: u64) {
+    let last = w.tail[q];
+    set_links(trailer_mut(slabs.chunk_mut(loc)), last, NIL);
+    if last == NIL {
+        w.head[q] = loc;
+        w.mark(q, true);
+    } else {
+        set_next(slabs, last, loc);
+    }
+    w.tail[q] = loc;
+}
+
+/// Put `loc` before every item of queue `q` (the next victim of its queue).
+fn push_front(w: &mut Wheels, slabs: &mut Slabs, q: usize, loc: u64) {
+    let first = w.head[q];
+    set_links(trailer_mut(slabs.chunk_mut(loc)), NIL, first);
+    if first == NIL {
+        w.tail[q] = loc;
+        w.mark(q, true);
+    } else {
+        set_prev(slabs, first, loc);
+    }
+    w.head[q] = loc;
+}
+
+fn remove(w: &mut Wheels, slabs: &mut Slabs, q: usize, loc: u64) {
+    let (prev, next) = links(trailer(slabs.chunk(loc)));
+    if prev == NIL {
+        w.head[q] = next;
+    } else {
+        set_next(slabs, prev, next);
+    }
+    if next == NIL {
+        w.tail[q] = prev;
+    } else {
+        set_prev(slabs, next, prev);
+    }
+    if w.head[q] == NIL {
+        w.mark(q, false);
+    }
+}
+
+/// Move every item of queue `q` (a level-1 or level-2 queue whose block the
+/// hand just entered) to the queue of its H, oldest first.
+fn cascade(w: &mut Wheels, slabs: &mut Slabs, q: usize) {
+    let mut cur = w.head[q];
+    w.head[q] = NIL;
+    w.tail[q] = NIL;
+    w.mark(q, false);
+    while cur != NIL {
+        let t = trailer(slabs.chunk(cur));
+        let (_, next) = links(t);
+        let h = w.h_of(h24(t));
+        let to = place(h, w.hand);
+        debug_assert!(to < q - q % SLOTS, "cascade goes down a level");
+        push_back(w, slabs, to, cur);
+        cur = next;
+    }
+}
+
+/// GD-Wheel state for every slab class.
+pub struct GdWheel {
+    classes: Vec<Option<Box<Wheels>>>,
+    /// Dequantised costs by header byte (`item::dequantize_cost`), so that a
+    /// hit costs a table lookup instead of a `powf`.
+    costs: Box<[u32; 256]>,
+}
+
+impl GdWheel {
+    pub fn new(nclasses: usize) -> GdWheel {
+        GdWheel {
+            classes: (0..nclasses).map(|_| None).collect(),
+            costs: super::cost_table(),
+        }
+    }
+
+    /// Bytes of wheels allocated so far (the engine counts them in `-m`).
+    pub fn memory_bytes(&self) -> usize {
+        self.classes.iter().flatten().count() * Wheels::BYTES
+            + self.classes.capacity() * std::mem::size_of::<Option<Box<Wheels>>>()
+    }
+
+    #[inline]
+    fn cost(&self, chunk: &[u8]) -> u64 {
+        self.costs[item::Header::read(chunk).cost as usize] as u64
+    }
+
+    /// A new item: H = L + cost.
+    pub fn link(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
+        debug_assert!(loc != NIL && loc <= LOC_MASK);
+        let cost = self.cost(slabs.chunk(loc));
+        let w = self.classes[class].get_or_insert_with(|| Box::new(Wheels::new()));
+        let h = (w.hand + cost).min(w.h_max());
+        set_h24(trailer_mut(slabs.chunk_mut(loc)), h);
+        push_back(w, slabs, place(h, w.hand), loc);
+        w.len += 1;
+    }
+
+    /// The item leaves the cache (evicted, deleted, expired, replaced).
+    pub fn unlink(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
+        let Some(w) = self.classes[class].as_deref_mut() else {
+            debug_assert!(false, "unlink from a class without wheels");
+            return;
+        };
+        let h = w.h_of(h24(trailer(slabs.chunk(loc))));
+        remove(w, slabs, place(h, w.hand), loc);
+        w.len -= 1;
+    }
+
+    /// A hit (the thesis' "reuse"): H = L + cost again, newest of its queue.
+    pub fn touch(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
+        let cost = self.cost(slabs.chunk(loc));
+        let Some(w) = self.classes[class].as_deref_mut() else {
+            return;
+        };
+        let t = trailer(slabs.chunk(loc));
+        let (_, next) = links(t);
+        let old = w.h_of(h24(t));
+        let h = (w.hand + cost).min(w.h_max());
+        if h == old && next == NIL {
+            // Already the newest item of the queue it would go to.
+            return;
+        }
+        remove(w, slabs, place(old, w.hand), loc);
+        set_h24(trailer_mut(slabs.chunk_mut(loc)), h);
+        push_back(w, slabs, place(h, w.hand), loc);
+    }
+
+    /// The chunk at `from` was copied to `to` (trailer included) when its
+    /// page was emptied: point its neighbours at the new place.
+    pub fn relocate(&mut self, slabs: &mut Slabs, class: usize, from: u64, to: u64) {
+        let Some(w) = self.classes[class].as_deref_mut() else {
+            return;
+        };
+        let t = trailer(slabs.chunk(to));
+        let (prev, next) = links(t);
+        let q = place(w.h_of(h24(t)), w.hand);
+        if prev == NIL {
+            debug_assert_eq!(w.head[q], from);
+            w.head[q] = to;
+        } else {
+            set_next(slabs, prev, to);
+        }
+        if next == NIL {
+            debug_assert_eq!(w.tail[q], from);
+            w.tail[q] = to;
+        } else {
+            set_prev(slabs, next, to);
+        }
+    }
+
+    /// Every item was dropped at once (flush_all).
+    pub fn clear(&mut self) {
+        for w in self.classes.iter_mut().flatten() {
+            w.head.fill(NIL);
+            w.tail.fill(NIL);
+            w.occupied = [[0; SLOTS / 64]; LEVELS];
+            w.len = 0;
+        }
+    }
+
+    /// GreedyDual's victim in `class`: the oldest item with the smallest H.
+    /// The hand moves to its H (cascading on the way); the caller unlinks the
+    /// item. `protect` (an item about to be replaced) is never chosen.
+    pub fn victim(
+        &mut self,
+        slabs: &mut Slabs,
+        class: usize,
+        now: u32,
+        protect: Option<u64>,
+    ) -> Option<Victim> {
+        let w = self.classes[class].as_deref_mut()?;
+        // Take the protected item out while searching, so that the search
+        // neither returns it nor has to step around it.
+        let protected = protect
+            .filter(|&p| slabs.is_live(p) && slabs.class_of(p) == class)
+            .map(|p| {
+                let h = w.h_of(h24(trailer(slabs.chunk(p))));
+                remove(w, slabs, place(h, w.hand), p);
+                (p, h)
+            });
+        let found = Self::advance(w, slabs);
+        if let Some((p, h)) = protected {
+            // Back as the oldest of its priority; the hand may have passed
+            // its H, in which case it is the very next victim.
+            let h = h.max(w.hand);
+            set_h24(trailer_mut(slabs.chunk_mut(p)), h);
+            push_front(w, slabs, place(h, w.hand), p);
+        }
+        let loc = found?;
+        let exp = item::exptime(slabs.chunk(loc));
+        Some(if exp != 0 && exp <= now {
+            Victim::Expired(loc)
+        } else {
+            Victim::Evicted(loc)
+        })
+    }
+
+    /// Move the hand to the smallest H present and return that queue's
+    /// oldest item.
+    fn advance(w: &mut Wheels, slabs: &mut Slabs) -> Option<u64> {
+        loop {
+            if let Some(s) = next_set(&w.occupied[0], (w.hand & 0xff) as usize) {
+                w.hand = (w.hand & !0xff) | s as u64;
+                return Some(w.head[s]);
+            }
+            // Nothing left in the hand's 256-block: the next one with items.
+            if let Some(s) = next_set(&w.occupied[1], ((w.hand >> 8) & 0xff) as usize + 1) {
+                w.hand = (w.hand & !0xffff) | ((s as u64) << 8);
+                cascade(w, slabs, SLOTS + s);
+                continue;
+            }
+            // Nothing left in the hand's 2^16 block: the next one on the ring.
+            let start = ((w.hand >> 16) & 0xff) as usize;
+            let s = next_set(&w.occupied[2], start + 1).or_else(|| next_set(&w.occupied[2], 0))?;
+            let ahead = (s + SLOTS - start) % SLOTS;
+            debug_assert!(ahead != 0, "the hand's own block is never on the ring");
+            w.hand = ((w.hand >> 16) + ahead as u64) << 16;
+            cascade(w, slabs, 2 * SLOTS + s);
+        }
+    }
+
+    /// The item `victim` would take next, without moving anything (for the
+    /// `age` statistic). Exact unless the lowest items sit in a level-1 or
+    /// level-2 queue not yet cascaded, where it is the oldest of that queue.
+    pub fn peek(&self, class: usize) -> Option<u64> {
+        let w = self.classes.get(class)?.as_deref()?;
+        let s0 = next_set(&w.occupied[0], (w.hand & 0xff) as usize);
+        let s1 = || next_set(&w.occupied[1], ((w.hand >> 8) & 0xff) as usize + 1);
+        let s2 = || {
+            let start = ((w.hand >> 16) & 0xff) as usize;
+            next_set(&w.occupied[2], start + 1).or_else(|| next_set(&w.occupied[2], 0))
+        };
+        let q = s0
+            .or_else(|| s1().map(|s| SLOTS + s))
+            .or_else(|| s2().map(|s| 2 * SLOTS + s))?;
+        Some(w.head[q])
+    }
+
+    /// The hand (GreedyDual's L) of `class`.
+    pub fn hand(&self, class: usize) -> u64 {
+        self.classes
+            .get(class)
+            .and_then(|w| w.as_deref())
+            .map_or(0, |w| w.hand)
+    }
+
+    /// An item's priority H (its credit above the hand is H - hand).
+    pub fn priority(&self, slabs: &Slabs, class: usize, loc: u64) -> Option<u64> {
+        let w = self.classes.get(class)?.as_deref()?;
+        Some(w.h_of(h24(trailer(slabs.chunk(loc)))))
+    }
+
+    /// Items linked in `class`.
+    pub fn len(&self, class: usize) -> u64 {
+        self.classes
+            .get(class)
+            .and_then(|w| w.as_deref())
+            .map_or(0, |w| w.len)
+    }
+
+    /// Check the wheels (tests): links agree both ways, every item sits in
+    /// the queue of its H, no H is below the hand, the occupancy maps and
+    /// counts are right, and every live item of a class is linked.
+    pub fn validate(&self, slabs: &Slabs) {
+        for (class, w) in self.classes.iter().enumerate() {
+            let Some(w) = w.as_deref() else {
+                assert_eq!(slabs.classes[class].used, 0, "class {class} has no wheels");
+                continue;
+            };
+            let mut n = 0u64;
+            for q in 0..QUEUES {
+                let on = w.occupied[q / SLOTS][(q % SLOTS) / 64] & (1 << (q % 64)) != 0;
+                assert_eq!(on, w.head[q] != NIL, "occupancy of queue {q}");
+                let mut prev = NIL;
+                let mut cur = w.head[q];
+                while cur != NIL {
+                    assert!(slabs.is_live(cur), "queued item is live");
+                    assert_eq!(slabs.class_of(cur), class);
+                    let t = trailer(slabs.chunk(cur));
+                    let (p, next) = links(t);
+                    assert_eq!(p, prev, "prev link");
+                    let h = w.h_of(h24(t));
+                    assert!(h >= w.hand && h <= w.h_max());
+                    assert_eq!(place(h, w.hand), q, "item in the queue of its H");
+                    n += 1;
+                    prev = cur;
+                    cur = next;
+                }
+                assert_eq!(w.tail[q], prev, "tail");
+            }
+            assert_eq!(n, w.len, "len");
+            assert_eq!(n, slabs.classes[class].used, "every live item is queued");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slab::{class_sizes, Slabs};
+
+    /// One page of 64-byte chunks holding items with the given cost bytes.
+    fn setup(costs: &[u8]) -> (Slabs, GdWheel, Vec<u64>) {
+        let mut s = Slabs::new(1 << 12, &class_sizes(64, 1.25, 1 << 12));
+        let p = s.new_page();
+        s.assign(p, 0);
+        let mut g = GdWheel::new(s.classes.len());
+        let mut locs = Vec::new();
+        for &c in costs {
+            let l = s.take_free(0).unwrap();
+            item::write(s.chunk_mut(l), 1, 0, c, item::LIVE, 0, 0, b"k", &[]);
+            s.classes[0].used += 1;
+            g.link(&mut s, 0, l);
+            locs.push(l);
+        }
+        g.validate(&s);
+        (s, g, locs)
+    }
+
+    fn evict(s: &mut Slabs, g: &mut GdWheel) -> u64 {
+        let Some(Victim::Evicted(l)) = g.victim(s, 0, 10, None) else {
+            panic!("no victim");
+        };
+        g.unlink(s, 0, l);
+        s.classes[0].used -= 1;
+        item::set_bits(s.chunk_mut(l), 0);
+        g.validate(s);
+        l
+    }
+
+    #[test]
+    fn trailer_round_trip() {
+        let mut t = [0u8; TRAILER_LEN];
+        for (p, n) in [(0, NIL), (NIL, 0), (LOC_MASK - 1, 12345), (7, LOC_MASK - 3)] {
+            set_links(&mut t, p, n);
+            set_h24(&mut t, 0xabcdef);
+            assert_eq!(links(&t), (p, n));
+            assert_eq!(h24(&t), 0xabcdef);
+        }
+    }
+
+    #[test]
+    fn next_set_finds_bits() {
+        let mut m = [0u64; 4];
+        assert_eq!(next_set(&m, 0), None);
+        m[1] = 1 << 5;
+        m[3] = 1 << 63;
+        assert_eq!(next_set(&m, 0), Some(69));
+        assert_eq!(next_set(&m, 69), Some(69));
+        assert_eq!(next_set(&m, 70), Some(255));
+        assert_eq!(next_set(&m, 256), None);
+    }
+
+    #[test]
+    fn cheapest_first_then_lru_among_equals() {
+        // Costs 1 (q=1), 2 (q=9), 1, 4 (q=17): H = 1, 2, 1, 4.
+        let (mut s, mut g, l) = setup(&[1, 9, 1, 17]);
+        assert_eq!(evict(&mut s, &mut g), l[0]);
+        assert_eq!(g.hand(0), 1);
+        assert_eq!(evict(&mut s, &mut g), l[2]);
+        assert_eq!(evict(&mut s, &mut g), l[1]);
+        assert_eq!(g.hand(0), 2);
+        assert_eq!(evict(&mut s, &mut g), l[3]);
+        assert_eq!(g.hand(0), 4);
+        assert!(g.victim(&mut s, 0, 10, None).is_none());
+    }
+
+    #[test]
+    fn a_hit_moves_an_item_behind_its_equals() {
+        let (mut s, mut g, l) = setup(&[1, 1, 1]);
+        g.touch(&mut s, 0, l[0]);
+        g.validate(&s);
+        assert_eq!(evict(&mut s, &mut g), l[1]);
+        assert_eq!(evict(&mut s, &mut g), l[2]);
+        assert_eq!(evict(&mut s, &mut g), l[0]);
+    }
+
+    #[test]
+    fn large_costs_cascade_through_the_levels() {
+        // q=200 is about 2^24.9: capped to the ring's end. q=120 ~ 32768
+        // (level 1 or 2), q=80 ~ 1024 (level 1), q=30 ~ 13 (level 0).
+        let (mut s, mut g, l) = setup(&[200, 120, 80, 30, 120]);
+        let hs: Vec<u64> = l.iter().map(|&x| g.priority(&s, 0, x).unwrap()).collect();
+        assert_eq!(hs[0], g.classes[0].as_ref().unwrap().h_max());
+        assert_eq!(evict(&mut s, &mut g), l[3]);
+        assert_eq!(evict(&mut s, &mut g), l[2]);
+        assert_eq!(g.hand(0), hs[2]);
+        assert_eq!(evict(&mut s, &mut g), l[1]);
+        assert_eq!(evict(&mut s, &mut g), l[4]);
+        assert_eq!(evict(&mut s, &mut g), l[0]);
+        assert_eq!(g.hand(0), hs[0]);
+    }
+
+    #[test]
+    fn protect_is_skipped_and_kept() {
+        let (mut s, mut g, l) = setup(&[1, 9]);
+        assert_eq!(
+            g.victim(&mut s, 0, 10, Some(l[0])),
+            Some(Victim::Evicted(l[1]))
+        );
+        g.validate(&s);
+        // The hand passed the protected item's H: it is the next victim.
+        assert_eq!(g.victim(&mut s, 0, 10, None), Some(Victim::Evicted(l[0])));
+        // Only the protected item left: nothing to evict.
+        let (mut s, mut g, l) = setup(&[1]);
+        assert_eq!(g.victim(&mut s, 0, 10, Some(l[0])), None);
+        g.validate(&s);
+    }
+
+    #[test]
+    fn expired_victims_are_reported_as_such() {
+        let (mut s, mut g, l) = setup(&[1, 9]);
+        item::set_exptime(s.chunk_mut(l[0]), 5);
+        assert_eq!(g.victim(&mut s, 0, 10, None), Some(Victim::Expired(l[0])));
+    }
+
+    #[test]
+    fn relocate_keeps_the_queue_order() {
+        let (mut s, mut g, l) = setup(&[1, 1, 1]);
+        let to = s.take_free(0).unwrap();
+        for &from in &[l[1], l[0]] {
+            let tmp = s.chunk(from).to_vec();
+            s.chunk_mut(to).copy_from_slice(&tmp);
+            g.relocate(&mut s, 0, from, to);
+            item::set_bits(s.chunk_mut(from), 0);
+            g.validate(&s);
+            // Move it back so the next round can reuse `to`.
+            let tmp = s.chunk(to).to_vec();
+            s.chunk_mut(from).copy_from_slice(&tmp);
+            g.relocate(&mut s, 0, to, from);
+            item::set_bits(s.chunk_mut(to), 0);
+        }
+        assert_eq!(evict(&mut s, &mut g), l[0]);
+        assert_eq!(evict(&mut s, &mut g), l[1]);
+        assert_eq!(evict(&mut s, &mut g), l[2]);
+    }
+}

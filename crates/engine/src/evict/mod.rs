@@ -1,0 +1,213 @@
+//! Eviction policies: which item of a slab class gives up its chunk.
+//!
+//! The contract (in the style of foyer's pluggable eviction): the engine owns
+//! the memory and the index, and tells the policy about every item's life
+//! through [`Policy`]:
+//!
+//! - `link` when an item is written (store, append, incr that reallocates),
+//! - `touch` on every access that counts (`get`, `touch`, `gat`, a failed
+//!   `add`, in-place incr/decr; not meta lookups with `u`, nor internal peeks),
+//! - `unlink` when it leaves (evicted, deleted, expired, replaced, its page
+//!   emptied),
+//! - `relocate` when its bytes were copied to another chunk of the same class
+//!   (a page move rescues it),
+//! - `clear` when everything goes at once (`flush_all`),
+//!
+//! and asks `victim(class)` for a chunk when the class has no free one. A
+//! victim is only chosen, not removed: the engine unlinks it. Per-item state
+//! lives in the chunk: CLOCK uses the header's REF bit, GD-Wheel a trailer of
+//! [`Policy::trailer_len`] bytes at the chunk's end that the engine reserves
+//! when it picks the chunk's class. Whatever else a policy allocates it
+//! reports in [`Policy::memory_bytes`], which the engine counts in `-m`.
+//! Every hook is O(1) (amortised for GD-Wheel's victim search); the engine
+//! calls them under its lock.
+//!
+//! Policies:
+//! - [`clock`]: CLOCK over the chunks, the LRU approximation (`-o eviction=lru`,
+//!   the default; no per-item cost beyond the 16-byte header).
+//! - [`gdwheel`]: GreedyDual by recomputation cost with hierarchical cost
+//!   wheels (`-o eviction=gdwheel`; GD-Wheel thesis chapters 3 and 4).
+//!
+//! Both also keep, per class, the sum of the costs of the live items, for the
+//! `avg_cost` statistic and for cost-aware rebalancing.
+
+pub mod clock;
+pub mod gdwheel;
+
+pub use clock::clock_victim;
+pub use gdwheel::GdWheel;
+
+use crate::item;
+use crate::slab::Slabs;
+use crate::EvictionPolicy;
+
+/// Why a chunk was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Victim {
+    /// Held an expired item.
+    Expired(u64),
+    /// Held a live item that the policy gives up.
+    Evicted(u64),
+}
+
+/// `item::dequantize_cost` for every header byte.
+pub fn cost_table() -> Box<[u32; 256]> {
+    let mut t = Box::new([0u32; 256]);
+    for (q, c) in t.iter_mut().enumerate() {
+        *c = item::dequantize_cost(q as u8);
+    }
+    t
+}
+
+impl EvictionPolicy {
+    /// The name `-o eviction=` takes and `stats settings` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            EvictionPolicy::Lru => "lru",
+            EvictionPolicy::GdWheel => "gdwheel",
+        }
+    }
+}
+
+impl std::str::FromStr for EvictionPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "lru" => Ok(EvictionPolicy::Lru),
+            "gdwheel" => Ok(EvictionPolicy::GdWheel),
+            _ => Err(format!("unknown eviction policy {s:?} (lru, gdwheel)")),
+        }
+    }
+}
+
+/// The engine's eviction policy and per-class cost gauges.
+pub struct Policy {
+    wheel: Option<GdWheel>,
+    /// Per class: sum of the (dequantised) costs of its live items.
+    live_cost: Vec<u64>,
+    costs: Box<[u32; 256]>,
+}
+
+impl Policy {
+    pub fn new(kind: EvictionPolicy, nclasses: usize) -> Policy {
+        Policy {
+            wheel: (kind == EvictionPolicy::GdWheel).then(|| GdWheel::new(nclasses)),
+            live_cost: vec![0; nclasses],
+            costs: cost_table(),
+        }
+    }
+
+    pub fn kind(&self) -> EvictionPolicy {
+        if self.wheel.is_some() {
+            EvictionPolicy::GdWheel
+        } else {
+            EvictionPolicy::Lru
+        }
+    }
+
+    /// Bytes every chunk reserves after the item for the policy.
+    #[inline]
+    pub fn trailer_len(&self) -> usize {
+        if self.wheel.is_some() {
+            gdwheel::TRAILER_LEN
+        } else {
+            0
+        }
+    }
+
+    /// Memory the policy holds outside the pages.
+    pub fn memory_bytes(&self) -> usize {
+        self.wheel.as_ref().map_or(0, GdWheel::memory_bytes) + self.live_cost.capacity() * 8
+    }
+
+    /// The dequantised cost of the item in `chunk`.
+    #[inline]
+    pub fn cost_of(&self, chunk: &[u8]) -> u32 {
+        self.costs[item::Header::read(chunk).cost as usize]
+    }
+
+    #[inline]
+    pub fn link(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
+        self.live_cost[class] += self.cost_of(slabs.chunk(loc)) as u64;
+        if let Some(w) = &mut self.wheel {
+            w.link(slabs, class, loc);
+        }
+    }
+
+    #[inline]
+    pub fn unlink(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
+        let c = self.cost_of(slabs.chunk(loc)) as u64;
+        self.live_cost[class] = self.live_cost[class].saturating_sub(c);
+        if let Some(w) = &mut self.wheel {
+            w.unlink(slabs, class, loc);
+        }
+    }
+
+    /// An access that counts (CLOCK's REF bit is set by the engine).
+    #[inline]
+    pub fn touch(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
+        if let Some(w) = &mut self.wheel {
+            w.touch(slabs, class, loc);
+        }
+    }
+
+    #[inline]
+    pub fn relocate(&mut self, slabs: &mut Slabs, class: usize, from: u64, to: u64) {
+        if let Some(w) = &mut self.wheel {
+            w.relocate(slabs, class, from, to);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.live_cost.fill(0);
+        if let Some(w) = &mut self.wheel {
+            w.clear();
+        }
+    }
+
+    pub fn victim(
+        &mut self,
+        slabs: &mut Slabs,
+        class: usize,
+        now: u32,
+        protect: Option<u64>,
+    ) -> Option<Victim> {
+        match &mut self.wheel {
+            Some(w) => w.victim(slabs, class, now, protect),
+            None => clock_victim(slabs, class, now, protect),
+        }
+    }
+
+    /// The next victim of `class` if the policy can name it without moving
+    /// (GD-Wheel); None for CLOCK, whose hand position the engine reads.
+    pub fn peek(&self, class: usize) -> Option<u64> {
+        self.wheel.as_ref().and_then(|w| w.peek(class))
+    }
+
+    /// Sum of the costs of `class`'s live items.
+    pub fn live_cost(&self, class: usize) -> u64 {
+        self.live_cost.get(class).copied().unwrap_or(0)
+    }
+
+    /// GD-Wheel's state, when that is the policy.
+    pub fn gdwheel(&self) -> Option<&GdWheel> {
+        self.wheel.as_ref()
+    }
+
+    /// Check the policy's invariants against the slabs (tests).
+    pub fn validate(&self, slabs: &Slabs) {
+        if let Some(w) = &self.wheel {
+            w.validate(slabs);
+        }
+        for (class, &sum) in self.live_cost.iter().enumerate() {
+            let mut want = 0u64;
+            for &p in &slabs.classes[class].pages {
+                for loc in slabs.live_in_page(p) {
+                    want += self.cost_of(slabs.chunk(loc)) as u64;
+                }
+            }
+            assert_eq!(sum, want, "live cost of class {class}");
+        }
+    }
+}
