@@ -3,7 +3,8 @@
 //! The model is a HashMap with memcached's semantics written the obvious way.
 //! With a memory limit far above what the operations store, nothing is ever
 //! evicted, so every reply and every read must agree exactly; `validate()`
-//! checks the engine's internal invariants after each step.
+//! checks the engine's internal invariants after each step. Every test runs
+//! with each eviction policy (and with learned costs), see `POLICIES`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,7 +12,8 @@ use std::time::Duration;
 
 use cachalot_engine::engine::{Arith, Lookup};
 use cachalot_engine::{
-    ArithOutcome, Clock, Config, DeleteOutcome, Engine, Expiry, Store, StoreMode, StoreOutcome,
+    ArithOutcome, Clock, Config, DeleteOutcome, Engine, EvictionPolicy, Expiry, Store, StoreMode,
+    StoreOutcome,
 };
 use proptest::prelude::*;
 
@@ -85,10 +87,28 @@ fn value_bytes(k: u8, len: usize) -> Vec<u8> {
     }
 }
 
-fn engine(clock: &Arc<Clock>) -> Engine {
+/// (eviction, learn_costs): the engine must behave the same under each.
+const POLICIES: [(EvictionPolicy, bool); 3] = [
+    (EvictionPolicy::Lru, false),
+    (EvictionPolicy::GdWheel, false),
+    (EvictionPolicy::GdWheel, true),
+];
+
+/// Run `test` once per policy with a default config using it.
+fn each_policy(test: impl Fn(Config)) {
+    for (eviction, learn_costs) in POLICIES {
+        test(Config {
+            eviction,
+            learn_costs,
+            ..Config::default()
+        });
+    }
+}
+
+fn engine(clock: &Arc<Clock>, base: &Config) -> Engine {
     let config = Config {
         memory_limit: 64 << 20,
-        ..Config::default()
+        ..base.clone()
     };
     Engine::new(config, clock.clone()).unwrap()
 }
@@ -102,9 +122,9 @@ fn dies(clock: &Clock, ttl: i64) -> Option<Option<u32>> {
     }
 }
 
-fn run(ops: Vec<Op>) {
+fn run(ops: Vec<Op>, base: &Config) {
     let clock = Arc::new(Clock::new());
-    let mut e = engine(&clock);
+    let mut e = engine(&clock, base);
     let mut model: HashMap<Vec<u8>, Entry> = HashMap::new();
     let mut last_cas: HashMap<Vec<u8>, u64> = HashMap::new();
     for op in ops {
@@ -285,7 +305,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
     #[test]
     fn engine_matches_model(ops in proptest::collection::vec(op(), 1..300)) {
-        run(ops);
+        each_policy(|base| run(ops.clone(), &base));
     }
 }
 
@@ -293,141 +313,151 @@ proptest! {
 /// most recently written items.
 #[test]
 fn eviction_keeps_memory_bounded_and_recent_items() {
-    let clock = Arc::new(Clock::new());
-    let config = Config {
-        memory_limit: 4 << 20,
-        ..Config::default()
-    };
-    let mut e = Engine::new(config, clock).unwrap();
-    let n = 300_000u32;
-    for i in 0..n {
-        let key = format!("key:{i:010}");
-        let r = e.store(&Store::set(key.as_bytes(), b"0123456789"));
-        assert!(matches!(r, StoreOutcome::Stored { .. }));
-    }
-    e.validate();
-    let s = e.stats();
-    assert!(s.evictions > 0);
-    assert!(s.total_malloced + s.hash_bytes <= 4 << 20);
-    // The last 10% written are all still there.
-    for i in (n - n / 10)..n {
-        let key = format!("key:{i:010}");
-        assert!(e.get(key.as_bytes()).is_some(), "recent {key} evicted");
-    }
-    // The first ones are gone.
-    assert!(e.get(b"key:0000000000").is_none());
+    each_policy(|base| {
+        let clock = Arc::new(Clock::new());
+        let config = Config {
+            memory_limit: 4 << 20,
+            ..base.clone()
+        };
+        let mut e = Engine::new(config, clock).unwrap();
+        let n = 300_000u32;
+        for i in 0..n {
+            let key = format!("key:{i:010}");
+            let r = e.store(&Store::set(key.as_bytes(), b"0123456789"));
+            assert!(matches!(r, StoreOutcome::Stored { .. }));
+        }
+        e.validate();
+        let s = e.stats();
+        assert!(s.evictions > 0);
+        assert!(s.total_malloced + s.hash_bytes <= 4 << 20);
+        // The last 10% written are all still there.
+        for i in (n - n / 10)..n {
+            let key = format!("key:{i:010}");
+            assert!(e.get(key.as_bytes()).is_some(), "recent {key} evicted");
+        }
+        // The first ones are gone.
+        assert!(e.get(b"key:0000000000").is_none());
+    });
 }
 
 /// A value stored in a class that has no page while memory is full still gets
 /// stored: a page moves over from the largest class.
 #[test]
 fn new_class_gets_a_page_when_memory_is_full() {
-    let clock = Arc::new(Clock::new());
-    let config = Config {
-        memory_limit: 2 << 20,
-        ..Config::default()
-    };
-    let mut e = Engine::new(config, clock).unwrap();
-    for i in 0..100_000u32 {
-        e.store(&Store::set(format!("small:{i}").as_bytes(), b"x"));
-    }
-    let big = vec![7u8; 5000];
-    assert!(matches!(
-        e.store(&Store::set(b"big", &big)),
-        StoreOutcome::Stored { .. }
-    ));
-    assert_eq!(e.get(b"big").map(|i| i.value.len()), Some(5000));
-    e.validate();
+    each_policy(|base| {
+        let clock = Arc::new(Clock::new());
+        let config = Config {
+            memory_limit: 2 << 20,
+            ..base.clone()
+        };
+        let mut e = Engine::new(config, clock).unwrap();
+        for i in 0..100_000u32 {
+            e.store(&Store::set(format!("small:{i}").as_bytes(), b"x"));
+        }
+        let big = vec![7u8; 5000];
+        assert!(matches!(
+            e.store(&Store::set(b"big", &big)),
+            StoreOutcome::Stored { .. }
+        ));
+        assert_eq!(e.get(b"big").map(|i| i.value.len()), Some(5000));
+        e.validate();
+    });
 }
 
 #[test]
 fn too_large_and_no_evict_mode() {
-    let clock = Arc::new(Clock::new());
-    let mut e = Engine::new(
-        Config {
-            memory_limit: 2 << 20,
-            evict: false,
-            ..Config::default()
-        },
-        clock,
-    )
-    .unwrap();
-    let huge = vec![0u8; 1 << 20];
-    assert_eq!(e.store(&Store::set(b"k", &huge)), StoreOutcome::TooLarge);
-    let mut saw_oom = false;
-    for i in 0..200_000u32 {
-        match e.store(&Store::set(format!("k{i}").as_bytes(), b"0123456789")) {
-            StoreOutcome::Stored { .. } => {}
-            StoreOutcome::NoMemory => {
-                saw_oom = true;
-                break;
+    each_policy(|base| {
+        let clock = Arc::new(Clock::new());
+        let mut e = Engine::new(
+            Config {
+                memory_limit: 2 << 20,
+                evict: false,
+                ..base.clone()
+            },
+            clock,
+        )
+        .unwrap();
+        let huge = vec![0u8; 1 << 20];
+        assert_eq!(e.store(&Store::set(b"k", &huge)), StoreOutcome::TooLarge);
+        let mut saw_oom = false;
+        for i in 0..200_000u32 {
+            match e.store(&Store::set(format!("k{i}").as_bytes(), b"0123456789")) {
+                StoreOutcome::Stored { .. } => {}
+                StoreOutcome::NoMemory => {
+                    saw_oom = true;
+                    break;
+                }
+                other => panic!("{other:?}"),
             }
-            other => panic!("{other:?}"),
         }
-    }
-    assert!(saw_oom, "-M must refuse instead of evicting");
-    assert_eq!(e.stats().evictions, 0);
-    e.validate();
+        assert!(saw_oom, "-M must refuse instead of evicting");
+        assert_eq!(e.stats().evictions, 0);
+        e.validate();
+    });
 }
 
 #[test]
 fn slabs_reassign_moves_a_page_and_keeps_items_consistent() {
-    use cachalot_engine::engine::ReassignOutcome;
-    let clock = Arc::new(Clock::new());
-    let mut e = Engine::new(
-        Config {
-            memory_limit: 8 << 20,
-            ..Config::default()
-        },
-        clock,
-    )
-    .unwrap();
-    for i in 0..200_000u32 {
-        e.store(&Store::set(format!("k{i}").as_bytes(), b"v"));
-        if i % 3 == 0 {
-            e.get(format!("k{i}").as_bytes());
+    each_policy(|base| {
+        use cachalot_engine::engine::ReassignOutcome;
+        let clock = Arc::new(Clock::new());
+        let mut e = Engine::new(
+            Config {
+                memory_limit: 8 << 20,
+                ..base.clone()
+            },
+            clock,
+        )
+        .unwrap();
+        for i in 0..200_000u32 {
+            e.store(&Store::set(format!("k{i}").as_bytes(), b"v"));
+            if i % 3 == 0 {
+                e.get(format!("k{i}").as_bytes());
+            }
         }
-    }
-    let before = e.slab_stats();
-    let src = before.iter().max_by_key(|s| s.total_pages).unwrap().id as i32;
-    assert_eq!(e.slabs_reassign(src, src), ReassignOutcome::Same);
-    assert_eq!(e.slabs_reassign(src, src + 3), ReassignOutcome::Ok);
-    e.validate();
-    let after = e.slab_stats();
-    let pages = |v: &[cachalot_engine::SlabClassStats], id: i32| {
-        v.iter()
-            .find(|s| s.id == id as u32)
-            .map_or(0, |s| s.total_pages)
-    };
-    assert_eq!(pages(&after, src), pages(&before, src) - 1);
-    assert_eq!(pages(&after, src + 3), 1);
-    // Class 0 is the pool of unassigned pages, as in memcached.
-    assert_eq!(e.slabs_reassign(src, 0), ReassignOutcome::Ok);
-    assert_eq!(e.stats().free_pages, 1);
-    assert_eq!(e.slabs_reassign(0, src + 3), ReassignOutcome::NoSpare);
-    assert_eq!(e.slabs_reassign(src, 0), ReassignOutcome::Ok);
-    assert_eq!(e.slabs_reassign(0, src + 3), ReassignOutcome::Ok);
-    assert_eq!(e.slabs_reassign(src, 1000), ReassignOutcome::BadClass);
-    assert_eq!(e.stats().slabs_moved, 4);
-    e.validate();
+        let before = e.slab_stats();
+        let src = before.iter().max_by_key(|s| s.total_pages).unwrap().id as i32;
+        assert_eq!(e.slabs_reassign(src, src), ReassignOutcome::Same);
+        assert_eq!(e.slabs_reassign(src, src + 3), ReassignOutcome::Ok);
+        e.validate();
+        let after = e.slab_stats();
+        let pages = |v: &[cachalot_engine::SlabClassStats], id: i32| {
+            v.iter()
+                .find(|s| s.id == id as u32)
+                .map_or(0, |s| s.total_pages)
+        };
+        assert_eq!(pages(&after, src), pages(&before, src) - 1);
+        assert_eq!(pages(&after, src + 3), 1);
+        // Class 0 is the pool of unassigned pages, as in memcached.
+        assert_eq!(e.slabs_reassign(src, 0), ReassignOutcome::Ok);
+        assert_eq!(e.stats().free_pages, 1);
+        assert_eq!(e.slabs_reassign(0, src + 3), ReassignOutcome::NoSpare);
+        assert_eq!(e.slabs_reassign(src, 0), ReassignOutcome::Ok);
+        assert_eq!(e.slabs_reassign(0, src + 3), ReassignOutcome::Ok);
+        assert_eq!(e.slabs_reassign(src, 1000), ReassignOutcome::BadClass);
+        assert_eq!(e.stats().slabs_moved, 4);
+        e.validate();
+    });
 }
 
 #[test]
 fn delayed_flush_and_expiry_by_reclaimer() {
-    let clock = Arc::new(Clock::new());
-    let mut e = engine(&clock);
-    e.store(&Store {
-        expiry: clock.expiry(2),
-        ..Store::set(b"short", b"1")
+    each_policy(|base| {
+        let clock = Arc::new(Clock::new());
+        let mut e = engine(&clock, &base);
+        e.store(&Store {
+            expiry: clock.expiry(2),
+            ..Store::set(b"short", b"1")
+        });
+        e.store(&Store::set(b"long", b"2"));
+        clock.advance(Duration::from_secs(3));
+        e.maintain(1000);
+        assert_eq!(e.stats().crawler_reclaimed, 1);
+        assert_eq!(e.stats().curr_items, 1);
+        e.flush_all(Some(clock.now() + 2));
+        assert!(e.get(b"long").is_some());
+        clock.advance(Duration::from_secs(2));
+        assert!(e.get(b"long").is_none());
+        e.validate();
     });
-    e.store(&Store::set(b"long", b"2"));
-    clock.advance(Duration::from_secs(3));
-    e.maintain(1000);
-    assert_eq!(e.stats().crawler_reclaimed, 1);
-    assert_eq!(e.stats().curr_items, 1);
-    e.flush_all(Some(clock.now() + 2));
-    assert!(e.get(b"long").is_some());
-    clock.advance(Duration::from_secs(2));
-    assert!(e.get(b"long").is_none());
-    e.validate();
 }
