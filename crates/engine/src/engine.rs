@@ -648,8 +648,11 @@ impl Engine {
     /// Take the page at the CLOCK hand of the class with the most pages and
     /// give it to `class`. Its items are evicted.
     fn steal_page_for(&mut self, class: usize, protect: Option<u64>) -> bool {
+        // A donor keeps its last page: with fewer pages than active classes,
+        // taking it would only start a chain of steals (pages ping-pong
+        // between classes); the item then fails as in memcached.
         let donor = (0..self.slabs.classes.len())
-            .filter(|&c| c != class && !self.slabs.classes[c].pages.is_empty())
+            .filter(|&c| c != class && self.slabs.classes[c].pages.len() >= 2)
             .max_by_key(|&c| self.slabs.classes[c].pages.len());
         let Some(donor) = donor else { return false };
         let Some(page) = self.pick_page(donor, protect) else {
