@@ -255,6 +255,14 @@ fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
     ] {
         stat(out, name, 0);
     }
+    // cachalot's cost-aware caching (issue 4; docs/cost.md): the summed
+    // cost of evicted items, how many costs were learned from a miss and
+    // the SET after it, and the memory (inside limit_maxbytes) that the
+    // learned-cost table and the eviction policy's own structures take.
+    stat(out, "evicted_cost", e.evicted_cost);
+    stat(out, "learned_costs", e.learned_costs);
+    stat(out, "learn_table_bytes", e.learn_table_bytes);
+    stat(out, "eviction_bytes", e.eviction_bytes);
 }
 
 /// `stats settings`, in memcached's order, plus `cachalot_version` at the end.
@@ -362,6 +370,9 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     ] {
         stat(out, name, value);
     }
+    // cachalot's own settings (docs/cost.md).
+    stat(out, "eviction", ec.eviction.name());
+    stat(out, "learn_costs", yes_no(ec.learn_costs));
     stat(out, "cachalot_version", env!("CARGO_PKG_VERSION"));
 }
 
@@ -400,6 +411,8 @@ fn items(ctx: &Ctx<'_>, out: &mut Pairs) {
         st("hits_to_warm", 0);
         st("hits_to_cold", c.get_hits);
         st("hits_to_temp", 0);
+        // Not in memcached: the summed cost of the evicted items.
+        st("evicted_cost", c.evicted_cost);
     }
 }
 
@@ -429,6 +442,10 @@ fn slabs(ctx: &Ctx<'_>, out: &mut Pairs) {
         st("cas_hits", c.cas_hits);
         st("cas_badval", c.cas_badval);
         st("touch_hits", c.touch_hits);
+        // Not in memcached: the live items' mean cost and the summed cost
+        // of the items evicted (docs/cost.md).
+        st("avg_cost", c.avg_cost);
+        st("evicted_cost", c.evicted_cost);
     }
     stat(out, "active_slabs", active);
     stat(out, "total_malloced", e.total_malloced);

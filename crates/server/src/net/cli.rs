@@ -626,6 +626,27 @@ fn extended(list: &str, s: &mut Settings, warnings: &mut Vec<String>) -> Result<
                 s.engine.slab_automove = mode as u8;
             }
             "no_slab_automove" => s.engine.slab_automove = 0,
+            // Issue 4: eviction by recomputation cost (GD-Wheel) and costs
+            // learned from miss-to-set gaps; errors worded like memcached's
+            // for hash_algorithm and slab_automove.
+            "eviction" => match value {
+                None => return Err(CliError::new(EXIT_FAILURE, "Missing eviction argument")),
+                Some(v) => {
+                    s.engine.eviction = v.parse().map_err(|_| {
+                        CliError::new(EXIT_FAILURE, "Unknown eviction option (lru, gdwheel)")
+                    })?
+                }
+            },
+            "learn_costs" => {
+                s.engine.learn_costs = match value {
+                    None | Some("1") => true,
+                    Some("0") => false,
+                    Some(_) => {
+                        return Err(CliError::new(EXIT_FAILURE, "learn_costs must be 0 or 1"))
+                    }
+                }
+            }
+            "no_learn_costs" => s.engine.learn_costs = false,
             "slab_automove_ratio" => s.slab_automove_ratio = sub_float(key, value)?,
             "slab_automove_window" => s.slab_automove_window = sub_number(key, value)?,
             "slab_automove_freeratio" => {
@@ -718,6 +739,10 @@ pub fn usage() -> String {
    - idle_timeout:        timeout for idle connections in seconds (default: 0, no timeout)
    - slab_reassign:       allow memory pages to move between slab classes (default: enabled)
    - slab_automove:       0 = off, 1 = rebalance pages in the background (default), 2 = aggressive
+   - eviction:            lru (default) or gdwheel: evict by recomputation cost
+                          (GreedyDual with cost wheels; costs from meta w / cost=)
+   - learn_costs:         0 (default) or 1: learn a key's cost from the time between
+                          a GET miss and the SET that follows it
    - tail_repair_time, hash_algorithm, lru_crawler, lru_maintainer, hot_lru_pct,
      warm_lru_pct, hot_max_factor, warm_max_factor, temporary_ttl, slab_chunk_max,
      slab_automove_ratio, slab_automove_window, track_sizes, no_hashexpand, modern,
@@ -892,6 +917,38 @@ mod tests {
             "Cannot set item size limit higher than 1/2 of memory max."
         );
         assert_eq!(err(&["--help=x"]).code, 1);
+    }
+
+    #[test]
+    fn eviction_and_learned_cost_options() {
+        use cachalot_engine::EvictionPolicy;
+        let (s, _) = run(&[]).unwrap();
+        assert_eq!(s.engine.eviction, EvictionPolicy::Lru);
+        assert!(!s.engine.learn_costs);
+        let (s, w) = run(&["-o", "eviction=gdwheel,learn_costs=1"]).unwrap();
+        assert_eq!(s.engine.eviction, EvictionPolicy::GdWheel);
+        assert!(s.engine.learn_costs);
+        assert!(w.is_empty());
+        let (s, _) = run(&["-o", "eviction=gdwheel,eviction=lru,learn_costs"]).unwrap();
+        assert_eq!(s.engine.eviction, EvictionPolicy::Lru);
+        assert!(s.engine.learn_costs);
+        let (s, _) = run(&["-o", "learn_costs,no_learn_costs"]).unwrap();
+        assert!(!s.engine.learn_costs);
+        let (s, _) = run(&["-o", "learn_costs=0"]).unwrap();
+        assert!(!s.engine.learn_costs);
+        assert_eq!(
+            err(&["-o", "eviction=lfu"]).message,
+            "Unknown eviction option (lru, gdwheel)"
+        );
+        assert_eq!(err(&["-o", "eviction=lfu"]).code, 1);
+        assert_eq!(
+            err(&["-o", "eviction"]).message,
+            "Missing eviction argument"
+        );
+        assert_eq!(
+            err(&["-o", "learn_costs=2"]).message,
+            "learn_costs must be 0 or 1"
+        );
     }
 
     #[test]
