@@ -18,7 +18,11 @@
 //!   requests in flight. Open loop (`--rate`): request i is due at
 //!   start + i/rate, and its latency runs from that intended time, not from
 //!   when it could be sent, so a stalled server is not hidden (Tene's
-//!   "coordinated omission"; wrk2 does the same).
+//!   "coordinated omission"; wrk2 does the same). A small timer thread wakes
+//!   the event loop at each due time, since epoll's timeouts are whole
+//!   milliseconds and that lag would count as latency; what remains is the
+//!   OS's timer slack, about 50-60 us on Linux, in the latency of a request
+//!   sent after an idle wait (closed-loop latencies have no such term).
 //! - Each client thread reads the whole request stream itself (the source is
 //!   deterministic) and keeps the requests of its own connections: no channel
 //!   between a reader and the senders.
@@ -30,7 +34,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -366,6 +370,66 @@ struct Worker<'a> {
     value: Vec<u8>,
 }
 
+/// The poll token of the open-loop alarm's waker.
+const WAKE: Token = Token(usize::MAX);
+
+/// Open loop's timer: a thread that sleeps until the armed instant (a
+/// condvar wait, nanosecond timeouts) and then wakes the worker's poll, so a
+/// due request goes out within the OS's timer slack (about 50 us) rather
+/// than epoll's millisecond.
+struct Alarm {
+    at: Mutex<(Option<Instant>, bool)>,
+    cv: Condvar,
+}
+
+impl Alarm {
+    fn new() -> Alarm {
+        Alarm {
+            at: Mutex::new((None, false)),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// Wake the poll at `t` (replacing any earlier setting).
+    fn set(&self, t: Instant) {
+        let mut g = self.at.lock().unwrap_or_else(|e| e.into_inner());
+        g.0 = Some(t);
+        self.cv.notify_one();
+    }
+
+    fn stop(&self) {
+        let mut g = self.at.lock().unwrap_or_else(|e| e.into_inner());
+        g.1 = true;
+        self.cv.notify_one();
+    }
+
+    /// The timer thread's body.
+    fn serve(&self, waker: &mio::Waker) {
+        let mut g = self.at.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if g.1 {
+                return;
+            }
+            match g.0 {
+                None => g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+                Some(t) => {
+                    let now = Instant::now();
+                    if t <= now {
+                        g.0 = None;
+                        let _ = waker.wake();
+                    } else {
+                        g = self
+                            .cv
+                            .wait_timeout(g, t - now)
+                            .map(|(g, _)| g)
+                            .unwrap_or_else(|e| e.into_inner().0);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Requests a connection may hold unsent before the reader pauses: a few
 /// pipelines' worth in closed loop, more in open loop so one slow connection
 /// does not hold the others' due requests back.
@@ -425,10 +489,32 @@ impl<'a> Worker<'a> {
     /// the last reply came.
     fn run(
         &mut self,
+        stream: Requests,
+        start: Instant,
+        done: &AtomicU64,
+        stop: &AtomicBool,
+    ) -> anyhow::Result<Instant> {
+        if self.cfg.rate.is_none() {
+            return self.run_loop(stream, start, done, stop, None);
+        }
+        let waker = mio::Waker::new(self.poll.registry(), WAKE)?;
+        let alarm = Alarm::new();
+        std::thread::scope(|scope| {
+            let timer = scope.spawn(|| alarm.serve(&waker));
+            let r = self.run_loop(stream, start, done, stop, Some(&alarm));
+            alarm.stop();
+            let _ = timer.join();
+            r
+        })
+    }
+
+    fn run_loop(
+        &mut self,
         mut stream: Requests,
         start: Instant,
         done: &AtomicU64,
         stop: &AtomicBool,
+        alarm: Option<&Alarm>,
     ) -> anyhow::Result<Instant> {
         let cap = queue_cap(self.cfg);
         let mut events = Events::with_capacity(256);
@@ -502,7 +588,17 @@ impl<'a> Worker<'a> {
             if idle && wait.is_none() && held.is_none() {
                 continue;
             }
-            self.poll.poll(&mut events, wait)?;
+            // epoll's timeout counts whole milliseconds, far coarser than the
+            // gaps between due requests at tens of thousands per second, and
+            // that lag would show up as latency: the alarm thread wakes the
+            // poll at the due time instead (replies still wake it at once).
+            match (wait, alarm) {
+                (Some(w), Some(a)) => {
+                    a.set(now + w);
+                    self.poll.poll(&mut events, None)?;
+                }
+                _ => self.poll.poll(&mut events, wait)?,
+            }
             let now = Instant::now();
             for ev in events.iter() {
                 let c = ev.token().0;
