@@ -7,11 +7,14 @@
 
 use std::sync::Arc;
 
+mod pages;
+
 use crate::clock::{Clock, Expiry, RelTime};
 use crate::cost::Learner;
 use crate::evict::{Policy, Victim};
 use crate::index::Index;
 use crate::item;
+use crate::rebalance::Rebalancer;
 use crate::slab::{class_sizes, PageId, Slabs};
 use crate::stats::{EngineStats, SlabClassStats};
 use crate::{Config, ConfigError, DEFAULT_PAGE_SIZE, VALUE_MAX_LEN};
@@ -200,9 +203,12 @@ pub struct Engine {
     counters: Counters,
     /// Background reclaimer position: (page number, chunk).
     reclaim_at: (usize, u32),
-    /// Automove bookkeeping: when it last looked, and evictions per class then.
-    automove_at: RelTime,
-    automove_seen: Vec<u64>,
+    /// Page moves between classes: the rule (`rebalance`) and the page in
+    /// transit (`engine/pages.rs`).
+    rebal: Rebalancer,
+    drain: Option<pages::Drain>,
+    /// When a class last gave its only page to a steal (one per second).
+    last_page_stolen_at: Option<RelTime>,
     /// Reused buffer for append/prepend/incr.
     scratch: Vec<u8>,
     /// Victim selection within a class (CLOCK or GD-Wheel), see `evict`.
@@ -245,7 +251,15 @@ impl Engine {
         let index = Index::with_capacity((config.memory_limit / 256).min(1 << 20));
         let mut engine = Engine {
             memory_limit: config.memory_limit,
-            automove_seen: vec![0; sizes.len()],
+            rebal: Rebalancer::new(
+                config.rebalance,
+                &config.rebalance_tuning,
+                sizes.len(),
+                config.memory_limit,
+                page_size,
+            ),
+            drain: None,
+            last_page_stolen_at: None,
             policy: Policy::new(config.eviction, sizes.len()),
             learner: config
                 .learn_costs
@@ -258,7 +272,6 @@ impl Engine {
             pending_flush: None,
             counters: Counters::default(),
             reclaim_at: (0, 0),
-            automove_at: 0,
             scratch: Vec::new(),
         };
         if engine.config.prealloc {
@@ -326,10 +339,16 @@ impl Engine {
                 if let Some(l) = &mut self.learner {
                     l.miss(h, self.clock.now_us());
                 }
+                self.rebal.miss(h);
             }
             return None;
         };
         self.access(loc, how);
+        if how.fetch && self.rebal.wants_hits() {
+            let class = self.slabs.class_of(loc);
+            let cost = item::Header::read(self.slabs.chunk(loc)).cost;
+            self.rebal.hit(class, cost);
+        }
         Some(self.view(loc))
     }
 
@@ -533,6 +552,9 @@ impl Engine {
             .insert(h, loc, &|l| hash(item::key(slabs.chunk(l))));
         let class = self.slabs.class_of(loc);
         self.policy.link(&mut self.slabs, class, loc);
+        if old.is_none() {
+            self.rebal.inserted(h, class, cost);
+        }
         let c = &mut self.slabs.classes[class];
         c.used += 1;
         c.requested += total as u64;
@@ -555,6 +577,7 @@ impl Engine {
         self.index.memory_bytes()
             + self.policy.memory_bytes()
             + self.learner.as_ref().map_or(0, Learner::memory_bytes)
+            + self.rebal.memory_bytes()
     }
 
     /// The cost of an item stored without one: learned from a recent miss
@@ -612,21 +635,7 @@ impl Engine {
                     return Ok(loc);
                 }
                 Some(Victim::Evicted(loc)) => {
-                    let hdr = item::Header::read(self.slabs.chunk(loc));
-                    let cost = self.policy.cost_of(self.slabs.chunk(loc)) as u64;
-                    let s = &mut self.slabs.classes[class].stats;
-                    s.evicted += 1;
-                    s.evicted_cost += cost;
-                    if hdr.exptime != 0 {
-                        s.evicted_nonzero += 1;
-                    }
-                    s.evicted_time = item::atime_age(hdr.atime, now) as u64;
-                    if hdr.bits & item::FETCHED == 0 {
-                        s.evicted_unfetched += 1;
-                        self.counters.evicted_unfetched += 1;
-                    }
-                    self.counters.evictions += 1;
-                    self.unlink(loc);
+                    self.evict_victim(loc, class, now);
                     return Ok(loc);
                 }
                 None => {
@@ -645,66 +654,26 @@ impl Engine {
         StoreOutcome::NoMemory
     }
 
-    /// Take the page at the CLOCK hand of the class with the most pages and
-    /// give it to `class`. Its items are evicted.
-    fn steal_page_for(&mut self, class: usize, protect: Option<u64>) -> bool {
-        // A donor keeps its last page: with fewer pages than active classes,
-        // taking it would only start a chain of steals (pages ping-pong
-        // between classes); the item then fails as in memcached.
-        let donor = (0..self.slabs.classes.len())
-            .filter(|&c| c != class && self.slabs.classes[c].pages.len() >= 2)
-            .max_by_key(|&c| self.slabs.classes[c].pages.len());
-        let Some(donor) = donor else { return false };
-        let Some(page) = self.pick_page(donor, protect) else {
-            return false;
-        };
-        self.empty_page(page, false);
-        self.slabs.unassign(page);
-        self.slabs.assign(page, class);
-        self.counters.slabs_moved += 1;
-        self.slabs.classes[donor].stats.pages_out += 1;
-        self.slabs.classes[class].stats.pages_in += 1;
-        true
-    }
-
-    /// The page of `class` at its CLOCK hand (its oldest items), avoiding the
-    /// page that holds `protect`.
-    fn pick_page(&self, class: usize, protect: Option<u64>) -> Option<PageId> {
-        let c = &self.slabs.classes[class];
-        let n = c.pages.len();
-        let protected_page = protect.map(|l| self.slabs.split(l).0);
-        (0..n)
-            .map(|i| c.pages[(c.hand_page + i) % n])
-            .find(|&p| Some(p) != protected_page)
-    }
-
-    /// Remove every item of a page. With `rescue`, referenced items move to
-    /// free chunks of the same class elsewhere when there are some.
-    fn empty_page(&mut self, page: PageId, rescue: bool) {
-        let class = self.slabs.page_mut(page).class as usize - 1;
-        // Keep the page's own free chunks from being used as rescue targets.
-        self.slabs.classes[class].with_free.retain(|&p| p != page);
-        self.slabs.page_mut(page).listed = true;
-        for loc in self.slabs.live_in_page(page) {
-            let bits = item::bits(self.slabs.chunk(loc));
-            if rescue && bits & item::REF != 0 {
-                if let Some(dst) = self.slabs.take_free(class) {
-                    let mut tmp = std::mem::take(&mut self.scratch);
-                    tmp.clear();
-                    tmp.extend_from_slice(self.slabs.chunk(loc));
-                    self.slabs.chunk_mut(dst).copy_from_slice(&tmp);
-                    let h = hash(item::key(&tmp));
-                    self.scratch = tmp;
-                    self.index.relocate(h, loc, dst);
-                    self.policy.relocate(&mut self.slabs, class, loc, dst);
-                    item::set_bits(self.slabs.chunk_mut(loc), 0);
-                    self.counters.rescues += 1;
-                    continue;
-                }
-            }
-            self.counters.reassign_evictions += 1;
-            self.unlink(loc);
+    /// Evict the policy's victim at `loc` (class `class`): the eviction
+    /// counters, the rebalancer's ghost set, then unlink. Its chunk is not
+    /// freed (the caller reuses it).
+    fn evict_victim(&mut self, loc: u64, class: usize, now: RelTime) {
+        let hdr = item::Header::read(self.slabs.chunk(loc));
+        let cost = self.policy.cost_of(self.slabs.chunk(loc)) as u64;
+        let s = &mut self.slabs.classes[class].stats;
+        s.evicted += 1;
+        s.evicted_cost += cost;
+        if hdr.exptime != 0 {
+            s.evicted_nonzero += 1;
         }
+        s.evicted_time = item::atime_age(hdr.atime, now) as u64;
+        if hdr.bits & item::FETCHED == 0 {
+            s.evicted_unfetched += 1;
+            self.counters.evicted_unfetched += 1;
+        }
+        self.counters.evictions += 1;
+        self.note_evicted(loc, class);
+        self.unlink(loc);
     }
 
     /// Remove an item from the index and the counters; its chunk is not freed.
@@ -960,10 +929,14 @@ impl Engine {
         self.policy.clear();
         self.counters.curr_items = 0;
         self.counters.bytes = 0;
+        self.rebal.flushed();
+        self.drain_after_flush();
     }
 
     /// Background work: pending delayed flush, reclaiming expired items (at most
-    /// `budget` chunks visited), automove. Returns chunks visited.
+    /// `budget` chunks visited), rebalancing (deciding a page move, draining
+    /// at most `budget` chunks of the page in transit). Returns the chunks
+    /// visited and drained.
     pub fn maintain(&mut self, budget: usize) -> usize {
         self.check_flush();
         let now = self.now();
@@ -1009,132 +982,7 @@ impl Engine {
                 item::set_atime(self.slabs.chunk_mut(loc), code);
             }
         }
-        self.automove(now);
-        visited
-    }
-
-    /// `slab_automove`: every 10 s (1 s when aggressive), move one page from a
-    /// class with a page's worth of free chunks and no evictions to the class
-    /// that evicted most.
-    fn automove(&mut self, now: RelTime) {
-        let period = if self.config.slab_automove >= 2 {
-            1
-        } else {
-            10
-        };
-        if self.config.slab_automove == 0
-            || !self.config.slab_reassign
-            || now < self.automove_at + period
-        {
-            return;
-        }
-        self.automove_at = now;
-        let evicted: Vec<u64> = self.slabs.classes.iter().map(|c| c.stats.evicted).collect();
-        let delta: Vec<u64> = evicted
-            .iter()
-            .zip(&self.automove_seen)
-            .map(|(a, b)| a.saturating_sub(*b))
-            .collect();
-        self.automove_seen = evicted;
-        let Some(dst) = (0..delta.len())
-            .filter(|&c| delta[c] > 0)
-            .max_by_key(|&c| delta[c])
-        else {
-            return;
-        };
-        let src = (0..delta.len()).find(|&c| {
-            let s = self.slabs.class_stats(c);
-            c != dst
-                && delta[c] == 0
-                && s.total_pages >= 2
-                && s.free_chunks >= s.chunks_per_page as u64
-        });
-        if let Some(src) = src {
-            self.move_page(src, dst);
-            self.counters.slabs_moved += 1;
-        }
-    }
-
-    /// The page of `class` with the fewest live items (cheapest to empty).
-    fn emptiest_page(&self, class: usize) -> Option<PageId> {
-        self.slabs.classes[class]
-            .pages
-            .iter()
-            .copied()
-            .min_by_key(|&p| {
-                self.slabs.pages[p as usize]
-                    .as_ref()
-                    .map_or(0, |pg| pg.bump - pg.free_count)
-            })
-    }
-
-    /// Move one page from `src` to `dst`, rescuing referenced items.
-    fn move_page(&mut self, src: usize, dst: usize) {
-        let Some(page) = self.emptiest_page(src) else {
-            return;
-        };
-        self.empty_page(page, true);
-        self.slabs.unassign(page);
-        self.slabs.assign(page, dst);
-        self.slabs.classes[src].stats.pages_out += 1;
-        self.slabs.classes[dst].stats.pages_in += 1;
-    }
-
-    /// `slabs reassign <src> <dst>` with memcached's rules and replies: class
-    /// 0 is the pool of pages that belong to no class, -1 as source picks one.
-    pub fn slabs_reassign(&mut self, src: i32, dst: i32) -> ReassignOutcome {
-        let n = self.slabs.classes.len() as i32;
-        if !self.config.slab_reassign {
-            return ReassignOutcome::Busy;
-        }
-        if src == dst {
-            return ReassignOutcome::Same;
-        }
-        let src = if src == -1 {
-            match (0..n as usize)
-                .filter(|&c| c as i32 + 1 != dst && self.slabs.classes[c].pages.len() >= 2)
-                .max_by_key(|&c| self.slabs.classes[c].pages.len())
-            {
-                Some(c) => c as i32 + 1,
-                None => return ReassignOutcome::NoSpare,
-            }
-        } else {
-            src
-        };
-        if !(0..=n).contains(&src) || !(0..=n).contains(&dst) {
-            return ReassignOutcome::BadClass;
-        }
-        let pages = |c: i32| match c {
-            0 => self.slabs.spare.len(),
-            c => self.slabs.classes[(c - 1) as usize].pages.len(),
-        };
-        if pages(src) < 2 {
-            return ReassignOutcome::NoSpare;
-        }
-        match (src, dst) {
-            (0, dst) => {
-                if let Some(p) = self.slabs.spare.pop() {
-                    self.slabs.assign(p, (dst - 1) as usize);
-                    self.slabs.classes[(dst - 1) as usize].stats.pages_in += 1;
-                }
-            }
-            (src, 0) => {
-                let src = (src - 1) as usize;
-                if let Some(page) = self.emptiest_page(src) {
-                    self.empty_page(page, true);
-                    self.slabs.unassign(page);
-                    self.slabs.spare.push(page);
-                    self.slabs.classes[src].stats.pages_out += 1;
-                }
-            }
-            (src, dst) => self.move_page((src - 1) as usize, (dst - 1) as usize),
-        }
-        self.counters.slabs_moved += 1;
-        ReassignOutcome::Ok
-    }
-
-    pub fn set_automove(&mut self, mode: u8) {
-        self.config.slab_automove = mode;
+        visited + self.rebalance_step(budget)
     }
 
     /// `cache_memlimit`: change `-m` at run time. Shrinking frees pages.
@@ -1170,7 +1018,7 @@ impl Engine {
             slabs_moved: c.slabs_moved,
             slab_reassign_rescues: c.rescues,
             slab_reassign_evictions: c.reassign_evictions,
-            slab_reassign_running: false,
+            slab_reassign_running: self.drain.is_some(),
             free_pages: self.slabs.spare.len() as u64,
             outofmemory: c.outofmemory,
             evicted_cost: self
@@ -1182,6 +1030,12 @@ impl Engine {
             learned_costs: self.learner.as_ref().map_or(0, |l| l.learned),
             learn_table_bytes: self.learner.as_ref().map_or(0, Learner::memory_bytes) as u64,
             eviction_bytes: self.policy.memory_bytes() as u64,
+            rebalance: self.rebal.policy().name(),
+            capacity_misses: self.rebal.totals().capacity_misses,
+            cost_capacity_misses: self.rebal.totals().cost_capacity_misses,
+            rebalance_decisions: self.rebal.decisions,
+            rebalance_bytes: self.rebal.memory_bytes() as u64,
+            ghost_window: self.rebal.ghost_window() as u64,
         }
     }
 
@@ -1200,6 +1054,9 @@ impl Engine {
                     0 => 0,
                     n => (self.policy.live_cost(c) + n / 2) / n,
                 };
+                let rc = self.rebal.counts(c);
+                s.capacity_misses = rc.capacity_misses;
+                s.cost_capacity_misses = rc.cost_capacity_misses;
                 s
             })
             .collect()
@@ -1298,6 +1155,7 @@ impl Engine {
                 ..Default::default()
             };
         }
+        self.rebal.reset_stats();
     }
 
     /// Check the engine's invariants (tests and fuzzing): every live chunk is
@@ -1333,6 +1191,7 @@ impl Engine {
             "memory budget"
         );
         self.policy.validate(&self.slabs);
+        self.validate_drain();
     }
 }
 

@@ -17,6 +17,8 @@
 //! - [`slab`]: pages, slab classes, free chunks, page moves.
 //! - [`evict`]: eviction within a slab class: CLOCK (LRU) or GD-Wheel.
 //! - [`cost`]: costs learned from the gap between a GET miss and its SET.
+//! - [`rebalance`]: which class gets the next page (memcached's automove,
+//!   SAS with a ghost set, GD-Wheel's cost per byte).
 //! - [`engine`]: the operations (get/store/delete/arith/touch/flush) on top.
 
 pub mod clock;
@@ -25,6 +27,7 @@ pub mod engine;
 pub mod evict;
 pub mod index;
 pub mod item;
+pub mod rebalance;
 pub mod slab;
 pub mod stats;
 
@@ -71,6 +74,8 @@ pub struct Config {
     /// `-o learn_costs=0|1`: infer an item's cost from the gap between a GET
     /// miss and the SET that follows, when the client sends no cost.
     pub learn_costs: bool,
+    /// Knobs of the rebalancing rules (SAS's M and decay, ghost set size).
+    pub rebalance_tuning: rebalance::Tuning,
 }
 
 /// Eviction within a slab class.
@@ -112,6 +117,7 @@ impl Default for Config {
             eviction: EvictionPolicy::default(),
             rebalance: RebalancePolicy::default(),
             learn_costs: false,
+            rebalance_tuning: rebalance::Tuning::default(),
         }
     }
 }

@@ -47,6 +47,18 @@ pub struct EngineStats {
     pub learn_table_bytes: u64,
     /// Bytes of the eviction policy's own structures (inside `limit_maxbytes`).
     pub eviction_bytes: u64,
+    /// The rebalancing rule (`-o rebalance=`).
+    pub rebalance: &'static str,
+    /// GET misses on keys evicted within the ghost set's window (`sas`).
+    pub capacity_misses: u64,
+    /// Their cost (that of the SETs that refilled them).
+    pub cost_capacity_misses: u64,
+    /// Page moves the rebalancing rule decided.
+    pub rebalance_decisions: u64,
+    /// Bytes of the rebalancer's ghost set and tables (inside `limit_maxbytes`).
+    pub rebalance_bytes: u64,
+    /// Evicted keys the ghost set remembers.
+    pub ghost_window: u64,
 }
 
 /// Per slab class counters for `stats slabs` and `stats items`.
@@ -92,4 +104,8 @@ pub struct SlabClassStats {
     pub avg_cost: u64,
     /// Sum of the costs of the items this class evicted.
     pub evicted_cost: u64,
+    /// GET misses on keys this class evicted recently (ghost set, `sas`).
+    pub capacity_misses: u64,
+    /// Their cost (that of the SETs that refilled them).
+    pub cost_capacity_misses: u64,
 }

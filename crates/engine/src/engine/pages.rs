@@ -1,0 +1,454 @@
+//! Moving pages between slab classes: the mechanics behind `slabs reassign`,
+//! memcached's automove and the rebalancing rules of `crate::rebalance`.
+//!
+//! A page leaves a class by being *drained*: the page is taken off its
+//! class's free lists (no new item is placed in its free chunks) and a
+//! cursor walks its chunks, a bounded number per `Engine::maintain` call,
+//! so no request ever waits behind a whole page (a 1 MB page of 40-byte
+//! chunks holds 26 214 items). Each live item the cursor meets either moves
+//! or goes:
+//!
+//! - a *hot* item (read since the CLOCK hand last passed it: its REF bit;
+//!   under GD-Wheel also any item costlier than its class's average) moves
+//!   to a free chunk of its class elsewhere, or else over the item the
+//!   eviction policy would evict next in that class (its coldest, or under
+//!   GD-Wheel its cheapest), which is evicted instead;
+//! - any other item is evicted (memcached's `slab_reassign_evictions_nomem`),
+//!   and remembered by the ghost set like every eviction.
+//!
+//! So a move costs the class its least valuable items, not whatever lived
+//! on the page: Carra & Michiardi (`../shared/seeds/003_*`, end of section
+//! 3.3) note that evicting a page's popular objects makes the miss count rise
+//! more than predicted, and leave the reorganisation out because doing it at
+//! once "would lock the resources for a longer time"; done incrementally it
+//! does not. The page to drain is the class's least valuable one by a
+//! sample of its chunks (live items weighted by cost, four times more when
+//! hot), which also keeps the copying small.
+//!
+//! Items placed on the page while it drains can only land on chunks ahead of
+//! the cursor (an eviction victim there frees its chunk for the new item;
+//! chunks behind the cursor are empty and never handed out), so when the
+//! cursor reaches the end the page is empty and changes class. `flush_all`
+//! empties it at once; a synchronous page removal (`steal_page_for`,
+//! `enforce_budget`) that picks it cancels the drain.
+
+use super::{hash, Engine, ReassignOutcome};
+use crate::evict::Victim;
+use crate::item;
+use crate::rebalance::ClassInfo;
+use crate::slab::PageId;
+use crate::EvictionPolicy;
+
+/// A page on its way out of its class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Drain {
+    pub page: PageId,
+    pub from: usize,
+    /// The class that gets it; None: the pool of unassigned pages.
+    pub to: Option<usize>,
+    /// Next chunk to look at.
+    pub next: u32,
+}
+
+/// Pages and chunks per page sampled to find the least valuable page.
+const SAMPLE_PAGES: usize = 16;
+const SAMPLE_CHUNKS: u32 = 64;
+
+impl Engine {
+    /// Whether pages may move on their own (`slab_reassign`, and
+    /// `slab_automove` not 0: `slabs automove 0` pauses every rule).
+    fn moves_allowed(&self) -> bool {
+        self.config.slab_reassign && self.config.slab_automove != 0
+    }
+
+    /// The maintainer's part: decide a move when the rule says so, then
+    /// drain at most `budget` chunks. Returns the chunks drained.
+    pub(super) fn rebalance_step(&mut self, budget: usize) -> usize {
+        let now = self.now();
+        if self.drain.is_none()
+            && self.moves_allowed()
+            && self.rebal.due(now, self.config.slab_automove)
+        {
+            let info = self.class_infos();
+            if let Some((from, to)) = self.rebal.decide(now, &info) {
+                self.start_drain(from, Some(to));
+            }
+        }
+        self.drain_some(budget)
+    }
+
+    /// What the rules look at, per class.
+    fn class_infos(&self) -> Vec<ClassInfo> {
+        (0..self.slabs.classes.len())
+            .map(|c| {
+                let cl = &self.slabs.classes[c];
+                let free = cl
+                    .pages
+                    .iter()
+                    .filter_map(|&p| self.slabs.pages[p as usize].as_ref())
+                    .map(|pg| pg.free_count as u64 + (pg.nchunks - pg.bump) as u64)
+                    .sum();
+                ClassInfo {
+                    pages: cl.pages.len() as u32,
+                    per_page: cl.per_page,
+                    free_chunks: free,
+                    evicted: cl.stats.evicted,
+                    live_cost: self.policy.live_cost(c),
+                    live_bytes: cl.used * cl.chunk_size as u64,
+                }
+            })
+            .collect()
+    }
+
+    /// Value of keeping a page's items, estimated from a sample of chunks:
+    /// each live item counts its cost, four times when hot.
+    fn page_value(&self, page: PageId, class: usize) -> u64 {
+        let Some(pg) = self.slabs.pages[page as usize].as_ref() else {
+            return 0;
+        };
+        let step = (pg.nchunks / SAMPLE_CHUNKS).max(1);
+        let mut value = 0u64;
+        let mut c = step / 2;
+        while c < pg.bump {
+            let loc = self.slabs.loc(page, c);
+            let chunk = self.slabs.chunk(loc);
+            let bits = item::bits(chunk);
+            if bits & item::LIVE != 0 {
+                let cost = self.policy.cost_of(chunk).max(1) as u64;
+                value += if self.is_hot(chunk, class) {
+                    4 * cost
+                } else {
+                    cost
+                };
+            }
+            c += step;
+        }
+        value
+    }
+
+    /// The page of `class` to drain: the least valuable of a spread of up
+    /// to `SAMPLE_PAGES` pages (ties: the emptiest), avoiding `avoid`.
+    fn least_valuable_page(&self, class: usize, avoid: Option<PageId>) -> Option<PageId> {
+        let pages = &self.slabs.classes[class].pages;
+        let n = pages.len();
+        let step = n.div_ceil(SAMPLE_PAGES).max(1);
+        (0..n)
+            .step_by(step)
+            .map(|i| pages[i])
+            .filter(|&p| Some(p) != avoid)
+            .min_by_key(|&p| {
+                let used = self.slabs.pages[p as usize]
+                    .as_ref()
+                    .map_or(0, |pg| pg.bump - pg.free_count);
+                (self.page_value(p, class), used)
+            })
+    }
+
+    /// Whether an item is worth keeping when its page moves.
+    #[inline]
+    fn is_hot(&self, chunk: &[u8], class: usize) -> bool {
+        if item::bits(chunk) & item::REF != 0 {
+            return true;
+        }
+        // GreedyDual keeps the costly items: so do we.
+        if self.config.eviction == EvictionPolicy::GdWheel {
+            let used = self.slabs.classes[class].used.max(1);
+            return self.policy.cost_of(chunk) as u64 * used > self.policy.live_cost(class);
+        }
+        false
+    }
+
+    /// Begin moving a page of `from` to `to` (None: the unassigned pool).
+    fn start_drain(&mut self, from: usize, to: Option<usize>) -> bool {
+        if self.drain.is_some() || self.slabs.classes[from].pages.len() < 2 {
+            return false;
+        }
+        let Some(page) = self.least_valuable_page(from, None) else {
+            return false;
+        };
+        // Off the free lists: `Slabs::free` only re-lists unlisted pages.
+        self.slabs.classes[from].with_free.retain(|&p| p != page);
+        self.slabs.page_mut(page).listed = true;
+        self.drain = Some(Drain {
+            page,
+            from,
+            to,
+            next: 0,
+        });
+        true
+    }
+
+    /// Drain up to `budget` chunks of the page in transit; hand it over
+    /// when empty. Returns the chunks looked at.
+    fn drain_some(&mut self, budget: usize) -> usize {
+        let Some(mut d) = self.drain else { return 0 };
+        let bump = self.slabs.page_mut(d.page).bump;
+        let end = bump.min(d.next.saturating_add(budget.max(1) as u32));
+        for c in d.next..end {
+            let loc = self.slabs.loc(d.page, c);
+            if item::bits(self.slabs.chunk(loc)) & item::LIVE != 0 {
+                self.vacate(loc, d.from, d.page, true);
+            }
+        }
+        let done = (end - d.next) as usize;
+        d.next = end;
+        if end < bump {
+            self.drain = Some(d);
+            return done;
+        }
+        // Nothing can be live behind the cursor; check before handing over.
+        if !self.slabs.live_in_page(d.page).is_empty() {
+            debug_assert!(false, "live item behind the drain cursor");
+            d.next = 0;
+            self.drain = Some(d);
+            return done;
+        }
+        self.drain = None;
+        self.hand_over(d.page, d.from, d.to);
+        done.max(1)
+    }
+
+    /// Give an emptied page of `from` to `to` (or the pool), with the stats.
+    fn hand_over(&mut self, page: PageId, from: usize, to: Option<usize>) {
+        self.slabs.unassign(page);
+        match to {
+            Some(to) => {
+                self.slabs.assign(page, to);
+                self.slabs.classes[to].stats.pages_in += 1;
+            }
+            None => self.slabs.spare.push(page),
+        }
+        self.slabs.classes[from].stats.pages_out += 1;
+        self.counters.slabs_moved += 1;
+    }
+
+    /// Run the drain in progress to its end (`slabs reassign`, tests).
+    pub(super) fn finish_drain(&mut self) {
+        while self.drain.is_some() {
+            self.drain_some(usize::MAX);
+        }
+    }
+
+    /// `flush_all` emptied every page: the page in transit moves now.
+    pub(super) fn drain_after_flush(&mut self) {
+        if let Some(d) = self.drain.take() {
+            self.slabs.classes[d.from]
+                .with_free
+                .retain(|&p| p != d.page);
+            self.hand_over(d.page, d.from, d.to);
+        }
+    }
+
+    /// Take the live item at `loc` (class `class`, on `page`, which is being
+    /// emptied) off the page: move it if hot and `rescue`, else evict it.
+    fn vacate(&mut self, loc: u64, class: usize, page: PageId, rescue: bool) {
+        let exp = item::exptime(self.slabs.chunk(loc));
+        if exp != 0 && exp <= self.now() {
+            self.unlink(loc);
+            return;
+        }
+        if rescue && self.is_hot(self.slabs.chunk(loc), class) {
+            if let Some(dst) = self.rescue_chunk(loc, class, page) {
+                self.move_item(loc, dst, class);
+                self.counters.rescues += 1;
+                return;
+            }
+        }
+        self.counters.reassign_evictions += 1;
+        self.note_evicted(loc, class);
+        self.unlink(loc);
+    }
+
+    /// A chunk of `class` off `page` for the item at `loc`: a free one, or
+    /// that of the class's next eviction victim (evicted here).
+    fn rescue_chunk(&mut self, loc: u64, class: usize, page: PageId) -> Option<u64> {
+        if let Some(free) = self.slabs.take_free(class) {
+            return Some(free);
+        }
+        let now = self.now();
+        match self.policy.victim(&mut self.slabs, class, now, Some(loc))? {
+            // A victim on the page itself: the cursor will get to it.
+            Victim::Expired(v) | Victim::Evicted(v) if self.slabs.split(v).0 == page => None,
+            Victim::Expired(v) => {
+                self.unlink(v);
+                self.counters.reclaimed += 1;
+                self.slabs.classes[class].stats.reclaimed += 1;
+                Some(v)
+            }
+            Victim::Evicted(v) => {
+                self.evict_victim(v, class, now);
+                Some(v)
+            }
+        }
+    }
+
+    /// Copy the item at `from` into the free chunk `to` of the same class
+    /// and point the index and the eviction policy at it.
+    fn move_item(&mut self, from: u64, to: u64, class: usize) {
+        let mut tmp = std::mem::take(&mut self.scratch);
+        tmp.clear();
+        tmp.extend_from_slice(self.slabs.chunk(from));
+        self.slabs.chunk_mut(to).copy_from_slice(&tmp);
+        let h = hash(item::key(&tmp));
+        self.scratch = tmp;
+        self.index.relocate(h, from, to);
+        self.policy.relocate(&mut self.slabs, class, from, to);
+        item::set_bits(self.slabs.chunk_mut(from), 0);
+    }
+
+    /// Tell the rebalancer that the item at `loc` leaves by eviction (the
+    /// ghost set remembers its key). Call before unlinking it.
+    pub(super) fn note_evicted(&mut self, loc: u64, class: usize) {
+        let chunk = self.slabs.chunk(loc);
+        let size = chunk.len();
+        let h = if self.rebal.wants_keys() {
+            hash(item::key(chunk))
+        } else {
+            0
+        };
+        self.rebal.evicted(h, class, size);
+    }
+
+    /// Remove every item of a page now, rescuing hot items when `rescue`
+    /// (synchronous: memory shrinking, a class with no page at all). A drain
+    /// of the same page is cancelled: the page is empty afterwards.
+    pub(super) fn empty_page(&mut self, page: PageId, rescue: bool) {
+        let class = self.slabs.page_mut(page).class as usize - 1;
+        if self.drain.is_some_and(|d| d.page == page) {
+            self.drain = None;
+        }
+        // Keep the page's own free chunks from being used as rescue targets.
+        self.slabs.classes[class].with_free.retain(|&p| p != page);
+        self.slabs.page_mut(page).listed = true;
+        for loc in self.slabs.live_in_page(page) {
+            // A rescue may evict (and so free) a chunk of this page that
+            // the list still names.
+            if self.slabs.is_live(loc) {
+                self.vacate(loc, class, page, rescue);
+            }
+        }
+    }
+
+    /// Take a page from the class with the most pages (its least valuable
+    /// one) and give it to `class`, which has no page or nothing to evict.
+    /// Its items are evicted; this runs inside a store, so it is the one
+    /// move that is not incremental (a class gets its first page this way).
+    pub(super) fn steal_page_for(&mut self, class: usize, protect: Option<u64>) -> bool {
+        // A donor keeps its last page if another class can give: with
+        // fewer pages than active classes, taking last pages starts a chain
+        // of steals (pages ping-pong between classes, each steal evicting a
+        // page). When no class has two pages (a tiny -m), a last page may
+        // still go, at most once per second; otherwise the item fails as in
+        // memcached.
+        let now = self.now();
+        let donor = (0..self.slabs.classes.len())
+            .filter(|&c| c != class && !self.slabs.classes[c].pages.is_empty())
+            .max_by_key(|&c| self.slabs.classes[c].pages.len());
+        let Some(donor) = donor else { return false };
+        if self.slabs.classes[donor].pages.len() < 2 {
+            if self.last_page_stolen_at == Some(now) {
+                return false;
+            }
+            self.last_page_stolen_at = Some(now);
+        }
+        let protected_page = protect.map(|l| self.slabs.split(l).0);
+        let Some(page) = self.least_valuable_page(donor, protected_page) else {
+            return false;
+        };
+        self.empty_page(page, false);
+        self.slabs.unassign(page);
+        self.slabs.assign(page, class);
+        self.counters.slabs_moved += 1;
+        self.slabs.classes[donor].stats.pages_out += 1;
+        self.slabs.classes[class].stats.pages_in += 1;
+        true
+    }
+
+    /// The page of `class` at its CLOCK hand (its oldest items), avoiding the
+    /// page that holds `protect`.
+    pub(super) fn pick_page(&self, class: usize, protect: Option<u64>) -> Option<PageId> {
+        let c = &self.slabs.classes[class];
+        let n = c.pages.len();
+        let protected_page = protect.map(|l| self.slabs.split(l).0);
+        (0..n)
+            .map(|i| c.pages[(c.hand_page + i) % n])
+            .find(|&p| Some(p) != protected_page)
+    }
+
+    /// `slabs reassign <src> <dst>` with memcached's rules and replies: class
+    /// 0 is the pool of pages that belong to no class, -1 as source picks one.
+    /// BUSY while a page is in transit, as memcached. The move runs to its
+    /// end before the reply (one page: an operator's command).
+    pub fn slabs_reassign(&mut self, src: i32, dst: i32) -> ReassignOutcome {
+        let n = self.slabs.classes.len() as i32;
+        if !self.config.slab_reassign || self.drain.is_some() {
+            return ReassignOutcome::Busy;
+        }
+        if src == dst {
+            return ReassignOutcome::Same;
+        }
+        let src = if src == -1 {
+            match (0..n as usize)
+                .filter(|&c| c as i32 + 1 != dst && self.slabs.classes[c].pages.len() >= 2)
+                .max_by_key(|&c| self.slabs.classes[c].pages.len())
+            {
+                Some(c) => c as i32 + 1,
+                None => return ReassignOutcome::NoSpare,
+            }
+        } else {
+            src
+        };
+        if !(0..=n).contains(&src) || !(0..=n).contains(&dst) {
+            return ReassignOutcome::BadClass;
+        }
+        let pages = |c: i32| match c {
+            0 => self.slabs.spare.len(),
+            c => self.slabs.classes[(c - 1) as usize].pages.len(),
+        };
+        if pages(src) < 2 {
+            return ReassignOutcome::NoSpare;
+        }
+        if src == 0 {
+            if let Some(p) = self.slabs.spare.pop() {
+                self.slabs.assign(p, (dst - 1) as usize);
+                self.slabs.classes[(dst - 1) as usize].stats.pages_in += 1;
+                self.counters.slabs_moved += 1;
+            }
+            return ReassignOutcome::Ok;
+        }
+        let to = (dst > 0).then_some((dst - 1) as usize);
+        if self.start_drain((src - 1) as usize, to) {
+            self.finish_drain();
+        }
+        ReassignOutcome::Ok
+    }
+
+    pub fn set_automove(&mut self, mode: u8) {
+        self.config.slab_automove = mode;
+    }
+
+    /// A page in transit: (page, from class, to class or None, cursor).
+    pub fn page_in_transit(&self) -> Option<(PageId, usize, Option<usize>, u32)> {
+        self.drain.map(|d| (d.page, d.from, d.to, d.next))
+    }
+
+    /// Invariants of the page in transit (`validate`).
+    pub(super) fn validate_drain(&self) {
+        let Some(d) = self.drain else { return };
+        let c = &self.slabs.classes[d.from];
+        assert!(
+            c.pages.contains(&d.page),
+            "draining page belongs to its class"
+        );
+        assert!(
+            !c.with_free.contains(&d.page),
+            "draining page is off the free list"
+        );
+        for loc in self.slabs.live_in_page(d.page) {
+            assert!(
+                self.slabs.split(loc).1 >= d.next,
+                "live item behind the cursor"
+            );
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! Rebalancing: which slab class gets the next page (`-o rebalance=`).
+//!
+//! memcached cuts memory into 1 MB pages and gives each page to one slab
+//! class for good; when the popular sizes change, the classes that now need
+//! memory cannot get it ("calcification"). cachalot moves pages on-line, by
+//! one of three rules (`RebalancePolicy`):
+//!
+//! - `memcached`: memcached's automove ([`automove`]), the conservative
+//!   baseline: a page only leaves a class that evicts nothing and has a
+//!   page's worth of free chunks.
+//! - `sas`: Carra & Michiardi's Slab Allocation Scheme
+//!   (`../shared/seeds/003_*`, section 3.3, Algorithm 3; [`sas`]): every M
+//!   capacity misses, a page goes from the class with the smallest
+//!   `(m_i/r_i)/s_i` to the class with the largest cost-weighted capacity
+//!   misses `m_i`. Capacity misses are told from compulsory ones by a ghost
+//!   set of recently evicted keys ([`ghost`]).
+//! - `cost-per-byte`: GD-Wheel's rule (`../shared/seeds/001_*`, chapter
+//!   5.2; [`cpb`]): evictions in a class worth more per byte pull pages from
+//!   the class worth least per byte.
+//!
+//! This module decides; the engine moves (`engine/pages.rs`): a page is
+//! drained a bounded number of chunks per maintenance call, its hot items
+//! rescued into free chunks or over colder items of the class, so a move
+//! never stalls the server.
+//!
+//! The engine tells the rebalancer about GET misses, hits, new items and
+//! evictions through the `#[inline]` hooks below; each is O(1) and does
+//! nothing the selected rule does not need (with `off`, `memcached` and
+//! `cost-per-byte` a hit costs one branch).
+//!
+//! Memory: the ghost set (about 1/256 of `-m`, at most 16 MB) and a 4 KB
+//! table of pending miss costs exist only with `sas`; the engine counts
+//! both in `-m` (`memory_bytes`).
+
+pub mod automove;
+pub mod cpb;
+pub mod ghost;
+pub mod sas;
+
+use crate::clock::RelTime;
+use crate::RebalancePolicy;
+use automove::{Automove, AutomoveClass};
+use cpb::{ClassValue, CostPerByte};
+use ghost::GhostSet;
+use sas::Sas;
+
+/// Knobs of the rules (defaults from the papers, checked by measurement:
+/// docs/cost.md, "Rebalancing").
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuning {
+    /// SAS: decide every this many capacity misses (the paper's M).
+    pub sas_misses: u64,
+    /// SAS: counter decay per decision (0 = the paper's per-interval counters).
+    pub sas_decay: f64,
+    /// Ghost set bytes; 0 = 1/256 of the memory limit (64 KB..16 MB).
+    pub ghost_bytes: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            sas_misses: 10_000,
+            sas_decay: 0.5,
+            ghost_bytes: 0,
+        }
+    }
+}
+
+impl RebalancePolicy {
+    /// The name `-o rebalance=` takes and `stats settings` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            RebalancePolicy::Off => "off",
+            RebalancePolicy::Memcached => "memcached",
+            RebalancePolicy::Sas => "sas",
+            RebalancePolicy::CostPerByte => "cost-per-byte",
+        }
+    }
+}
+
+impl std::str::FromStr for RebalancePolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(RebalancePolicy::Off),
+            "memcached" => Ok(RebalancePolicy::Memcached),
+            "sas" => Ok(RebalancePolicy::Sas),
+            "cost-per-byte" | "cpb" => Ok(RebalancePolicy::CostPerByte),
+            _ => Err(format!(
+                "unknown rebalance policy {s:?} (off, memcached, sas, cost-per-byte)"
+            )),
+        }
+    }
+}
+
+/// Per-class counters for `stats slabs`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassCounts {
+    /// GET misses on keys this class evicted within the ghost's window.
+    pub capacity_misses: u64,
+    /// Their cost (that of the SET that refilled them).
+    pub cost_capacity_misses: u64,
+}
+
+/// What a decision looks at, per class (filled by the engine).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClassInfo {
+    pub pages: u32,
+    pub per_page: u32,
+    pub free_chunks: u64,
+    pub evicted: u64,
+    pub live_cost: u64,
+    /// Memory of the live items (chunks).
+    pub live_bytes: u64,
+}
+
+/// Pending capacity misses waiting for the SET that tells their cost:
+/// direct-mapped, 16-bit tag, class, valid bit.
+const PENDING: usize = 1024;
+
+pub struct Rebalancer {
+    policy: RebalancePolicy,
+    ghost: Option<GhostSet>,
+    pending: Box<[u32]>,
+    counts: Vec<ClassCounts>,
+    sas: Option<Sas>,
+    cpb: Option<CostPerByte>,
+    automove: Automove,
+    costs: Box<[u32; 256]>,
+    /// Moves decided so far.
+    pub decisions: u64,
+}
+
+impl Rebalancer {
+    pub fn new(
+        policy: RebalancePolicy,
+        tuning: &Tuning,
+        nclasses: usize,
+        memory_limit: usize,
+        page_size: usize,
+    ) -> Rebalancer {
+        let sas = policy == RebalancePolicy::Sas;
+        let ghost_bytes = match tuning.ghost_bytes {
+            0 => (memory_limit / 256).clamp(64 << 10, 16 << 20),
+            b => b,
+        };
+        let mut costs = Box::new([0u32; 256]);
+        for (q, c) in costs.iter_mut().enumerate() {
+            *c = crate::item::dequantize_cost(q as u8);
+        }
+        Rebalancer {
+            policy,
+            ghost: sas.then(|| GhostSet::new(GhostSet::window_for_bytes(ghost_bytes))),
+            pending: if sas {
+                vec![0; PENDING].into_boxed_slice()
+            } else {
+                Box::default()
+            },
+            counts: vec![ClassCounts::default(); nclasses],
+            sas: sas.then(|| Sas::new(nclasses, tuning.sas_misses, tuning.sas_decay)),
+            cpb: (policy == RebalancePolicy::CostPerByte)
+                .then(|| CostPerByte::new(nclasses, page_size)),
+            automove: Automove::new(nclasses),
+            costs,
+            decisions: 0,
+        }
+    }
+
+    pub fn policy(&self) -> RebalancePolicy {
+        self.policy
+    }
+
+    /// Memory held outside the pages (counted in `-m` by the engine).
+    pub fn memory_bytes(&self) -> usize {
+        self.ghost.as_ref().map_or(0, GhostSet::memory_bytes) + self.pending.len() * 4
+    }
+
+    /// Keys the ghost set remembers (0 without one).
+    pub fn ghost_window(&self) -> usize {
+        self.ghost.as_ref().map_or(0, GhostSet::window)
+    }
+
+    #[inline]
+    fn pending_slot(h: u64) -> (usize, u32) {
+        ((h >> 40) as usize % PENDING, (h >> 16) as u32 & 0xffff)
+    }
+
+    /// Whether `hit` does anything (the engine skips reading the cost).
+    #[inline]
+    pub fn wants_hits(&self) -> bool {
+        self.sas.is_some()
+    }
+
+    /// Whether `evicted` needs the key's hash.
+    #[inline]
+    pub fn wants_keys(&self) -> bool {
+        self.ghost.is_some()
+    }
+
+    /// A GET missed on the key with hash `h`.
+    #[inline]
+    pub fn miss(&mut self, h: u64) {
+        let Some(ghost) = &mut self.ghost else { return };
+        let Some(g) = ghost.take(h) else { return };
+        if let Some(c) = self.counts.get_mut(g.class) {
+            c.capacity_misses += 1;
+        }
+        if let Some(s) = &mut self.sas {
+            s.capacity_miss();
+        }
+        if !self.pending.is_empty() {
+            let (i, tag) = Self::pending_slot(h);
+            self.pending[i] = tag << 16 | (g.class as u32 & 0xff) << 8 | 1;
+        }
+    }
+
+    /// A GET hit an item of `class` whose cost byte is `cost_q`.
+    #[inline]
+    pub fn hit(&mut self, class: usize, cost_q: u8) {
+        if let Some(s) = &mut self.sas {
+            s.request(class, self.costs[cost_q as usize]);
+        }
+    }
+
+    /// A new item (no older one under its key) was stored in `class`.
+    #[inline]
+    pub fn inserted(&mut self, h: u64, class: usize, cost_q: u8) {
+        let Some(s) = &mut self.sas else { return };
+        let cost = self.costs[cost_q as usize];
+        s.request(class, cost);
+        let (i, tag) = Self::pending_slot(h);
+        let p = self.pending[i];
+        if p & 1 != 0 && p >> 16 == tag {
+            self.pending[i] = 0;
+            let missed = (p >> 8 & 0xff) as usize;
+            s.miss_cost(missed, cost);
+            if let Some(c) = self.counts.get_mut(missed) {
+                c.cost_capacity_misses += cost as u64;
+            }
+        }
+    }
+
+    /// An item of `class` (hash `h`, `bytes` of chunk) was evicted, by the
+    /// eviction policy or because its page moved.
+    #[inline]
+    pub fn evicted(&mut self, h: u64, class: usize, bytes: usize) {
+        if let Some(g) = &mut self.ghost {
+            g.insert(h, class);
+        }
+        if let Some(c) = &mut self.cpb {
+            c.evicted(class, bytes);
+        }
+    }
+
+    /// `flush_all`: misses that follow are not capacity misses.
+    pub fn flushed(&mut self) {
+        if let Some(g) = &mut self.ghost {
+            g.clear();
+        }
+        self.pending.fill(0);
+    }
+
+    /// Whether a decision is due (`automove`: memcached's slab_automove
+    /// value, 2 = aggressive; the engine checks that moves are allowed).
+    pub fn due(&self, now: RelTime, automove: u8) -> bool {
+        match self.policy {
+            RebalancePolicy::Off => false,
+            RebalancePolicy::Memcached => self.automove.due(now, automove >= 2),
+            RebalancePolicy::Sas => self.sas.as_ref().is_some_and(Sas::due),
+            RebalancePolicy::CostPerByte => self.cpb.as_ref().is_some_and(CostPerByte::due),
+        }
+    }
+
+    /// Decide one move (from, to) from the classes' state.
+    pub fn decide(&mut self, now: RelTime, classes: &[ClassInfo]) -> Option<(usize, usize)> {
+        let choice = match self.policy {
+            RebalancePolicy::Off => None,
+            RebalancePolicy::Memcached => {
+                let a: Vec<AutomoveClass> = classes
+                    .iter()
+                    .map(|c| AutomoveClass {
+                        evicted: c.evicted,
+                        pages: c.pages,
+                        free_chunks: c.free_chunks,
+                        per_page: c.per_page,
+                    })
+                    .collect();
+                self.automove.decide(now, &a)
+            }
+            RebalancePolicy::Sas => {
+                let pages: Vec<u32> = classes.iter().map(|c| c.pages).collect();
+                self.sas.as_mut().and_then(|s| s.decide(&pages))
+            }
+            RebalancePolicy::CostPerByte => {
+                let v: Vec<ClassValue> = classes
+                    .iter()
+                    .map(|c| ClassValue {
+                        pages: c.pages,
+                        live_cost: c.live_cost,
+                        live_bytes: c.live_bytes,
+                    })
+                    .collect();
+                self.cpb.as_mut().and_then(|c| c.decide(&v))
+            }
+        };
+        if choice.is_some() {
+            self.decisions += 1;
+        }
+        choice
+    }
+
+    pub fn counts(&self, class: usize) -> ClassCounts {
+        self.counts.get(class).copied().unwrap_or_default()
+    }
+
+    /// Totals over the classes.
+    pub fn totals(&self) -> ClassCounts {
+        self.counts
+            .iter()
+            .fold(ClassCounts::default(), |a, c| ClassCounts {
+                capacity_misses: a.capacity_misses + c.capacity_misses,
+                cost_capacity_misses: a.cost_capacity_misses + c.cost_capacity_misses,
+            })
+    }
+
+    /// SAS counters (m_i, r_i) of a class, when SAS is the rule.
+    pub fn sas_counters(&self, class: usize) -> Option<(f64, f64)> {
+        self.sas.as_ref().map(|s| s.counters(class))
+    }
+
+    /// `stats reset`: the counters start again (the ghost keeps its keys).
+    pub fn reset_stats(&mut self) {
+        self.counts.fill(ClassCounts::default());
+        self.automove.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::item::quantize_cost;
+
+    fn h(i: u64) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes())
+    }
+
+    fn sas(every: u64) -> Rebalancer {
+        let t = Tuning {
+            sas_misses: every,
+            sas_decay: 0.0,
+            ghost_bytes: 64 << 10,
+        };
+        Rebalancer::new(RebalancePolicy::Sas, &t, 4, 64 << 20, 1 << 20)
+    }
+
+    #[test]
+    fn capacity_misses_need_an_eviction_and_cost_comes_with_the_set() {
+        let mut r = sas(2);
+        // A miss on a key never evicted: compulsory.
+        r.miss(h(1));
+        assert_eq!(r.totals().capacity_misses, 0);
+        // Evicted from class 2, missed, refilled with cost 100.
+        r.evicted(h(1), 2, 100);
+        r.miss(h(1));
+        assert_eq!(r.counts(2).capacity_misses, 1);
+        r.inserted(h(1), 2, quantize_cost(100));
+        let c = r.counts(2).cost_capacity_misses;
+        assert!((95..=105).contains(&c), "{c}");
+        // The SET of a key that did not miss adds no capacity miss cost.
+        r.inserted(h(9), 2, quantize_cost(100));
+        assert_eq!(r.counts(2).cost_capacity_misses, c);
+        // A second miss of the same key is compulsory: the ghost was consumed.
+        r.miss(h(1));
+        assert_eq!(r.counts(2).capacity_misses, 1);
+        assert!(!r.due(0, 1));
+        r.evicted(h(2), 1, 100);
+        r.miss(h(2));
+        assert!(r.due(0, 1));
+    }
+
+    #[test]
+    fn sas_moves_pages_towards_capacity_misses() {
+        let mut r = sas(3);
+        // Class 0 is hit a lot and never misses; class 3 misses.
+        for i in 0..100 {
+            r.hit(0, quantize_cost(1));
+            r.evicted(h(i), 3, 100);
+        }
+        for i in 0..3 {
+            r.miss(h(i));
+            r.inserted(h(i), 3, quantize_cost(1));
+        }
+        assert!(r.due(0, 1));
+        let info = |pages| ClassInfo {
+            pages,
+            ..ClassInfo::default()
+        };
+        let classes = [info(10), info(1), info(1), info(3)];
+        assert_eq!(r.decide(0, &classes), Some((0, 3)));
+        assert_eq!(r.decisions, 1);
+        assert!(!r.due(0, 1));
+    }
+
+    #[test]
+    fn only_sas_pays_for_a_ghost() {
+        let t = Tuning::default();
+        for (p, ghost) in [
+            (RebalancePolicy::Off, false),
+            (RebalancePolicy::Memcached, false),
+            (RebalancePolicy::CostPerByte, false),
+            (RebalancePolicy::Sas, true),
+        ] {
+            let mut r = Rebalancer::new(p, &t, 4, 64 << 20, 1 << 20);
+            assert_eq!(r.memory_bytes() > 0, ghost, "{p:?}");
+            r.evicted(h(1), 1, 10);
+            r.miss(h(1));
+            assert_eq!(r.totals().capacity_misses, u64::from(ghost));
+        }
+        // 1/256 of the memory limit, within bounds.
+        let r = Rebalancer::new(RebalancePolicy::Sas, &t, 4, 64 << 20, 1 << 20);
+        assert!(r.memory_bytes() <= (256 << 10) + 4096);
+        let r = Rebalancer::new(RebalancePolicy::Sas, &t, 4, 1 << 20, 1 << 20);
+        assert!(r.memory_bytes() <= (64 << 10) + 4096);
+    }
+
+    #[test]
+    fn flush_forgets_evicted_keys() {
+        let mut r = sas(10);
+        r.evicted(h(1), 1, 10);
+        r.flushed();
+        r.miss(h(1));
+        assert_eq!(r.totals().capacity_misses, 0);
+    }
+
+    #[test]
+    fn policy_names_round_trip() {
+        for p in [
+            RebalancePolicy::Off,
+            RebalancePolicy::Memcached,
+            RebalancePolicy::Sas,
+            RebalancePolicy::CostPerByte,
+        ] {
+            assert_eq!(p.name().parse::<RebalancePolicy>(), Ok(p));
+        }
+        assert!("lru".parse::<RebalancePolicy>().is_err());
+    }
+}
