@@ -16,12 +16,22 @@
 //! engine's clock is advanced with `Clock::advance` and never reads the wall
 //! clock. The result is the same document as `replay` (`metrics::RunResult`),
 //! without latencies; `totals.elapsed_s` is the simulation's own run time.
+//!
+//! Learned costs (`--learn-costs`, docs/cost.md) need the engine's
+//! microsecond clock, which the simulation drives too (`Clock::set_us`):
+//! trace time plus the backend delays so far. With `--backend-delay cost`
+//! the clients send no cost: between a GET miss and its SET the clock moves
+//! by the request's cost in microseconds (the recomputation the cost
+//! stands for), so the engine can only learn it from that gap.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cachalot_engine::{Clock, Config, DeleteOutcome, Engine, Store, StoreOutcome};
+use cachalot_engine::rebalance::Tuning;
+use cachalot_engine::{
+    Clock, Config, DeleteOutcome, Engine, EvictionPolicy, RebalancePolicy, Store, StoreOutcome,
+};
 
 use crate::metrics::{self, At, IntervalSpec, Recorder, RunMeta, RunResult};
 use crate::mrc::{parse_megabytes, parse_size, progress_bar};
@@ -63,6 +73,45 @@ pub struct EngineArgs {
     /// -M: return errors instead of evicting.
     #[arg(short = 'M', long)]
     pub no_evict: bool,
+    /// -o eviction=: lru (CLOCK, the default) or gdwheel (GreedyDual by cost).
+    #[arg(long, default_value = "lru", value_parser = parse_eviction)]
+    pub eviction: EvictionPolicy,
+    /// -o learn_costs=1: learn costs from the gap between a GET miss and its SET.
+    #[arg(long)]
+    pub learn_costs: bool,
+    /// -o rebalance=: how pages move between slab classes: off, memcached
+    /// (automove), sas (Carra & Michiardi) or cost-per-byte (GD-Wheel ch. 5).
+    #[arg(long, default_value = RebalancePolicy::default().name(), value_parser = parse_rebalance)]
+    pub rebalance: RebalancePolicy,
+    /// SAS: move a page every this many capacity misses (the paper's M).
+    #[arg(long, default_value_t = Tuning::default().sas_misses)]
+    pub sas_misses: u64,
+    /// SAS: decay of its counters per decision (0 = reset every interval).
+    #[arg(long, default_value_t = Tuning::default().sas_decay)]
+    pub sas_decay: f64,
+    /// SAS: ghost set size in KB (0 = 1/256 of the memory).
+    #[arg(long, default_value_t = 0)]
+    pub ghost_kb: usize,
+}
+
+fn parse_rebalance(s: &str) -> Result<RebalancePolicy, String> {
+    s.parse()
+}
+
+fn parse_eviction(s: &str) -> Result<EvictionPolicy, String> {
+    s.parse()
+}
+
+/// Where the cost of a miss shows up.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendDelay {
+    /// The client sends the request's cost with the SET (like `cost=`).
+    #[default]
+    None,
+    /// The client sends no cost; the SET comes the request's cost in
+    /// microseconds after the miss (for `--learn-costs`).
+    Cost,
 }
 
 impl EngineArgs {
@@ -74,6 +123,14 @@ impl EngineArgs {
             chunk_min_data: self.chunk_min,
             slab_automove: self.slab_automove,
             evict: !self.no_evict,
+            eviction: self.eviction,
+            learn_costs: self.learn_costs,
+            rebalance: self.rebalance,
+            rebalance_tuning: Tuning {
+                sas_misses: self.sas_misses,
+                sas_decay: self.sas_decay,
+                ghost_bytes: self.ghost_kb << 10,
+            },
             ..Config::default()
         })
     }
@@ -108,6 +165,10 @@ pub struct SimArgs {
     /// Print the per-interval table too.
     #[arg(long)]
     pub show_intervals: bool,
+    /// none: SETs carry the request's cost; cost: they carry none and come
+    /// that many microseconds after the miss (what --learn-costs learns from).
+    #[arg(long, value_enum, default_value_t = BackendDelay::None)]
+    pub backend_delay: BackendDelay,
     /// Write the result document (same format as replay's) here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -121,6 +182,7 @@ pub struct SimConfig {
     pub interval: IntervalSpec,
     /// Requests per second of simulated time; None = the trace's time_us.
     pub rate: Option<f64>,
+    pub backend_delay: BackendDelay,
 }
 
 impl SimConfig {
@@ -130,6 +192,7 @@ impl SimConfig {
             values: ValueKind::Random,
             interval: IntervalSpec::default(),
             rate: None,
+            backend_delay: BackendDelay::None,
         }
     }
 }
@@ -142,14 +205,19 @@ struct Sim {
     /// engine clock has been moved so far.
     now_us: u64,
     clock_secs: u64,
+    /// Backend delays so far (`--backend-delay cost`): the engine's
+    /// microsecond clock reads now_us + delay_us.
+    delay_us: u64,
+    backend_delay: BackendDelay,
     next_maintain_us: u64,
     key: Vec<u8>,
     value: Vec<u8>,
 }
 
 impl Sim {
-    fn new(config: Config) -> anyhow::Result<Sim> {
+    fn new(config: Config, backend_delay: BackendDelay) -> anyhow::Result<Sim> {
         let clock = Arc::new(Clock::new());
+        clock.set_us(0);
         let engine = Engine::new(config, clock.clone())
             .map_err(|e| anyhow::anyhow!("engine configuration: {e}"))?;
         Ok(Sim {
@@ -157,6 +225,8 @@ impl Sim {
             clock,
             now_us: 0,
             clock_secs: 0,
+            delay_us: 0,
+            backend_delay,
             next_maintain_us: MAINTAIN_PERIOD_US,
             key: Vec::with_capacity(KEY_MAX),
             value: Vec::new(),
@@ -196,6 +266,7 @@ impl Sim {
         }
         self.set_clock(us);
         self.now_us = us;
+        self.clock.set_us(us + self.delay_us);
     }
 
     /// One request, look-aside; records it.
@@ -206,6 +277,10 @@ impl Sim {
                 let hit = self.engine.get(&self.key).is_some();
                 rec.get(at, hit, r.value_size, r.cost);
                 if !hit {
+                    if self.backend_delay == BackendDelay::Cost {
+                        self.delay_us += r.cost as u64;
+                        self.clock.set_us(self.now_us + self.delay_us);
+                    }
                     if !self.store(r, values) {
                         rec.error(at);
                     }
@@ -236,7 +311,7 @@ impl Sim {
         value_bytes(values, r.key, r.value_size as usize, &mut self.value);
         let mut st = Store::set(&self.key, &self.value);
         st.expiry = self.clock.expiry(r.ttl as i64);
-        st.cost = Some(r.cost);
+        st.cost = (self.backend_delay == BackendDelay::None).then_some(r.cost);
         matches!(self.engine.store(&st), StoreOutcome::Stored { .. })
     }
 }
@@ -250,7 +325,7 @@ pub fn simulate(
     mut meta: RunMeta,
     progress: Option<&indicatif::ProgressBar>,
 ) -> anyhow::Result<RunResult> {
-    let mut sim = Sim::new(cfg.engine.clone())?;
+    let mut sim = Sim::new(cfg.engine.clone(), cfg.backend_delay)?;
     let mut rec = Recorder::new(cfg.interval);
     let started = Instant::now();
     let rate = cfg.rate.filter(|r| r.is_finite() && *r > 0.0);
@@ -291,6 +366,18 @@ fn fill_meta(meta: &mut RunMeta, cfg: &SimConfig, sim: &Sim) {
     s.insert("item_size_max".into(), c.item_size_max.into());
     s.insert("slab_automove".into(), c.slab_automove.into());
     s.insert("evict".into(), c.evict.into());
+    s.insert("eviction".into(), c.eviction.name().into());
+    s.insert("learn_costs".into(), c.learn_costs.into());
+    s.insert("rebalance".into(), c.rebalance.name().into());
+    s.insert(
+        "sas_misses".into(),
+        c.rebalance_tuning.sas_misses.into(),
+    );
+    s.insert("sas_decay".into(), c.rebalance_tuning.sas_decay.into());
+    s.insert(
+        "backend_delay".into(),
+        serde_json::to_value(cfg.backend_delay).unwrap_or_default(),
+    );
     s.insert(
         "values".into(),
         serde_json::to_value(cfg.values).unwrap_or_default(),
@@ -319,6 +406,12 @@ fn fill_meta(meta: &mut RunMeta, cfg: &SimConfig, sim: &Sim) {
         ("slab_reassign_rescues", st.slab_reassign_rescues),
         ("slab_reassign_evictions", st.slab_reassign_evictions),
         ("outofmemory", st.outofmemory),
+        ("evicted_cost", st.evicted_cost),
+        ("learned_costs", st.learned_costs),
+        ("capacity_misses", st.capacity_misses),
+        ("cost_capacity_misses", st.cost_capacity_misses),
+        ("rebalance_decisions", st.rebalance_decisions),
+        ("rebalance_bytes", st.rebalance_bytes),
     ];
     for (k, v) in stats {
         meta.server_stats.insert(k.to_string(), v.to_string());
@@ -346,6 +439,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         values: args.values,
         interval: args.interval,
         rate: args.rate,
+        backend_delay: args.backend_delay,
     };
     let requests = args.source.open()?;
     let known = args.source.trace.is_none().then_some(args.source.requests);
@@ -548,6 +642,51 @@ mod tests {
         assert_eq!(r.totals.counts.hits, 0);
         assert_eq!(r.totals.errors, 4);
         assert_eq!(r.totals.fills, 3);
+    }
+
+    #[test]
+    fn backend_delay_lets_the_engine_learn_every_fill() {
+        // Clients send no cost; each fill comes `cost` us after its miss, so
+        // with --learn-costs every fill's cost is learned, and GD-Wheel's
+        // evictions are cost-aware without a cost on the wire.
+        let reqs = stream(200_000, 100_000, 5);
+        let cfg = |eviction, learn_costs| SimConfig {
+            backend_delay: BackendDelay::Cost,
+            ..SimConfig::new(Config {
+                eviction,
+                learn_costs,
+                ..small_config().engine
+            })
+        };
+        let learned = simulate(
+            reqs.iter().copied(),
+            &cfg(EvictionPolicy::GdWheel, true),
+            RunMeta::default(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            learned.meta.server_stats["learned_costs"],
+            learned.totals.fills.to_string()
+        );
+        assert_eq!(learned.meta.settings["backend_delay"], "cost");
+        assert_eq!(learned.meta.settings["eviction"], "gdwheel");
+        let blind = simulate(
+            reqs.iter().copied(),
+            &cfg(EvictionPolicy::GdWheel, false),
+            RunMeta::default(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(blind.meta.server_stats["learned_costs"], "0");
+        // Knowing the costs, GD-Wheel loses less recomputation time.
+        let lost = |r: &RunResult| r.totals.counts.cost_requested - r.totals.counts.cost_hit;
+        assert!(
+            lost(&learned) < lost(&blind),
+            "{} vs {}",
+            lost(&learned),
+            lost(&blind)
+        );
     }
 
     #[test]
