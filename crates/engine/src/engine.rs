@@ -304,8 +304,7 @@ impl Engine {
     /// Whether an item with this key and value length fits under `-I`.
     pub fn fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
         value_len <= VALUE_MAX_LEN
-            && item::total_len(key_len, value_len, flags) + self.policy.trailer_len()
-                <= self.config.item_size_max
+            && item::total_len(key_len, value_len, flags) <= self.config.item_size_max
     }
 
     #[inline]
@@ -530,7 +529,7 @@ impl Engine {
     ) -> Result<(), StoreOutcome> {
         let vlen: usize = value.iter().map(|v| v.len()).sum();
         let total = item::total_len(key.len(), vlen, flags);
-        let loc = self.alloc(total + self.policy.trailer_len(), old)?;
+        let loc = self.alloc(total, old)?;
         // Eviction while allocating may have taken the old item already.
         if let Some(o) = old.filter(|&o| o != loc && self.slabs.is_live(o)) {
             self.remove(o);

@@ -225,6 +225,22 @@ pub fn parts(chunk: &[u8]) -> Parts<'_> {
     }
 }
 
+/// Bytes the item in `chunk` occupies (header + flags + key + value), read
+/// straight from the header bytes (hot path of GD-Wheel's trailer lookup).
+#[inline]
+pub fn stored_len(chunk: &[u8]) -> usize {
+    HEADER_LEN
+        + code_width(chunk[7])
+        + chunk[12] as usize
+        + u32::from_le_bytes([chunk[13], chunk[14], chunk[15], 0]) as usize
+}
+
+/// The one-byte quantised cost of a stored item.
+#[inline]
+pub fn cost_code(chunk: &[u8]) -> u8 {
+    chunk[6]
+}
+
 /// The key of a stored item (for index matches and rehashing).
 #[inline]
 pub fn key(chunk: &[u8]) -> &[u8] {
@@ -312,6 +328,8 @@ mod tests {
             assert_eq!(p.header.cas, 42);
             assert_eq!(p.header.exptime, 100);
             assert_eq!(p.header.total_len(), total_len(8, 11, flags));
+            assert_eq!(stored_len(&chunk), total_len(8, 11, flags));
+            assert_eq!(cost_code(&chunk), 9);
             assert_eq!(super::key(&chunk), key);
         }
     }

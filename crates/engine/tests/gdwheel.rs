@@ -27,6 +27,19 @@ use proptest::prelude::*;
 
 /// Values this long put ~250 items in a 1 MB page.
 const VALUE_LEN: usize = 4000;
+/// With a 10-byte key and the 16-byte header, this fills a 4128-byte chunk
+/// exactly: GD-Wheel keeps such items' trailers in side arrays.
+const FULL_LEN: usize = 4128 - 16 - 10;
+
+/// Odd keys fill their chunk, even ones leave room (same class): both of
+/// GD-Wheel's trailer places are exercised.
+fn value_of(k: u32, full: &[u8]) -> &[u8] {
+    if k % 2 == 1 {
+        full
+    } else {
+        &full[..VALUE_LEN]
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Quantised {
@@ -144,6 +157,7 @@ fn one_page(eviction: EvictionPolicy) -> (Engine, usize) {
         StoreOutcome::Stored { .. }
     ));
     let cap = e.slab_stats()[0].chunks_per_page as usize;
+    assert_eq!(e.slab_stats()[0].chunk_size as usize, 16 + 10 + FULL_LEN);
     assert_eq!(e.delete(b"probe", 0), DeleteOutcome::Deleted);
     (e, cap)
 }
@@ -169,7 +183,7 @@ struct Outcome {
 fn run(ops: &[Op], costs: &[u32], quantised: Quantised, exact: bool) -> (Outcome, Outcome) {
     let (mut e, cap) = one_page(EvictionPolicy::GdWheel);
     let mut m = GdPq::new(cap, quantised);
-    let v = vec![b'v'; VALUE_LEN];
+    let full = vec![b'v'; FULL_LEN];
     let (mut eo, mut mo) = (Outcome::default(), Outcome::default());
     let mut evicted_cost = 0u64;
     let keys = costs.len() as u32;
@@ -190,7 +204,7 @@ fn run(ops: &[Op], costs: &[u32], quantised: Quantised, exact: bool) -> (Outcome
                     let kb = key(k);
                     let st = Store {
                         cost: Some(cost),
-                        ..Store::set(&kb, &v)
+                        ..Store::set(&kb, value_of(k, &full))
                     };
                     assert!(matches!(e.store(&st), StoreOutcome::Stored { .. }));
                 }
@@ -206,7 +220,7 @@ fn run(ops: &[Op], costs: &[u32], quantised: Quantised, exact: bool) -> (Outcome
                 let kb = key(k);
                 let st = Store {
                     cost: Some(cost),
-                    ..Store::set(&kb, &v)
+                    ..Store::set(&kb, value_of(k, &full))
                 };
                 assert!(matches!(e.store(&st), StoreOutcome::Stored { .. }));
                 victim = m.store(k, cost);
@@ -303,7 +317,7 @@ proptest! {
         ops in proptest::collection::vec((0.0f64..1.0).prop_map(|u| (u * u * 600.0) as u32), 2500),
     ) {
         let (mut e, cap) = one_page(EvictionPolicy::GdWheel);
-        let v = vec![b'v'; VALUE_LEN];
+        let full = vec![b'v'; FULL_LEN];
         // LRU: key -> last use, and the uses in order.
         let mut last: HashMap<u32, u64> = HashMap::new();
         let mut by_age: BTreeSet<(u64, u32)> = BTreeSet::new();
@@ -315,7 +329,7 @@ proptest! {
                 by_age.remove(&(old, k));
             } else {
                 let kb = key(k);
-                let st = Store { cost, ..Store::set(&kb, &v) };
+                let st = Store { cost, ..Store::set(&kb, value_of(k, &full)) };
                 let stored = matches!(e.store(&st), StoreOutcome::Stored { .. });
                 prop_assert!(stored);
                 if last.len() > cap {

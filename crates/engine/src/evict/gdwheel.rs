@@ -41,9 +41,8 @@
 //! distinct costs; the unit is whatever the client sends (or microseconds
 //! when learned, see `cost`).
 //!
-//! Per-item state. The 16-byte header has no room for queue links, so with
-//! this policy every chunk ends with a 12-byte trailer (the engine asks the
-//! allocator for `TRAILER_LEN` more bytes; LRU keeps 16-byte items):
+//! Per-item state. The 16-byte header has no room for queue links, so every
+//! item has a 12-byte trailer:
 //!
 //! ```text
 //! byte 0..9    prev and next item locations in the queue, 36 bits each
@@ -54,9 +53,22 @@
 //!
 //! Storing H's low bits is what lets a level-1 or level-2 queue be cascaded
 //! without knowing when each item was inserted, and what tells `unlink` which
-//! queue an item is in. Per class the wheels take 768 queues x 16 bytes
-//! (12 KB), allocated when the class links its first item and counted in the
-//! memory limit by the engine (`memory_bytes`).
+//! queue an item is in.
+//!
+//! Where the trailer lives: items go to the same slab class as under LRU,
+//! and a chunk is usually larger than its item (classes grow by `-f`, 25%), so
+//! the trailer takes the chunk's last 12 bytes when the item leaves that much
+//! room. Only an item that (nearly) fills its chunk keeps its trailer aside,
+//! in a per-page side array of 12 bytes per chunk, allocated the first time
+//! a page needs it and counted in the memory limit. Reserving 12 bytes in
+//! every chunk instead would move exact fits up a whole class (GD-Wheel's
+//! 4 KB workload: 4128-byte items in 4128-byte chunks would take 5160-byte
+//! ones, 20% fewer items), and a side array for every page would cost 12
+//! bytes per item even where the slack is free (3.4% of the memory of
+//! 256-byte values in 348-byte chunks). So the memory cost of GD-Wheel is 0
+//! for items with 12 bytes of slack, 12 bytes per chunk of pages where some
+//! item has none, plus the wheels: 768 queues x 16 bytes (12 KB) per slab
+//! class that holds items (`memory_bytes`; docs/cost.md has measurements).
 
 use super::Victim;
 use crate::item;
@@ -162,91 +174,179 @@ fn next_set(map: &[u64; SLOTS / 64], from: usize) -> Option<usize> {
     }
 }
 
-// Trailer access. The trailer is the last TRAILER_LEN bytes of the chunk.
+// Trailer access.
 
+/// An item's queue links and priority bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Trailer {
+    prev: u64,
+    next: u64,
+    h24: u64,
+}
+
+impl Trailer {
+    #[inline]
+    fn decode(t: &[u8]) -> Trailer {
+        let lo = u64::from_le_bytes([t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]]);
+        Trailer {
+            prev: lo & LOC_MASK,
+            next: (lo >> 36) | ((t[8] as u64) << 28),
+            h24: u32::from_le_bytes([t[9], t[10], t[11], 0]) as u64,
+        }
+    }
+
+    #[inline]
+    fn encode(&self, t: &mut [u8]) {
+        let lo = self.prev | (self.next << 36);
+        t[..8].copy_from_slice(&lo.to_le_bytes());
+        t[8] = (self.next >> 28) as u8;
+        t[9..12].copy_from_slice(&(self.h24 & H_MASK).to_le_bytes()[..3]);
+    }
+}
+
+/// Whether the item in `chunk` leaves room for its trailer at the end.
 #[inline]
-fn trailer(chunk: &[u8]) -> &[u8] {
-    &chunk[chunk.len() - TRAILER_LEN..]
+fn fits_in_chunk(chunk: &[u8]) -> bool {
+    item::stored_len(chunk) + TRAILER_LEN <= chunk.len()
 }
 
+/// Trailers of items that fill their chunk: per page number, TRAILER_LEN
+/// bytes per chunk (allocated on first use, grown if the page changes class).
+#[derive(Default)]
+struct Side {
+    pages: Vec<Option<Box<[u8]>>>,
+    bytes: usize,
+}
+
+/// The trailer of the item at `loc`.
 #[inline]
-fn trailer_mut(chunk: &mut [u8]) -> &mut [u8] {
-    let n = chunk.len();
-    &mut chunk[n - TRAILER_LEN..]
+fn read(slabs: &Slabs, side: &Side, loc: u64) -> Trailer {
+    let chunk = slabs.chunk(loc);
+    if fits_in_chunk(chunk) {
+        return Trailer::decode(&chunk[chunk.len() - TRAILER_LEN..]);
+    }
+    let (page, c) = slabs.split(loc);
+    let at = c as usize * TRAILER_LEN;
+    let arr = side
+        .pages
+        .get(page as usize)
+        .and_then(|a| a.as_deref())
+        .expect("an item without room in its chunk has a side trailer");
+    Trailer::decode(&arr[at..at + TRAILER_LEN])
 }
 
-#[inline]
-fn links(t: &[u8]) -> (u64, u64) {
-    let lo = u64::from_le_bytes([t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]]);
-    (lo & LOC_MASK, (lo >> 36) | ((t[8] as u64) << 28))
+/// The chunks and the side arrays: where trailers are read and written.
+struct Mem<'a> {
+    slabs: &'a mut Slabs,
+    side: &'a mut Side,
 }
 
-#[inline]
-fn set_links(t: &mut [u8], prev: u64, next: u64) {
-    let lo = prev | (next << 36);
-    t[..8].copy_from_slice(&lo.to_le_bytes());
-    t[8] = (next >> 28) as u8;
+impl Mem<'_> {
+    #[inline]
+    fn get(&self, loc: u64) -> Trailer {
+        read(self.slabs, self.side, loc)
+    }
+
+    #[inline]
+    fn put(&mut self, loc: u64, t: Trailer) {
+        let chunk = self.slabs.chunk_mut(loc);
+        if fits_in_chunk(chunk) {
+            let n = chunk.len();
+            t.encode(&mut chunk[n - TRAILER_LEN..]);
+            return;
+        }
+        let (page, c) = self.slabs.split(loc);
+        let at = c as usize * TRAILER_LEN;
+        let (page, need) = (page as usize, self.page_chunks(loc) * TRAILER_LEN);
+        if self.side.pages.len() <= page {
+            self.side.pages.resize_with(page + 1, || None);
+        }
+        let slot = &mut self.side.pages[page];
+        if slot.as_ref().is_none_or(|a| a.len() < need) {
+            let old = slot.as_ref().map_or(0, |a| a.len());
+            self.side.bytes = self.side.bytes + need - old;
+            // Nothing on the page needs the old contents: a page changes
+            // class only once all its items are gone.
+            *slot = Some(vec![0u8; need].into_boxed_slice());
+        }
+        if let Some(arr) = slot.as_deref_mut() {
+            t.encode(&mut arr[at..at + TRAILER_LEN]);
+        }
+    }
+
+    /// Chunks on the page of `loc`.
+    fn page_chunks(&self, loc: u64) -> usize {
+        let (page, _) = self.slabs.split(loc);
+        self.slabs.pages[page as usize]
+            .as_ref()
+            .map_or(0, |p| p.nchunks as usize)
+    }
+
+    #[inline]
+    fn set_prev(&mut self, loc: u64, prev: u64) {
+        let t = self.get(loc);
+        self.put(loc, Trailer { prev, ..t });
+    }
+
+    #[inline]
+    fn set_next(&mut self, loc: u64, next: u64) {
+        let t = self.get(loc);
+        self.put(loc, Trailer { next, ..t });
+    }
 }
 
-#[inline]
-fn h24(t: &[u8]) -> u64 {
-    u32::from_le_bytes([t[9], t[10], t[11], 0]) as u64
-}
-
-#[inline]
-fn set_h24(t: &mut [u8], h: u64) {
-    t[9..12].copy_from_slice(&(h & H_MASK).to_le_bytes()[..3]);
-}
-
-fn set_prev(slabs: &mut Slabs, loc: u64, prev: u64) {
-    let t = trailer_mut(slabs.chunk_mut(loc));
-    let (_, next) = links(t);
-    set_links(t, prev, next);
-}
-
-fn set_next(slabs: &mut Slabs, loc: u64, next: u64) {
-    let t = trailer_mut(slabs.chunk_mut(loc));
-    let (prev, _) = links(t);
-    set_links(t, prev, next);
-}
-
-/// Append `loc` as the newest item of queue `q`.
-fn push_back(w: &mut Wheels, slabs: &mut Slabs, q: usize, loc: u64) {
+/// Append `loc` (priority `h`) as the newest item of queue `q`.
+fn push_back(w: &mut Wheels, m: &mut Mem, q: usize, loc: u64, h: u64) {
     let last = w.tail[q];
-    set_links(trailer_mut(slabs.chunk_mut(loc)), last, NIL);
+    m.put(
+        loc,
+        Trailer {
+            prev: last,
+            next: NIL,
+            h24: h,
+        },
+    );
     if last == NIL {
         w.head[q] = loc;
         w.mark(q, true);
     } else {
-        set_next(slabs, last, loc);
+        m.set_next(last, loc);
     }
     w.tail[q] = loc;
 }
 
-/// Put `loc` before every item of queue `q` (the next victim of its queue).
-fn push_front(w: &mut Wheels, slabs: &mut Slabs, q: usize, loc: u64) {
+/// Put `loc` (priority `h`) before every item of queue `q` (the next victim
+/// of its queue).
+fn push_front(w: &mut Wheels, m: &mut Mem, q: usize, loc: u64, h: u64) {
     let first = w.head[q];
-    set_links(trailer_mut(slabs.chunk_mut(loc)), NIL, first);
+    m.put(
+        loc,
+        Trailer {
+            prev: NIL,
+            next: first,
+            h24: h,
+        },
+    );
     if first == NIL {
         w.tail[q] = loc;
         w.mark(q, true);
     } else {
-        set_prev(slabs, first, loc);
+        m.set_prev(first, loc);
     }
     w.head[q] = loc;
 }
 
-fn remove(w: &mut Wheels, slabs: &mut Slabs, q: usize, loc: u64) {
-    let (prev, next) = links(trailer(slabs.chunk(loc)));
-    if prev == NIL {
-        w.head[q] = next;
+/// Take `loc` (trailer `t`) out of queue `q`.
+fn remove(w: &mut Wheels, m: &mut Mem, q: usize, t: Trailer) {
+    if t.prev == NIL {
+        w.head[q] = t.next;
     } else {
-        set_next(slabs, prev, next);
+        m.set_next(t.prev, t.next);
     }
-    if next == NIL {
-        w.tail[q] = prev;
+    if t.next == NIL {
+        w.tail[q] = t.prev;
     } else {
-        set_prev(slabs, next, prev);
+        m.set_prev(t.next, t.prev);
     }
     if w.head[q] == NIL {
         w.mark(q, false);
@@ -255,25 +355,25 @@ fn remove(w: &mut Wheels, slabs: &mut Slabs, q: usize, loc: u64) {
 
 /// Move every item of queue `q` (a level-1 or level-2 queue whose block the
 /// hand just entered) to the queue of its H, oldest first.
-fn cascade(w: &mut Wheels, slabs: &mut Slabs, q: usize) {
+fn cascade(w: &mut Wheels, m: &mut Mem, q: usize) {
     let mut cur = w.head[q];
     w.head[q] = NIL;
     w.tail[q] = NIL;
     w.mark(q, false);
     while cur != NIL {
-        let t = trailer(slabs.chunk(cur));
-        let (_, next) = links(t);
-        let h = w.h_of(h24(t));
+        let t = m.get(cur);
+        let h = w.h_of(t.h24);
         let to = place(h, w.hand);
         debug_assert!(to < q - q % SLOTS, "cascade goes down a level");
-        push_back(w, slabs, to, cur);
-        cur = next;
+        push_back(w, m, to, cur, h);
+        cur = t.next;
     }
 }
 
 /// GD-Wheel state for every slab class.
 pub struct GdWheel {
     classes: Vec<Option<Box<Wheels>>>,
+    side: Side,
     /// Dequantised costs by header byte (`item::dequantize_cost`), so that a
     /// hit costs a table lookup instead of a `powf`.
     costs: Box<[u32; 256]>,
@@ -283,19 +383,28 @@ impl GdWheel {
     pub fn new(nclasses: usize) -> GdWheel {
         GdWheel {
             classes: (0..nclasses).map(|_| None).collect(),
+            side: Side::default(),
             costs: super::cost_table(),
         }
     }
 
-    /// Bytes of wheels allocated so far (the engine counts them in `-m`).
+    /// Bytes of wheels and side arrays allocated so far (the engine counts
+    /// them in `-m`).
     pub fn memory_bytes(&self) -> usize {
         self.classes.iter().flatten().count() * Wheels::BYTES
             + self.classes.capacity() * std::mem::size_of::<Option<Box<Wheels>>>()
+            + self.side.bytes
+            + self.side.pages.capacity() * std::mem::size_of::<Option<Box<[u8]>>>()
+    }
+
+    /// Bytes of side arrays alone (trailers of items that fill their chunk).
+    pub fn side_bytes(&self) -> usize {
+        self.side.bytes
     }
 
     #[inline]
     fn cost(&self, chunk: &[u8]) -> u64 {
-        self.costs[item::Header::read(chunk).cost as usize] as u64
+        self.costs[item::cost_code(chunk) as usize] as u64
     }
 
     /// A new item: H = L + cost.
@@ -303,9 +412,12 @@ impl GdWheel {
         debug_assert!(loc != NIL && loc <= LOC_MASK);
         let cost = self.cost(slabs.chunk(loc));
         let w = self.classes[class].get_or_insert_with(|| Box::new(Wheels::new()));
+        let mut m = Mem {
+            slabs,
+            side: &mut self.side,
+        };
         let h = (w.hand + cost).min(w.h_max());
-        set_h24(trailer_mut(slabs.chunk_mut(loc)), h);
-        push_back(w, slabs, place(h, w.hand), loc);
+        push_back(w, &mut m, place(h, w.hand), loc, h);
         w.len += 1;
     }
 
@@ -315,8 +427,12 @@ impl GdWheel {
             debug_assert!(false, "unlink from a class without wheels");
             return;
         };
-        let h = w.h_of(h24(trailer(slabs.chunk(loc))));
-        remove(w, slabs, place(h, w.hand), loc);
+        let mut m = Mem {
+            slabs,
+            side: &mut self.side,
+        };
+        let t = m.get(loc);
+        remove(w, &mut m, place(w.h_of(t.h24), w.hand), t);
         w.len -= 1;
     }
 
@@ -326,39 +442,46 @@ impl GdWheel {
         let Some(w) = self.classes[class].as_deref_mut() else {
             return;
         };
-        let t = trailer(slabs.chunk(loc));
-        let (_, next) = links(t);
-        let old = w.h_of(h24(t));
+        let mut m = Mem {
+            slabs,
+            side: &mut self.side,
+        };
+        let t = m.get(loc);
+        let old = w.h_of(t.h24);
         let h = (w.hand + cost).min(w.h_max());
-        if h == old && next == NIL {
+        if h == old && t.next == NIL {
             // Already the newest item of the queue it would go to.
             return;
         }
-        remove(w, slabs, place(old, w.hand), loc);
-        set_h24(trailer_mut(slabs.chunk_mut(loc)), h);
-        push_back(w, slabs, place(h, w.hand), loc);
+        remove(w, &mut m, place(old, w.hand), t);
+        push_back(w, &mut m, place(h, w.hand), loc, h);
     }
 
-    /// The chunk at `from` was copied to `to` (trailer included) when its
-    /// page was emptied: point its neighbours at the new place.
+    /// The chunk at `from` was copied to `to` (same class) when its page was
+    /// emptied; `from` is still intact. Move the trailer if it lives aside,
+    /// and point the item's neighbours at the new place.
     pub fn relocate(&mut self, slabs: &mut Slabs, class: usize, from: u64, to: u64) {
         let Some(w) = self.classes[class].as_deref_mut() else {
             return;
         };
-        let t = trailer(slabs.chunk(to));
-        let (prev, next) = links(t);
-        let q = place(w.h_of(h24(t)), w.hand);
-        if prev == NIL {
+        let mut m = Mem {
+            slabs,
+            side: &mut self.side,
+        };
+        let t = m.get(from);
+        m.put(to, t);
+        let q = place(w.h_of(t.h24), w.hand);
+        if t.prev == NIL {
             debug_assert_eq!(w.head[q], from);
             w.head[q] = to;
         } else {
-            set_next(slabs, prev, to);
+            m.set_next(t.prev, to);
         }
-        if next == NIL {
+        if t.next == NIL {
             debug_assert_eq!(w.tail[q], from);
             w.tail[q] = to;
         } else {
-            set_prev(slabs, next, to);
+            m.set_prev(t.next, to);
         }
     }
 
@@ -374,7 +497,8 @@ impl GdWheel {
 
     /// GreedyDual's victim in `class`: the oldest item with the smallest H.
     /// The hand moves to its H (cascading on the way); the caller unlinks the
-    /// item. `protect` (an item about to be replaced) is never chosen.
+    /// item. `protect` (an item about to be replaced or moved) is never
+    /// chosen.
     pub fn victim(
         &mut self,
         slabs: &mut Slabs,
@@ -383,25 +507,28 @@ impl GdWheel {
         protect: Option<u64>,
     ) -> Option<Victim> {
         let w = self.classes[class].as_deref_mut()?;
+        let protect = protect.filter(|&p| slabs.is_live(p) && slabs.class_of(p) == class);
+        let mut m = Mem {
+            slabs,
+            side: &mut self.side,
+        };
         // Take the protected item out while searching, so that the search
         // neither returns it nor has to step around it.
-        let protected = protect
-            .filter(|&p| slabs.is_live(p) && slabs.class_of(p) == class)
-            .map(|p| {
-                let h = w.h_of(h24(trailer(slabs.chunk(p))));
-                remove(w, slabs, place(h, w.hand), p);
-                (p, h)
-            });
-        let found = Self::advance(w, slabs);
+        let protected = protect.map(|p| {
+            let t = m.get(p);
+            let h = w.h_of(t.h24);
+            remove(w, &mut m, place(h, w.hand), t);
+            (p, h)
+        });
+        let found = Self::advance(w, &mut m);
         if let Some((p, h)) = protected {
             // Back as the oldest of its priority; the hand may have passed
             // its H, in which case it is the very next victim.
             let h = h.max(w.hand);
-            set_h24(trailer_mut(slabs.chunk_mut(p)), h);
-            push_front(w, slabs, place(h, w.hand), p);
+            push_front(w, &mut m, place(h, w.hand), p, h);
         }
         let loc = found?;
-        let exp = item::exptime(slabs.chunk(loc));
+        let exp = item::exptime(m.slabs.chunk(loc));
         Some(if exp != 0 && exp <= now {
             Victim::Expired(loc)
         } else {
@@ -411,7 +538,7 @@ impl GdWheel {
 
     /// Move the hand to the smallest H present and return that queue's
     /// oldest item.
-    fn advance(w: &mut Wheels, slabs: &mut Slabs) -> Option<u64> {
+    fn advance(w: &mut Wheels, m: &mut Mem) -> Option<u64> {
         loop {
             if let Some(s) = next_set(&w.occupied[0], (w.hand & 0xff) as usize) {
                 w.hand = (w.hand & !0xff) | s as u64;
@@ -420,7 +547,7 @@ impl GdWheel {
             // Nothing left in the hand's 256-block: the next one with items.
             if let Some(s) = next_set(&w.occupied[1], ((w.hand >> 8) & 0xff) as usize + 1) {
                 w.hand = (w.hand & !0xffff) | ((s as u64) << 8);
-                cascade(w, slabs, SLOTS + s);
+                cascade(w, m, SLOTS + s);
                 continue;
             }
             // Nothing left in the hand's 2^16 block: the next one on the ring.
@@ -429,7 +556,7 @@ impl GdWheel {
             let ahead = (s + SLOTS - start) % SLOTS;
             debug_assert!(ahead != 0, "the hand's own block is never on the ring");
             w.hand = ((w.hand >> 16) + ahead as u64) << 16;
-            cascade(w, slabs, 2 * SLOTS + s);
+            cascade(w, m, 2 * SLOTS + s);
         }
     }
 
@@ -458,10 +585,10 @@ impl GdWheel {
             .map_or(0, |w| w.hand)
     }
 
-    /// An item's priority H (its credit above the hand is H - hand).
+    /// A live item's priority H (its credit above the hand is H - hand).
     pub fn priority(&self, slabs: &Slabs, class: usize, loc: u64) -> Option<u64> {
         let w = self.classes.get(class)?.as_deref()?;
-        Some(w.h_of(h24(trailer(slabs.chunk(loc)))))
+        Some(w.h_of(read(slabs, &self.side, loc).h24))
     }
 
     /// Items linked in `class`.
@@ -474,7 +601,8 @@ impl GdWheel {
 
     /// Check the wheels (tests): links agree both ways, every item sits in
     /// the queue of its H, no H is below the hand, the occupancy maps and
-    /// counts are right, and every live item of a class is linked.
+    /// counts are right, every live item of a class is linked, and the side
+    /// arrays' byte count is right.
     pub fn validate(&self, slabs: &Slabs) {
         for (class, w) in self.classes.iter().enumerate() {
             let Some(w) = w.as_deref() else {
@@ -490,21 +618,22 @@ impl GdWheel {
                 while cur != NIL {
                     assert!(slabs.is_live(cur), "queued item is live");
                     assert_eq!(slabs.class_of(cur), class);
-                    let t = trailer(slabs.chunk(cur));
-                    let (p, next) = links(t);
-                    assert_eq!(p, prev, "prev link");
-                    let h = w.h_of(h24(t));
+                    let t = read(slabs, &self.side, cur);
+                    assert_eq!(t.prev, prev, "prev link");
+                    let h = w.h_of(t.h24);
                     assert!(h >= w.hand && h <= w.h_max());
                     assert_eq!(place(h, w.hand), q, "item in the queue of its H");
                     n += 1;
                     prev = cur;
-                    cur = next;
+                    cur = t.next;
                 }
                 assert_eq!(w.tail[q], prev, "tail");
             }
             assert_eq!(n, w.len, "len");
             assert_eq!(n, slabs.classes[class].used, "every live item is queued");
         }
+        let bytes: usize = self.side.pages.iter().flatten().map(|a| a.len()).sum();
+        assert_eq!(bytes, self.side.bytes, "side array bytes");
     }
 }
 
@@ -513,16 +642,20 @@ mod tests {
     use super::*;
     use crate::slab::{class_sizes, Slabs};
 
-    /// One page of 64-byte chunks holding items with the given cost bytes.
+    /// One page of 64-byte chunks holding items with the given cost bytes;
+    /// odd ones fill their chunk (trailer in a side array), even ones leave
+    /// room (trailer in the chunk).
     fn setup(costs: &[u8]) -> (Slabs, GdWheel, Vec<u64>) {
         let mut s = Slabs::new(1 << 12, &class_sizes(64, 1.25, 1 << 12));
         let p = s.new_page();
         s.assign(p, 0);
         let mut g = GdWheel::new(s.classes.len());
         let mut locs = Vec::new();
-        for &c in costs {
+        for (i, &c) in costs.iter().enumerate() {
             let l = s.take_free(0).unwrap();
-            item::write(s.chunk_mut(l), 1, 0, c, item::LIVE, 0, 0, b"k", &[]);
+            let value = vec![b'v'; if i % 2 == 1 { 64 - 17 } else { 10 }];
+            item::write(s.chunk_mut(l), 1, 0, c, item::LIVE, 0, 0, b"k", &[&value]);
+            assert_eq!(fits_in_chunk(s.chunk(l)), i % 2 == 0);
             s.classes[0].used += 1;
             g.link(&mut s, 0, l);
             locs.push(l);
@@ -544,13 +677,25 @@ mod tests {
 
     #[test]
     fn trailer_round_trip() {
-        let mut t = [0u8; TRAILER_LEN];
-        for (p, n) in [(0, NIL), (NIL, 0), (LOC_MASK - 1, 12345), (7, LOC_MASK - 3)] {
-            set_links(&mut t, p, n);
-            set_h24(&mut t, 0xabcdef);
-            assert_eq!(links(&t), (p, n));
-            assert_eq!(h24(&t), 0xabcdef);
+        let mut b = [0u8; TRAILER_LEN];
+        for (prev, next) in [(0, NIL), (NIL, 0), (LOC_MASK - 1, 12345), (7, LOC_MASK - 3)] {
+            let t = Trailer {
+                prev,
+                next,
+                h24: 0xabcdef,
+            };
+            t.encode(&mut b);
+            assert_eq!(Trailer::decode(&b), t);
         }
+    }
+
+    #[test]
+    fn side_arrays_only_for_pages_that_need_them() {
+        let (_, g, _) = setup(&[1, 1, 1]);
+        // One 4 KB page of 64 chunks: 64 x 12 bytes aside.
+        assert_eq!(g.side_bytes(), 64 * TRAILER_LEN);
+        let (_, g, _) = setup(&[1]);
+        assert_eq!(g.side_bytes(), 0);
     }
 
     #[test]
@@ -581,18 +726,20 @@ mod tests {
 
     #[test]
     fn a_hit_moves_an_item_behind_its_equals() {
-        let (mut s, mut g, l) = setup(&[1, 1, 1]);
+        let (mut s, mut g, l) = setup(&[1, 1, 1, 1]);
         g.touch(&mut s, 0, l[0]);
+        g.touch(&mut s, 0, l[1]);
         g.validate(&s);
-        assert_eq!(evict(&mut s, &mut g), l[1]);
         assert_eq!(evict(&mut s, &mut g), l[2]);
+        assert_eq!(evict(&mut s, &mut g), l[3]);
         assert_eq!(evict(&mut s, &mut g), l[0]);
+        assert_eq!(evict(&mut s, &mut g), l[1]);
     }
 
     #[test]
     fn large_costs_cascade_through_the_levels() {
-        // q=200 is about 2^24.9: capped to the ring's end. q=120 ~ 32768
-        // (level 1 or 2), q=80 ~ 1024 (level 1), q=30 ~ 13 (level 0).
+        // q=200 is about 2^24.9: capped to the ring's end. q=120 ~ 30000
+        // and q=80 ~ 940 (level 1), q=30 ~ 12 (level 0).
         let (mut s, mut g, l) = setup(&[200, 120, 80, 30, 120]);
         let hs: Vec<u64> = l.iter().map(|&x| g.priority(&s, 0, x).unwrap()).collect();
         assert_eq!(hs[0], g.classes[0].as_ref().unwrap().h_max());
@@ -630,22 +777,27 @@ mod tests {
 
     #[test]
     fn relocate_keeps_the_queue_order() {
-        let (mut s, mut g, l) = setup(&[1, 1, 1]);
-        let to = s.take_free(0).unwrap();
-        for &from in &[l[1], l[0]] {
+        // Items 0 and 2 keep their trailer in the chunk, 1 and 3 aside.
+        let (mut s, mut g, l) = setup(&[1, 1, 1, 1]);
+        let spare = s.take_free(0).unwrap();
+        let mut now = l.clone();
+        for i in [1, 0, 3, 2] {
+            let (from, to) = (now[i], spare);
             let tmp = s.chunk(from).to_vec();
             s.chunk_mut(to).copy_from_slice(&tmp);
             g.relocate(&mut s, 0, from, to);
             item::set_bits(s.chunk_mut(from), 0);
             g.validate(&s);
-            // Move it back so the next round can reuse `to`.
+            // And back, so that the next round can use the spare chunk.
             let tmp = s.chunk(to).to_vec();
             s.chunk_mut(from).copy_from_slice(&tmp);
             g.relocate(&mut s, 0, to, from);
             item::set_bits(s.chunk_mut(to), 0);
+            g.validate(&s);
+            now[i] = from;
         }
-        assert_eq!(evict(&mut s, &mut g), l[0]);
-        assert_eq!(evict(&mut s, &mut g), l[1]);
-        assert_eq!(evict(&mut s, &mut g), l[2]);
+        for &x in &l {
+            assert_eq!(evict(&mut s, &mut g), x);
+        }
     }
 }

@@ -14,11 +14,12 @@
 //! - `clear` when everything goes at once (`flush_all`),
 //!
 //! and asks `victim(class)` for a chunk when the class has no free one. A
-//! victim is only chosen, not removed: the engine unlinks it. Per-item state
-//! lives in the chunk: CLOCK uses the header's REF bit, GD-Wheel a trailer of
-//! [`Policy::trailer_len`] bytes at the chunk's end that the engine reserves
-//! when it picks the chunk's class. Whatever else a policy allocates it
-//! reports in [`Policy::memory_bytes`], which the engine counts in `-m`.
+//! victim is only chosen, not removed: the engine unlinks it. Items go to the
+//! same class under every policy. Per-item state: CLOCK uses the header's
+//! REF bit; GD-Wheel a 12-byte trailer in the chunk's slack after the item,
+//! or in a per-page side array when the item fills its chunk. Whatever a
+//! policy allocates it reports in [`Policy::memory_bytes`], which the engine
+//! counts in `-m`.
 //! Every hook is O(1) (amortised for GD-Wheel's victim search); the engine
 //! calls them under its lock.
 //!
@@ -106,16 +107,6 @@ impl Policy {
         }
     }
 
-    /// Bytes every chunk reserves after the item for the policy.
-    #[inline]
-    pub fn trailer_len(&self) -> usize {
-        if self.wheel.is_some() {
-            gdwheel::TRAILER_LEN
-        } else {
-            0
-        }
-    }
-
     /// Memory the policy holds outside the pages.
     pub fn memory_bytes(&self) -> usize {
         self.wheel.as_ref().map_or(0, GdWheel::memory_bytes) + self.live_cost.capacity() * 8
@@ -124,7 +115,7 @@ impl Policy {
     /// The dequantised cost of the item in `chunk`.
     #[inline]
     pub fn cost_of(&self, chunk: &[u8]) -> u32 {
-        self.costs[item::Header::read(chunk).cost as usize]
+        self.costs[item::cost_code(chunk) as usize]
     }
 
     #[inline]
