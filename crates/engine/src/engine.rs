@@ -254,7 +254,7 @@ impl Engine {
             rebal: Rebalancer::new(
                 config.rebalance,
                 &config.rebalance_tuning,
-                sizes.len(),
+                &slabs.classes.iter().map(|c| c.per_page).collect::<Vec<_>>(),
                 config.memory_limit,
                 page_size,
             ),
@@ -1034,7 +1034,7 @@ impl Engine {
             cost_capacity_misses: self.rebal.totals().cost_capacity_misses,
             rebalance_decisions: self.rebal.decisions,
             rebalance_bytes: self.rebal.memory_bytes() as u64,
-            ghost_window: self.rebal.ghost_window() as u64,
+            ghost_capacity: self.rebal.ghost_capacity() as u64,
         }
     }
 

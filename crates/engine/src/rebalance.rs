@@ -52,15 +52,25 @@ pub struct Tuning {
     pub sas_misses: u64,
     /// SAS: counter decay per decision (0 = the paper's per-interval counters).
     pub sas_decay: f64,
-    /// Ghost set bytes; 0 = 1/256 of the memory limit (64 KB..16 MB).
+    /// SAS: which class gives the page (the paper's rule or the least
+    /// marginal value).
+    pub sas_donor: SasDonor,
+    /// Ghost set window, in pages of each class's evictions.
+    pub ghost_pages: u32,
+    /// Ghost set bytes; 0 = what the window needs, at most 1/256 of the
+    /// memory limit (at least 64 KB, at most 16 MB).
     pub ghost_bytes: usize,
 }
+
+pub use sas::SasDonor;
 
 impl Default for Tuning {
     fn default() -> Self {
         Tuning {
             sas_misses: 10_000,
             sas_decay: 0.5,
+            sas_donor: SasDonor::Paper,
+            ghost_pages: 4,
             ghost_bytes: 0,
         }
     }
@@ -133,16 +143,19 @@ pub struct Rebalancer {
 }
 
 impl Rebalancer {
+    /// `per_page`: items per page of each class.
     pub fn new(
         policy: RebalancePolicy,
         tuning: &Tuning,
-        nclasses: usize,
+        per_page: &[u32],
         memory_limit: usize,
         page_size: usize,
     ) -> Rebalancer {
+        let nclasses = per_page.len();
         let sas = policy == RebalancePolicy::Sas;
         let ghost_bytes = match tuning.ghost_bytes {
-            0 => (memory_limit / 256).clamp(64 << 10, 16 << 20),
+            0 => GhostSet::bytes_for(per_page, tuning.ghost_pages)
+                .min((memory_limit / 256).clamp(64 << 10, 16 << 20)),
             b => b,
         };
         let mut costs = Box::new([0u32; 256]);
@@ -151,14 +164,21 @@ impl Rebalancer {
         }
         Rebalancer {
             policy,
-            ghost: sas.then(|| GhostSet::new(GhostSet::window_for_bytes(ghost_bytes))),
+            ghost: sas.then(|| GhostSet::new(per_page, tuning.ghost_pages, ghost_bytes)),
             pending: if sas {
                 vec![0; PENDING].into_boxed_slice()
             } else {
                 Box::default()
             },
             counts: vec![ClassCounts::default(); nclasses],
-            sas: sas.then(|| Sas::new(nclasses, tuning.sas_misses, tuning.sas_decay)),
+            sas: sas.then(|| {
+                Sas::new(
+                    nclasses,
+                    tuning.sas_misses,
+                    tuning.sas_decay,
+                    tuning.sas_donor,
+                )
+            }),
             cpb: (policy == RebalancePolicy::CostPerByte)
                 .then(|| CostPerByte::new(nclasses, page_size)),
             automove: Automove::new(nclasses),
@@ -176,9 +196,9 @@ impl Rebalancer {
         self.ghost.as_ref().map_or(0, GhostSet::memory_bytes) + self.pending.len() * 4
     }
 
-    /// Keys the ghost set remembers (0 without one).
-    pub fn ghost_window(&self) -> usize {
-        self.ghost.as_ref().map_or(0, GhostSet::window)
+    /// Keys the ghost set can hold (0 without one).
+    pub fn ghost_capacity(&self) -> usize {
+        self.ghost.as_ref().map_or(0, GhostSet::capacity)
     }
 
     #[inline]
@@ -350,8 +370,9 @@ mod tests {
             sas_misses: every,
             sas_decay: 0.0,
             ghost_bytes: 64 << 10,
+            ..Tuning::default()
         };
-        Rebalancer::new(RebalancePolicy::Sas, &t, 4, 64 << 20, 1 << 20)
+        Rebalancer::new(RebalancePolicy::Sas, &t, &[1000; 4], 64 << 20, 1 << 20)
     }
 
     #[test]
@@ -411,17 +432,21 @@ mod tests {
             (RebalancePolicy::CostPerByte, false),
             (RebalancePolicy::Sas, true),
         ] {
-            let mut r = Rebalancer::new(p, &t, 4, 64 << 20, 1 << 20);
+            let mut r = Rebalancer::new(p, &t, &[1000; 4], 64 << 20, 1 << 20);
             assert_eq!(r.memory_bytes() > 0, ghost, "{p:?}");
             r.evicted(h(1), 1, 10);
             r.miss(h(1));
             assert_eq!(r.totals().capacity_misses, u64::from(ghost));
         }
-        // 1/256 of the memory limit, within bounds.
-        let r = Rebalancer::new(RebalancePolicy::Sas, &t, 4, 64 << 20, 1 << 20);
-        assert!(r.memory_bytes() <= (256 << 10) + 4096);
-        let r = Rebalancer::new(RebalancePolicy::Sas, &t, 4, 1 << 20, 1 << 20);
-        assert!(r.memory_bytes() <= (64 << 10) + 4096);
+        // What the window needs, at most 1/256 of the memory limit (at
+        // least 64 KB).
+        let big = [30_000u32; 40];
+        let r = Rebalancer::new(RebalancePolicy::Sas, &t, &big, 64 << 20, 1 << 20);
+        assert_eq!(r.memory_bytes(), (256 << 10) + 4096);
+        let r = Rebalancer::new(RebalancePolicy::Sas, &t, &big, 1 << 20, 1 << 20);
+        assert_eq!(r.memory_bytes(), (64 << 10) + 4096);
+        let r = Rebalancer::new(RebalancePolicy::Sas, &t, &[1000; 4], 1 << 30, 1 << 20);
+        assert_eq!(r.memory_bytes(), GhostSet::bytes_for(&[1000; 4], 4) + 4096);
     }
 
     #[test]

@@ -57,8 +57,8 @@ pub struct EngineStats {
     pub rebalance_decisions: u64,
     /// Bytes of the rebalancer's ghost set and tables (inside `limit_maxbytes`).
     pub rebalance_bytes: u64,
-    /// Evicted keys the ghost set remembers.
-    pub ghost_window: u64,
+    /// Evicted keys the ghost set can hold.
+    pub ghost_capacity: u64,
 }
 
 /// Per slab class counters for `stats slabs` and `stats items`.

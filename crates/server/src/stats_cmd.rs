@@ -263,6 +263,15 @@ fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "learned_costs", e.learned_costs);
     stat(out, "learn_table_bytes", e.learn_table_bytes);
     stat(out, "eviction_bytes", e.eviction_bytes);
+    // Rebalancing (docs/cost.md, "Rebalancing"): the rule, GET misses on
+    // keys evicted recently (ghost set, with `sas`) and their cost, the
+    // moves the rule decided (slabs_moved also counts `slabs reassign`),
+    // and the ghost set's memory (inside limit_maxbytes).
+    stat(out, "rebalance_policy", e.rebalance);
+    stat(out, "capacity_misses", e.capacity_misses);
+    stat(out, "cost_capacity_misses", e.cost_capacity_misses);
+    stat(out, "rebalance_decisions", e.rebalance_decisions);
+    stat(out, "rebalance_bytes", e.rebalance_bytes);
 }
 
 /// `stats settings`, in memcached's order, plus `cachalot_version` at the end.
@@ -373,6 +382,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     // cachalot's own settings (docs/cost.md).
     stat(out, "eviction", ec.eviction.name());
     stat(out, "learn_costs", yes_no(ec.learn_costs));
+    stat(out, "rebalance", ec.rebalance.name());
     stat(out, "cachalot_version", env!("CARGO_PKG_VERSION"));
 }
 
@@ -446,6 +456,12 @@ fn slabs(ctx: &Ctx<'_>, out: &mut Pairs) {
         // of the items evicted (docs/cost.md).
         st("avg_cost", c.avg_cost);
         st("evicted_cost", c.evicted_cost);
+        // Not in memcached: GET misses on keys this class evicted recently
+        // (with rebalance=sas) and their cost, pages moved in and out.
+        st("capacity_misses", c.capacity_misses);
+        st("cost_capacity_misses", c.cost_capacity_misses);
+        st("pages_in", c.pages_in);
+        st("pages_out", c.pages_out);
     }
     stat(out, "active_slabs", active);
     stat(out, "total_malloced", e.total_malloced);

@@ -40,7 +40,7 @@ use crate::slab::PageId;
 use crate::EvictionPolicy;
 
 /// A page on its way out of its class.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Drain {
     pub page: PageId,
     pub from: usize,
@@ -48,6 +48,27 @@ pub(super) struct Drain {
     pub to: Option<usize>,
     /// Next chunk to look at.
     pub next: u32,
+    /// Chunks that held a hot item when the move began (one bit each):
+    /// CLOCK's hand keeps sweeping the page while it drains and clears REF
+    /// bits, which must not make its hot items look cold.
+    pub hot: Box<[u64]>,
+}
+
+impl Drain {
+    fn was_hot(&self, chunk: u32) -> bool {
+        self.hot
+            .get(chunk as usize / 64)
+            .is_some_and(|w| w >> (chunk % 64) & 1 != 0)
+    }
+}
+
+/// Where a hot item can go.
+enum Rescue {
+    Chunk(u64),
+    /// Out of budget: keep it for the next call.
+    Later,
+    /// No chunk for it: it is evicted.
+    Nowhere,
 }
 
 /// Pages and chunks per page sampled to find the least valuable page.
@@ -158,6 +179,17 @@ impl Engine {
         false
     }
 
+    /// Begin moving a page of class index `from` to `to` (None: the pool
+    /// of unassigned pages) without waiting: `maintain` drains it. False
+    /// when a move is already running or `from` has fewer than two pages.
+    pub fn start_page_move(&mut self, from: usize, to: Option<usize>) -> bool {
+        let n = self.slabs.classes.len();
+        if from >= n || to.is_some_and(|t| t >= n || t == from) {
+            return false;
+        }
+        self.start_drain(from, to)
+    }
+
     /// Begin moving a page of `from` to `to` (None: the unassigned pool).
     fn start_drain(&mut self, from: usize, to: Option<usize>) -> bool {
         if self.drain.is_some() || self.slabs.classes[from].pages.len() < 2 {
@@ -169,11 +201,23 @@ impl Engine {
         // Off the free lists: `Slabs::free` only re-lists unlisted pages.
         self.slabs.classes[from].with_free.retain(|&p| p != page);
         self.slabs.page_mut(page).listed = true;
+        // One pass over the page's headers (a few thousand loads, well
+        // under a millisecond even for 26 214 chunks) to remember its hot
+        // items.
+        let bump = self.slabs.page_mut(page).bump;
+        let mut hot = vec![0u64; (bump as usize).div_ceil(64)].into_boxed_slice();
+        for c in 0..bump {
+            let chunk = self.slabs.chunk(self.slabs.loc(page, c));
+            if item::bits(chunk) & item::LIVE != 0 && self.is_hot(chunk, from) {
+                hot[c as usize / 64] |= 1 << (c % 64);
+            }
+        }
         self.drain = Some(Drain {
             page,
             from,
             to,
             next: 0,
+            hot,
         });
         true
     }
@@ -181,17 +225,31 @@ impl Engine {
     /// Drain up to `budget` chunks of the page in transit; hand it over
     /// when empty. Returns the chunks looked at.
     fn drain_some(&mut self, budget: usize) -> usize {
-        let Some(mut d) = self.drain else { return 0 };
+        let Some(mut d) = self.drain.take() else {
+            return 0;
+        };
         let bump = self.slabs.page_mut(d.page).bump;
-        let end = bump.min(d.next.saturating_add(budget.max(1) as u32));
-        for c in d.next..end {
-            let loc = self.slabs.loc(d.page, c);
+        // Work: chunks the cursor passes plus victims a rescue evicts.
+        let mut work = 0usize;
+        let budget = budget.max(1);
+        let start = d.next;
+        while d.next < bump && work < budget {
+            let loc = self.slabs.loc(d.page, d.next);
             if item::bits(self.slabs.chunk(loc)) & item::LIVE != 0 {
-                self.vacate(loc, d.from, d.page, true);
+                let hot = Some(d.was_hot(d.next));
+                let mut left = budget - work;
+                let gone = self.vacate(loc, d.from, d.page, hot, &mut left);
+                work = budget - left;
+                if !gone {
+                    // Out of budget while finding it a chunk: next call.
+                    break;
+                }
             }
+            d.next += 1;
+            work += 1;
         }
-        let done = (end - d.next) as usize;
-        d.next = end;
+        let done = work.max((d.next - start) as usize);
+        let end = d.next;
         if end < bump {
             self.drain = Some(d);
             return done;
@@ -203,7 +261,6 @@ impl Engine {
             self.drain = Some(d);
             return done;
         }
-        self.drain = None;
         self.hand_over(d.page, d.from, d.to);
         done.max(1)
     }
@@ -240,44 +297,82 @@ impl Engine {
     }
 
     /// Take the live item at `loc` (class `class`, on `page`, which is being
-    /// emptied) off the page: move it if hot and `rescue`, else evict it.
-    fn vacate(&mut self, loc: u64, class: usize, page: PageId, rescue: bool) {
+    /// emptied) off the page: move it if hot, else evict it. `rescue`: None
+    /// evicts everything; Some(was_hot) rescues items hot now or then.
+    /// `budget`: victims the rescue may evict on the page itself; when it
+    /// runs out the item stays (false: try again later).
+    fn vacate(
+        &mut self,
+        loc: u64,
+        class: usize,
+        page: PageId,
+        rescue: Option<bool>,
+        budget: &mut usize,
+    ) -> bool {
         let exp = item::exptime(self.slabs.chunk(loc));
         if exp != 0 && exp <= self.now() {
             self.unlink(loc);
-            return;
+            return true;
         }
-        if rescue && self.is_hot(self.slabs.chunk(loc), class) {
-            if let Some(dst) = self.rescue_chunk(loc, class, page) {
-                self.move_item(loc, dst, class);
-                self.counters.rescues += 1;
-                return;
+        let hot = match rescue {
+            None => false,
+            Some(was_hot) => was_hot || self.is_hot(self.slabs.chunk(loc), class),
+        };
+        if hot {
+            match self.rescue_chunk(loc, class, page, budget) {
+                Rescue::Chunk(dst) => {
+                    self.move_item(loc, dst, class);
+                    self.counters.rescues += 1;
+                    return true;
+                }
+                Rescue::Later => return false,
+                Rescue::Nowhere => {}
             }
         }
         self.counters.reassign_evictions += 1;
         self.note_evicted(loc, class);
         self.unlink(loc);
+        true
     }
 
     /// A chunk of `class` off `page` for the item at `loc`: a free one, or
-    /// that of the class's next eviction victim (evicted here).
-    fn rescue_chunk(&mut self, loc: u64, class: usize, page: PageId) -> Option<u64> {
+    /// that of the class's next eviction victim (evicted here). Victims on
+    /// the page itself are evicted on the way (they were leaving anyway;
+    /// CLOCK's hand may be sweeping the page), each taking one unit of
+    /// `budget`.
+    fn rescue_chunk(&mut self, loc: u64, class: usize, page: PageId, budget: &mut usize) -> Rescue {
         if let Some(free) = self.slabs.take_free(class) {
-            return Some(free);
+            return Rescue::Chunk(free);
         }
         let now = self.now();
-        match self.policy.victim(&mut self.slabs, class, now, Some(loc))? {
-            // A victim on the page itself: the cursor will get to it.
-            Victim::Expired(v) | Victim::Evicted(v) if self.slabs.split(v).0 == page => None,
-            Victim::Expired(v) => {
-                self.unlink(v);
-                self.counters.reclaimed += 1;
-                self.slabs.classes[class].stats.reclaimed += 1;
-                Some(v)
+        loop {
+            if *budget == 0 {
+                return Rescue::Later;
             }
-            Victim::Evicted(v) => {
-                self.evict_victim(v, class, now);
-                Some(v)
+            let Some(victim) = self.policy.victim(&mut self.slabs, class, now, Some(loc)) else {
+                return Rescue::Nowhere;
+            };
+            match victim {
+                Victim::Expired(v) if self.slabs.split(v).0 == page => {
+                    *budget -= 1;
+                    self.unlink(v);
+                }
+                Victim::Evicted(v) if self.slabs.split(v).0 == page => {
+                    *budget -= 1;
+                    self.counters.reassign_evictions += 1;
+                    self.note_evicted(v, class);
+                    self.unlink(v);
+                }
+                Victim::Expired(v) => {
+                    self.unlink(v);
+                    self.counters.reclaimed += 1;
+                    self.slabs.classes[class].stats.reclaimed += 1;
+                    return Rescue::Chunk(v);
+                }
+                Victim::Evicted(v) => {
+                    self.evict_victim(v, class, now);
+                    return Rescue::Chunk(v);
+                }
             }
         }
     }
@@ -314,17 +409,18 @@ impl Engine {
     /// of the same page is cancelled: the page is empty afterwards.
     pub(super) fn empty_page(&mut self, page: PageId, rescue: bool) {
         let class = self.slabs.page_mut(page).class as usize - 1;
-        if self.drain.is_some_and(|d| d.page == page) {
+        if self.drain.as_ref().is_some_and(|d| d.page == page) {
             self.drain = None;
         }
         // Keep the page's own free chunks from being used as rescue targets.
         self.slabs.classes[class].with_free.retain(|&p| p != page);
         self.slabs.page_mut(page).listed = true;
+        let mut unlimited = usize::MAX;
         for loc in self.slabs.live_in_page(page) {
             // A rescue may evict (and so free) a chunk of this page that
             // the list still names.
             if self.slabs.is_live(loc) {
-                self.vacate(loc, class, page, rescue);
+                self.vacate(loc, class, page, rescue.then_some(false), &mut unlimited);
             }
         }
     }
@@ -429,12 +525,12 @@ impl Engine {
 
     /// A page in transit: (page, from class, to class or None, cursor).
     pub fn page_in_transit(&self) -> Option<(PageId, usize, Option<usize>, u32)> {
-        self.drain.map(|d| (d.page, d.from, d.to, d.next))
+        self.drain.as_ref().map(|d| (d.page, d.from, d.to, d.next))
     }
 
     /// Invariants of the page in transit (`validate`).
     pub(super) fn validate_drain(&self) {
-        let Some(d) = self.drain else { return };
+        let Some(d) = &self.drain else { return };
         let c = &self.slabs.classes[d.from];
         assert!(
             c.pages.contains(&d.page),

@@ -7,34 +7,46 @@
 //! with a Decaying Bloom Filter of the keys requested over a sliding window
 //! of 100 000 requests. We keep the keys *evicted* over a sliding window
 //! instead, which answers the same question more directly (a miss on a key
-//! the cache never held is never counted) and, unlike a Bloom filter, can
-//! say which class the key was evicted from: the class that would have
-//! needed the memory, so a GET miss is attributed to its class at once,
-//! without waiting for the SET that follows (whose class is the same unless
-//! the value's size changed).
+//! the cache never held is never counted) and, unlike a Bloom filter, says
+//! which class the key was evicted from: the class that would have needed
+//! the memory, so a GET miss is attributed to its class at once, without
+//! waiting for the SET that follows (whose class is the same unless the
+//! value's size changed).
+//!
+//! The window is counted per class, in pages: a key is remembered while
+//! fewer than `window_pages` pages' worth of its class's items have been
+//! evicted after it (a class whose pages hold 26 214 items remembers
+//! 26 214 keys per page of window, one whose pages hold 900 remembers 900).
+//! So a ghost hit says "one more page (or `window_pages`) for this class
+//! would have made this a hit", and the count of ghost hits of a class is
+//! the marginal value of giving it memory: the difference of its miss-ratio
+//! curve that the paper's offline Algorithm 2 compares between classes,
+//! measured on-line. A single global window would instead credit classes
+//! with many small evictions over classes with few large ones.
 //!
 //! Structure: a bucketised fingerprint table, 16 slots of 4 bytes per
 //! bucket (one cache line). A slot holds a 16-bit fingerprint of the key
-//! hash, the class and an 8-bit epoch; 0 is an empty slot. The window is
-//! counted in evictions: the epoch advances every `window / EPOCHS`
-//! insertions and a slot is live while its epoch is at most `EPOCHS`
-//! behind, so the set holds the last `window` evicted keys (up to 1/16 more)
-//! and forgets older ones without any sweep: the "decay" of the paper's filter
-//! is the epoch arithmetic. An insertion takes an empty or dead slot of its
-//! bucket, else the oldest; a lookup that finds its key consumes the slot (the
-//! key is being fetched again and will be cached). False positives: a miss
-//! compares against at most 16 live fingerprints of 16 bits, so at most
-//! 16/65535 = 0.02% of compulsory misses are counted as capacity misses.
+//! hash, the class and an 8-bit epoch of that class; 0 is an empty slot.
+//! A class's epoch advances every 1/8 page of its evictions, and a slot is
+//! live while its epoch is at most `8 x window_pages` behind its class's,
+//! so old keys are forgotten without any sweep: the "decay" of the paper's
+//! filter is the epoch arithmetic. An insertion takes an empty or dead slot
+//! of its bucket, else the oldest (ages in 1/8 pages compare across
+//! classes), so when the table is too small for every class's window, all
+//! windows shrink alike and the counts stay comparable. A lookup that finds
+//! its key consumes the slot (the key is being fetched again and will be
+//! cached). False positives: a miss compares against at most 16 live
+//! fingerprints of 16 bits, so at most 16/65535 = 0.02% of compulsory misses
+//! are counted as capacity misses.
 //!
 //! Memory: 4 bytes per slot, reserved up front and counted in `-m` by the
 //! engine; the table is only built when a rebalancing policy uses it.
 
-/// Epochs in a window: the window slides in steps of 1/EPOCHS of itself.
-pub const EPOCHS: u32 = 16;
+/// Epochs per page of a class's evictions.
+pub const EPOCHS_PER_PAGE: u32 = 8;
+/// Longest window: 8-bit epochs.
+pub const MAX_WINDOW_PAGES: u32 = 31;
 const SLOTS: usize = 16;
-/// Slots per remembered key: the table holds `window` keys at 3/4 load.
-const SLACK_NUM: usize = 4;
-const SLACK_DEN: usize = 3;
 
 #[derive(Clone, Copy, Default)]
 #[repr(align(64))]
@@ -44,17 +56,25 @@ struct Bucket([u32; SLOTS]);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ghost {
     pub class: usize,
-    /// How long ago it was evicted, in epochs (0 = the current one).
+    /// Its class's evictions since, in 1/8 pages (0: within the last 1/8).
     pub age: u32,
+}
+
+/// A class's eviction clock.
+#[derive(Clone, Copy, Debug, Default)]
+struct ClassClock {
+    epoch: u8,
+    /// Insertions in the current epoch, and per epoch (1/8 page).
+    inserted: u32,
+    step: u32,
 }
 
 pub struct GhostSet {
     buckets: Box<[Bucket]>,
     mask: usize,
-    epoch: u8,
-    /// Insertions in the current epoch, and per epoch.
-    inserted: u32,
-    per_epoch: u32,
+    clocks: Vec<ClassClock>,
+    /// A slot is live while its age is at most this many epochs.
+    live: u32,
 }
 
 #[inline]
@@ -69,35 +89,42 @@ fn slot(fp: u32, class: usize, epoch: u8) -> u32 {
 }
 
 impl GhostSet {
-    /// A set remembering the last `window` evicted keys (at least one bucket).
-    /// Classes are stored on 8 bits: the engine has at most 200.
-    pub fn new(window: usize) -> GhostSet {
-        let slots = (window.max(1) * SLACK_NUM).div_ceil(SLACK_DEN);
-        let n = slots.div_ceil(SLOTS).next_power_of_two();
+    /// A set of at most `bytes` (at least one bucket) remembering, per
+    /// class, the keys evicted within its last `window_pages` pages of
+    /// evictions (`per_page[c]` items per page; at most 256 classes).
+    pub fn new(per_page: &[u32], window_pages: u32, bytes: usize) -> GhostSet {
+        let buckets = (bytes / std::mem::size_of::<Bucket>()).max(1);
+        // Round down to a power of two so the table never exceeds `bytes`.
+        let n = 1usize << (usize::BITS - 1 - buckets.leading_zeros());
         GhostSet {
             buckets: vec![Bucket::default(); n].into_boxed_slice(),
             mask: n - 1,
-            epoch: 0,
-            inserted: 0,
-            per_epoch: (window / EPOCHS as usize).clamp(1, u32::MAX as usize) as u32,
+            clocks: per_page
+                .iter()
+                .map(|&p| ClassClock {
+                    step: (p / EPOCHS_PER_PAGE).max(1),
+                    ..ClassClock::default()
+                })
+                .collect(),
+            live: window_pages.clamp(1, MAX_WINDOW_PAGES) * EPOCHS_PER_PAGE,
         }
     }
 
-    /// The table size for a memory budget, in keys remembered.
-    pub fn window_for_bytes(bytes: usize) -> usize {
-        let buckets = (bytes / std::mem::size_of::<Bucket>()).max(1);
-        // Round down to a power of two so the table never exceeds `bytes`.
-        let buckets = 1usize << (usize::BITS - 1 - buckets.leading_zeros());
-        buckets * SLOTS * SLACK_DEN / SLACK_NUM
+    /// Bytes a table needs to hold `window_pages` pages of evictions of
+    /// every class at 3/4 load (the most it could use).
+    pub fn bytes_for(per_page: &[u32], window_pages: u32) -> usize {
+        let keys: usize = per_page.iter().map(|&p| p as usize).sum::<usize>()
+            * window_pages.clamp(1, MAX_WINDOW_PAGES) as usize;
+        (keys * 4 * 4 / 3).next_power_of_two()
     }
 
     pub fn memory_bytes(&self) -> usize {
         self.buckets.len() * std::mem::size_of::<Bucket>()
     }
 
-    /// Keys the window holds.
-    pub fn window(&self) -> usize {
-        self.per_epoch as usize * EPOCHS as usize
+    /// Keys the table can hold.
+    pub fn capacity(&self) -> usize {
+        self.buckets.len() * SLOTS
     }
 
     #[inline]
@@ -105,31 +132,46 @@ impl GhostSet {
         (h >> 32) as usize & self.mask
     }
 
+    /// Age of a (non-empty) slot in its class's epochs; classes the set
+    /// does not know read as dead.
     #[inline]
     fn age(&self, s: u32) -> u32 {
-        self.epoch.wrapping_sub(s as u8) as u32
+        match self.clocks.get((s >> 8 & 0xff) as usize) {
+            Some(c) => c.epoch.wrapping_sub(s as u8) as u32,
+            None => u32::MAX,
+        }
     }
 
     /// Remember that the key with hash `h` was evicted from `class`.
     pub fn insert(&mut self, h: u64, class: usize) {
+        let Some(clock) = self.clocks.get_mut(class) else {
+            return;
+        };
+        let epoch = clock.epoch;
+        clock.inserted += 1;
+        if clock.inserted >= clock.step {
+            clock.inserted = 0;
+            clock.epoch = clock.epoch.wrapping_add(1);
+        }
         let fp = fingerprint(h);
         let b = self.bucket(h);
-        let epoch = self.epoch;
         // Pick: the key's own slot if it is still there, else an empty or
         // dead slot, else the oldest.
         let mut pick = 0;
         let mut best = 0;
         for (i, &s) in self.buckets[b].0.iter().enumerate() {
-            let age = self.age(s);
             let rank = if s == 0 {
                 u32::MAX
-            } else if age > EPOCHS {
-                u32::MAX - 1
-            } else if s >> 16 == fp {
-                pick = i;
-                break;
             } else {
-                age
+                let age = self.age(s);
+                if age > self.live {
+                    u32::MAX - 1
+                } else if s >> 16 == fp {
+                    pick = i;
+                    break;
+                } else {
+                    age
+                }
             };
             if rank > best {
                 pick = i;
@@ -137,15 +179,10 @@ impl GhostSet {
             }
         }
         self.buckets[b].0[pick] = slot(fp, class, epoch);
-        self.inserted += 1;
-        if self.inserted >= self.per_epoch {
-            self.inserted = 0;
-            self.epoch = self.epoch.wrapping_add(1);
-        }
     }
 
-    /// If the key with hash `h` was evicted within the window, forget it
-    /// and say from which class and how long ago.
+    /// If the key with hash `h` was evicted within its class's window,
+    /// forget it and say from which class and how long ago.
     #[inline]
     pub fn take(&mut self, h: u64) -> Option<Ghost> {
         let fp = fingerprint(h);
@@ -154,7 +191,7 @@ impl GhostSet {
             let s = self.buckets[b].0[i];
             if s >> 16 == fp {
                 let age = self.age(s);
-                if age <= EPOCHS {
+                if age <= self.live {
                     self.buckets[b].0[i] = 0;
                     return Some(Ghost {
                         class: (s >> 8 & 0xff) as usize,
@@ -169,7 +206,6 @@ impl GhostSet {
     /// Forget everything (`flush_all`: later misses are not the cache's fault).
     pub fn clear(&mut self) {
         self.buckets.fill(Bucket::default());
-        self.inserted = 0;
     }
 
     /// Live entries (tests and stats; O(table)).
@@ -177,7 +213,7 @@ impl GhostSet {
         self.buckets
             .iter()
             .flat_map(|b| b.0.iter())
-            .filter(|&&s| s != 0 && self.age(s) <= EPOCHS)
+            .filter(|&&s| s != 0 && self.age(s) <= self.live)
             .count()
     }
 
@@ -194,20 +230,27 @@ mod tests {
         xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes())
     }
 
+    fn set(per_page: &[u32], window: u32) -> GhostSet {
+        GhostSet::new(per_page, window, GhostSet::bytes_for(per_page, window))
+    }
+
     #[test]
     fn remembers_class_and_consumes_on_take() {
-        let mut g = GhostSet::new(1000);
+        let mut g = set(&[100; 8], 1);
         g.insert(h(1), 7);
         g.insert(h(2), 3);
         assert_eq!(g.take(h(1)), Some(Ghost { class: 7, age: 0 }));
         assert_eq!(g.take(h(1)), None, "a take consumes the entry");
         assert_eq!(g.take(h(2)).map(|x| x.class), Some(3));
         assert_eq!(g.take(h(3)), None);
+        // Classes it does not know are ignored.
+        g.insert(h(4), 8);
+        assert_eq!(g.take(h(4)), None);
     }
 
     #[test]
     fn reinserting_a_key_keeps_one_entry_with_the_newest_class() {
-        let mut g = GhostSet::new(1000);
+        let mut g = set(&[100; 4], 1);
         g.insert(h(5), 1);
         g.insert(h(5), 2);
         assert_eq!(g.len(), 1);
@@ -215,50 +258,86 @@ mod tests {
     }
 
     #[test]
-    fn window_slides_over_evictions() {
-        let window = 16_000;
-        let mut g = GhostSet::new(window);
-        assert_eq!(g.window(), window);
-        for i in 0..window as u64 {
-            g.insert(h(i), (i % 40) as usize);
+    fn windows_are_pages_of_each_class() {
+        // Class 0: 8000 items per page, class 1: 800. Two pages of window.
+        let per_page = [8000, 800];
+        let mut g = set(&per_page, 2);
+        for i in 0..16_000u64 {
+            g.insert(h(i), 0);
         }
-        // Everything of the last window is still there (no bucket overflows
-        // at 3/4 load with 16 slots, except with negligible probability).
-        let kept = (0..window as u64)
-            .filter(|&i| g.take(h(i)).is_some())
-            .count();
-        assert!(kept as f64 > 0.99 * window as f64, "{kept}");
-        // Two windows later the first keys have aged out.
-        let mut g = GhostSet::new(window);
-        for i in 0..3 * window as u64 {
-            g.insert(h(i), 1);
+        for i in 0..1_600u64 {
+            g.insert(h(1 << 40 | i), 1);
         }
-        let old = (0..window as u64)
-            .filter(|&i| g.take(h(i)).is_some())
+        // Everything of the last two pages is still there (no bucket
+        // overflows at 3/4 load with 16 slots, except rarely).
+        let kept = (0..16_000u64).filter(|&i| g.take(h(i)).is_some()).count();
+        assert!(kept > 15_900, "{kept}");
+        let kept = (0..1_600u64)
+            .filter(|&i| g.take(h(1 << 40 | i)).is_some())
             .count();
-        assert_eq!(old, 0);
-        let recent = (2 * window as u64..3 * window as u64)
-            .filter(|&i| g.take(h(i)).is_some())
+        assert!(kept > 1_590, "{kept}");
+        // Three more pages of class 1 evictions: its old keys age out,
+        // class 0's are not affected by class 1's evictions.
+        let mut g = set(&per_page, 2);
+        for i in 0..800u64 {
+            g.insert(h(i), 0);
+            g.insert(h(1 << 40 | i), 1);
+        }
+        for i in 0..2_500u64 {
+            g.insert(h(2 << 40 | i), 1);
+        }
+        let old1 = (0..800u64)
+            .filter(|&i| g.take(h(1 << 40 | i)).is_some())
             .count();
-        assert!(recent as f64 > 0.99 * window as f64, "{recent}");
+        assert_eq!(old1, 0);
+        let still0 = (0..800u64).filter(|&i| g.take(h(i)).is_some()).count();
+        assert!(still0 > 790, "{still0}");
     }
 
     #[test]
-    fn ages_count_epochs() {
-        let mut g = GhostSet::new(EPOCHS as usize * 10);
-        g.insert(h(0), 4);
+    fn ages_count_eighths_of_a_page() {
+        let mut g = set(&[80], 4);
+        g.insert(h(0), 0);
         for i in 1..=25u64 {
             g.insert(h(1000 + i), 0);
         }
-        // 26 insertions, 10 per epoch: key 0 is two epochs old.
-        assert_eq!(g.take(h(0)), Some(Ghost { class: 4, age: 2 }));
+        // 26 insertions, 10 per epoch (80 / 8), the first one in epoch 0.
+        assert_eq!(g.take(h(0)), Some(Ghost { class: 0, age: 2 }));
+    }
+
+    #[test]
+    fn a_small_table_shrinks_every_window_alike() {
+        // Room for about a quarter of the windows: both classes keep their
+        // most recent evictions, in the same proportion of a page.
+        let per_page = [4000, 1000];
+        let mut g = GhostSet::new(&per_page, 4, GhostSet::bytes_for(&per_page, 4) / 8);
+        for round in 0..4u64 {
+            for i in 0..4000u64 {
+                g.insert(h(round << 32 | i), 0);
+                if i % 4 == 0 {
+                    g.insert(h(1 << 40 | round << 32 | i), 1);
+                }
+            }
+        }
+        let last0 = (0..4000u64)
+            .filter(|&i| g.take(h(3 << 32 | i)).is_some())
+            .count() as f64
+            / 4000.0;
+        let last1 = (0..4000u64)
+            .step_by(4)
+            .filter(|&i| g.take(h(1 << 40 | 3 << 32 | i)).is_some())
+            .count() as f64
+            / 1000.0;
+        assert!(last0 > 0.5 && last1 > 0.5, "{last0} {last1}");
+        assert!((last0 - last1).abs() < 0.15, "{last0} {last1}");
+        assert!(g.len() <= g.capacity());
     }
 
     #[test]
     fn false_positives_are_rare() {
-        let mut g = GhostSet::new(50_000);
+        let mut g = set(&[50_000], 1);
         for i in 0..50_000u64 {
-            g.insert(h(i), 2);
+            g.insert(h(i), 0);
         }
         let fp = (1_000_000..1_200_000u64)
             .filter(|&i| g.take(h(i)).is_some())
@@ -269,12 +348,13 @@ mod tests {
 
     #[test]
     fn sized_by_memory() {
-        let w = GhostSet::window_for_bytes(256 << 10);
-        let g = GhostSet::new(w);
-        assert!(g.memory_bytes() <= 256 << 10, "{}", g.memory_bytes());
-        assert!(g.memory_bytes() >= 128 << 10);
-        let tiny = GhostSet::new(GhostSet::window_for_bytes(10));
-        assert_eq!(tiny.memory_bytes(), 64);
+        let g = GhostSet::new(&[1000], 1, 256 << 10);
+        assert_eq!(g.memory_bytes(), 256 << 10);
+        let g = GhostSet::new(&[1000], 1, (256 << 10) - 1);
+        assert_eq!(g.memory_bytes(), 128 << 10);
+        assert_eq!(GhostSet::new(&[1000], 1, 10).memory_bytes(), 64);
         assert!(g.is_empty());
+        // 1000 keys per page, 3/4 load: 5334 bytes, rounded up.
+        assert_eq!(GhostSet::bytes_for(&[1000], 1), 8192);
     }
 }

@@ -255,6 +255,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     let mut warnings = Vec::new();
     let mut listen_given = false;
     let mut item_size_given = false;
+    let mut rebalance_given = false;
 
     for opt in opts {
         let (c, value) = opt?;
@@ -450,7 +451,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
                 })?;
                 warnings.push("WARNING: -N (napi ids) is not supported; ignored.".to_string());
             }
-            'o' => extended(&v, &mut s, &mut warnings)?,
+            'o' => extended(&v, &mut s, &mut warnings, &mut rebalance_given)?,
             _ => return Err(getopt_error(format!("cachalot: invalid option -- '{c}'"))),
         }
     }
@@ -477,6 +478,15 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
             "WARNING: Setting item max size above 1MB ({} bytes) raises the page size.",
             s.engine.item_size_max
         ));
+    }
+    // `slab_automove=0` pauses whichever rebalancing rule runs (as `slabs
+    // automove 0` does at run time), unless `rebalance=` names one: an
+    // explicit rule wins over memcached's flag, in either order.
+    if rebalance_given
+        && s.engine.rebalance != cachalot_engine::RebalancePolicy::Off
+        && s.engine.slab_automove == 0
+    {
+        s.engine.slab_automove = 1;
     }
     // A request line may carry a key plus meta flags; values are bounded by -I.
     s.max_line = s.max_line.max(2048);
@@ -505,7 +515,12 @@ fn sub_float(name: &str, value: Option<&str>) -> Result<f64, CliError> {
 }
 
 /// `-o key[=value],key...`: memcached's extended options.
-fn extended(list: &str, s: &mut Settings, warnings: &mut Vec<String>) -> Result<(), CliError> {
+fn extended(
+    list: &str,
+    s: &mut Settings,
+    warnings: &mut Vec<String>,
+    rebalance_given: &mut bool,
+) -> Result<(), CliError> {
     for item in list.split(',').filter(|i| !i.is_empty()) {
         let (key, value) = match item.split_once('=') {
             Some((k, v)) => (k, Some(v)),
@@ -647,6 +662,20 @@ fn extended(list: &str, s: &mut Settings, warnings: &mut Vec<String>) -> Result<
                 }
             }
             "no_learn_costs" => s.engine.learn_costs = false,
+            // Issue 4: how pages move between slab classes (docs/cost.md,
+            // "Rebalancing"); `memcached` is slab_automove's rule.
+            "rebalance" => match value {
+                None => return Err(CliError::new(EXIT_FAILURE, "Missing rebalance argument")),
+                Some(v) => {
+                    s.engine.rebalance = v.parse().map_err(|_| {
+                        CliError::new(
+                            EXIT_FAILURE,
+                            "Unknown rebalance option (off, memcached, sas, cost-per-byte)",
+                        )
+                    })?;
+                    *rebalance_given = true;
+                }
+            },
             "slab_automove_ratio" => s.slab_automove_ratio = sub_float(key, value)?,
             "slab_automove_window" => s.slab_automove_window = sub_number(key, value)?,
             "slab_automove_freeratio" => {
@@ -743,6 +772,9 @@ pub fn usage() -> String {
                           (GreedyDual with cost wheels; costs from meta w / cost=)
    - learn_costs:         0 (default) or 1: learn a key's cost from the time between
                           a GET miss and the SET that follows it
+   - rebalance:           how pages move between slab classes: off, memcached
+                          (slab_automove's rule), sas (towards capacity misses) or
+                          cost-per-byte; slab_automove=0 pauses it unless given
    - tail_repair_time, hash_algorithm, lru_crawler, lru_maintainer, hot_lru_pct,
      warm_lru_pct, hot_max_factor, warm_max_factor, temporary_ttl, slab_chunk_max,
      slab_automove_ratio, slab_automove_window, track_sizes, no_hashexpand, modern,
@@ -917,6 +949,48 @@ mod tests {
             "Cannot set item size limit higher than 1/2 of memory max."
         );
         assert_eq!(err(&["--help=x"]).code, 1);
+    }
+
+    #[test]
+    fn rebalance_options_and_slab_automove() {
+        use cachalot_engine::RebalancePolicy;
+        let (s, _) = run(&[]).unwrap();
+        assert_eq!(s.engine.rebalance, RebalancePolicy::default());
+        assert_eq!(s.engine.slab_automove, 1);
+        for (arg, want) in [
+            ("rebalance=off", RebalancePolicy::Off),
+            ("rebalance=memcached", RebalancePolicy::Memcached),
+            ("rebalance=sas", RebalancePolicy::Sas),
+            ("rebalance=cost-per-byte", RebalancePolicy::CostPerByte),
+        ] {
+            let (s, w) = run(&["-o", arg]).unwrap();
+            assert_eq!(s.engine.rebalance, want, "{arg}");
+            assert!(w.is_empty());
+        }
+        // slab_automove=0 alone pauses the default rule...
+        let (s, _) = run(&["-o", "slab_automove=0"]).unwrap();
+        assert_eq!(s.engine.slab_automove, 0);
+        assert_eq!(s.engine.rebalance, RebalancePolicy::default());
+        // ...but an explicit rule wins, whatever the order.
+        for args in [
+            ["-o", "slab_automove=0,rebalance=sas"],
+            ["-o", "rebalance=sas,slab_automove=0"],
+        ] {
+            let (s, _) = run(&args).unwrap();
+            assert_eq!(s.engine.rebalance, RebalancePolicy::Sas);
+            assert_eq!(s.engine.slab_automove, 1, "{args:?}");
+        }
+        let (s, _) = run(&["-o", "rebalance=sas", "-o", "slab_automove=2"]).unwrap();
+        assert_eq!(s.engine.slab_automove, 2);
+        let (s, _) = run(&["-o", "rebalance=off,slab_automove=0"]).unwrap();
+        assert_eq!(s.engine.rebalance, RebalancePolicy::Off);
+        assert_eq!(s.engine.slab_automove, 0);
+        assert_eq!(
+            err(&["-o", "rebalance=lru"]).message,
+            "Unknown rebalance option (off, memcached, sas, cost-per-byte)"
+        );
+        assert_eq!(err(&["-o", "rebalance=lru"]).code, 1);
+        assert_eq!(err(&["-o", "rebalance"]).message, "Missing rebalance argument");
     }
 
     #[test]
