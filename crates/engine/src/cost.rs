@@ -20,8 +20,11 @@
 //!
 //! A SET that learns nothing (no recent miss) keeps the cost of the item it
 //! replaces, or else gets the running average of learned costs (an
-//! exponentially weighted mean), so items stored ahead of any miss are not
-//! all treated as free to lose.
+//! exponentially weighted mean) and is marked GUESSED (`item::GUESSED`): at
+//! every hit the engine gives it the average again. Items stored ahead of
+//! any miss (a bulk load, a warm-up) are so treated as average rather than
+//! free to lose, while the average is still being learned; a guessed item
+//! that misses later learns its own cost.
 
 /// A miss older than this teaches nothing (the SET is not its answer).
 pub const MAX_AGE_US: u64 = 10_000_000;
@@ -46,6 +49,8 @@ pub struct Learner {
     mask: usize,
     /// Mean of learned costs (us), weight 1/64 per new value; 0 = none yet.
     mean: f64,
+    /// `item::quantize_cost(default_cost())`, kept for the hit path.
+    default_code: u8,
     /// Costs learned so far (`stats` `learned_costs`).
     pub learned: u64,
 }
@@ -67,6 +72,7 @@ impl Learner {
             buckets: vec![Bucket::default(); n].into_boxed_slice(),
             mask: n - 1,
             mean: 0.0,
+            default_code: crate::item::quantize_cost(1),
             learned: 0,
         }
     }
@@ -122,6 +128,7 @@ impl Learner {
         } else {
             self.mean + (cost as f64 - self.mean) / 64.0
         };
+        self.default_code = crate::item::quantize_cost(self.default_cost());
         Some(cost)
     }
 
@@ -134,6 +141,12 @@ impl Learner {
             .0
             .iter()
             .any(|e| e.tag == tag)
+    }
+
+    /// `default_cost` quantised (`item::quantize_cost`).
+    #[inline]
+    pub fn default_code(&self) -> u8 {
+        self.default_code
     }
 
     /// The cost for an item nothing was learned about: the running mean of
@@ -207,5 +220,6 @@ mod tests {
             l.learn(i << 41, i * 1000 + 300);
         }
         assert_eq!(l.default_cost(), 300);
+        assert_eq!(l.default_code(), crate::item::quantize_cost(300));
     }
 }

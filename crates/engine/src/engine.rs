@@ -370,6 +370,13 @@ impl Engine {
         }
         item::set_bits(chunk, bits);
         if how.bump {
+            if bits & item::GUESSED != 0 {
+                if let Some(l) = &self.learner {
+                    // A guessed cost follows the mean learned so far.
+                    let q = l.default_code();
+                    self.policy.recost(&mut self.slabs, class, loc, q);
+                }
+            }
             self.policy.touch(&mut self.slabs, class, loc);
         }
         if how.fetch {
@@ -490,10 +497,16 @@ impl Engine {
                 Some(c) => c & item::CAS_MASK,
                 None => self.next_cas(),
             };
-            let bits = item::LIVE | if stale { item::STALE } else { 0 };
+            let mut bits = item::LIVE | if stale { item::STALE } else { 0 };
             let cost = item::quantize_cost(match cost {
                 Some(c) => c,
-                None => self.unknown_cost(h, old),
+                None => {
+                    let (c, guessed) = self.unknown_cost(h, old);
+                    if guessed {
+                        bits |= item::GUESSED;
+                    }
+                    c
+                }
             });
             match self.write_new(h, req.key, &[value], flags, exptime, cas, cost, bits, old) {
                 Ok(()) => StoreOutcome::Stored {
@@ -579,21 +592,26 @@ impl Engine {
             + self.rebal.memory_bytes()
     }
 
-    /// The cost of an item stored without one: learned from a recent miss
-    /// of its key when learning is on, else the replaced item's, else the
-    /// mean learned cost; 1 (all equal: LRU) when learning is off.
-    fn unknown_cost(&mut self, h: u64, old: Option<u64>) -> u32 {
+    /// The cost of an item stored without one, and whether it is a guess:
+    /// learned from a recent miss of its key when learning is on, else the
+    /// replaced item's, else the mean learned cost (a guess); 1 (all equal:
+    /// LRU) when learning is off.
+    fn unknown_cost(&mut self, h: u64, old: Option<u64>) -> (u32, bool) {
         let Some(learner) = &mut self.learner else {
-            return 1;
+            return (1, false);
         };
         if learner.waiting(h) {
             if let Some(c) = learner.learn(h, self.clock.now_us()) {
-                return c;
+                return (c, false);
             }
         }
         match old {
-            Some(loc) => self.policy.cost_of(self.slabs.chunk(loc)),
-            None => learner.default_cost(),
+            Some(loc) => {
+                let chunk = self.slabs.chunk(loc);
+                let guessed = item::bits(chunk) & item::GUESSED != 0;
+                (self.policy.cost_of(chunk), guessed)
+            }
+            None => (learner.default_cost(), true),
         }
     }
 

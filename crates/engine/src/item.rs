@@ -11,7 +11,8 @@
 //! byte  0..5   CAS unique, 40 bits (wraps after 2^40 stores; 0 is never issued)
 //! byte  5      last access, minutes modulo 256 (meta `l`; see `ATIME_*`)
 //! byte  6      recomputation cost, log-quantised (see `quantize_cost`)
-//! byte  7      bits: flags width (2 bits), LIVE, REF, FETCHED, STALE, WIN
+//! byte  7      bits: flags width (2 bits), LIVE, REF, FETCHED, STALE, WIN,
+//!              GUESSED
 //! byte  8..12  expiry: relative seconds, 0 = never
 //! byte 12      key length (1..=250)
 //! byte 13..16  value length, 24 bits
@@ -31,6 +32,10 @@ pub const REF: u8 = 0b0000_1000;
 pub const FETCHED: u8 = 0b0001_0000;
 pub const STALE: u8 = 0b0010_0000;
 pub const WIN: u8 = 0b0100_0000;
+/// The cost byte is a guess (`-o learn_costs=1` and nothing learned for the
+/// key yet): the engine re-costs the item with the mean learned cost when it
+/// is hit (docs/cost.md).
+pub const GUESSED: u8 = 0b1000_0000;
 
 /// Largest value of the 40-bit CAS field.
 pub const CAS_MASK: u64 = (1 << 40) - 1;
@@ -239,6 +244,11 @@ pub fn stored_len(chunk: &[u8]) -> usize {
 #[inline]
 pub fn cost_code(chunk: &[u8]) -> u8 {
     chunk[6]
+}
+
+#[inline]
+pub fn set_cost_code(chunk: &mut [u8], q: u8) {
+    chunk[6] = q;
 }
 
 /// The key of a stored item (for index matches and rehashing).

@@ -451,6 +451,22 @@ fn costs_are_learned_from_the_miss_to_set_gap() {
         cost(&mut e, b"new"),
         Some(dequantize_cost(quantize_cost(f64::round(mean) as u32)))
     );
+    // "new" is a guess: a hit gives it the mean learned since. A learned
+    // item's cost does not change on a hit.
+    assert!(e.get(b"dear").is_none());
+    clock.set_us(1_400_000 + 100_000);
+    e.store(&Store::set(b"dear", b"d"));
+    let mean = mean + (100_000.0 - mean) / 64.0;
+    assert!(e.get(b"new").is_some());
+    assert_eq!(
+        cost(&mut e, b"new"),
+        Some(dequantize_cost(quantize_cost(f64::round(mean) as u32)))
+    );
+    assert!(e.get(b"fast").is_some());
+    assert_eq!(
+        cost(&mut e, b"fast"),
+        Some(dequantize_cost(quantize_cost(40)))
+    );
     // A miss too long ago teaches nothing.
     assert!(e.get(b"late").is_none());
     clock.set_us(1_400_000 + 11_000_000);
@@ -468,7 +484,7 @@ fn costs_are_learned_from_the_miss_to_set_gap() {
         Some(dequantize_cost(quantize_cost(500)))
     );
     let s = e.stats();
-    assert_eq!(s.learned_costs, 2);
+    assert_eq!(s.learned_costs, 3);
     assert!(s.learn_table_bytes > 0);
     e.validate();
 }

@@ -135,6 +135,18 @@ impl Policy {
         }
     }
 
+    /// Change a live item's cost byte (a guessed cost re-estimated); the
+    /// next `touch` places it by the new cost.
+    pub fn recost(&mut self, slabs: &mut Slabs, class: usize, loc: u64, q: u8) {
+        let chunk = slabs.chunk_mut(loc);
+        let old = item::cost_code(chunk);
+        if old != q {
+            item::set_cost_code(chunk, q);
+            self.live_cost[class] = (self.live_cost[class] + self.costs[q as usize] as u64)
+                .saturating_sub(self.costs[old as usize] as u64);
+        }
+    }
+
     /// An access that counts (CLOCK's REF bit is set by the engine).
     #[inline]
     pub fn touch(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
