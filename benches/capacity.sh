@@ -18,6 +18,7 @@
 # SERVERS ("memcached cachalot"), BENCH_NICE (priority, default 0),
 # OUT_DIR (raw outputs; default a new temporary directory).
 set -euo pipefail
+# shellcheck source=benches/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 ITEMS=${ITEMS:-1500000}

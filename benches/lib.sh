@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # variables set here are used by the scripts that source it
 # Shared helpers for benches/capacity.sh and benches/throughput.sh: locate
 # or build the load generator, start a server (memcached or cachalot) on a
 # free 127.0.0.1 port with the flags it is given, and stop every server this
@@ -75,9 +77,9 @@ server_bin() {
 start_server() {
     local name=$1 cpus=$2
     shift 2
-    local bin port try
+    local bin port
     bin=$(server_bin "$name")
-    for try in 1 2 3; do
+    for _ in 1 2 3; do
         port=$("$LOADGEN" free-port)
         if [ "$cpus" = "-" ]; then
             "${NICE[@]}" "$bin" -p "$port" "$@" >"$OUT_DIR/$name-$port.log" 2>&1 &

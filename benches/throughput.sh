@@ -30,6 +30,7 @@
 # %, default 15, busy), PERF (1: count instructions with perf stat),
 # OUT_DIR (raw outputs; default a new temp directory).
 set -euo pipefail
+# shellcheck source=benches/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 DURATION=${DURATION:-10}
@@ -173,7 +174,11 @@ run_one() {
             ops_total=$(sed -n 's/.* Ops: \([0-9]*\) .*/\1/p' "$raw" | tail -n1)
             ;;
     esac
-    [ -n "$ops" ] && [ -n "$ops_total" ] || { echo "no result in $raw:" >&2; cat "$raw" >&2; exit 1; }
+    if [ -z "$ops" ] || [ -z "$ops_total" ]; then
+        echo "no result in $raw:" >&2
+        cat "$raw" >&2
+        exit 1
+    fi
     local cpu_us kins kcyc
     cpu_us=$(awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v n="$ops_total" \
         'BEGIN { if (n > 0) printf "%.2f", t / hz * 1e6 / n; else print "-" }')
