@@ -990,7 +990,10 @@ mod tests {
             "Unknown rebalance option (off, memcached, sas, cost-per-byte)"
         );
         assert_eq!(err(&["-o", "rebalance=lru"]).code, 1);
-        assert_eq!(err(&["-o", "rebalance"]).message, "Missing rebalance argument");
+        assert_eq!(
+            err(&["-o", "rebalance"]).message,
+            "Missing rebalance argument"
+        );
     }
 
     #[test]
