@@ -740,7 +740,14 @@ impl Engine {
             let Some(page) = self.pick_page(donor, protect) else {
                 return;
             };
+            // Items that find no other chunk are evictions for lack of
+            // memory, as memcached counts them (curr_items + evictions
+            // stays equal to total_items when nothing is deleted).
+            let before = self.counters.curr_items;
             self.empty_page(page, true);
+            let lost = before - self.counters.curr_items;
+            self.counters.evictions += lost;
+            self.slabs.classes[donor].stats.evicted += lost;
             self.slabs.unassign(page);
             self.slabs.release_page(page);
             self.slabs.classes[donor].stats.pages_out += 1;
