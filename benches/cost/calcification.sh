@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Issue 4, criterion 3: the calcification experiment of Carra & Michiardi
+# (../shared/seeds/003_*, section 5.1; model `calcification`): two object sets
+# with different size distributions, popularity shifting from set 1 to set 2
+# in phase 2; costs 1. Hit ratio over time for cachalot's engine with each
+# rebalancer (`sim`), for a real cachalot server (REAL_REBALANCE, default
+# sas) and for memcached 1.6.18 (`replay`), and the offline optimum of the
+# last phase: `cachalot-lab mrc` Algorithm 2 (greedy and exact DP) for the
+# engine's memory in pages, counting only the last phase (--warmup = the
+# first two thirds of the requests).
+#
+# Scale: the paper has Q1 = Q2 = 7 M objects, 200 M requests and 1 GB; here
+# KEYS per set (default 200 000, 1/35), 14 requests per object as the paper
+# (REQ = 28 x KEYS), and memory 1 GB / 35 ~ 30 MB (MEM).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+KEYS=${KEYS:-200000}
+MEM=${MEM:-30}
+REQ=${REQ:-$((28 * KEYS))}
+LAST=$((REQ * 2 / 3)) # the model's phases: 0.333 / 0.333 / rest
+SEED=${SEED:-1}
+REBALANCERS=${REBALANCERS:-"off memcached sas cost-per-byte"}
+REAL_REBALANCE=${REAL_REBALANCE:-sas}
+REPLAY=${REPLAY:-1}
+RAW=${RAW_DIR:-$(mktemp -d /tmp/cost-calc.XXXXXX)}
+SRC=(--model calcification --param keys="$KEYS" --requests "$REQ" --seed "$SEED")
+cost_machine_line
+echo "keys $KEYS per set, requests $REQ, -m $MEM, last phase from request $LAST; raw runs in $RAW"
+
+# The offline optimum for the last phase (Algorithm 2 over per-class LRU
+# stacks), for the pages the engine really has (-m less its hash index).
+"$LAB" mrc "${SRC[@]}" --warmup "$LAST" --bytes-of chunk -m "$MEM" --per-class \
+    --json "$DATA/cost-calcification-mrc.json" | tee "$RAW/mrc.txt"
+
+FILES=()
+for rb in $REBALANCERS; do
+    f=$DATA/cost-calcification-sim-$rb.json
+    "$LAB" sim "${SRC[@]}" -m "$MEM" --rebalance "$rb" --json "$f" >"$RAW/sim-$rb.txt"
+    FILES+=("$f")
+done
+if [ "$REPLAY" = 1 ]; then
+    replay_srv memcached "$MEM" "" "$DATA/cost-calcification-memcached.json" "${SRC[@]}"
+    replay_srv cachalot "$MEM" "-o rebalance=$REAL_REBALANCE" "$DATA/cost-calcification-cachalot-$REAL_REBALANCE.json" "${SRC[@]}"
+    FILES+=("$DATA/cost-calcification-memcached.json" "$DATA/cost-calcification-cachalot-$REAL_REBALANCE.json")
+fi
+$SUMMARIZE phases --warmup "$LAST" "${FILES[@]}"
+for ext in png svg; do
+    "$LAB" plot --kind hit-ratio-over-time --x requests \
+        --title "Calcification ($KEYS objects per set, -m $MEM): hit ratio over time" \
+        --out "$IMG/cost-calcification.$ext" "${FILES[@]}" >/dev/null
+done
+"$LAB" plot --kind hit-ratio-over-time --x requests --json "$DATA/cost-calcification-series.json" \
+    --out "$RAW/plot.svg" "${FILES[@]}"
