@@ -743,9 +743,10 @@ impl Engine {
             // Items that find no other chunk are evictions for lack of
             // memory, as memcached counts them (curr_items + evictions
             // stays equal to total_items when nothing is deleted).
-            let before = self.counters.curr_items;
+            let moved_before = self.counters.reassign_evictions;
             self.empty_page(page, true);
-            let lost = before - self.counters.curr_items;
+            let lost = self.counters.reassign_evictions - moved_before;
+            self.counters.reassign_evictions = moved_before;
             self.counters.evictions += lost;
             self.slabs.classes[donor].stats.evicted += lost;
             self.slabs.unassign(page);
