@@ -15,6 +15,7 @@
 # Usage: benches/cost/gdwheel.sh   (WORKLOADS="1 2 ..." SEEDS="1 2 3" KEYS=100000
 #        REPLAY_WORKLOADS="1 4" to choose; REPLAY_WORKLOADS="" skips the servers)
 set -euo pipefail
+# SIM=0 skips the sim runs (keeps the stored summary), for the servers only.
 . "$(dirname "$0")/lib.sh"
 
 KEYS=${KEYS:-300000}
@@ -44,6 +45,7 @@ declare -A MEM
 for n in $WORKLOADS; do
     MEM[$n]=$(memory_for "$n")
     echo "gdwheel-$n: -m ${MEM[$n]}"
+    [ "${SIM:-1}" = 1 ] || continue
     for seed in $SEEDS; do
         for ev in lru gdwheel; do
             f=$RAW/gdwheel-$n-$ev-s$seed.json
@@ -54,7 +56,7 @@ for n in $WORKLOADS; do
         done
     done
 done
-$SUMMARIZE runs --warmup "$WARM" --out "$OUT" "${TAGS[@]}"
+[ ${#TAGS[@]} -eq 0 ] || $SUMMARIZE runs --warmup "$WARM" --out "$OUT" "${TAGS[@]}"
 $SUMMARIZE table "$OUT" --base sim-lru --exclude gdwheel-4
 
 # Real servers: memcached 1.6 (no costs: it evicts by recency) and cachalot

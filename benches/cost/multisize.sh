@@ -6,16 +6,17 @@
 # memcached, sas = Carra & Michiardi Algorithm 3, cost-per-byte = GD-Wheel
 # chapter 5). Then real servers with `cachalot-lab replay` (seed 1):
 # memcached 1.6.18 (its default slab_automove=1) and cachalot with gdwheel and
-# the rebalancer BEST (default sas). Same scale and warm-up as gdwheel.sh:
+# the rebalancer BEST (default cost-per-byte, the best in sim). Same scale and warm-up as gdwheel.sh:
 # KEYS keys (default 100 000, a tenth of the thesis's), load phase, 10 x KEYS
 # GETs, the first KEYS of them warm-up; memory where LRU hits ~95%.
 set -euo pipefail
+# SIM=0 skips the sim runs (keeps the stored summary), for the servers only.
 . "$(dirname "$0")/lib.sh"
 
 KEYS=${KEYS:-300000}
 WORKLOADS=${WORKLOADS:-"10 11 12"}
 POLICIES=${POLICIES:-"lru:memcached gdwheel:off gdwheel:memcached gdwheel:sas gdwheel:cost-per-byte"}
-BEST=${BEST:-sas}
+BEST=${BEST:-cost-per-byte}
 REPLAY=${REPLAY:-1}
 REQ=$((11 * KEYS))
 WARM=$((2 * KEYS))
@@ -39,6 +40,7 @@ declare -A MEM
 for n in $WORKLOADS; do
     MEM[$n]=$(memory_for "$n")
     echo "gdwheel-$n: -m ${MEM[$n]}"
+    [ "${SIM:-1}" = 1 ] || continue
     for seed in $SEEDS; do
         for p in $POLICIES; do
             ev=${p%%:*} rb=${p#*:}
@@ -50,7 +52,7 @@ for n in $WORKLOADS; do
         done
     done
 done
-$SUMMARIZE runs --warmup "$WARM" --out "$OUT" "${TAGS[@]}"
+[ ${#TAGS[@]} -eq 0 ] || $SUMMARIZE runs --warmup "$WARM" --out "$OUT" "${TAGS[@]}"
 $SUMMARIZE table "$OUT" --base sim-lru-memcached
 
 if [ "$REPLAY" = 1 ]; then
