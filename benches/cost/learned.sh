@@ -12,11 +12,16 @@ set -euo pipefail
 
 KEYS=${KEYS:-300000}
 N=${WORKLOAD:-1}
-REQ=$((11 * KEYS))
-WARM=$((2 * KEYS))
+# GETS: GETs per key after the load phase (10 as in gdwheel.sh); WARM: the
+# requests not measured (default: the load phase and the first KEYS GETs).
+# A longer run (GETS=30 WARM=$((21 * KEYS))) measures after the costs are learned.
+GETS=${GETS:-10}
+REQ=$(((GETS + 1) * KEYS))
+WARM=${WARM:-$((2 * KEYS))}
+TAG=${TAG:-learned}
 M=${MEM:-93}
 RAW=${RAW_DIR:-$(mktemp -d /tmp/cost-learned.XXXXXX)}
-OUT=$DATA/cost-learned.json
+OUT=$DATA/cost-$TAG.json
 cost_machine_line
 echo "gdwheel-$N, keys $KEYS, requests $REQ, warm-up $WARM, -m $M; raw runs in $RAW"
 TAGS=()
@@ -28,10 +33,10 @@ for seed in $SEEDS; do
             gdwheel-learn-delay) a=(--eviction gdwheel --learn-costs --backend-delay cost) ;;
             gdwheel-explicit) a=(--eviction gdwheel) ;;
         esac
-        f=$RAW/learned-$p-s$seed.json
+        f=$RAW/$TAG-$p-s$seed.json
         "$LAB" sim --model "gdwheel-$N" --param keys="$KEYS" --param load="$KEYS" \
             --requests "$REQ" --seed "$seed" -m "$M" "${a[@]}" --json "$f" >"$f.txt"
-        TAGS+=("learned/gdwheel-$N/$p/$seed=$f")
+        TAGS+=("$TAG/gdwheel-$N/$p/$seed=$f")
     done
 done
 $SUMMARIZE runs --warmup "$WARM" --out "$OUT" "${TAGS[@]}"
