@@ -1,6 +1,7 @@
 //! Micro-benchmark of the eviction policies' per-request cost in the engine
 //! alone (no network): `cargo run --release -p cachalot-engine --example
-//! evict_bench [seconds-per-run]`.
+//! evict_bench [seconds-per-run [lru|gdwheel keys [requests]]]` (with a
+//! policy and a key count: that single run, for profiling).
 //!
 //! Issue 4 asks that get/set throughput with GD-Wheel stay within 5% of the
 //! LRU (CLOCK) build on a uniform-cost workload. The server's throughput is
@@ -17,13 +18,21 @@ use std::time::{Duration, Instant};
 
 use cachalot_engine::{Clock, Config, Engine, EvictionPolicy, Store};
 
-fn key(k: u64, buf: &mut Vec<u8>) {
-    buf.clear();
-    buf.extend_from_slice(format!("key:{k:016}").as_bytes());
+/// Key number k as 20 bytes ("key:" and 16 digits), made up front so that
+/// the timed loop is only engine calls.
+fn keys(n: u64) -> Vec<[u8; 20]> {
+    (0..n)
+        .map(|k| {
+            let mut key = [0u8; 20];
+            key.copy_from_slice(format!("key:{k:016}").as_bytes());
+            key
+        })
+        .collect()
 }
 
-/// Requests per second over `secs` seconds after filling the cache.
-fn run(eviction: EvictionPolicy, keys: u64, secs: f64) -> f64 {
+/// Requests per second over `secs` seconds (or exactly `count` requests)
+/// after filling the cache.
+fn run(eviction: EvictionPolicy, keys: u64, secs: f64, count: Option<u64>) -> f64 {
     let clock = Arc::new(Clock::new());
     let mut e = Engine::new(
         Config {
@@ -35,10 +44,9 @@ fn run(eviction: EvictionPolicy, keys: u64, secs: f64) -> f64 {
     )
     .expect("config");
     let value = [b'v'; 32];
-    let mut k = Vec::with_capacity(32);
-    for i in 0..keys.min(3_000_000) {
-        key(i, &mut k);
-        e.store(&Store::set(&k, &value));
+    let all = self::keys(keys);
+    for k in all.iter().take(3_000_000) {
+        e.store(&Store::set(k, &value));
     }
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut n = 0u64;
@@ -49,14 +57,14 @@ fn run(eviction: EvictionPolicy, keys: u64, secs: f64) -> f64 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            key(x % keys, &mut k);
+            let k = &all[(x % keys) as usize];
             // 10% SETs; GETs fill their misses (look-aside).
-            if x.is_multiple_of(10) || e.get(&k).is_none() {
-                e.store(&Store::set(&k, &value));
+            if x.is_multiple_of(10) || e.get(k).is_none() {
+                e.store(&Store::set(k, &value));
             }
         }
         n += 4096;
-        if start.elapsed() >= limit {
+        if count.map_or(start.elapsed() >= limit, |c| n >= c) {
             break;
         }
     }
@@ -64,18 +72,26 @@ fn run(eviction: EvictionPolicy, keys: u64, secs: f64) -> f64 {
 }
 
 fn main() {
-    let secs: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
+    let args: Vec<String> = std::env::args().collect();
+    let secs: f64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2.0);
+    // `evict_bench SECS POLICY KEYS [REQUESTS]`: one run (for profiling;
+    // with REQUESTS, exactly that many after the fill, whatever the time).
+    if let (Some(policy), Some(keys)) = (args.get(2), args.get(3)) {
+        let policy: EvictionPolicy = policy.parse().expect("lru or gdwheel");
+        let keys: u64 = keys.parse().expect("a key count");
+        let count = args.get(4).map(|c| c.parse().expect("a request count"));
+        let rate = run(policy, keys, secs, count);
+        println!("{policy:?} {keys} keys: {rate:.0} req/s");
+        return;
+    }
     println!("| keys | lru req/s | gdwheel req/s | gdwheel / lru |");
     println!("|---|---|---|---|");
     for keys in [500_000u64, 4_000_000] {
         let mut lru = Vec::new();
         let mut gd = Vec::new();
         for _ in 0..5 {
-            lru.push(run(EvictionPolicy::Lru, keys, secs));
-            gd.push(run(EvictionPolicy::GdWheel, keys, secs));
+            lru.push(run(EvictionPolicy::Lru, keys, secs, None));
+            gd.push(run(EvictionPolicy::GdWheel, keys, secs, None));
         }
         lru.sort_by(f64::total_cmp);
         gd.sort_by(f64::total_cmp);

@@ -84,10 +84,16 @@ pub fn quantize_cost(cost: u32) -> u8 {
 }
 
 pub fn dequantize_cost(q: u8) -> u32 {
-    if q == 0 {
-        return 0;
-    }
-    (2f64.powf((q as f64 - 1.0) / 8.0)).round() as u32
+    // Every GET reports its item's cost (`ItemRef::cost`): a table lookup,
+    // not a `powf`.
+    static TABLE: std::sync::OnceLock<[u32; 256]> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = [0u32; 256];
+        for (q, c) in t.iter_mut().enumerate().skip(1) {
+            *c = (2f64.powf((q as f64 - 1.0) / 8.0)).round() as u32;
+        }
+        t
+    })[q as usize]
 }
 
 /// Last-access time is kept in minutes modulo 256 (memcached itself only

@@ -185,22 +185,28 @@ struct Trailer {
 }
 
 impl Trailer {
+    /// Two loads: bytes 0..8 and 8..12 as little-endian words (the trailer
+    /// is read on every hit, four times).
     #[inline]
     fn decode(t: &[u8]) -> Trailer {
-        let lo = u64::from_le_bytes([t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]]);
+        let mut lo = [0u8; 8];
+        let mut hi = [0u8; 4];
+        lo.copy_from_slice(&t[..8]);
+        hi.copy_from_slice(&t[8..TRAILER_LEN]);
+        let (lo, hi) = (u64::from_le_bytes(lo), u32::from_le_bytes(hi) as u64);
         Trailer {
             prev: lo & LOC_MASK,
-            next: (lo >> 36) | ((t[8] as u64) << 28),
-            h24: u32::from_le_bytes([t[9], t[10], t[11], 0]) as u64,
+            next: (lo >> 36) | ((hi & 0xff) << 28),
+            h24: hi >> 8,
         }
     }
 
     #[inline]
     fn encode(&self, t: &mut [u8]) {
         let lo = self.prev | (self.next << 36);
+        let hi = ((self.next >> 28) & 0xff) as u32 | (((self.h24 & H_MASK) as u32) << 8);
         t[..8].copy_from_slice(&lo.to_le_bytes());
-        t[8] = (self.next >> 28) as u8;
-        t[9..12].copy_from_slice(&(self.h24 & H_MASK).to_le_bytes()[..3]);
+        t[8..TRAILER_LEN].copy_from_slice(&hi.to_le_bytes());
     }
 }
 
@@ -210,29 +216,39 @@ fn fits_in_chunk(chunk: &[u8]) -> bool {
     item::stored_len(chunk) + TRAILER_LEN <= chunk.len()
 }
 
-/// Trailers of items that fill their chunk: per page number, TRAILER_LEN
-/// bytes per chunk (allocated on first use, grown if the page changes class).
+/// Side arrays: per page number, None while every item of the page keeps its
+/// trailer at the end of its chunk, or TRAILER_LEN bytes per chunk for all
+/// of the page's items once one of them filled its chunk. Deciding by page
+/// rather than by item means finding a trailer never reads the item's
+/// header: a hit reads and writes two neighbours' trailers, and each is one
+/// cache line instead of two.
 #[derive(Default)]
 struct Side {
     pages: Vec<Option<Box<[u8]>>>,
     bytes: usize,
 }
 
-/// The trailer of the item at `loc`.
-#[inline]
-fn read(slabs: &Slabs, side: &Side, loc: u64) -> Trailer {
-    let chunk = slabs.chunk(loc);
-    if fits_in_chunk(chunk) {
-        return Trailer::decode(&chunk[chunk.len() - TRAILER_LEN..]);
+impl Side {
+    #[inline]
+    fn array(&self, page: u32) -> Option<&[u8]> {
+        self.pages.get(page as usize).and_then(|a| a.as_deref())
     }
+}
+
+/// The trailer of the item at `loc`.
+#[inline(always)]
+fn read(slabs: &Slabs, side: &Side, loc: u64) -> Trailer {
     let (page, c) = slabs.split(loc);
-    let at = c as usize * TRAILER_LEN;
-    let arr = side
-        .pages
-        .get(page as usize)
-        .and_then(|a| a.as_deref())
-        .expect("an item without room in its chunk has a side trailer");
-    Trailer::decode(&arr[at..at + TRAILER_LEN])
+    match side.array(page) {
+        Some(arr) => {
+            let at = c as usize * TRAILER_LEN;
+            Trailer::decode(&arr[at..at + TRAILER_LEN])
+        }
+        None => {
+            let chunk = slabs.chunk(loc);
+            Trailer::decode(&chunk[chunk.len() - TRAILER_LEN..])
+        }
+    }
 }
 
 /// The chunks and the side arrays: where trailers are read and written.
@@ -247,55 +263,98 @@ impl Mem<'_> {
         read(self.slabs, self.side, loc)
     }
 
+    /// The trailer bytes of the item at `loc`.
+    #[inline(always)]
+    fn slot(&mut self, loc: u64) -> &mut [u8] {
+        let (page, c) = self.slabs.split(loc);
+        if let Some(arr) = self
+            .side
+            .pages
+            .get_mut(page as usize)
+            .and_then(|a| a.as_deref_mut())
+        {
+            let at = c as usize * TRAILER_LEN;
+            return &mut arr[at..at + TRAILER_LEN];
+        }
+        let chunk = self.slabs.chunk_mut(loc);
+        let n = chunk.len();
+        &mut chunk[n - TRAILER_LEN..]
+    }
+
     #[inline]
     fn put(&mut self, loc: u64, t: Trailer) {
-        let chunk = self.slabs.chunk_mut(loc);
-        if fits_in_chunk(chunk) {
-            let n = chunk.len();
-            t.encode(&mut chunk[n - TRAILER_LEN..]);
-            return;
-        }
-        let (page, c) = self.slabs.split(loc);
-        let at = c as usize * TRAILER_LEN;
-        let (page, need) = (page as usize, self.page_chunks(loc) * TRAILER_LEN);
-        if self.side.pages.len() <= page {
-            self.side.pages.resize_with(page + 1, || None);
-        }
-        let slot = &mut self.side.pages[page];
-        if slot.as_ref().is_none_or(|a| a.len() < need) {
-            let old = slot.as_ref().map_or(0, |a| a.len());
-            self.side.bytes = self.side.bytes + need - old;
-            // Nothing on the page needs the old contents: a page changes
-            // class only once all its items are gone.
-            *slot = Some(vec![0u8; need].into_boxed_slice());
-        }
-        if let Some(arr) = slot.as_deref_mut() {
-            t.encode(&mut arr[at..at + TRAILER_LEN]);
-        }
+        t.encode(self.slot(loc));
     }
 
-    /// Chunks on the page of `loc`.
-    fn page_chunks(&self, loc: u64) -> usize {
-        let (page, _) = self.slabs.split(loc);
-        self.slabs.pages[page as usize]
-            .as_ref()
-            .map_or(0, |p| p.nchunks as usize)
-    }
-
+    /// Rewrite one link in place: a load and a store of the word holding it
+    /// (a neighbour's trailer is touched twice per hit).
     #[inline]
     fn set_prev(&mut self, loc: u64, prev: u64) {
-        let t = self.get(loc);
-        self.put(loc, Trailer { prev, ..t });
+        let t = self.slot(loc);
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&t[..8]);
+        let w = (u64::from_le_bytes(w) & !LOC_MASK) | prev;
+        t[..8].copy_from_slice(&w.to_le_bytes());
     }
 
     #[inline]
     fn set_next(&mut self, loc: u64, next: u64) {
-        let t = self.get(loc);
-        self.put(loc, Trailer { next, ..t });
+        let t = self.slot(loc);
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&t[..8]);
+        let w = (u64::from_le_bytes(w) & LOC_MASK) | (next << 36);
+        t[..8].copy_from_slice(&w.to_le_bytes());
+        t[8] = (next >> 28) as u8;
+    }
+
+    /// Make `put(loc)` safe for the item just written at `loc` (not linked
+    /// yet): if it fills its chunk, its page must have a side array of the
+    /// page's current size. A page that gets one moves the trailers of its
+    /// linked items (every other live item) there first. A page keeps its
+    /// array when it changes class (it only grows), so its new items find
+    /// their trailers aside too.
+    fn prepare(&mut self, loc: u64) {
+        let (page, _) = self.slabs.split(loc);
+        let Some(pg) = self.slabs.pages[page as usize].as_ref() else {
+            return;
+        };
+        let need = pg.nchunks as usize * TRAILER_LEN;
+        let have = self.side.array(page).map(|a| a.len());
+        match have {
+            Some(n) if n >= need => {}
+            Some(n) => {
+                // The page changed class to one with more chunks.
+                let mut grown = vec![0u8; need].into_boxed_slice();
+                if let Some(old) = self.side.array(page) {
+                    grown[..n].copy_from_slice(old);
+                }
+                self.side.pages[page as usize] = Some(grown);
+                self.side.bytes += need - n;
+            }
+            None if fits_in_chunk(self.slabs.chunk(loc)) => {}
+            None => {
+                let mut arr = vec![0u8; need].into_boxed_slice();
+                for other in self.slabs.live_in_page(page) {
+                    if other != loc {
+                        let chunk = self.slabs.chunk(other);
+                        let (_, c) = self.slabs.split(other);
+                        let at = c as usize * TRAILER_LEN;
+                        arr[at..at + TRAILER_LEN]
+                            .copy_from_slice(&chunk[chunk.len() - TRAILER_LEN..]);
+                    }
+                }
+                if self.side.pages.len() <= page as usize {
+                    self.side.pages.resize_with(page as usize + 1, || None);
+                }
+                self.side.pages[page as usize] = Some(arr);
+                self.side.bytes += need;
+            }
+        }
     }
 }
 
 /// Append `loc` (priority `h`) as the newest item of queue `q`.
+#[inline(always)]
 fn push_back(w: &mut Wheels, m: &mut Mem, q: usize, loc: u64, h: u64) {
     let last = w.tail[q];
     m.put(
@@ -337,7 +396,10 @@ fn push_front(w: &mut Wheels, m: &mut Mem, q: usize, loc: u64, h: u64) {
 }
 
 /// Take `loc` (trailer `t`) out of queue `q`.
+#[inline(always)]
 fn remove(w: &mut Wheels, m: &mut Mem, q: usize, t: Trailer) {
+    // The two neighbours' updates are independent loads and stores: their
+    // cache misses (the cost of a hit) overlap.
     if t.prev == NIL {
         w.head[q] = t.next;
     } else {
@@ -373,6 +435,9 @@ fn cascade(w: &mut Wheels, m: &mut Mem, q: usize) {
 /// GD-Wheel state for every slab class.
 pub struct GdWheel {
     classes: Vec<Option<Box<Wheels>>>,
+    /// Classes with wheels (so that `memory_bytes`, asked at every store,
+    /// is O(1)).
+    wheels: usize,
     side: Side,
     /// Dequantised costs by header byte (`item::dequantize_cost`), so that a
     /// hit costs a table lookup instead of a `powf`.
@@ -383,6 +448,7 @@ impl GdWheel {
     pub fn new(nclasses: usize) -> GdWheel {
         GdWheel {
             classes: (0..nclasses).map(|_| None).collect(),
+            wheels: 0,
             side: Side::default(),
             costs: super::cost_table(),
         }
@@ -391,7 +457,7 @@ impl GdWheel {
     /// Bytes of wheels and side arrays allocated so far (the engine counts
     /// them in `-m`).
     pub fn memory_bytes(&self) -> usize {
-        self.classes.iter().flatten().count() * Wheels::BYTES
+        self.wheels * Wheels::BYTES
             + self.classes.capacity() * std::mem::size_of::<Option<Box<Wheels>>>()
             + self.side.bytes
             + self.side.pages.capacity() * std::mem::size_of::<Option<Box<[u8]>>>()
@@ -411,11 +477,18 @@ impl GdWheel {
     pub fn link(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
         debug_assert!(loc != NIL && loc <= LOC_MASK);
         let cost = self.cost(slabs.chunk(loc));
-        let w = self.classes[class].get_or_insert_with(|| Box::new(Wheels::new()));
+        let w = match &mut self.classes[class] {
+            Some(w) => w,
+            slot => {
+                self.wheels += 1;
+                slot.insert(Box::new(Wheels::new()))
+            }
+        };
         let mut m = Mem {
             slabs,
             side: &mut self.side,
         };
+        m.prepare(loc);
         let h = (w.hand + cost).min(w.h_max());
         push_back(w, &mut m, place(h, w.hand), loc, h);
         w.len += 1;
@@ -469,6 +542,7 @@ impl GdWheel {
             side: &mut self.side,
         };
         let t = m.get(from);
+        m.prepare(to);
         m.put(to, t);
         let q = place(w.h_of(t.h24), w.hand);
         if t.prev == NIL {
@@ -634,6 +708,7 @@ impl GdWheel {
         }
         let bytes: usize = self.side.pages.iter().flatten().map(|a| a.len()).sum();
         assert_eq!(bytes, self.side.bytes, "side array bytes");
+        assert_eq!(self.classes.iter().flatten().count(), self.wheels);
     }
 }
 
