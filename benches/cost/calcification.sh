@@ -10,13 +10,16 @@
 # first two thirds of the requests).
 #
 # Scale: the paper has Q1 = Q2 = 7 M objects, 200 M requests and 1 GB; here
-# KEYS per set (default 200 000, 1/35), 14 requests per object as the paper
-# (REQ = 28 x KEYS), and memory 1 GB / 35 ~ 30 MB (MEM).
+# KEYS per set (default 500 000, 1/14), about 14 requests per object as the
+# paper (REQ = 28 x KEYS) and memory 1 GB / 14 = 73 MB (MEM). Smaller scales
+# do not work: at 200 000 keys and 30 MB the engine has fewer pages (29) than
+# slab classes in use, every class keeps its one page and no policy can move
+# anything.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-KEYS=${KEYS:-200000}
-MEM=${MEM:-30}
+KEYS=${KEYS:-500000}
+MEM=${MEM:-73}
 REQ=${REQ:-$((28 * KEYS))}
 LAST=$((REQ * 2 / 3)) # the model's phases: 0.333 / 0.333 / rest
 SEED=${SEED:-1}
@@ -28,20 +31,27 @@ SRC=(--model calcification --param keys="$KEYS" --requests "$REQ" --seed "$SEED"
 cost_machine_line
 echo "keys $KEYS per set, requests $REQ, -m $MEM, last phase from request $LAST; raw runs in $RAW"
 
-# The offline optimum for the last phase (Algorithm 2 over per-class LRU
-# stacks), for the pages the engine really has (-m less its hash index).
-"$LAB" mrc "${SRC[@]}" --warmup "$LAST" --bytes-of chunk -m "$MEM" --per-class \
-    --json "$DATA/cost-calcification-mrc.json" | tee "$RAW/mrc.txt"
-
 FILES=()
 for rb in $REBALANCERS; do
     f=$DATA/cost-calcification-sim-$rb.json
     "$LAB" sim "${SRC[@]}" -m "$MEM" --rebalance "$rb" --json "$f" >"$RAW/sim-$rb.txt"
     FILES+=("$f")
 done
+
+# The offline optimum for the last phase (Algorithm 2 over per-class LRU
+# stacks): for -m MEM pages (an upper bound: the engine keeps its hash index
+# in -m too) and for the pages the engine really has (from the last sim).
+PAGES=$(sed -n 's/.*pages per class: //p' "$RAW/sim-$rb.txt" | tr ' ' '\n' | awk -F: '{ s += $2 } END { print s }')
+echo "engine pages at -m $MEM: $PAGES"
+for m in "$MEM" "$PAGES"; do
+    "$LAB" mrc "${SRC[@]}" --warmup "$LAST" --bytes-of chunk -m "$m" --points 2 \
+        --json "$DATA/cost-calcification-mrc-$m.json" | tee "$RAW/mrc-$m.txt" | grep -A4 '^Optimal'
+done
 if [ "$REPLAY" = 1 ]; then
-    replay_srv memcached "$MEM" "" "$DATA/cost-calcification-memcached.json" "${SRC[@]}"
-    replay_srv cachalot "$MEM" "-o rebalance=$REAL_REBALANCE" "$DATA/cost-calcification-cachalot-$REAL_REBALANCE.json" "${SRC[@]}"
+    replay_srv memcached "$MEM" "" "$RAW/memcached.json" "${SRC[@]}"
+    replay_srv cachalot "$MEM" "-o rebalance=$REAL_REBALANCE" "$RAW/cachalot.json" "${SRC[@]}"
+    cp "$RAW/memcached.json" "$DATA/cost-calcification-memcached.json"
+    cp "$RAW/cachalot.json" "$DATA/cost-calcification-cachalot-$REAL_REBALANCE.json"
     FILES+=("$DATA/cost-calcification-memcached.json" "$DATA/cost-calcification-cachalot-$REAL_REBALANCE.json")
 fi
 $SUMMARIZE phases --warmup "$LAST" "${FILES[@]}"
