@@ -130,6 +130,7 @@ impl EngineArgs {
                 sas_misses: self.sas_misses,
                 sas_decay: self.sas_decay,
                 ghost_bytes: self.ghost_kb << 10,
+                ..Tuning::default()
             },
             ..Config::default()
         })
