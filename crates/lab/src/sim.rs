@@ -370,10 +370,7 @@ fn fill_meta(meta: &mut RunMeta, cfg: &SimConfig, sim: &Sim) {
     s.insert("eviction".into(), c.eviction.name().into());
     s.insert("learn_costs".into(), c.learn_costs.into());
     s.insert("rebalance".into(), c.rebalance.name().into());
-    s.insert(
-        "sas_misses".into(),
-        c.rebalance_tuning.sas_misses.into(),
-    );
+    s.insert("sas_misses".into(), c.rebalance_tuning.sas_misses.into());
     s.insert("sas_decay".into(), c.rebalance_tuning.sas_decay.into());
     s.insert(
         "backend_delay".into(),
