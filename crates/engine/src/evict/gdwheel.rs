@@ -239,16 +239,17 @@ impl Side {
 #[inline(always)]
 fn read(slabs: &Slabs, side: &Side, loc: u64) -> Trailer {
     let (page, c) = slabs.split(loc);
-    match side.array(page) {
-        Some(arr) => {
-            let at = c as usize * TRAILER_LEN;
-            Trailer::decode(&arr[at..at + TRAILER_LEN])
-        }
-        None => {
-            let chunk = slabs.chunk(loc);
-            Trailer::decode(&chunk[chunk.len() - TRAILER_LEN..])
-        }
+    if let Some(Some(arr)) = side.pages.get(page as usize) {
+        let at = c as usize * TRAILER_LEN;
+        return Trailer::decode(&arr[at..at + TRAILER_LEN]);
     }
+    // The chunk's last bytes, with one range check (a hit reads several
+    // trailers: this is the hot path of GD-Wheel).
+    let pg = slabs.pages[page as usize]
+        .as_ref()
+        .expect("a linked item's page is live");
+    let end = (c as usize + 1) * pg.chunk_size as usize;
+    Trailer::decode(&pg.mem[end - TRAILER_LEN..end])
 }
 
 /// The chunks and the side arrays: where trailers are read and written.
@@ -267,18 +268,13 @@ impl Mem<'_> {
     #[inline(always)]
     fn slot(&mut self, loc: u64) -> &mut [u8] {
         let (page, c) = self.slabs.split(loc);
-        if let Some(arr) = self
-            .side
-            .pages
-            .get_mut(page as usize)
-            .and_then(|a| a.as_deref_mut())
-        {
+        if let Some(Some(arr)) = self.side.pages.get_mut(page as usize) {
             let at = c as usize * TRAILER_LEN;
             return &mut arr[at..at + TRAILER_LEN];
         }
-        let chunk = self.slabs.chunk_mut(loc);
-        let n = chunk.len();
-        &mut chunk[n - TRAILER_LEN..]
+        let pg = self.slabs.page_mut(page);
+        let end = (c as usize + 1) * pg.chunk_size as usize;
+        &mut pg.mem[end - TRAILER_LEN..end]
     }
 
     #[inline]
