@@ -9,9 +9,10 @@
 # on every store), unpipelined. MEM_MB small enough that the set-heavy run
 # evicts (KEYS x VALUE_SIZE exceeds it) so eviction is on the measured path.
 set -euo pipefail
-. "$(dirname "$0")/../lib.sh"
+# Before ../lib.sh, which would default CACHALOT_BIN to target/release.
 COST_ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CACHALOT_BIN=${CACHALOT_BIN:-${CARGO_TARGET_DIR:-$COST_ROOT/target}/release/cachalot}
+. "$(dirname "$0")/../lib.sh"
 
 DURATION=${DURATION:-10}
 REPS=${REPS:-5}
