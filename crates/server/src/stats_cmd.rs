@@ -657,3 +657,116 @@ fn cachedump(ctx: &Ctx<'_>, class: Option<&[u8]>, limit: Option<&[u8]>, out: &mu
     }
     line(out, "END");
 }
+
+#[cfg(test)]
+mod tests {
+    //! The cost-aware caching fields (docs/cost.md): settings, per-class
+    //! average and evicted cost, totals, learned costs.
+
+    use std::sync::Arc;
+
+    use cachalot_engine::{Cache, Clock, EvictionPolicy, Store};
+
+    use super::*;
+    use crate::settings::Settings;
+    use crate::stats::Shared;
+
+    fn pairs(settings: &Settings, cache: &Cache, group: &[u8]) -> HashMap<String, String> {
+        let shared = Arc::new(Shared::default());
+        let stats = ThreadStats::default();
+        let ctx = Ctx {
+            cache,
+            settings,
+            shared: &shared,
+            stats: &stats,
+            conn_id: 1,
+        };
+        collect(&ctx, group)
+            .expect("known group")
+            .into_iter()
+            .collect()
+    }
+
+    fn gdwheel(memory_limit: usize) -> (Settings, Cache, Arc<Clock>) {
+        let mut s = Settings::default();
+        s.engine.eviction = EvictionPolicy::GdWheel;
+        s.engine.learn_costs = true;
+        s.engine.memory_limit = memory_limit;
+        let clock = Arc::new(Clock::new());
+        let cache = Cache::new(s.engine.clone(), clock.clone()).unwrap();
+        (s, cache, clock)
+    }
+
+    #[test]
+    fn settings_name_the_policy() {
+        let s = Settings::default();
+        let cache = Cache::new(s.engine.clone(), Arc::new(Clock::new())).unwrap();
+        let p = pairs(&s, &cache, b"settings");
+        assert_eq!(p["eviction"], "lru");
+        assert_eq!(p["learn_costs"], "no");
+        let (s, cache, _) = gdwheel(64 << 20);
+        let p = pairs(&s, &cache, b"settings");
+        assert_eq!(p["eviction"], "gdwheel");
+        assert_eq!(p["learn_costs"], "yes");
+    }
+
+    #[test]
+    fn average_and_evicted_costs_per_class_and_in_total() {
+        let (s, cache, clock) = gdwheel(2 << 20);
+        {
+            let mut e = cache.lock();
+            for (k, c) in [(&b"a"[..], 10), (b"b", 20), (b"c", 40)] {
+                e.store(&Store {
+                    cost: Some(c),
+                    ..Store::set(k, b"value")
+                });
+            }
+            // Learned: a miss, then the SET 300 us later.
+            clock.set_us(1_000);
+            assert!(e.get(b"d").is_none());
+            clock.set_us(1_300);
+            e.store(&Store::set(b"d", b"value"));
+        }
+        let slabs = pairs(&s, &cache, b"slabs");
+        let class = slabs
+            .keys()
+            .find_map(|k| k.strip_suffix(":avg_cost").map(str::to_string))
+            .expect("a class with items");
+        // (10 + 20 + 40 + 300) / 4, each quantised: (10 + 21 + 41 + 304) / 4.
+        assert_eq!(slabs[&format!("{class}:avg_cost")], "94");
+        assert_eq!(slabs[&format!("{class}:evicted_cost")], "0");
+        let general = pairs(&s, &cache, b"");
+        assert_eq!(general["learned_costs"], "1");
+        assert_eq!(general["evicted_cost"], "0");
+        assert_ne!(general["learn_table_bytes"], "0");
+        assert_ne!(general["eviction_bytes"], "0");
+        // Fill the 2 MB cache with items of cost 7: the cheapest go first,
+        // and every eviction is counted with its cost.
+        {
+            let mut e = cache.lock();
+            for i in 0..40_000u32 {
+                e.store(&Store {
+                    cost: Some(7),
+                    ..Store::set(format!("k{i}").as_bytes(), b"value")
+                });
+            }
+            assert!(e
+                .lookup(b"c", cachalot_engine::engine::Lookup::PEEK)
+                .is_some());
+        }
+        let general = pairs(&s, &cache, b"");
+        let evictions: u64 = general["evictions"].parse().unwrap();
+        assert!(evictions > 0);
+        assert_eq!(general["evicted_cost"], (7 * evictions).to_string());
+        let items = pairs(&s, &cache, b"items");
+        assert_eq!(
+            items[&format!("items:{class}:evicted_cost")],
+            general["evicted_cost"]
+        );
+        let slabs = pairs(&s, &cache, b"slabs");
+        assert_eq!(
+            slabs[&format!("{class}:evicted_cost")],
+            general["evicted_cost"]
+        );
+    }
+}
