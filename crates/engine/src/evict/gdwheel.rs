@@ -787,6 +787,16 @@ mod tests {
         let (mut s, mut g, l) = setup(&[1, 9, 1, 17]);
         assert_eq!(evict(&mut s, &mut g), l[0]);
         assert_eq!(g.hand(0), 1);
+        // Credits above the hand: H - L = 0, 1, 3.
+        let credit = |g: &GdWheel, s: &Slabs, x| g.priority(s, 0, x).unwrap() - g.hand(0);
+        assert_eq!(
+            [
+                credit(&g, &s, l[2]),
+                credit(&g, &s, l[1]),
+                credit(&g, &s, l[3])
+            ],
+            [0, 1, 3]
+        );
         assert_eq!(evict(&mut s, &mut g), l[2]);
         assert_eq!(evict(&mut s, &mut g), l[1]);
         assert_eq!(g.hand(0), 2);

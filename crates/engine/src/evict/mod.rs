@@ -193,6 +193,14 @@ impl Policy {
         self.live_cost.get(class).copied().unwrap_or(0)
     }
 
+    /// GreedyDual's credit of a live item under GD-Wheel: H - L, what is
+    /// left of its cost before it becomes the victim (0 = next in line).
+    /// None under CLOCK. A page move can keep the items with the most.
+    pub fn credit(&self, slabs: &Slabs, class: usize, loc: u64) -> Option<u64> {
+        let w = self.wheel.as_ref()?;
+        Some(w.priority(slabs, class, loc)?.saturating_sub(w.hand(class)))
+    }
+
     /// GD-Wheel's state, when that is the policy.
     pub fn gdwheel(&self) -> Option<&GdWheel> {
         self.wheel.as_ref()
