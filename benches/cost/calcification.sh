@@ -17,6 +17,7 @@
 # 20 of 69 pages in classes the optimum gives none; at 200 000 keys / 30 MB
 # there are fewer pages than classes and nothing can move.
 set -euo pipefail
+# shellcheck source=benches/cost/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 KEYS=${KEYS:-1750000}

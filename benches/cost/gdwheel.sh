@@ -16,6 +16,7 @@
 #        REPLAY_WORKLOADS="1 4" to choose; REPLAY_WORKLOADS="" skips the servers)
 set -euo pipefail
 # SIM=0 skips the sim runs (keeps the stored summary), for the servers only.
+# shellcheck source=benches/cost/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 KEYS=${KEYS:-300000}

@@ -8,6 +8,7 @@
 # learning, and gdwheel told the costs explicitly (cost=, the upper bound).
 # (replay has no backend delay, so there is no real-server run here.)
 set -euo pipefail
+# shellcheck source=benches/cost/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 KEYS=${KEYS:-300000}

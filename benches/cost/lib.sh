@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared settings for the issue-4 cost benchmarks (benches/cost/*.sh): where
 # the binaries are, where results go, the machine line. Sourced, not run.
 #
@@ -11,7 +12,7 @@ LAB=${LAB_BIN:-$TARGET/release/cachalot-lab}
 CACHALOT_BIN=${CACHALOT_BIN:-$TARGET/release/cachalot}
 DATA=${DATA_DIR:-$COST_ROOT/docs/data}
 IMG=${IMG_DIR:-$COST_ROOT/docs/img}
-SUMMARIZE="python3 $COST_ROOT/benches/cost/summarize.py"
+export SUMMARIZE="python3 $COST_ROOT/benches/cost/summarize.py"
 SEEDS=${SEEDS:-"1 2 3"}
 mkdir -p "$DATA" "$IMG"
 

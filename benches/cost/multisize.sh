@@ -11,6 +11,7 @@
 # GETs, the first KEYS of them warm-up; memory where LRU hits ~95%.
 set -euo pipefail
 # SIM=0 skips the sim runs (keeps the stored summary), for the servers only.
+# shellcheck source=benches/cost/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 KEYS=${KEYS:-300000}
