@@ -428,6 +428,11 @@ impl Engine {
     }
 
     pub fn store(&mut self, req: &Store<'_>) -> StoreOutcome {
+        // A page in transit drains a little with every store, before this
+        // one looks anything up (see `engine/pages.rs`).
+        if self.drain.is_some() {
+            self.drain_on_store();
+        }
         let h = hash(req.key);
         let old = self.find_live(req.key, h);
         let mut stale = false;

@@ -94,9 +94,10 @@ pub enum RebalancePolicy {
     /// Pages never move on their own (`slabs reassign` still works).
     Off,
     /// memcached's automove: towards the class that evicts most.
-    #[default]
     Memcached,
-    /// Carra & Michiardi's SAS: towards cost-weighted capacity misses.
+    /// Carra & Michiardi's SAS: towards cost-weighted capacity misses (the
+    /// default, chosen on the calcification experiment: docs/cost.md).
+    #[default]
     Sas,
     /// GD-Wheel chapter 5: by cost per byte.
     CostPerByte,

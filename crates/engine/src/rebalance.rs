@@ -52,9 +52,9 @@ pub struct Tuning {
     pub sas_misses: u64,
     /// SAS: counter decay per decision (0 = the paper's per-interval counters).
     pub sas_decay: f64,
-    /// SAS: which class gives the page (the paper's rule or the least
-    /// marginal value).
-    pub sas_donor: SasDonor,
+    /// SAS: how it picks the classes (Algorithm 3 as written, or by
+    /// marginal value: see `sas`).
+    pub sas_rule: SasRule,
     /// Ghost set window, in pages of each class's evictions.
     pub ghost_pages: u32,
     /// Ghost set bytes; 0 = what the window needs, at most 1/256 of the
@@ -62,14 +62,14 @@ pub struct Tuning {
     pub ghost_bytes: usize,
 }
 
-pub use sas::SasDonor;
+pub use sas::SasRule;
 
 impl Default for Tuning {
     fn default() -> Self {
         Tuning {
-            sas_misses: 10_000,
+            sas_misses: 2_000,
             sas_decay: 0.5,
-            sas_donor: SasDonor::Paper,
+            sas_rule: SasRule::Marginal,
             ghost_pages: 4,
             ghost_bytes: 0,
         }
@@ -176,7 +176,7 @@ impl Rebalancer {
                     nclasses,
                     tuning.sas_misses,
                     tuning.sas_decay,
-                    tuning.sas_donor,
+                    tuning.sas_rule,
                 )
             }),
             cpb: (policy == RebalancePolicy::CostPerByte)
@@ -231,7 +231,8 @@ impl Rebalancer {
         }
         if !self.pending.is_empty() {
             let (i, tag) = Self::pending_slot(h);
-            self.pending[i] = tag << 16 | (g.class as u32 & 0xff) << 8 | 1;
+            let next_page = u32::from(g.age < ghost::EPOCHS_PER_PAGE);
+            self.pending[i] = tag << 16 | (g.class as u32 & 0xff) << 8 | next_page << 1 | 1;
         }
     }
 
@@ -239,7 +240,7 @@ impl Rebalancer {
     #[inline]
     pub fn hit(&mut self, class: usize, cost_q: u8) {
         if let Some(s) = &mut self.sas {
-            s.request(class, self.costs[cost_q as usize]);
+            s.hit(class, self.costs[cost_q as usize]);
         }
     }
 
@@ -254,7 +255,7 @@ impl Rebalancer {
         if p & 1 != 0 && p >> 16 == tag {
             self.pending[i] = 0;
             let missed = (p >> 8 & 0xff) as usize;
-            s.miss_cost(missed, cost);
+            s.miss_cost(missed, cost, p & 2 != 0);
             if let Some(c) = self.counts.get_mut(missed) {
                 c.cost_capacity_misses += cost as u64;
             }
@@ -270,6 +271,13 @@ impl Rebalancer {
         }
         if let Some(c) = &mut self.cpb {
             c.evicted(class, bytes);
+        }
+    }
+
+    /// `class` received a page (its ghost window moves by a page).
+    pub fn grew(&mut self, class: usize) {
+        if let Some(g) = &mut self.ghost {
+            g.grew(class, 1);
         }
     }
 
@@ -402,13 +410,13 @@ mod tests {
 
     #[test]
     fn sas_moves_pages_towards_capacity_misses() {
-        let mut r = sas(3);
+        let mut r = sas(20);
         // Class 0 is hit a lot and never misses; class 3 misses.
         for i in 0..100 {
             r.hit(0, quantize_cost(1));
             r.evicted(h(i), 3, 100);
         }
-        for i in 0..3 {
+        for i in 0..20 {
             r.miss(h(i));
             r.inserted(h(i), 3, quantize_cost(1));
         }

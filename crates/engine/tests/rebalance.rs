@@ -53,7 +53,7 @@ fn fill_small(e: &mut Engine, n: u32) {
 }
 
 #[test]
-fn a_page_drains_a_bounded_number_of_chunks_per_maintain_call() {
+fn a_page_drains_a_bounded_number_of_chunks_per_call() {
     for eviction in EVICTIONS {
         let mut e = engine(16 << 20, eviction, RebalancePolicy::Off);
         // 10-byte values: tens of thousands of items per page, memory full.
@@ -72,7 +72,9 @@ fn a_page_drains_a_bounded_number_of_chunks_per_maintain_call() {
         let mut last = 0;
         while let Some((p, _, _, next)) = e.page_in_transit() {
             assert_eq!(p, page);
-            assert!(next <= last + budget as u32, "{last} -> {next}");
+            // One maintain call (its budget) and one store (8 chunks) per
+            // round: never the whole page at once.
+            assert!(next <= last + budget as u32 + 8, "{last} -> {next}");
             last = next;
             e.maintain(budget);
             if calls % 32 == 0 {

@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cachalot_engine::rebalance::Tuning;
+use cachalot_engine::rebalance::{SasRule, Tuning};
 use cachalot_engine::{
     Clock, Config, DeleteOutcome, Engine, EvictionPolicy, RebalancePolicy, Store, StoreOutcome,
 };
@@ -89,9 +89,21 @@ pub struct EngineArgs {
     /// SAS: decay of its counters per decision (0 = reset every interval).
     #[arg(long, default_value_t = Tuning::default().sas_decay)]
     pub sas_decay: f64,
-    /// SAS: ghost set size in KB (0 = 1/256 of the memory).
+    /// SAS: how it picks the classes: marginal (the default: next-page gain
+    /// against estimated loss) or paper (Algorithm 3 as written).
+    #[arg(long, default_value = "marginal", value_parser = parse_sas_rule)]
+    pub sas_rule: SasRule,
+    /// SAS: ghost set window in pages of each class's evictions.
+    #[arg(long, default_value_t = Tuning::default().ghost_pages)]
+    pub ghost_pages: u32,
+    /// SAS: ghost set size in KB (0 = what the window needs, at most 1/256
+    /// of the memory).
     #[arg(long, default_value_t = 0)]
     pub ghost_kb: usize,
+}
+
+fn parse_sas_rule(s: &str) -> Result<SasRule, String> {
+    s.parse()
 }
 
 fn parse_rebalance(s: &str) -> Result<RebalancePolicy, String> {
@@ -129,8 +141,9 @@ impl EngineArgs {
             rebalance_tuning: Tuning {
                 sas_misses: self.sas_misses,
                 sas_decay: self.sas_decay,
+                sas_rule: self.sas_rule,
+                ghost_pages: self.ghost_pages,
                 ghost_bytes: self.ghost_kb << 10,
-                ..Tuning::default()
             },
             ..Config::default()
         })
@@ -372,6 +385,12 @@ fn fill_meta(meta: &mut RunMeta, cfg: &SimConfig, sim: &Sim) {
     s.insert("rebalance".into(), c.rebalance.name().into());
     s.insert("sas_misses".into(), c.rebalance_tuning.sas_misses.into());
     s.insert("sas_decay".into(), c.rebalance_tuning.sas_decay.into());
+    s.insert(
+        "sas_rule".into(),
+        format!("{:?}", c.rebalance_tuning.sas_rule)
+            .to_lowercase()
+            .into(),
+    );
     s.insert(
         "backend_delay".into(),
         serde_json::to_value(cfg.backend_delay).unwrap_or_default(),

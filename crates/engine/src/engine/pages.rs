@@ -37,7 +37,6 @@ use crate::evict::Victim;
 use crate::item;
 use crate::rebalance::ClassInfo;
 use crate::slab::PageId;
-use crate::EvictionPolicy;
 
 /// A page on its way out of its class.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,6 +69,9 @@ enum Rescue {
     /// No chunk for it: it is evicted.
     Nowhere,
 }
+
+/// Chunks a store drains from the page in transit.
+const DRAIN_PER_STORE: usize = 8;
 
 /// Pages and chunks per page sampled to find the least valuable page.
 const SAMPLE_PAGES: usize = 16;
@@ -122,7 +124,8 @@ impl Engine {
     }
 
     /// Value of keeping a page's items, estimated from a sample of chunks:
-    /// each live item counts its cost, four times when hot.
+    /// under CLOCK each live item counts its cost, four times when hot;
+    /// under GD-Wheel its GreedyDual credit (H - L) plus one.
     fn page_value(&self, page: PageId, class: usize) -> u64 {
         let Some(pg) = self.slabs.pages[page as usize].as_ref() else {
             return 0;
@@ -135,11 +138,16 @@ impl Engine {
             let chunk = self.slabs.chunk(loc);
             let bits = item::bits(chunk);
             if bits & item::LIVE != 0 {
-                let cost = self.policy.cost_of(chunk).max(1) as u64;
-                value += if self.is_hot(chunk, class) {
-                    4 * cost
-                } else {
-                    cost
+                value += match self.policy.credit(&self.slabs, class, loc) {
+                    Some(credit) => credit + 1,
+                    None => {
+                        let cost = self.policy.cost_of(chunk).max(1) as u64;
+                        if bits & item::REF != 0 {
+                            4 * cost
+                        } else {
+                            cost
+                        }
+                    }
                 };
             }
             c += step;
@@ -165,18 +173,16 @@ impl Engine {
             })
     }
 
-    /// Whether an item is worth keeping when its page moves.
+    /// Whether the live item at `loc` is worth keeping when its page
+    /// moves: under CLOCK, read since the hand last passed (REF); under
+    /// GD-Wheel, any credit left (H > L: it is not next in line, so the
+    /// class's victim is worth less).
     #[inline]
-    fn is_hot(&self, chunk: &[u8], class: usize) -> bool {
-        if item::bits(chunk) & item::REF != 0 {
-            return true;
+    fn is_hot(&self, loc: u64, class: usize) -> bool {
+        match self.policy.credit(&self.slabs, class, loc) {
+            Some(credit) => credit > 0,
+            None => item::bits(self.slabs.chunk(loc)) & item::REF != 0,
         }
-        // GreedyDual keeps the costly items: so do we.
-        if self.config.eviction == EvictionPolicy::GdWheel {
-            let used = self.slabs.classes[class].used.max(1);
-            return self.policy.cost_of(chunk) as u64 * used > self.policy.live_cost(class);
-        }
-        false
     }
 
     /// Begin moving a page of class index `from` to `to` (None: the pool
@@ -187,12 +193,16 @@ impl Engine {
         if from >= n || to.is_some_and(|t| t >= n || t == from) {
             return false;
         }
+        if self.slabs.classes[from].pages.len() < 2 {
+            return false;
+        }
         self.start_drain(from, to)
     }
 
     /// Begin moving a page of `from` to `to` (None: the unassigned pool).
     fn start_drain(&mut self, from: usize, to: Option<usize>) -> bool {
-        if self.drain.is_some() || self.slabs.classes[from].pages.len() < 2 {
+        // The rules keep a class's last page unless it is idle.
+        if self.drain.is_some() || self.slabs.classes[from].pages.is_empty() {
             return false;
         }
         let Some(page) = self.least_valuable_page(from, None) else {
@@ -207,8 +217,8 @@ impl Engine {
         let bump = self.slabs.page_mut(page).bump;
         let mut hot = vec![0u64; (bump as usize).div_ceil(64)].into_boxed_slice();
         for c in 0..bump {
-            let chunk = self.slabs.chunk(self.slabs.loc(page, c));
-            if item::bits(chunk) & item::LIVE != 0 && self.is_hot(chunk, from) {
+            let loc = self.slabs.loc(page, c);
+            if item::bits(self.slabs.chunk(loc)) & item::LIVE != 0 && self.is_hot(loc, from) {
                 hot[c as usize / 64] |= 1 << (c % 64);
             }
         }
@@ -272,11 +282,19 @@ impl Engine {
             Some(to) => {
                 self.slabs.assign(page, to);
                 self.slabs.classes[to].stats.pages_in += 1;
+                self.rebal.grew(to);
             }
             None => self.slabs.spare.push(page),
         }
         self.slabs.classes[from].stats.pages_out += 1;
         self.counters.slabs_moved += 1;
+    }
+
+    /// Stores help the maintainer: each drains a few chunks, so a page
+    /// moves in step with the traffic that needs it (a few microseconds
+    /// per store while a page is in transit, nothing otherwise).
+    pub(super) fn drain_on_store(&mut self) {
+        self.drain_some(DRAIN_PER_STORE);
     }
 
     /// Run the drain in progress to its end (`slabs reassign`, tests).
@@ -316,7 +334,7 @@ impl Engine {
         }
         let hot = match rescue {
             None => false,
-            Some(was_hot) => was_hot || self.is_hot(self.slabs.chunk(loc), class),
+            Some(was_hot) => was_hot || self.is_hot(loc, class),
         };
         if hot {
             match self.rescue_chunk(loc, class, page, budget) {
@@ -454,6 +472,7 @@ impl Engine {
         self.empty_page(page, false);
         self.slabs.unassign(page);
         self.slabs.assign(page, class);
+        self.rebal.grew(class);
         self.counters.slabs_moved += 1;
         self.slabs.classes[donor].stats.pages_out += 1;
         self.slabs.classes[class].stats.pages_in += 1;
@@ -508,6 +527,7 @@ impl Engine {
             if let Some(p) = self.slabs.spare.pop() {
                 self.slabs.assign(p, (dst - 1) as usize);
                 self.slabs.classes[(dst - 1) as usize].stats.pages_in += 1;
+                self.rebal.grew((dst - 1) as usize);
                 self.counters.slabs_moved += 1;
             }
             return ReassignOutcome::Ok;

@@ -24,33 +24,38 @@
 //! measured on-line. A single global window would instead credit classes
 //! with many small evictions over classes with few large ones.
 //!
-//! Structure: a bucketised fingerprint table, 16 slots of 4 bytes per
-//! bucket (one cache line). A slot holds a 16-bit fingerprint of the key
-//! hash, the class and an 8-bit epoch of that class; 0 is an empty slot.
+//! Structure: a bucketised fingerprint table, 8 slots of 8 bytes per
+//! bucket (one cache line). A slot holds a 32-bit fingerprint of the key
+//! hash, the class and a 24-bit epoch of that class; 0 is an empty slot.
 //! A class's epoch advances every 1/8 page of its evictions, and a slot is
 //! live while its epoch is at most `8 x window_pages` behind its class's,
 //! so old keys are forgotten without any sweep: the "decay" of the paper's
-//! filter is the epoch arithmetic. An insertion takes an empty or dead slot
-//! of its bucket, else the oldest (ages in 1/8 pages compare across
-//! classes), so when the table is too small for every class's window, all
-//! windows shrink alike and the counts stay comparable. A lookup that finds
-//! its key consumes the slot (the key is being fetched again and will be
-//! cached). False positives: a miss compares against at most 16 live
-//! fingerprints of 16 bits, so at most 16/65535 = 0.02% of compulsory misses
-//! are counted as capacity misses.
+//! filter is the epoch arithmetic (24 bits: a class wraps around after two
+//! million pages of evictions, never in practice). When a class receives a
+//! page its epoch jumps by a page: the keys it evicted in its last page of
+//! evictions would now be cached, so they no longer say anything about the
+//! *next* page (without this, a class that grew keeps being credited for
+//! misses on keys it lost when it was smaller). An insertion takes an empty
+//! or dead slot of its bucket, else the oldest (ages in 1/8 pages compare
+//! across classes), so when the table is too small for every class's
+//! window, all windows shrink alike and the counts stay comparable. A
+//! lookup that finds its key consumes the slot (the key is being fetched
+//! again and will be cached). False positives: a miss compares against at
+//! most 8 fingerprints of 32 bits: one in 500 million.
 //!
-//! Memory: 4 bytes per slot, reserved up front and counted in `-m` by the
+//! Memory: 8 bytes per slot, reserved up front and counted in `-m` by the
 //! engine; the table is only built when a rebalancing policy uses it.
 
 /// Epochs per page of a class's evictions.
 pub const EPOCHS_PER_PAGE: u32 = 8;
-/// Longest window: 8-bit epochs.
-pub const MAX_WINDOW_PAGES: u32 = 31;
-const SLOTS: usize = 16;
+/// Longest window.
+pub const MAX_WINDOW_PAGES: u32 = 1024;
+const SLOTS: usize = 8;
+const EPOCH_MASK: u64 = (1 << 24) - 1;
 
 #[derive(Clone, Copy, Default)]
 #[repr(align(64))]
-struct Bucket([u32; SLOTS]);
+struct Bucket([u64; SLOTS]);
 
 /// What the ghost remembers of an evicted key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +68,7 @@ pub struct Ghost {
 /// A class's eviction clock.
 #[derive(Clone, Copy, Debug, Default)]
 struct ClassClock {
-    epoch: u8,
+    epoch: u64,
     /// Insertions in the current epoch, and per epoch (1/8 page).
     inserted: u32,
     step: u32,
@@ -74,18 +79,18 @@ pub struct GhostSet {
     mask: usize,
     clocks: Vec<ClassClock>,
     /// A slot is live while its age is at most this many epochs.
-    live: u32,
+    live: u64,
 }
 
 #[inline]
-fn fingerprint(h: u64) -> u32 {
-    // Low 16 bits (the bucket comes from the high bits); never 0.
-    ((h & 0xffff) as u32).max(1)
+fn fingerprint(h: u64) -> u64 {
+    // Low 32 bits (the bucket comes from the high bits); never 0.
+    (h & 0xffff_ffff).max(1)
 }
 
 #[inline]
-fn slot(fp: u32, class: usize, epoch: u8) -> u32 {
-    fp << 16 | (class as u32 & 0xff) << 8 | epoch as u32
+fn slot(fp: u64, class: usize, epoch: u64) -> u64 {
+    fp << 32 | (class as u64 & 0xff) << 24 | (epoch & EPOCH_MASK)
 }
 
 impl GhostSet {
@@ -106,7 +111,7 @@ impl GhostSet {
                     ..ClassClock::default()
                 })
                 .collect(),
-            live: window_pages.clamp(1, MAX_WINDOW_PAGES) * EPOCHS_PER_PAGE,
+            live: (window_pages.clamp(1, MAX_WINDOW_PAGES) * EPOCHS_PER_PAGE) as u64,
         }
     }
 
@@ -115,7 +120,7 @@ impl GhostSet {
     pub fn bytes_for(per_page: &[u32], window_pages: u32) -> usize {
         let keys: usize = per_page.iter().map(|&p| p as usize).sum::<usize>()
             * window_pages.clamp(1, MAX_WINDOW_PAGES) as usize;
-        (keys * 4 * 4 / 3).next_power_of_two()
+        (keys * 8 * 4 / 3).next_power_of_two()
     }
 
     pub fn memory_bytes(&self) -> usize {
@@ -129,16 +134,16 @@ impl GhostSet {
 
     #[inline]
     fn bucket(&self, h: u64) -> usize {
-        (h >> 32) as usize & self.mask
+        (h >> 40) as usize & self.mask
     }
 
     /// Age of a (non-empty) slot in its class's epochs; classes the set
     /// does not know read as dead.
     #[inline]
-    fn age(&self, s: u32) -> u32 {
-        match self.clocks.get((s >> 8 & 0xff) as usize) {
-            Some(c) => c.epoch.wrapping_sub(s as u8) as u32,
-            None => u32::MAX,
+    fn age(&self, s: u64) -> u64 {
+        match self.clocks.get((s >> 24 & 0xff) as usize) {
+            Some(c) => c.epoch.wrapping_sub(s) & EPOCH_MASK,
+            None => u64::MAX,
         }
     }
 
@@ -151,7 +156,7 @@ impl GhostSet {
         clock.inserted += 1;
         if clock.inserted >= clock.step {
             clock.inserted = 0;
-            clock.epoch = clock.epoch.wrapping_add(1);
+            clock.epoch += 1;
         }
         let fp = fingerprint(h);
         let b = self.bucket(h);
@@ -161,12 +166,12 @@ impl GhostSet {
         let mut best = 0;
         for (i, &s) in self.buckets[b].0.iter().enumerate() {
             let rank = if s == 0 {
-                u32::MAX
+                u64::MAX
             } else {
                 let age = self.age(s);
                 if age > self.live {
-                    u32::MAX - 1
-                } else if s >> 16 == fp {
+                    u64::MAX - 1
+                } else if s >> 32 == fp {
                     pick = i;
                     break;
                 } else {
@@ -181,6 +186,15 @@ impl GhostSet {
         self.buckets[b].0[pick] = slot(fp, class, epoch);
     }
 
+    /// `class` got `pages` more pages: its last `pages` pages of evicted
+    /// keys would be cached now; age them by that much.
+    pub fn grew(&mut self, class: usize, pages: u32) {
+        if let Some(c) = self.clocks.get_mut(class) {
+            c.epoch += (pages * EPOCHS_PER_PAGE) as u64;
+            c.inserted = 0;
+        }
+    }
+
     /// If the key with hash `h` was evicted within its class's window,
     /// forget it and say from which class and how long ago.
     #[inline]
@@ -189,15 +203,13 @@ impl GhostSet {
         let b = self.bucket(h);
         for i in 0..SLOTS {
             let s = self.buckets[b].0[i];
-            if s >> 16 == fp {
+            if s >> 32 == fp && s != 0 {
+                self.buckets[b].0[i] = 0;
                 let age = self.age(s);
-                if age <= self.live {
-                    self.buckets[b].0[i] = 0;
-                    return Some(Ghost {
-                        class: (s >> 8 & 0xff) as usize,
-                        age,
-                    });
-                }
+                return (age <= self.live).then_some(Ghost {
+                    class: (s >> 24 & 0xff) as usize,
+                    age: age as u32,
+                });
             }
         }
         None
@@ -268,14 +280,14 @@ mod tests {
         for i in 0..1_600u64 {
             g.insert(h(1 << 40 | i), 1);
         }
-        // Everything of the last two pages is still there (no bucket
-        // overflows at 3/4 load with 16 slots, except rarely).
+        // Nearly everything of the last two pages is still there (a
+        // bucket of 8 slots overflows now and then at 3/4 load).
         let kept = (0..16_000u64).filter(|&i| g.take(h(i)).is_some()).count();
-        assert!(kept > 15_900, "{kept}");
+        assert!(kept > 15_500, "{kept}");
         let kept = (0..1_600u64)
             .filter(|&i| g.take(h(1 << 40 | i)).is_some())
             .count();
-        assert!(kept > 1_590, "{kept}");
+        assert!(kept > 1_550, "{kept}");
         // Three more pages of class 1 evictions: its old keys age out,
         // class 0's are not affected by class 1's evictions.
         let mut g = set(&per_page, 2);
@@ -291,7 +303,7 @@ mod tests {
             .count();
         assert_eq!(old1, 0);
         let still0 = (0..800u64).filter(|&i| g.take(h(i)).is_some()).count();
-        assert!(still0 > 790, "{still0}");
+        assert!(still0 > 770, "{still0}");
     }
 
     #[test]
@@ -303,6 +315,28 @@ mod tests {
         }
         // 26 insertions, 10 per epoch (80 / 8), the first one in epoch 0.
         assert_eq!(g.take(h(0)), Some(Ghost { class: 0, age: 2 }));
+    }
+
+    #[test]
+    fn a_class_that_grows_forgets_a_page_of_its_ghosts() {
+        let mut g = set(&[80, 80], 2);
+        for i in 0..80u64 {
+            g.insert(h(i), 0);
+            g.insert(h(1000 + i), 1);
+        }
+        for i in 0..80u64 {
+            g.insert(h(2000 + i), 0);
+            g.insert(h(3000 + i), 1);
+        }
+        // Class 0 gets a page: its older page of ghosts is now 2 pages
+        // old (still in the window), its newer one 1 page old.
+        g.grew(0, 1);
+        assert_eq!(g.take(h(2000)).map(|x| x.age), Some(8 + 8));
+        g.grew(0, 1);
+        // Two pages more: the first page of class 0's ghosts is beyond
+        // the window; class 1 is unaffected.
+        assert_eq!(g.take(h(0)), None);
+        assert_eq!(g.take(h(1000)).map(|x| x.age), Some(16));
     }
 
     #[test]
@@ -342,8 +376,8 @@ mod tests {
         let fp = (1_000_000..1_200_000u64)
             .filter(|&i| g.take(h(i)).is_some())
             .count();
-        // 16 live slots of 16-bit fingerprints at most per lookup: < 0.025%.
-        assert!(fp < 50, "{fp} false positives in 200000");
+        // 8 slots of 32-bit fingerprints per lookup: about 4e-4 expected.
+        assert!(fp <= 1, "{fp} false positives in 200000");
     }
 
     #[test]
@@ -354,7 +388,7 @@ mod tests {
         assert_eq!(g.memory_bytes(), 128 << 10);
         assert_eq!(GhostSet::new(&[1000], 1, 10).memory_bytes(), 64);
         assert!(g.is_empty());
-        // 1000 keys per page, 3/4 load: 5334 bytes, rounded up.
-        assert_eq!(GhostSet::bytes_for(&[1000], 1), 8192);
+        // 1000 keys per page, 3/4 load: 10667 bytes, rounded up.
+        assert_eq!(GhostSet::bytes_for(&[1000], 1), 16384);
     }
 }
