@@ -33,6 +33,15 @@ fn keys(n: u64) -> Vec<[u8; 20]> {
 /// Requests per second over `secs` seconds (or exactly `count` requests)
 /// after filling the cache.
 fn run(eviction: EvictionPolicy, keys: u64, secs: f64, count: Option<u64>) -> f64 {
+    // VALUE (bytes, default 32) and SET_PCT (default 10) for other mixes,
+    // e.g. benches/cost/throughput.sh's set90: VALUE=100 SET_PCT=90.
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (value_len, set_pct) = (env("VALUE", 32) as usize, env("SET_PCT", 10));
     let clock = Arc::new(Clock::new());
     let mut e = Engine::new(
         Config {
@@ -43,7 +52,7 @@ fn run(eviction: EvictionPolicy, keys: u64, secs: f64, count: Option<u64>) -> f6
         clock,
     )
     .expect("config");
-    let value = [b'v'; 32];
+    let value = vec![b'v'; value_len];
     let all = self::keys(keys);
     for k in all.iter().take(3_000_000) {
         e.store(&Store::set(k, &value));
@@ -58,8 +67,8 @@ fn run(eviction: EvictionPolicy, keys: u64, secs: f64, count: Option<u64>) -> f6
             x ^= x >> 7;
             x ^= x << 17;
             let k = &all[(x % keys) as usize];
-            // 10% SETs; GETs fill their misses (look-aside).
-            if x.is_multiple_of(10) || e.get(k).is_none() {
+            // SET_PCT% SETs; GETs fill their misses (look-aside).
+            if (x >> 32) % 100 < set_pct || e.get(k).is_none() {
                 e.store(&Store::set(k, &value));
             }
         }
