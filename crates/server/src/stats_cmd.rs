@@ -383,6 +383,12 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "eviction", ec.eviction.name());
     stat(out, "learn_costs", yes_no(ec.learn_costs));
     stat(out, "rebalance", ec.rebalance.name());
+    stat(
+        out,
+        "sas_rule",
+        format!("{:?}", ec.rebalance_tuning.sas_rule).to_lowercase(),
+    );
+    stat(out, "sas_misses", ec.rebalance_tuning.sas_misses);
     stat(out, "cachalot_version", env!("CARGO_PKG_VERSION"));
 }
 
@@ -768,5 +774,55 @@ mod tests {
             slabs[&format!("{class}:evicted_cost")],
             general["evicted_cost"]
         );
+    }
+
+    #[test]
+    fn rebalancing_fields_in_settings_slabs_and_stats() {
+        let mut s = Settings::default();
+        s.engine.memory_limit = 4 << 20;
+        let cache = Cache::new(s.engine.clone(), Arc::new(Clock::new())).unwrap();
+        let p = pairs(&s, &cache, b"settings");
+        assert_eq!(p["rebalance"], "sas");
+        assert_eq!(p["sas_rule"], "marginal");
+        assert_eq!(p["sas_misses"], "2000");
+        let evicted = {
+            let mut e = cache.lock();
+            for i in 0..200_000u32 {
+                e.store(&Store::set(format!("key:{i:08}").as_bytes(), b"0123456789"));
+            }
+            // Without reads CLOCK evicts in write order: the last keys
+            // evicted come back as capacity misses, with cost 5.
+            let evicted = e.stats().evictions as u32;
+            for i in evicted - 10..evicted {
+                let k = format!("key:{i:08}");
+                assert!(e.get(k.as_bytes()).is_none());
+                e.store(&Store {
+                    cost: Some(5),
+                    ..Store::set(k.as_bytes(), b"0123456789")
+                });
+            }
+            assert_eq!(
+                e.slabs_reassign(-1, 20),
+                cachalot_engine::engine::ReassignOutcome::Ok
+            );
+            evicted
+        };
+        assert!(evicted > 10);
+        let slabs = pairs(&s, &cache, b"slabs");
+        let class = slabs
+            .iter()
+            .find(|(k, v)| k.ends_with(":capacity_misses") && *v != "0")
+            .map(|(k, _)| k.trim_end_matches(":capacity_misses").to_string())
+            .expect("a class with capacity misses");
+        assert_eq!(slabs[&format!("{class}:capacity_misses")], "10");
+        assert_eq!(slabs[&format!("{class}:cost_capacity_misses")], "50");
+        assert_eq!(slabs[&format!("{class}:pages_out")], "1");
+        assert_eq!(slabs["20:pages_in"], "1");
+        let general = pairs(&s, &cache, b"");
+        assert_eq!(general["rebalance_policy"], "sas");
+        assert_eq!(general["capacity_misses"], "10");
+        assert_eq!(general["cost_capacity_misses"], "50");
+        assert_eq!(general["slabs_moved"], "1");
+        assert_ne!(general["rebalance_bytes"], "0");
     }
 }

@@ -676,6 +676,21 @@ fn extended(
                     *rebalance_given = true;
                 }
             },
+            "sas_rule" => match value {
+                None => return Err(CliError::new(EXIT_FAILURE, "Missing sas_rule argument")),
+                Some(v) => {
+                    s.engine.rebalance_tuning.sas_rule = v.parse().map_err(|_| {
+                        CliError::new(EXIT_FAILURE, "Unknown sas_rule option (marginal, paper)")
+                    })?
+                }
+            },
+            "sas_misses" => {
+                let m: u64 = sub_number(key, value)?;
+                if m == 0 {
+                    return Err(CliError::new(EXIT_FAILURE, "sas_misses must be at least 1"));
+                }
+                s.engine.rebalance_tuning.sas_misses = m;
+            }
             "slab_automove_ratio" => s.slab_automove_ratio = sub_float(key, value)?,
             "slab_automove_window" => s.slab_automove_window = sub_number(key, value)?,
             "slab_automove_freeratio" => {
@@ -773,8 +788,12 @@ pub fn usage() -> String {
    - learn_costs:         0 (default) or 1: learn a key's cost from the time between
                           a GET miss and the SET that follows it
    - rebalance:           how pages move between slab classes: off, memcached
-                          (slab_automove's rule), sas (towards capacity misses) or
-                          cost-per-byte; slab_automove=0 pauses it unless given
+                          (slab_automove's rule), sas (default: towards capacity
+                          misses) or cost-per-byte; slab_automove=0 pauses it
+                          unless given
+   - sas_rule, sas_misses: SAS's choice of classes (marginal, the default, or
+                          paper: Algorithm 3 as written) and how many capacity
+                          misses between two page moves (default 2000)
    - tail_repair_time, hash_algorithm, lru_crawler, lru_maintainer, hot_lru_pct,
      warm_lru_pct, hot_max_factor, warm_max_factor, temporary_ttl, slab_chunk_max,
      slab_automove_ratio, slab_automove_window, track_sizes, no_hashexpand, modern,
@@ -993,6 +1012,24 @@ mod tests {
         assert_eq!(
             err(&["-o", "rebalance"]).message,
             "Missing rebalance argument"
+        );
+        let (s, _) = run(&["-o", "sas_rule=paper,sas_misses=500"]).unwrap();
+        assert_eq!(
+            s.engine.rebalance_tuning.sas_rule,
+            cachalot_engine::rebalance::SasRule::Paper
+        );
+        assert_eq!(s.engine.rebalance_tuning.sas_misses, 500);
+        assert_eq!(
+            err(&["-o", "sas_rule=best"]).message,
+            "Unknown sas_rule option (marginal, paper)"
+        );
+        assert_eq!(
+            err(&["-o", "sas_misses=0"]).message,
+            "sas_misses must be at least 1"
+        );
+        assert_eq!(
+            err(&["-o", "sas_misses=x"]).message,
+            "Invalid numeric argument for sas_misses"
         );
     }
 
