@@ -140,6 +140,8 @@ pub struct Rebalancer {
     costs: Box<[u32; 256]>,
     /// Moves decided so far.
     pub decisions: u64,
+    /// Moves decided and not started yet (a page moves at a time).
+    queue: std::collections::VecDeque<(usize, usize)>,
 }
 
 impl Rebalancer {
@@ -184,6 +186,7 @@ impl Rebalancer {
             automove: Automove::new(nclasses),
             costs,
             decisions: 0,
+            queue: Default::default(),
         }
     }
 
@@ -300,10 +303,28 @@ impl Rebalancer {
         }
     }
 
-    /// Decide one move (from, to) from the classes' state.
-    pub fn decide(&mut self, now: RelTime, classes: &[ClassInfo]) -> Option<(usize, usize)> {
+    /// Whether the engine should look at the classes and `plan`: no move
+    /// is queued and the rule's decision is due.
+    pub fn wants_decision(&self, now: RelTime, automove: u8) -> bool {
+        self.queue.is_empty() && self.due(now, automove)
+    }
+
+    /// Decide and queue the moves.
+    pub fn plan(&mut self, now: RelTime, classes: &[ClassInfo]) {
+        let moves = self.decide(now, classes);
+        self.queue.extend(moves);
+    }
+
+    /// The next queued move (from, to). The engine asks only when no page
+    /// is in transit (a page moves at a time).
+    pub fn pop_move(&mut self) -> Option<(usize, usize)> {
+        self.queue.pop_front()
+    }
+
+    /// Decide the moves (from, to) from the classes' state.
+    pub fn decide(&mut self, now: RelTime, classes: &[ClassInfo]) -> Vec<(usize, usize)> {
         let choice = match self.policy {
-            RebalancePolicy::Off => None,
+            RebalancePolicy::Off => Vec::new(),
             RebalancePolicy::Memcached => {
                 let a: Vec<AutomoveClass> = classes
                     .iter()
@@ -314,11 +335,14 @@ impl Rebalancer {
                         per_page: c.per_page,
                     })
                     .collect();
-                self.automove.decide(now, &a)
+                self.automove.decide(now, &a).into_iter().collect()
             }
             RebalancePolicy::Sas => {
                 let pages: Vec<u32> = classes.iter().map(|c| c.pages).collect();
-                self.sas.as_mut().and_then(|s| s.decide(&pages))
+                self.sas
+                    .as_mut()
+                    .map(|s| s.decide(&pages))
+                    .unwrap_or_default()
             }
             RebalancePolicy::CostPerByte => {
                 let v: Vec<ClassValue> = classes
@@ -329,12 +353,14 @@ impl Rebalancer {
                         live_bytes: c.live_bytes,
                     })
                     .collect();
-                self.cpb.as_mut().and_then(|c| c.decide(&v))
+                self.cpb
+                    .as_mut()
+                    .and_then(|c| c.decide(&v))
+                    .into_iter()
+                    .collect()
             }
         };
-        if choice.is_some() {
-            self.decisions += 1;
-        }
+        self.decisions += choice.len() as u64;
         choice
     }
 
@@ -426,7 +452,7 @@ mod tests {
             ..ClassInfo::default()
         };
         let classes = [info(10), info(1), info(1), info(3)];
-        assert_eq!(r.decide(0, &classes), Some((0, 3)));
+        assert_eq!(r.decide(0, &classes), vec![(0, 3)]);
         assert_eq!(r.decisions, 1);
         assert!(!r.due(0, 1));
     }

@@ -88,13 +88,16 @@ impl Engine {
     /// drain at most `budget` chunks. Returns the chunks drained.
     pub(super) fn rebalance_step(&mut self, budget: usize) -> usize {
         let now = self.now();
-        if self.drain.is_none()
-            && self.moves_allowed()
-            && self.rebal.due(now, self.config.slab_automove)
-        {
-            let info = self.class_infos();
-            if let Some((from, to)) = self.rebal.decide(now, &info) {
-                self.start_drain(from, Some(to));
+        if self.drain.is_none() && self.moves_allowed() {
+            if self.rebal.wants_decision(now, self.config.slab_automove) {
+                let info = self.class_infos();
+                self.rebal.plan(now, &info);
+            }
+            // A queued move whose donor lost its pages meanwhile is dropped.
+            while let Some((from, to)) = self.rebal.pop_move() {
+                if self.start_drain(from, Some(to)) {
+                    break;
+                }
             }
         }
         self.drain_some(budget)
