@@ -70,6 +70,9 @@ enum Rescue {
     Nowhere,
 }
 
+/// Extra work units a rescued item counts for in a drain budget.
+const RESCUE_WORK: usize = 2;
+
 /// Chunks a store drains from the page in transit.
 const DRAIN_PER_STORE: usize = 8;
 
@@ -251,12 +254,16 @@ impl Engine {
             if item::bits(self.slabs.chunk(loc)) & item::LIVE != 0 {
                 let hot = Some(d.was_hot(d.next));
                 let mut left = budget - work;
+                let rescues = self.counters.rescues;
                 let gone = self.vacate(loc, d.from, d.page, hot, &mut left);
                 work = budget - left;
                 if !gone {
                     // Out of budget while finding it a chunk: next call.
                     break;
                 }
+                // A rescue (a victim's eviction, a copy, the index and the
+                // policy relinked) costs about three plain evictions.
+                work += RESCUE_WORK * (self.counters.rescues - rescues) as usize;
             }
             d.next += 1;
             work += 1;
