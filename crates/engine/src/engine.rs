@@ -824,8 +824,8 @@ impl Engine {
         } else {
             current.saturating_sub(req.delta)
         };
-        let mut buf = itoa_u64(value);
-        let digits = buf.as_bytes();
+        let text = value.to_string();
+        let digits = text.as_bytes();
         let (flags, old_len, cost) = (p.flags, p.value.len(), p.header.cost);
         let exptime = match req.new_expiry {
             Some(e) => Self::exptime_of(e),
@@ -861,11 +861,10 @@ impl Engine {
                 id: ItemId(loc),
             };
         }
-        let owned = std::mem::take(&mut buf);
         match self.write_new(
             h,
             key,
-            &[owned.as_bytes()],
+            &[digits],
             flags,
             exptime,
             cas,
@@ -1234,8 +1233,4 @@ fn parse_decimal(v: &[u8]) -> Option<u64> {
         return None;
     }
     std::str::from_utf8(digits).ok()?.parse().ok()
-}
-
-fn itoa_u64(v: u64) -> String {
-    v.to_string()
 }
