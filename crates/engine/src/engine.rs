@@ -346,7 +346,7 @@ impl Engine {
         if how.fetch && self.rebal.wants_hits() {
             let class = self.slabs.class_of(loc);
             let cost = item::Header::read(self.slabs.chunk(loc)).cost;
-            self.rebal.hit(class, cost);
+            self.rebal.hit(h, class, cost);
         }
         Some(self.view(loc))
     }
@@ -569,9 +569,7 @@ impl Engine {
             .insert(h, loc, &|l| hash(item::key(slabs.chunk(l))));
         let class = self.slabs.class_of(loc);
         self.policy.link(&mut self.slabs, class, loc);
-        if old.is_none() {
-            self.rebal.inserted(h, class, cost);
-        }
+        self.rebal.stored(h, class, cost, old.is_none());
         let c = &mut self.slabs.classes[class];
         c.used += 1;
         c.requested += total as u64;

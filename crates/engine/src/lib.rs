@@ -101,6 +101,9 @@ pub enum RebalancePolicy {
     Sas,
     /// GD-Wheel chapter 5: by cost per byte.
     CostPerByte,
+    /// Carra & Michiardi's offline optimum (Algorithm 2) on-line, over
+    /// sampled hit curves of every class.
+    Mrc,
 }
 
 impl Default for Config {

@@ -35,6 +35,8 @@
 pub mod automove;
 pub mod cpb;
 pub mod ghost;
+pub mod mrc;
+pub mod profile;
 pub mod sas;
 
 use crate::clock::RelTime;
@@ -42,6 +44,7 @@ use crate::RebalancePolicy;
 use automove::{Automove, AutomoveClass};
 use cpb::{ClassValue, CostPerByte};
 use ghost::GhostSet;
+use profile::Profile;
 use sas::Sas;
 
 /// Knobs of the rules (defaults from the papers, checked by measurement:
@@ -60,6 +63,11 @@ pub struct Tuning {
     /// Ghost set bytes; 0 = what the window needs, at most 1/256 of the
     /// memory limit (at least 64 KB, at most 16 MB).
     pub ghost_bytes: usize,
+    /// mrc: sampled GETs between two decisions.
+    pub mrc_period: u64,
+    /// mrc: bytes of the sampled stacks; 0 = 1/256 of the memory limit (at
+    /// least 256 KB, at most 16 MB).
+    pub mrc_bytes: usize,
 }
 
 pub use sas::SasRule;
@@ -72,6 +80,8 @@ impl Default for Tuning {
             sas_rule: SasRule::Marginal,
             ghost_pages: 4,
             ghost_bytes: 0,
+            mrc_period: 4096,
+            mrc_bytes: 0,
         }
     }
 }
@@ -84,6 +94,7 @@ impl RebalancePolicy {
             RebalancePolicy::Memcached => "memcached",
             RebalancePolicy::Sas => "sas",
             RebalancePolicy::CostPerByte => "cost-per-byte",
+            RebalancePolicy::Mrc => "mrc",
         }
     }
 }
@@ -97,8 +108,9 @@ impl std::str::FromStr for RebalancePolicy {
             "memcached" => Ok(RebalancePolicy::Memcached),
             "sas" => Ok(RebalancePolicy::Sas),
             "cost-per-byte" | "cpb" => Ok(RebalancePolicy::CostPerByte),
+            "mrc" => Ok(RebalancePolicy::Mrc),
             _ => Err(format!(
-                "unknown rebalance policy {s:?} (off, memcached, sas, cost-per-byte)"
+                "unknown rebalance policy {s:?} (off, memcached, sas, cost-per-byte, mrc)"
             )),
         }
     }
@@ -123,6 +135,8 @@ pub struct ClassInfo {
     pub live_cost: u64,
     /// Memory of the live items (chunks).
     pub live_bytes: u64,
+    /// The engine can still add a page without taking one from a class.
+    pub spare: bool,
 }
 
 /// Pending capacity misses waiting for the SET that tells their cost:
@@ -136,6 +150,8 @@ pub struct Rebalancer {
     counts: Vec<ClassCounts>,
     sas: Option<Sas>,
     cpb: Option<CostPerByte>,
+    profile: Option<Profile>,
+    mrc_period: u64,
     automove: Automove,
     costs: Box<[u32; 256]>,
     /// Moves decided so far.
@@ -183,6 +199,14 @@ impl Rebalancer {
             }),
             cpb: (policy == RebalancePolicy::CostPerByte)
                 .then(|| CostPerByte::new(nclasses, page_size)),
+            profile: (policy == RebalancePolicy::Mrc).then(|| {
+                let bytes = match tuning.mrc_bytes {
+                    0 => (memory_limit / 256).clamp(256 << 10, 16 << 20),
+                    b => b,
+                };
+                Profile::new(per_page, (memory_limit / page_size.max(1)) as u32, bytes)
+            }),
+            mrc_period: tuning.mrc_period.max(1),
             automove: Automove::new(nclasses),
             costs,
             decisions: 0,
@@ -196,7 +220,9 @@ impl Rebalancer {
 
     /// Memory held outside the pages (counted in `-m` by the engine).
     pub fn memory_bytes(&self) -> usize {
-        self.ghost.as_ref().map_or(0, GhostSet::memory_bytes) + self.pending.len() * 4
+        self.ghost.as_ref().map_or(0, GhostSet::memory_bytes)
+            + self.pending.len() * 4
+            + self.profile.as_ref().map_or(0, Profile::memory_bytes)
     }
 
     /// Keys the ghost set can hold (0 without one).
@@ -212,7 +238,7 @@ impl Rebalancer {
     /// Whether `hit` does anything (the engine skips reading the cost).
     #[inline]
     pub fn wants_hits(&self) -> bool {
-        self.sas.is_some()
+        self.sas.is_some() || self.profile.is_some()
     }
 
     /// Whether `evicted` needs the key's hash.
@@ -224,6 +250,9 @@ impl Rebalancer {
     /// A GET missed on the key with hash `h`.
     #[inline]
     pub fn miss(&mut self, h: u64) {
+        if let Some(p) = &mut self.profile {
+            p.get(h, None, &self.costs);
+        }
         let Some(ghost) = &mut self.ghost else { return };
         let Some(g) = ghost.take(h) else { return };
         if let Some(c) = self.counts.get_mut(g.class) {
@@ -239,17 +268,31 @@ impl Rebalancer {
         }
     }
 
-    /// A GET hit an item of `class` whose cost byte is `cost_q`.
+    /// A GET of key hash `h` hit an item of `class` whose cost byte is
+    /// `cost_q`.
     #[inline]
-    pub fn hit(&mut self, class: usize, cost_q: u8) {
+    pub fn hit(&mut self, h: u64, class: usize, cost_q: u8) {
         if let Some(s) = &mut self.sas {
             s.hit(class, self.costs[cost_q as usize]);
         }
+        if let Some(p) = &mut self.profile {
+            p.get(h, Some((class, cost_q)), &self.costs);
+        }
     }
 
-    /// A new item (no older one under its key) was stored in `class`.
+    /// An item was stored in `class`; `new`: no older one was under its key.
     #[inline]
-    pub fn inserted(&mut self, h: u64, class: usize, cost_q: u8) {
+    pub fn stored(&mut self, h: u64, class: usize, cost_q: u8, new: bool) {
+        if let Some(p) = &mut self.profile {
+            p.set(h, class, cost_q);
+        }
+        if new {
+            self.inserted(h, class, cost_q);
+        }
+    }
+
+    #[inline]
+    fn inserted(&mut self, h: u64, class: usize, cost_q: u8) {
         let Some(s) = &mut self.sas else { return };
         let cost = self.costs[cost_q as usize];
         s.request(class, cost);
@@ -289,6 +332,9 @@ impl Rebalancer {
         if let Some(g) = &mut self.ghost {
             g.clear();
         }
+        if let Some(p) = &mut self.profile {
+            p.clear();
+        }
         self.pending.fill(0);
     }
 
@@ -300,6 +346,10 @@ impl Rebalancer {
             RebalancePolicy::Memcached => self.automove.due(now, automove >= 2),
             RebalancePolicy::Sas => self.sas.as_ref().is_some_and(Sas::due),
             RebalancePolicy::CostPerByte => self.cpb.as_ref().is_some_and(CostPerByte::due),
+            RebalancePolicy::Mrc => self
+                .profile
+                .as_ref()
+                .is_some_and(|p| p.gets_since >= self.mrc_period),
         }
     }
 
@@ -358,6 +408,20 @@ impl Rebalancer {
                     .and_then(|c| c.decide(&v))
                     .into_iter()
                     .collect()
+            }
+            RebalancePolicy::Mrc => {
+                let Some(p) = &mut self.profile else {
+                    return Vec::new();
+                };
+                let pages: Vec<u32> = classes.iter().map(|c| c.pages).collect();
+                // While memory is left, classes grow by demand.
+                let moves = if classes.iter().any(|c| c.spare) {
+                    Vec::new()
+                } else {
+                    mrc::decide(&p.curves(), p.bin_pages(), &pages)
+                };
+                p.decay(0.5);
+                moves
             }
         };
         self.decisions += choice.len() as u64;
@@ -419,11 +483,11 @@ mod tests {
         r.evicted(h(1), 2, 100);
         r.miss(h(1));
         assert_eq!(r.counts(2).capacity_misses, 1);
-        r.inserted(h(1), 2, quantize_cost(100));
+        r.stored(h(1), 2, quantize_cost(100), true);
         let c = r.counts(2).cost_capacity_misses;
         assert!((95..=105).contains(&c), "{c}");
         // The SET of a key that did not miss adds no capacity miss cost.
-        r.inserted(h(9), 2, quantize_cost(100));
+        r.stored(h(9), 2, quantize_cost(100), true);
         assert_eq!(r.counts(2).cost_capacity_misses, c);
         // A second miss of the same key is compulsory: the ghost was consumed.
         r.miss(h(1));
@@ -439,12 +503,12 @@ mod tests {
         let mut r = sas(20);
         // Class 0 is hit a lot and never misses; class 3 misses.
         for i in 0..100 {
-            r.hit(0, quantize_cost(1));
+            r.hit(h(0), 0, quantize_cost(1));
             r.evicted(h(i), 3, 100);
         }
         for i in 0..20 {
             r.miss(h(i));
-            r.inserted(h(i), 3, quantize_cost(1));
+            r.stored(h(i), 3, quantize_cost(1), true);
         }
         assert!(r.due(0, 1));
         let info = |pages| ClassInfo {

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use cachalot_engine::engine::{Arith, Lookup};
 use cachalot_engine::{
-    ArithOutcome, Clock, Config, DeleteOutcome, Engine, EvictionPolicy, Expiry, Store, StoreMode,
-    StoreOutcome,
+    ArithOutcome, Clock, Config, DeleteOutcome, Engine, EvictionPolicy, Expiry, RebalancePolicy,
+    Store, StoreMode, StoreOutcome,
 };
 use proptest::prelude::*;
 
@@ -87,19 +87,22 @@ fn value_bytes(k: u8, len: usize) -> Vec<u8> {
     }
 }
 
-/// (eviction, learn_costs): the engine must behave the same under each.
-const POLICIES: [(EvictionPolicy, bool); 3] = [
-    (EvictionPolicy::Lru, false),
-    (EvictionPolicy::GdWheel, false),
-    (EvictionPolicy::GdWheel, true),
+/// (eviction, learn_costs, rebalance): the engine must behave the same
+/// under each.
+const POLICIES: [(EvictionPolicy, bool, RebalancePolicy); 4] = [
+    (EvictionPolicy::Lru, false, RebalancePolicy::Sas),
+    (EvictionPolicy::Lru, false, RebalancePolicy::Mrc),
+    (EvictionPolicy::GdWheel, false, RebalancePolicy::CostPerByte),
+    (EvictionPolicy::GdWheel, true, RebalancePolicy::Mrc),
 ];
 
 /// Run `test` once per policy with a default config using it.
 fn each_policy(test: impl Fn(Config)) {
-    for (eviction, learn_costs) in POLICIES {
+    for (eviction, learn_costs, rebalance) in POLICIES {
         test(Config {
             eviction,
             learn_costs,
+            rebalance,
             ..Config::default()
         });
     }

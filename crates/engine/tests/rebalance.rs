@@ -1,9 +1,9 @@
 //! Rebalancing through the engine's public API: pages drain incrementally
 //! (bounded work per `maintain`, invariants hold mid-move, stores and
 //! deletes keep working), a move keeps the hot items of its page, `flush_all`
-//! and `slabs reassign` meet a page in transit correctly, and SAS moves
-//! pages towards the class whose evicted keys come back (capacity misses),
-//! for every eviction policy. The rules themselves are unit-tested in
+//! and `slabs reassign` meet a page in transit correctly, and SAS and mrc
+//! move pages towards the class whose evicted keys come back (capacity
+//! misses), for every eviction policy. The rules themselves are unit-tested in
 //! `src/rebalance/*.rs`; the calcification measurements are in docs/cost.md.
 
 use std::sync::Arc;
@@ -218,16 +218,18 @@ fn capacity_miss_scenario(eviction: EvictionPolicy, rebalance: RebalancePolicy) 
 }
 
 #[test]
-fn sas_moves_pages_towards_capacity_misses() {
+fn sas_and_mrc_move_pages_towards_capacity_misses() {
     for eviction in EVICTIONS {
         let (off, moved_off) = capacity_miss_scenario(eviction, RebalancePolicy::Off);
-        let (sas, moved) = capacity_miss_scenario(eviction, RebalancePolicy::Sas);
         assert_eq!(moved_off, 0);
-        assert!(moved >= 3, "{eviction:?}: {moved} pages moved");
-        assert!(
-            sas > off + 0.03,
-            "{eviction:?}: hit ratio {sas:.3} with sas, {off:.3} without"
-        );
+        for rule in [RebalancePolicy::Sas, RebalancePolicy::Mrc] {
+            let (hit, moved) = capacity_miss_scenario(eviction, rule);
+            assert!(moved >= 3, "{eviction:?} {rule:?}: {moved} pages moved");
+            assert!(
+                hit > off + 0.03,
+                "{eviction:?}: hit ratio {hit:.3} with {rule:?}, {off:.3} without"
+            );
+        }
     }
 }
 

@@ -80,7 +80,9 @@ pub struct EngineArgs {
     #[arg(long)]
     pub learn_costs: bool,
     /// -o rebalance=: how pages move between slab classes: off, memcached
-    /// (automove), sas (Carra & Michiardi) or cost-per-byte (GD-Wheel ch. 5).
+    /// (automove), sas (Carra & Michiardi's Algorithm 3), cost-per-byte
+    /// (GD-Wheel ch. 5) or mrc (their optimum, Algorithm 2, on sampled
+    /// curves).
     #[arg(long, default_value = RebalancePolicy::default().name(), value_parser = parse_rebalance)]
     pub rebalance: RebalancePolicy,
     /// SAS: move a page every this many capacity misses (the paper's M).
@@ -100,6 +102,9 @@ pub struct EngineArgs {
     /// of the memory).
     #[arg(long, default_value_t = 0)]
     pub ghost_kb: usize,
+    /// mrc: sampled GETs between two decisions.
+    #[arg(long, default_value_t = Tuning::default().mrc_period)]
+    pub mrc_period: u64,
 }
 
 fn parse_sas_rule(s: &str) -> Result<SasRule, String> {
@@ -144,6 +149,8 @@ impl EngineArgs {
                 sas_rule: self.sas_rule,
                 ghost_pages: self.ghost_pages,
                 ghost_bytes: self.ghost_kb << 10,
+                mrc_period: self.mrc_period,
+                ..Tuning::default()
             },
             ..Config::default()
         })

@@ -108,6 +108,7 @@ impl Engine {
 
     /// What the rules look at, per class.
     fn class_infos(&self) -> Vec<ClassInfo> {
+        let spare = !self.slabs.spare.is_empty() || self.can_add_page();
         (0..self.slabs.classes.len())
             .map(|c| {
                 let cl = &self.slabs.classes[c];
@@ -124,6 +125,7 @@ impl Engine {
                     evicted: cl.stats.evicted,
                     live_cost: self.policy.live_cost(c),
                     live_bytes: cl.used * cl.chunk_size as u64,
+                    spare,
                 }
             })
             .collect()

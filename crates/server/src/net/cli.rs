@@ -670,7 +670,7 @@ fn extended(
                     s.engine.rebalance = v.parse().map_err(|_| {
                         CliError::new(
                             EXIT_FAILURE,
-                            "Unknown rebalance option (off, memcached, sas, cost-per-byte)",
+                            "Unknown rebalance option (off, memcached, sas, cost-per-byte, mrc)",
                         )
                     })?;
                     *rebalance_given = true;
@@ -980,6 +980,7 @@ mod tests {
             ("rebalance=off", RebalancePolicy::Off),
             ("rebalance=memcached", RebalancePolicy::Memcached),
             ("rebalance=sas", RebalancePolicy::Sas),
+            ("rebalance=mrc", RebalancePolicy::Mrc),
             ("rebalance=cost-per-byte", RebalancePolicy::CostPerByte),
         ] {
             let (s, w) = run(&["-o", arg]).unwrap();
@@ -1006,7 +1007,7 @@ mod tests {
         assert_eq!(s.engine.slab_automove, 0);
         assert_eq!(
             err(&["-o", "rebalance=lru"]).message,
-            "Unknown rebalance option (off, memcached, sas, cost-per-byte)"
+            "Unknown rebalance option (off, memcached, sas, cost-per-byte, mrc)"
         );
         assert_eq!(err(&["-o", "rebalance=lru"]).code, 1);
         assert_eq!(
