@@ -95,14 +95,15 @@ pub enum RebalancePolicy {
     Off,
     /// memcached's automove: towards the class that evicts most.
     Memcached,
-    /// Carra & Michiardi's SAS: towards cost-weighted capacity misses (the
-    /// default, chosen on the calcification experiment: docs/cost.md).
-    #[default]
+    /// Carra & Michiardi's SAS (Algorithm 3): towards cost-weighted
+    /// capacity misses.
     Sas,
     /// GD-Wheel chapter 5: by cost per byte.
     CostPerByte,
     /// Carra & Michiardi's offline optimum (Algorithm 2) on-line, over
-    /// sampled hit curves of every class.
+    /// sampled hit curves of every class (the default, chosen by
+    /// measurement: docs/cost.md, "Rebalancing").
+    #[default]
     Mrc,
 }
 

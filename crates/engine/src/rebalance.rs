@@ -251,7 +251,13 @@ impl Rebalancer {
     #[inline]
     pub fn miss(&mut self, h: u64) {
         if let Some(p) = &mut self.profile {
-            p.get(h, None, &self.costs);
+            // The sample's capacity misses, each standing for 1/rate.
+            if let Some((class, n, cost)) = p.get(h, None, &self.costs) {
+                if let Some(c) = self.counts.get_mut(class) {
+                    c.capacity_misses += n;
+                    c.cost_capacity_misses += cost;
+                }
+            }
         }
         let Some(ghost) = &mut self.ghost else { return };
         let Some(g) = ghost.take(h) else { return };

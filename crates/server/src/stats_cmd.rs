@@ -781,6 +781,11 @@ mod tests {
         let mut s = Settings::default();
         s.engine.memory_limit = 4 << 20;
         let cache = Cache::new(s.engine.clone(), Arc::new(Clock::new())).unwrap();
+        assert_eq!(pairs(&s, &cache, b"settings")["rebalance"], "mrc");
+        // SAS counts every capacity miss (mrc estimates them from its
+        // sample: rebalance/profile.rs).
+        s.engine.rebalance = cachalot_engine::RebalancePolicy::Sas;
+        let cache = Cache::new(s.engine.clone(), Arc::new(Clock::new())).unwrap();
         let p = pairs(&s, &cache, b"settings");
         assert_eq!(p["rebalance"], "sas");
         assert_eq!(p["sas_rule"], "marginal");

@@ -253,11 +253,19 @@ impl Profile {
     }
 
     /// A GET of `h`; `hit`: the class and cost of the item found. A miss
-    /// on a key sampled before counts in the class it was in then.
+    /// on a key sampled before counts in the class it was in then, and is a
+    /// capacity miss (memory for its class would have kept it): its class,
+    /// the number of misses it stands for (1 / rate) and their cost are
+    /// returned.
     #[inline]
-    pub fn get(&mut self, h: u64, hit: Option<(usize, u8)>, costs: &[u32; 256]) {
+    pub fn get(
+        &mut self,
+        h: u64,
+        hit: Option<(usize, u8)>,
+        costs: &[u32; 256],
+    ) -> Option<(usize, u64, u64)> {
         if !self.sampled(h) {
-            return;
+            return None;
         }
         let h = stored(h);
         self.gets_since += 1;
@@ -267,11 +275,10 @@ impl Profile {
             (None, Some(i)) => (meta_class(self.metas[i]), self.costs[i]),
             // Never seen (or forgotten): a miss for any allocation, and
             // nothing to attribute it to until the SET says its class.
-            (None, None) => return,
+            (None, None) => return None,
         };
-        let Some(st) = self.stacks.get_mut(class) else {
-            return;
-        };
+        let weight = FULL_RATE / self.threshold;
+        let st = self.stacks.get_mut(class)?;
         let cost = costs[cost_q as usize] as f64;
         st.gets += cost;
         if let Some(i) = found {
@@ -292,6 +299,7 @@ impl Profile {
             }
         }
         self.touch(h, found, class, cost_q);
+        (hit.is_none() && found.is_some()).then_some((class, weight, weight * cost as u64))
     }
 
     /// A SET of `h` into `class` (a reference: the key goes on top).
@@ -683,10 +691,13 @@ mod tests {
         assert_eq!(p.gets_since, 0);
         assert_eq!(p.curves()[0].hits_at[1], before / 2.0);
         assert_eq!(p.curves()[0].hits, before / 2.0);
+        // A miss on a key referenced before: a capacity miss of its class
+        // (rate 1: it stands for one miss), at its last cost.
+        assert_eq!(p.get(h(1), None, &costs), Some((0, 1, 1)));
         p.clear();
         assert_eq!(p.sampled_keys(), 0);
         // A miss on a forgotten key is attributed to nothing.
-        p.get(h(1), None, &costs);
-        assert_eq!(p.curves()[0].gets, 0.5);
+        assert_eq!(p.get(h(1), None, &costs), None);
+        assert_eq!(p.curves()[0].gets, 1.5);
     }
 }

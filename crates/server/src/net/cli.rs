@@ -788,8 +788,9 @@ pub fn usage() -> String {
    - learn_costs:         0 (default) or 1: learn a key's cost from the time between
                           a GET miss and the SET that follows it
    - rebalance:           how pages move between slab classes: off, memcached
-                          (slab_automove's rule), sas (default: towards capacity
-                          misses) or cost-per-byte; slab_automove=0 pauses it
+                          (slab_automove's rule), sas (towards capacity misses),
+                          cost-per-byte or mrc (default: towards the optimum of
+                          sampled miss-ratio curves); slab_automove=0 pauses it
                           unless given
    - sas_rule, sas_misses: SAS's choice of classes (marginal, the default, or
                           paper: Algorithm 3 as written) and how many capacity
