@@ -25,6 +25,7 @@ REPLAY_WORKLOADS=${REPLAY_WORKLOADS-"1 3 4"}
 REQ=$((11 * KEYS))
 WARM=$((2 * KEYS))
 RAW=${RAW_DIR:-$(mktemp -d /tmp/cost-gdwheel.XXXXXX)}
+mkdir -p "$RAW"
 OUT=$DATA/cost-gdwheel.json
 cost_machine_line
 echo "keys $KEYS, requests $REQ (load $KEYS + $((10 * KEYS)) GETs), warm-up $WARM; raw runs in $RAW"

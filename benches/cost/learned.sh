@@ -3,7 +3,7 @@
 # delay differs per key (the SET after a miss comes the key's cost in
 # microseconds later: `sim --backend-delay cost`), and cachalot learns the
 # cost from the miss-to-SET gap (`--learn-costs`, -o learn_costs=1). Baseline
-# workload (gdwheel-1), same scale, warm-up and memory as gdwheel.sh. Compared:
+# workload (gdwheel-1), same scale and memory as gdwheel.sh. Compared:
 # lru, gdwheel without costs (everything costs the same: LRU-like), gdwheel
 # learning, and gdwheel told the costs explicitly (cost=, the upper bound).
 # (replay has no backend delay, so there is no real-server run here.)
@@ -13,18 +13,33 @@ set -euo pipefail
 
 KEYS=${KEYS:-300000}
 N=${WORKLOAD:-1}
-# GETS: GETs per key after the load phase (10 as in gdwheel.sh); WARM: the
-# requests not measured (default: the load phase and the first KEYS GETs).
-# A longer run (GETS=30 WARM=$((21 * KEYS))) measures after the costs are learned.
-GETS=${GETS:-10}
-REQ=$(((GETS + 1) * KEYS))
-WARM=${WARM:-$((2 * KEYS))}
+# LOAD: keys SET before the GETs (YCSB's load phase, as gdwheel.sh; those
+# items are stored with no miss before them, so their cost cannot be
+# learned until they miss once). LOAD=0 (default): a look-aside cache filled
+# by its misses only, as in production: every item's cost is learned when
+# it is stored.
+# GETS: GETs per key; WARM: the requests not measured. Defaults: with a load
+# phase, 10 GETs per key and the thesis's warm-up (the load and the first
+# KEYS GETs); without, 20 GETs per key and the first 10 x KEYS (GreedyDual
+# from an empty cache takes that long to settle, with explicit costs too).
+# A longer run with the load phase (GETS=30 WARM=$((21 * KEYS))) measures
+# after the costs are learned.
+LOAD=${LOAD:-0}
+if [ "$LOAD" = 0 ]; then
+    GETS=${GETS:-20}
+    WARM=${WARM:-$((10 * KEYS))}
+else
+    GETS=${GETS:-10}
+    WARM=${WARM:-$((LOAD + KEYS))}
+fi
+REQ=$((LOAD + GETS * KEYS))
 TAG=${TAG:-learned}
 M=${MEM:-93}
 RAW=${RAW_DIR:-$(mktemp -d /tmp/cost-learned.XXXXXX)}
+mkdir -p "$RAW"
 OUT=$DATA/cost-$TAG.json
 cost_machine_line
-echo "gdwheel-$N, keys $KEYS, requests $REQ, warm-up $WARM, -m $M; raw runs in $RAW"
+echo "gdwheel-$N, keys $KEYS, load $LOAD, requests $REQ, warm-up $WARM, -m $M; raw runs in $RAW"
 TAGS=()
 for seed in $SEEDS; do
     for p in lru-delay gdwheel-delay gdwheel-learn-delay gdwheel-explicit; do
@@ -35,7 +50,7 @@ for seed in $SEEDS; do
             gdwheel-explicit) a=(--eviction gdwheel) ;;
         esac
         f=$RAW/$TAG-$p-s$seed.json
-        "$LAB" sim --model "gdwheel-$N" --param keys="$KEYS" --param load="$KEYS" \
+        "$LAB" sim --model "gdwheel-$N" --param keys="$KEYS" --param load="$LOAD" \
             --requests "$REQ" --seed "$seed" -m "$M" "${a[@]}" --json "$f" >"$f.txt"
         TAGS+=("$TAG/gdwheel-$N/$p/$seed=$f")
     done

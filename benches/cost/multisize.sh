@@ -22,6 +22,7 @@ REPLAY=${REPLAY:-1}
 REQ=$((11 * KEYS))
 WARM=$((2 * KEYS))
 RAW=${RAW_DIR:-$(mktemp -d /tmp/cost-multisize.XXXXXX)}
+mkdir -p "$RAW"
 OUT=$DATA/cost-multisize.json
 cost_machine_line
 echo "keys $KEYS, requests $REQ, warm-up $WARM; raw runs in $RAW"

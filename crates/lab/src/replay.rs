@@ -77,6 +77,12 @@ pub struct DriveArgs {
     /// Client threads, each an event loop over its share of the connections.
     #[arg(long, default_value_t = 1)]
     pub client_threads: usize,
+    /// Backend delay before the fill SET of a miss, in microseconds per unit
+    /// of the request's cost (0: none). The cost is then not sent, so that
+    /// cachalot can learn it from the gap (`-o learn_costs=1`), as sim's
+    /// `--backend-delay cost` does on the engine's clock.
+    #[arg(long, default_value_t = 0.0)]
+    pub backend_us_per_cost: f64,
     /// Print the per-interval table too.
     #[arg(long)]
     pub show_intervals: bool,
@@ -171,6 +177,7 @@ pub fn fill_meta(meta: &mut RunMeta, cfg: &ReplayConfig, addr: SocketAddr, kind:
     s.insert("interval".into(), cfg.interval.to_string().into());
     s.insert("client_threads".into(), cfg.client_threads.into());
     s.insert("send_costs".into(), cfg.send_costs.into());
+    s.insert("backend_us_per_cost".into(), cfg.backend_us_per_cost.into());
 }
 
 /// Everything the driver needs.
@@ -186,6 +193,8 @@ pub struct ReplayConfig {
     pub values: ValueKind,
     pub interval: IntervalSpec,
     pub client_threads: usize,
+    /// Microseconds a fill waits per unit of cost (0: none).
+    pub backend_us_per_cost: f64,
     /// Show a progress bar on stderr.
     pub progress: bool,
 }
@@ -202,6 +211,7 @@ impl ReplayConfig {
             values: ValueKind::Random,
             interval: IntervalSpec::default(),
             client_threads: 1,
+            backend_us_per_cost: 0.0,
             progress: false,
         }
     }
@@ -215,6 +225,8 @@ impl ReplayConfig {
             values: d.values,
             interval: d.interval,
             client_threads: d.client_threads.max(1),
+            backend_us_per_cost: d.backend_us_per_cost.max(0.0),
+            send_costs: kind == ServerKind::Cachalot && d.backend_us_per_cost <= 0.0,
             progress: true,
             ..ReplayConfig::new(addr, kind)
         }
@@ -355,6 +367,8 @@ struct Conn {
     inflight: VecDeque<Pending>,
     /// Requests of this connection not sent yet.
     queue: VecDeque<(u64, Request)>,
+    /// Fills waiting for their backend delay: when due, seq, request.
+    deferred: Vec<(Instant, u64, Request)>,
 }
 
 struct Worker<'a> {
@@ -465,6 +479,7 @@ impl<'a> Worker<'a> {
                 rhi: 0,
                 inflight: VecDeque::with_capacity(cfg.pipeline + 1),
                 queue: VecDeque::with_capacity(queue_cap(cfg)),
+                deferred: Vec::new(),
             });
         }
         Ok(Worker {
@@ -494,7 +509,7 @@ impl<'a> Worker<'a> {
         done: &AtomicU64,
         stop: &AtomicBool,
     ) -> anyhow::Result<Instant> {
-        if self.cfg.rate.is_none() {
+        if self.cfg.rate.is_none() && self.cfg.backend_us_per_cost <= 0.0 {
             return self.run_loop(stream, start, done, stop, None);
         }
         let waker = mio::Waker::new(self.poll.registry(), WAKE)?;
@@ -570,8 +585,13 @@ impl<'a> Worker<'a> {
                 }
                 self.conns[c].queue.push_back((s, req));
             }
-            // 2. Send what the windows allow, flush.
+            // 2. Send the fills whose backend delay is over and what the
+            // windows allow, flush.
             for c in 0..self.conns.len() {
+                if let Some(next) = self.release_fills(c, now) {
+                    let w = next.saturating_duration_since(now);
+                    wait = Some(wait.map_or(w, |x| x.min(w)));
+                }
                 self.fill_window(c, start, now);
                 self.flush(c)?;
             }
@@ -579,7 +599,7 @@ impl<'a> Worker<'a> {
             let idle = self
                 .conns
                 .iter()
-                .all(|c| c.queue.is_empty() && c.inflight.is_empty());
+                .all(|c| c.queue.is_empty() && c.inflight.is_empty() && c.deferred.is_empty());
             if exhausted && held.is_none() && idle {
                 done.fetch_add(completed_local, Ordering::Relaxed);
                 return Ok(last);
@@ -623,8 +643,26 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// Send the deferred fills of connection `c` that are due; returns when
+    /// the next one is.
+    fn release_fills(&mut self, c: usize, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut i = 0;
+        while i < self.conns[c].deferred.len() {
+            let (due, seq, req) = self.conns[c].deferred[i];
+            if due <= now {
+                self.conns[c].deferred.swap_remove(i);
+                self.send(c, seq, req, Kind::Fill, due);
+            } else {
+                next = Some(next.map_or(due, |n| n.min(due)));
+                i += 1;
+            }
+        }
+        next
+    }
+
     /// Move queued requests into flight while the pipeline has room and the
-    /// next one's key is not already in flight.
+    /// next one's key is not already in flight (or waiting for its fill).
     fn fill_window(&mut self, c: usize, start: Instant, now: Instant) {
         let cfg = self.cfg;
         loop {
@@ -637,7 +675,10 @@ impl<'a> Worker<'a> {
                 .iter()
                 .filter(|p| p.kind != Kind::Fill)
                 .count();
-            if busy >= cfg.pipeline || conn.inflight.iter().any(|p| p.req.key == req.key) {
+            if busy >= cfg.pipeline
+                || conn.inflight.iter().any(|p| p.req.key == req.key)
+                || conn.deferred.iter().any(|d| d.2.key == req.key)
+            {
                 return;
             }
             let since = match cfg.rate {
@@ -792,7 +833,14 @@ impl<'a> Worker<'a> {
                     rec.latency(at, LatOp::Get, ns);
                     completed += 1;
                     if reply == wire::Reply::Miss {
-                        self.send(c, p.seq, p.req, Kind::Fill, now);
+                        if cfg.backend_us_per_cost > 0.0 {
+                            // The backend takes its time; the key stays busy.
+                            let us = p.req.cost as f64 * cfg.backend_us_per_cost;
+                            let due = now + Duration::from_secs_f64(us / 1e6);
+                            self.conns[c].deferred.push((due, p.seq, p.req));
+                        } else {
+                            self.send(c, p.seq, p.req, Kind::Fill, now);
+                        }
                     }
                 }
                 Kind::Set => {
@@ -934,6 +982,33 @@ mod tests {
         let secs = out.elapsed.as_secs_f64();
         assert!((0.45..2.0).contains(&secs), "took {secs} s");
         assert_eq!(out.recorder.totals(), &model_counts(tiny(10_000, 1_000, 3)));
+    }
+
+    #[test]
+    fn backend_delay_holds_fills_back_and_lets_cachalot_learn_costs() {
+        let mut sc = ServerConfig::new(ServerKind::Cachalot, 64, 2);
+        sc.extra_args = vec!["-o".into(), "learn_costs=1,eviction=gdwheel".into()];
+        let server = LocalServer::start(&sc).expect("start cachalot");
+        let mut cfg = ReplayConfig::new(server.addr(), ServerKind::Cachalot);
+        cfg.connections = 2;
+        cfg.pipeline = 4;
+        // Costs 1..7: fills wait 0.5..3.5 ms.
+        cfg.backend_us_per_cost = 500.0;
+        cfg.send_costs = false;
+        let out = replay(&cfg, None, || Ok(tiny(4_000, 400, 5))).expect("replay");
+        let want = model_counts(tiny(4_000, 400, 5));
+        // Same look-aside order per key: the key is busy until its fill.
+        assert_eq!(out.recorder.totals(), &want);
+        let r = out.recorder.finish(RunMeta::default(), out.elapsed);
+        let fills = want.gets - want.hits;
+        assert_eq!(r.totals.fills, fills);
+        // No cost was sent: the server learned one from (nearly) every fill.
+        let st = server.stats().unwrap();
+        let learned: u64 = st["learned_costs"].parse().unwrap();
+        assert!(learned * 10 >= fills * 9, "{learned} of {fills} fills");
+        // 2 connections, each waiting at least 0.5 ms for most of its
+        // fills: far slower than without the backend.
+        assert!(out.elapsed.as_secs_f64() > fills as f64 * 0.0005 / 2.0 / 4.0);
     }
 
     #[test]

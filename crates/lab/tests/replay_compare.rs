@@ -56,6 +56,7 @@ fn compare_runs_both_servers_alternating_and_writes_the_document() {
             values: ValueKind::Text,
             interval: IntervalSpec::Requests(10_000),
             client_threads: 1,
+            backend_us_per_cost: 0.0,
             show_intervals: false,
         },
         json: Some(json.clone()),
