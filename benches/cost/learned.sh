@@ -57,3 +57,28 @@ for seed in $SEEDS; do
 done
 $SUMMARIZE runs --warmup "$WARM" --out "$OUT" "${TAGS[@]}"
 $SUMMARIZE table "$OUT" --base lru-delay
+
+# Real servers (REPLAY=1, seed 1): `replay --backend-us-per-cost US` holds
+# every fill SET back by the key's cost times US microseconds (the key stays
+# busy meanwhile, as for an application waiting on its backend) and sends no
+# cost; cachalot learns the gap it sees between the GET miss and the SET
+# (which includes the network and the client's scheduling, tens of
+# microseconds here: hence US = 10, so that the cheapest keys wait 100 us).
+# Against cachalot with lru, and with gdwheel learning.
+if [ "${REPLAY:-1}" = 1 ]; then
+    US=${US:-10}
+    TAGS=()
+    src=(--model "gdwheel-$N" --param keys="$KEYS" --param load="$LOAD" --requests "$REQ" --seed 1
+        --connections 16 --pipeline 4 --backend-us-per-cost "$US")
+    for p in lru gdwheel-learn; do
+        case $p in
+            lru) flags="-o eviction=lru" ;;
+            gdwheel-learn) flags="-o eviction=gdwheel,learn_costs=1" ;;
+        esac
+        f=$RAW/$TAG-replay-$p.json
+        replay_srv cachalot "$M" "$flags" "$f" "${src[@]}"
+        TAGS+=("$TAG-replay/gdwheel-$N/cachalot-$p-delay/1=$f")
+    done
+    $SUMMARIZE runs --warmup "$WARM" --out "$DATA/cost-$TAG-replay.json" "${TAGS[@]}"
+    $SUMMARIZE table "$DATA/cost-$TAG-replay.json" --base cachalot-lru-delay
+fi

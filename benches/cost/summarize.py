@@ -14,19 +14,23 @@ the GETs that missed) over the measured intervals only.
       per workload: each policy's mean over seeds, its ratio to POLICY's
       recomputation cost and hit-ratio difference in points.
   summarize.py phases --warmup N FILE ...   hit ratio from request N on.
+  summarize.py phase-table --bounds A,B,... [--tail T] [--optimum H] FILE ...
+      a markdown row per run: hit ratio between consecutive bounds (in
+      requests; the last phase runs to the end), over the last T requests,
+      pages moved, and the last phase's ratio to the optimum H.
 """
 import json
 import sys
 from collections import defaultdict
 
 
-def measured(path, warmup):
+def measured(path, warmup, end=None):
     doc = json.load(open(path))
     if "runs" in doc:  # a compare document: not used here
         raise SystemExit(f"{path}: a compare document, pass replay/sim runs")
     gets = hits = creq = chit = 0
     for iv in doc["intervals"]:
-        if iv["start"] < warmup:
+        if iv["start"] < warmup or (end is not None and iv["start"] >= end):
             continue
         c = iv["counts"]
         gets += c["gets"]
@@ -132,5 +136,25 @@ def cmd_phases(args):
               f"({r['hits']}/{r['gets']}), slabs_moved {r['slabs_moved']}  [{f}]")
 
 
+def cmd_phase_table(args):
+    bounds = [int(b) for b in args[args.index("--bounds") + 1].split(",")]
+    opt = float(args[args.index("--optimum") + 1]) if "--optimum" in args else None
+    tail = int(args[args.index("--tail") + 1]) if "--tail" in args else None
+    files = [a for a in args if a.endswith(".json")]
+    edges = [0] + bounds + [None]
+    for f in files:
+        cells = [measured(f, lo, hi)["hit_ratio"] for lo, hi in zip(edges, edges[1:])]
+        if tail:
+            total = json.load(open(f))["totals"]["counts"]["requests"]
+            cells.append(measured(f, total - tail)["hit_ratio"])
+        last = measured(f, bounds[-1])
+        name = f.rsplit("/", 1)[-1].removesuffix(".json")
+        row = [name] + [f"{h:.4f}" for h in cells] + [str(last["slabs_moved"])]
+        if opt:
+            row.append(f"{last['hit_ratio'] / opt:.3f} x")
+        print("| " + " | ".join(row) + " |")
+
+
 if __name__ == "__main__":
-    {"runs": cmd_runs, "table": cmd_table, "phases": cmd_phases}[sys.argv[1]](sys.argv[2:])
+    {"runs": cmd_runs, "table": cmd_table, "phases": cmd_phases,
+     "phase-table": cmd_phase_table}[sys.argv[1]](sys.argv[2:])
