@@ -582,20 +582,27 @@ impl GdWheel {
             slabs,
             side: &mut self.side,
         };
-        // Take the protected item out while searching, so that the search
-        // neither returns it nor has to step around it.
-        let protected = protect.map(|p| {
-            let t = m.get(p);
-            let h = w.h_of(t.h24);
-            remove(w, &mut m, place(h, w.hand), t);
-            (p, h)
-        });
-        let found = Self::advance(w, &mut m);
-        if let Some((p, h)) = protected {
-            // Back as the oldest of its priority; the hand may have passed
-            // its H, in which case it is the very next victim.
-            let h = h.max(w.hand);
-            push_front(w, &mut m, place(h, w.hand), p, h);
+        let mut found = Self::advance(w, &mut m);
+        if let (Some(p), Some(f)) = (protect, found) {
+            if p == f {
+                // The protected item (usually the one a SET replaces, about
+                // to be unlinked) is next: the victim is the one after it,
+                // of the same priority.
+                let t = m.get(p);
+                found = if t.next != NIL {
+                    Some(t.next)
+                } else {
+                    // Alone in its queue: take it out while searching on,
+                    // then back as the oldest of its priority (the hand
+                    // may have passed its H: then it is the next victim).
+                    let h = w.h_of(t.h24);
+                    remove(w, &mut m, place(h, w.hand), t);
+                    let next = Self::advance(w, &mut m);
+                    let h = h.max(w.hand);
+                    push_front(w, &mut m, place(h, w.hand), p, h);
+                    next
+                };
+            }
         }
         let loc = found?;
         let exp = item::exptime(m.slabs.chunk(loc));
