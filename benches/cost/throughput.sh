@@ -24,6 +24,7 @@ VALUE_SIZE=${VALUE_SIZE:-100}
 MEM_MB=${MEM_MB:-64}
 MIXES=${MIXES:-"get90 set90"}
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/cost-throughput.XXXXXX)}
+mkdir -p "$OUT_DIR"
 check_bins
 ensure_loadgen
 machine_line
