@@ -3,7 +3,7 @@
 //! memcached cuts memory into 1 MB pages and gives each page to one slab
 //! class for good; when the popular sizes change, the classes that now need
 //! memory cannot get it ("calcification"). cachalot moves pages on-line, by
-//! one of three rules (`RebalancePolicy`):
+//! one of four rules (`RebalancePolicy`):
 //!
 //! - `memcached`: memcached's automove ([`automove`]), the conservative
 //!   baseline: a page only leaves a class that evicts nothing and has a
@@ -17,6 +17,11 @@
 //! - `cost-per-byte`: GD-Wheel's rule (`../shared/seeds/001_*`, chapter
 //!   5.2; [`cpb`]): evictions in a class worth more per byte pull pages from
 //!   the class worth least per byte.
+//! - `mrc` (the default): Carra & Michiardi's offline optimum (section 3.2,
+//!   Algorithm 2) computed on-line ([`mrc`]) from per-class LRU stack
+//!   distances of a spatial sample of the keys ([`profile`]), pages moved
+//!   towards it: every class's whole hit curve, not just its next page, so
+//!   pages follow a shift in the popular sizes as it happens.
 //!
 //! This module decides; the engine moves (`engine/pages.rs`): a page is
 //! drained a bounded number of chunks per maintenance call, its hot items
@@ -26,11 +31,13 @@
 //! The engine tells the rebalancer about GET misses, hits, new items and
 //! evictions through the `#[inline]` hooks below; each is O(1) and does
 //! nothing the selected rule does not need (with `off`, `memcached` and
-//! `cost-per-byte` a hit costs one branch).
+//! `cost-per-byte` a hit costs one branch; with `mrc`, a compare of 24
+//! hash bits, and more for the sampled keys only).
 //!
 //! Memory: the ghost set (about 1/256 of `-m`, at most 16 MB) and a 4 KB
-//! table of pending miss costs exist only with `sas`; the engine counts
-//! both in `-m` (`memory_bytes`).
+//! table of pending miss costs exist only with `sas`, the sampled stacks (at
+//! most 1/256 of `-m`, at least 256 KB unless that is over 1/32 of it) only
+//! with `mrc`; the engine counts them in `-m` (`memory_bytes`).
 
 pub mod automove;
 pub mod cpb;
@@ -66,7 +73,7 @@ pub struct Tuning {
     /// mrc: sampled GETs between two decisions.
     pub mrc_period: u64,
     /// mrc: bytes of the sampled stacks; 0 = 1/256 of the memory limit (at
-    /// least 256 KB, at most 16 MB).
+    /// least 256 KB, at most 16 MB, and at most 1/32 of the limit).
     pub mrc_bytes: usize,
 }
 
@@ -200,8 +207,11 @@ impl Rebalancer {
             cpb: (policy == RebalancePolicy::CostPerByte)
                 .then(|| CostPerByte::new(nclasses, page_size)),
             profile: (policy == RebalancePolicy::Mrc).then(|| {
+                // A budget that stays a small share of small caches too.
                 let bytes = match tuning.mrc_bytes {
-                    0 => (memory_limit / 256).clamp(256 << 10, 16 << 20),
+                    0 => (memory_limit / 256)
+                        .clamp(256 << 10, 16 << 20)
+                        .min(memory_limit / 32),
                     b => b,
                 };
                 Profile::new(per_page, (memory_limit / page_size.max(1)) as u32, bytes)
