@@ -38,8 +38,10 @@ memory_for() {
         grep '^LRU hit ratio')
     items=$(sed -n 's/.* from \([0-9]*\) items.*/\1/p' <<<"$line")
     bytes=$(sed -n 's/.* items, \([0-9]*\) B .*/\1/p' <<<"$line")
-    # chunks + a 10 B/item index, to the nearest MB (sim checks LRU hits ~95%)
-    awk -v b="$bytes" -v n="$items" 'BEGIN { m = (b + 10 * n) / 1048576; printf "%d", int(m + 0.5) }'
+    # chunks + an 11 B/item index + the default rebalancer's 1/256 of -m,
+    # rounded up to a whole MB (sim checks that LRU hits ~95%)
+    awk -v b="$bytes" -v n="$items" \
+        'BEGIN { m = (b + 11 * n) / 1048576 * 256 / 255; printf "%d", (m == int(m)) ? m : int(m) + 1 }'
 }
 
 TAGS=()
