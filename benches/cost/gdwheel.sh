@@ -32,15 +32,11 @@ echo "keys $KEYS, requests $REQ (load $KEYS + $((10 * KEYS)) GETs), warm-up $WAR
 
 # memory_for N -> -m (MB) at which LRU hits 95% on gdwheel-N after the warm-up
 memory_for() {
-    local line items bytes
-    line=$("$LAB" mrc --model "gdwheel-$1" --param keys="$KEYS" --param load="$KEYS" \
-        --requests "$REQ" --warmup "$WARM" --target-hit 0.95 --bytes-of chunk --points 2 |
-        grep '^LRU hit ratio')
-    items=$(sed -n 's/.* from \([0-9]*\) items.*/\1/p' <<<"$line")
-    bytes=$(sed -n 's/.* items, \([0-9]*\) B .*/\1/p' <<<"$line")
+    local fp
+    read -ra fp <<<"$(lru95_footprint "$1")"
     # chunks + an 11 B/item index + the default rebalancer's 1/256 of -m,
     # rounded up to a whole MB (sim checks that LRU hits ~95%)
-    awk -v b="$bytes" -v n="$items" \
+    awk -v b="${fp[0]}" -v n="${fp[1]}" \
         'BEGIN { m = (b + 11 * n) / 1048576 * 256 / 255; printf "%d", (m == int(m)) ? m : int(m) + 1 }'
 }
 

@@ -26,6 +26,17 @@ cost_machine_line() {
         "checkout $(cd "$COST_ROOT" && git rev-parse --short HEAD); memcached $(/usr/bin/memcached -V 2>/dev/null)"
 }
 
+# lru95_footprint N: "BYTES ITEMS" of the chunks LRU needs to hit 95% on
+# GD-Wheel workload N after the warm-up (KEYS keys, load phase, REQ
+# requests, WARM warm-up, from the calling script), from `cachalot-lab mrc`.
+lru95_footprint() {
+    local line
+    line=$("$LAB" mrc --model "gdwheel-$1" --param keys="$KEYS" --param load="$KEYS" \
+        --requests "$REQ" --warmup "$WARM" --target-hit 0.95 --bytes-of chunk --points 2 |
+        grep '^LRU hit ratio')
+    echo "$(sed -n 's/.* items, \([0-9]*\) B .*/\1/p' <<<"$line") $(sed -n 's/.* from \([0-9]*\) items.*/\1/p' <<<"$line")"
+}
+
 # start_srv memcached|cachalot MEM_MB [extra flags...]: a server on a free
 # 127.0.0.1 port (SRV_PORT, SRV_PID); stopped by stop_srv or at exit.
 SRV_PIDS=()

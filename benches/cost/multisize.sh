@@ -28,13 +28,10 @@ cost_machine_line
 echo "keys $KEYS, requests $REQ, warm-up $WARM; raw runs in $RAW"
 
 memory_for() {
-    local line items bytes
-    line=$("$LAB" mrc --model "gdwheel-$1" --param keys="$KEYS" --param load="$KEYS" \
-        --requests "$REQ" --warmup "$WARM" --target-hit 0.95 --bytes-of chunk --points 2 |
-        grep '^LRU hit ratio')
-    items=$(sed -n 's/.* from \([0-9]*\) items.*/\1/p' <<<"$line")
-    bytes=$(sed -n 's/.* items, \([0-9]*\) B .*/\1/p' <<<"$line")
-    awk -v b="$bytes" -v n="$items" 'BEGIN { m = (b + 10 * n) / 1048576; printf "%d", int(m + 0.5) }'
+    local fp
+    read -ra fp <<<"$(lru95_footprint "$1")"
+    # chunks + a 10 B/item index, to the nearest MB (sim checks LRU hits ~95%)
+    awk -v b="${fp[0]}" -v n="${fp[1]}" 'BEGIN { m = (b + 10 * n) / 1048576; printf "%d", int(m + 0.5) }'
 }
 
 TAGS=()

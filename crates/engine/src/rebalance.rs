@@ -142,8 +142,6 @@ pub struct ClassInfo {
     pub live_cost: u64,
     /// Memory of the live items (chunks).
     pub live_bytes: u64,
-    /// The engine can still add a page without taking one from a class.
-    pub spare: bool,
 }
 
 /// Pending capacity misses waiting for the SET that tells their cost:
@@ -376,8 +374,8 @@ impl Rebalancer {
     }
 
     /// Decide and queue the moves.
-    pub fn plan(&mut self, now: RelTime, classes: &[ClassInfo]) {
-        let moves = self.decide(now, classes);
+    pub fn plan(&mut self, now: RelTime, classes: &[ClassInfo], spare: bool) {
+        let moves = self.decide(now, classes, spare);
         self.queue.extend(moves);
     }
 
@@ -388,7 +386,14 @@ impl Rebalancer {
     }
 
     /// Decide the moves (from, to) from the classes' state.
-    pub fn decide(&mut self, now: RelTime, classes: &[ClassInfo]) -> Vec<(usize, usize)> {
+    /// `spare`: the engine can still add a page without taking one from a
+    /// class.
+    pub fn decide(
+        &mut self,
+        now: RelTime,
+        classes: &[ClassInfo],
+        spare: bool,
+    ) -> Vec<(usize, usize)> {
         let choice = match self.policy {
             RebalancePolicy::Off => Vec::new(),
             RebalancePolicy::Memcached => {
@@ -431,7 +436,7 @@ impl Rebalancer {
                 };
                 let pages: Vec<u32> = classes.iter().map(|c| c.pages).collect();
                 // While memory is left, classes grow by demand.
-                let moves = if classes.iter().any(|c| c.spare) {
+                let moves = if spare {
                     Vec::new()
                 } else {
                     mrc::decide(&p.curves(), p.bin_pages(), &pages)
@@ -532,7 +537,7 @@ mod tests {
             ..ClassInfo::default()
         };
         let classes = [info(10), info(1), info(1), info(3)];
-        assert_eq!(r.decide(0, &classes), vec![(0, 3)]);
+        assert_eq!(r.decide(0, &classes, false), vec![(0, 3)]);
         assert_eq!(r.decisions, 1);
         assert!(!r.due(0, 1));
     }

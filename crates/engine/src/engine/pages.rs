@@ -94,7 +94,8 @@ impl Engine {
         if self.drain.is_none() && self.moves_allowed() {
             if self.rebal.wants_decision(now, self.config.slab_automove) {
                 let info = self.class_infos();
-                self.rebal.plan(now, &info);
+                let spare = !self.slabs.spare.is_empty() || self.can_add_page();
+                self.rebal.plan(now, &info, spare);
             }
             // A queued move whose donor lost its pages meanwhile is dropped.
             while let Some((from, to)) = self.rebal.pop_move() {
@@ -108,7 +109,6 @@ impl Engine {
 
     /// What the rules look at, per class.
     fn class_infos(&self) -> Vec<ClassInfo> {
-        let spare = !self.slabs.spare.is_empty() || self.can_add_page();
         (0..self.slabs.classes.len())
             .map(|c| {
                 let cl = &self.slabs.classes[c];
@@ -125,7 +125,6 @@ impl Engine {
                     evicted: cl.stats.evicted,
                     live_cost: self.policy.live_cost(c),
                     live_bytes: cl.used * cl.chunk_size as u64,
-                    spare,
                 }
             })
             .collect()
