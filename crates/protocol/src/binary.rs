@@ -644,37 +644,13 @@ pub fn write_request(
     out.extend_from_slice(value);
 }
 
-/// A decoded response (for clients and tests).
+/// A decoded response (see `client::reply`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Response<'a> {
     pub header: Header,
     pub extras: &'a [u8],
     pub key: &'a [u8],
     pub value: &'a [u8],
-}
-
-/// Parse one whole response at the front of `input`: `None` until it is all
-/// there or if it is malformed; otherwise the response and its length.
-pub fn parse_response(input: &[u8]) -> Option<(Response<'_>, usize)> {
-    let header = Header::parse(input)?;
-    if header.magic != RES_MAGIC {
-        return None;
-    }
-    let ext_end = HEADER_LEN + header.extras_len as usize;
-    let key_end = ext_end + header.key_len as usize;
-    let end = HEADER_LEN.checked_add(header.body_len as usize)?;
-    if key_end > end {
-        return None;
-    }
-    Some((
-        Response {
-            header,
-            extras: input.get(HEADER_LEN..ext_end)?,
-            key: input.get(ext_end..key_end)?,
-            value: input.get(key_end..end)?,
-        },
-        end,
-    ))
 }
 
 #[cfg(test)]
@@ -926,35 +902,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn response_parse() {
-        let mut out = Vec::new();
-        write_response(
-            &mut out,
-            0x0c,
-            Status::NoError,
-            9,
-            77,
-            &[0, 0, 0, 1],
-            b"k",
-            b"val",
-        );
-        write_error(&mut out, 0x00, 1, Status::KeyNotFound);
-        let (r, n) = parse_response(&out).unwrap();
-        assert_eq!(n, HEADER_LEN + 8);
-        assert_eq!(
-            (r.header.cas, r.header.opaque, r.extras, r.key, r.value),
-            (77, 9, &[0u8, 0, 0, 1][..], &b"k"[..], &b"val"[..])
-        );
-        let (r, m) = parse_response(&out[n..]).unwrap();
-        assert_eq!(m, HEADER_LEN + 9);
-        assert_eq!(
-            Status::from_u16(r.header.vbucket_or_status),
-            Some(Status::KeyNotFound)
-        );
-        assert_eq!(parse_response(&out[..n - 1]), None);
-    }
-
     proptest! {
         #[test]
         fn request_round_trip(
@@ -1009,7 +956,9 @@ mod tests {
             let status = Status::from_u16(status).unwrap();
             let mut b = Vec::new();
             write_response(&mut b, op, status, opaque, cas, &extras, &key, &value);
-            let (r, n) = parse_response(&b).unwrap();
+            let Ok(Some((crate::client::Reply::Binary(r), n))) = crate::client::parse_reply(&b) else {
+                return Err(TestCaseError::fail("not a whole response"));
+            };
             prop_assert_eq!(n, b.len());
             prop_assert_eq!(r.header.opcode, op);
             prop_assert_eq!(r.header.vbucket_or_status, status as u16);
@@ -1026,7 +975,7 @@ mod tests {
                 prop_assert!(f.head_len() <= bytes.len());
                 let _ = Command::decode(&f);
             }
-            let _ = parse_response(&bytes);
+            let _ = crate::client::parse_reply(&bytes);
         }
 
         #[test]

@@ -711,7 +711,8 @@ mod tests {
     use std::sync::Arc;
 
     use cachalot_engine::{Cache, Clock};
-    use cachalot_protocol::binary::{parse_response, write_request, Response};
+    use cachalot_protocol::binary::write_request;
+    use cachalot_protocol::client::{parse_reply, Reply};
 
     use super::*;
     use crate::settings::Settings;
@@ -804,7 +805,9 @@ mod tests {
     fn parse_all(mut raw: &[u8]) -> Vec<Rep> {
         let mut v = Vec::new();
         while !raw.is_empty() {
-            let (r, n): (Response<'_>, usize) = parse_response(raw).expect("whole response");
+            let Ok(Some((Reply::Binary(r), n))) = parse_reply(raw) else {
+                panic!("not a whole response: {raw:?}")
+            };
             v.push(Rep {
                 op: r.header.opcode,
                 status: r.header.vbucket_or_status,
