@@ -42,7 +42,8 @@ pub struct ItemRef<'a> {
     pub stale: bool,
     /// A meta "win" token was already handed out for this item.
     pub win_sent: bool,
-    /// Last access time (coarse: minute resolution, saturating after a few hours).
+    /// Last access time, to the second (ages saturate at
+    /// `item::ATIME_SATURATE`, 13.6 hours).
     pub last_access: RelTime,
 }
 
@@ -362,8 +363,13 @@ impl Engine {
         let chunk = self.slabs.chunk_mut(loc);
         let mut bits = item::bits(chunk);
         if how.bump {
+            // memcached's do_item_bump: the first fetch only marks the item
+            // fetched, later ones refresh its access time (meta `l`); other
+            // bumps (a failed add, an in-place incr) always refresh it.
+            if !how.fetch || bits & item::FETCHED != 0 {
+                item::set_atime(chunk, item::atime_code(now));
+            }
             bits |= item::REF;
-            item::set_atime(chunk, item::atime_code(now));
         }
         if how.fetch {
             bits |= item::FETCHED;
@@ -841,7 +847,7 @@ impl Engine {
             // Fits: rewrite in place, padding with spaces like memcached
             // (`do_add_delta`), so a shrinking counter never reallocates.
             let chunk = self.slabs.chunk_mut(loc);
-            let start = item::HEADER_LEN + item::flags_width(flags) + key.len();
+            let start = item::value_start(chunk);
             let field = &mut chunk[start..start + old_len];
             field[..digits.len()].copy_from_slice(digits);
             field[digits.len()..].fill(b' ');
@@ -859,6 +865,7 @@ impl Engine {
                 id: ItemId(loc),
             };
         }
+        // A longer result is a new item, not yet fetched (memcached: `h0`).
         match self.write_new(
             h,
             key,
@@ -867,7 +874,7 @@ impl Engine {
             exptime,
             cas,
             cost,
-            item::LIVE | item::FETCHED,
+            item::LIVE,
             Some(loc),
         ) {
             Ok(()) => match self.find(key, h) {
@@ -1002,10 +1009,10 @@ impl Engine {
                 self.remove(loc);
                 continue;
             }
-            // Keep the minute-resolution access time from wrapping around.
+            // Keep the 16-bit access time from wrapping around.
             let hdr = item::Header::read(self.slabs.chunk(loc));
-            if item::atime_age(hdr.atime, now) > item::ATIME_SATURATE * 60 {
-                let code = item::atime_code(now).wrapping_sub(item::ATIME_SATURATE as u8);
+            if item::atime_age(hdr.atime, now) > item::ATIME_SATURATE {
+                let code = item::atime_code(now).wrapping_sub(item::ATIME_SATURATE as u16);
                 item::set_atime(self.slabs.chunk_mut(loc), code);
             }
         }

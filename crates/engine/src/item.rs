@@ -9,18 +9,23 @@
 //!
 //! ```text
 //! byte  0..5   CAS unique, 40 bits (wraps after 2^40 stores; 0 is never issued)
-//! byte  5      last access, minutes modulo 256 (meta `l`; see `ATIME_*`)
+//! byte  5      last access, low byte (seconds modulo 65536; see `ATIME_*`)
 //! byte  6      recomputation cost, log-quantised (see `quantize_cost`)
 //! byte  7      bits: flags width (2 bits), LIVE, REF, FETCHED, STALE, WIN,
 //!              GUESSED
 //! byte  8..12  expiry: relative seconds, 0 = never
 //! byte 12      key length (1..=250)
-//! byte 13..16  value length, 24 bits
-//! then: client flags (0, 1, 2 or 4 bytes: most clients send small flags),
-//!       key, value (no terminators stored).
+//! byte 13      last access, high byte
+//! byte 14..16  value length, 16 bits; `LONG_VALUE` (0xffff) means the length
+//!              is the u32 in the 4 bytes that follow the header
+//! then: the long length (values of 64 KB and more only), client flags (0, 1,
+//!       2 or 4 bytes: most clients send small flags), key, value (no
+//!       terminators stored).
 //! ```
 //! All multi-byte fields are little-endian and read with `from_le_bytes`, so
-//! chunks need no alignment.
+//! chunks need no alignment. Values of 64 KB and more pay 4 bytes for their
+//! length (under 0.01%), so that the header has room for a last-access time
+//! in seconds (meta `l`, `me la=`: memcached reports seconds).
 
 pub const HEADER_LEN: usize = 16;
 
@@ -39,6 +44,19 @@ pub const GUESSED: u8 = 0b1000_0000;
 
 /// Largest value of the 40-bit CAS field.
 pub const CAS_MASK: u64 = (1 << 40) - 1;
+
+/// The 16-bit value length field's marker for a length stored after the header.
+pub const LONG_VALUE: u32 = 0xffff;
+
+/// Bytes between the header and the client flags: the long length, if any.
+#[inline]
+fn len_ext(value_len: usize) -> usize {
+    if value_len >= LONG_VALUE as usize {
+        4
+    } else {
+        0
+    }
+}
 
 /// Bytes used to store client flags.
 #[inline]
@@ -69,7 +87,7 @@ fn code_width(code: u8) -> usize {
 /// Total bytes an item occupies.
 #[inline]
 pub fn total_len(key_len: usize, value_len: usize, flags: u32) -> usize {
-    HEADER_LEN + flags_width(flags) + key_len + value_len
+    HEADER_LEN + len_ext(value_len) + flags_width(flags) + key_len + value_len
 }
 
 /// Costs are stored on one byte, logarithmically: q = 0 for cost 0, otherwise
@@ -96,33 +114,30 @@ pub fn dequantize_cost(q: u8) -> u32 {
     })[q as usize]
 }
 
-/// Last-access time is kept in minutes modulo 256 (memcached itself only
-/// refreshes an item's time once a minute). The reclaimer rewrites times older
-/// than `ATIME_SATURATE` minutes so that the modulo never wraps: ages beyond
-/// that read as "at least ATIME_SATURATE minutes".
-pub const ATIME_SATURATE: u32 = 192;
+/// Last-access time is kept in seconds modulo 2^16, as memcached reports it
+/// (meta `l`, `me la=`, `stats items` ages). The reclaimer rewrites times older
+/// than `ATIME_SATURATE` seconds (13.6 hours) so that the modulo never wraps:
+/// older ages read as `ATIME_SATURATE`. Each item must therefore be visited
+/// within 2^16 - `ATIME_SATURATE` seconds (4.5 hours) of crossing it.
+pub const ATIME_SATURATE: u32 = 3 << 14;
 
 #[inline]
-pub fn atime_code(now: u32) -> u8 {
-    (now / 60) as u8
+pub fn atime_code(now: u32) -> u16 {
+    now as u16
 }
 
-/// Age in seconds of an access recorded as `code`, seen at `now`.
+/// Age in seconds of an access recorded as `code`, seen at `now`: exact up
+/// to `ATIME_SATURATE`.
 #[inline]
-pub fn atime_age(code: u8, now: u32) -> u32 {
-    let minutes = (atime_code(now).wrapping_sub(code)) as u32;
-    if minutes == 0 {
-        0
-    } else {
-        minutes * 60 - 30
-    }
+pub fn atime_age(code: u16, now: u32) -> u32 {
+    u32::from(atime_code(now).wrapping_sub(code))
 }
 
 /// A parsed header (a copy; writes go through [`Header::write`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
     pub cas: u64,
-    pub atime: u8,
+    pub atime: u16,
     pub cost: u8,
     pub bits: u8,
     pub exptime: u32,
@@ -131,32 +146,36 @@ pub struct Header {
 }
 
 impl Header {
+    /// Read the header at the start of `chunk` (and the long length after
+    /// it, for long values).
     #[inline]
     pub fn read(chunk: &[u8]) -> Header {
         let h: &[u8; HEADER_LEN] = chunk[..HEADER_LEN].try_into().expect("chunk >= header");
         Header {
             cas: u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], 0, 0, 0]),
-            atime: h[5],
+            atime: u16::from_le_bytes([h[5], h[13]]),
             cost: h[6],
             bits: h[7],
             exptime: u32::from_le_bytes([h[8], h[9], h[10], h[11]]),
             key_len: h[12],
-            value_len: u32::from_le_bytes([h[13], h[14], h[15], 0]),
+            value_len: value_len(chunk),
         }
     }
 
+    /// Write the header (and the long length, for long values).
     #[inline]
     pub fn write(&self, chunk: &mut [u8]) {
         let cas = (self.cas & CAS_MASK).to_le_bytes();
         let exp = self.exptime.to_le_bytes();
-        let vlen = self.value_len.to_le_bytes();
+        let atime = self.atime.to_le_bytes();
+        let vlen = self.value_len.min(LONG_VALUE).to_le_bytes();
         chunk[..HEADER_LEN].copy_from_slice(&[
             cas[0],
             cas[1],
             cas[2],
             cas[3],
             cas[4],
-            self.atime,
+            atime[0],
             self.cost,
             self.bits,
             exp[0],
@@ -164,10 +183,13 @@ impl Header {
             exp[2],
             exp[3],
             self.key_len,
+            atime[1],
             vlen[0],
             vlen[1],
-            vlen[2],
         ]);
+        if self.value_len >= LONG_VALUE {
+            chunk[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&self.value_len.to_le_bytes());
+        }
     }
 
     #[inline]
@@ -175,9 +197,39 @@ impl Header {
         code_width(self.bits)
     }
 
+    /// Where the client flags start (after the header and the long length).
+    #[inline]
+    pub fn body_start(&self) -> usize {
+        HEADER_LEN + len_ext(self.value_len as usize)
+    }
+
     #[inline]
     pub fn total_len(&self) -> usize {
-        HEADER_LEN + self.flags_width() + self.key_len as usize + self.value_len as usize
+        self.body_start() + self.flags_width() + self.key_len as usize + self.value_len as usize
+    }
+}
+
+/// The value length of the item in `chunk` (reads the long length if any).
+#[inline]
+fn value_len(chunk: &[u8]) -> u32 {
+    match u32::from(u16::from_le_bytes([chunk[14], chunk[15]])) {
+        LONG_VALUE => u32::from_le_bytes([
+            chunk[HEADER_LEN],
+            chunk[HEADER_LEN + 1],
+            chunk[HEADER_LEN + 2],
+            chunk[HEADER_LEN + 3],
+        ]),
+        n => n,
+    }
+}
+
+/// Where the client flags start in `chunk`.
+#[inline]
+fn body_start(chunk: &[u8]) -> usize {
+    if u16::from_le_bytes([chunk[14], chunk[15]]) == LONG_VALUE as u16 {
+        HEADER_LEN + 4
+    } else {
+        HEADER_LEN
     }
 }
 
@@ -208,8 +260,10 @@ pub fn set_cas(chunk: &mut [u8], cas: u64) {
 }
 
 #[inline]
-pub fn set_atime(chunk: &mut [u8], code: u8) {
-    chunk[5] = code;
+pub fn set_atime(chunk: &mut [u8], code: u16) {
+    let [lo, hi] = code.to_le_bytes();
+    chunk[5] = lo;
+    chunk[13] = hi;
 }
 
 /// The parts of a stored item.
@@ -224,9 +278,10 @@ pub struct Parts<'a> {
 pub fn parts(chunk: &[u8]) -> Parts<'_> {
     let header = Header::read(chunk);
     let fw = header.flags_width();
+    let start = header.body_start();
     let mut fbytes = [0u8; 4];
-    fbytes[..fw].copy_from_slice(&chunk[HEADER_LEN..HEADER_LEN + fw]);
-    let key_start = HEADER_LEN + fw;
+    fbytes[..fw].copy_from_slice(&chunk[start..start + fw]);
+    let key_start = start + fw;
     let value_start = key_start + header.key_len as usize;
     Parts {
         header,
@@ -240,10 +295,7 @@ pub fn parts(chunk: &[u8]) -> Parts<'_> {
 /// straight from the header bytes (hot path of GD-Wheel's trailer lookup).
 #[inline]
 pub fn stored_len(chunk: &[u8]) -> usize {
-    HEADER_LEN
-        + code_width(chunk[7])
-        + chunk[12] as usize
-        + u32::from_le_bytes([chunk[13], chunk[14], chunk[15], 0]) as usize
+    body_start(chunk) + code_width(chunk[7]) + chunk[12] as usize + value_len(chunk) as usize
 }
 
 /// The one-byte quantised cost of a stored item.
@@ -260,9 +312,14 @@ pub fn set_cost_code(chunk: &mut [u8], q: u8) {
 /// The key of a stored item (for index matches and rehashing).
 #[inline]
 pub fn key(chunk: &[u8]) -> &[u8] {
-    let fw = code_width(chunk[7]);
-    let start = HEADER_LEN + fw;
+    let start = body_start(chunk) + code_width(chunk[7]);
     &chunk[start..start + chunk[12] as usize]
+}
+
+/// Where the value of the item in `chunk` starts (in-place rewrites).
+#[inline]
+pub fn value_start(chunk: &[u8]) -> usize {
+    body_start(chunk) + code_width(chunk[7]) + chunk[12] as usize
 }
 
 /// Write a whole item into `chunk`; `value` is given in pieces so append and
@@ -271,7 +328,7 @@ pub fn key(chunk: &[u8]) -> &[u8] {
 pub fn write(
     chunk: &mut [u8],
     cas: u64,
-    atime: u8,
+    atime: u16,
     cost: u8,
     bits: u8,
     exptime: u32,
@@ -291,8 +348,9 @@ pub fn write(
         value_len: value_len as u32,
     }
     .write(chunk);
-    chunk[HEADER_LEN..HEADER_LEN + fw].copy_from_slice(&flags.to_le_bytes()[..fw]);
-    let mut at = HEADER_LEN + fw;
+    let start = HEADER_LEN + len_ext(value_len);
+    chunk[start..start + fw].copy_from_slice(&flags.to_le_bytes()[..fw]);
+    let mut at = start + fw;
     chunk[at..at + key.len()].copy_from_slice(key);
     at += key.len();
     for piece in value {
@@ -307,18 +365,42 @@ mod tests {
 
     #[test]
     fn header_round_trip() {
-        let h = Header {
-            cas: CAS_MASK,
-            atime: 7,
-            cost: 200,
-            bits: LIVE | REF | 2,
-            exptime: 0xdead_beef,
-            key_len: 250,
-            value_len: (1 << 24) - 1,
-        };
-        let mut buf = [0u8; 16];
-        h.write(&mut buf);
-        assert_eq!(Header::read(&buf), h);
+        for (value_len, body) in [
+            (0, HEADER_LEN),
+            (LONG_VALUE - 1, HEADER_LEN),
+            (LONG_VALUE, HEADER_LEN + 4),
+            (1 << 30, HEADER_LEN + 4),
+        ] {
+            let h = Header {
+                cas: CAS_MASK,
+                atime: 0xbeef,
+                cost: 200,
+                bits: LIVE | REF | 2,
+                exptime: 0xdead_beef,
+                key_len: 250,
+                value_len,
+            };
+            let mut buf = [0u8; 20];
+            h.write(&mut buf);
+            assert_eq!(Header::read(&buf), h);
+            assert_eq!(h.body_start(), body);
+        }
+    }
+
+    #[test]
+    fn long_values_keep_their_length_after_the_header() {
+        let value = vec![7u8; LONG_VALUE as usize + 3];
+        let mut chunk = vec![0u8; total_len(3, value.len(), 300)];
+        assert_eq!(chunk.len(), HEADER_LEN + 4 + 2 + 3 + value.len());
+        write(&mut chunk, 9, 5, 1, LIVE, 0, 300, b"key", &[&value]);
+        let p = parts(&chunk);
+        assert_eq!((p.flags, p.key, p.value), (300, &b"key"[..], &value[..]));
+        assert_eq!(stored_len(&chunk), chunk.len());
+        assert_eq!(super::key(&chunk), b"key");
+        assert_eq!(value_start(&chunk), chunk.len() - value.len());
+        set_atime(&mut chunk, 0x1234);
+        assert_eq!(Header::read(&chunk).atime, 0x1234);
+        assert_eq!(parts(&chunk).value, &value[..]);
     }
 
     #[test]
@@ -377,9 +459,19 @@ mod tests {
     }
 
     #[test]
-    fn atime_age_is_coarse_minutes() {
-        let now = 10_000;
-        assert_eq!(atime_age(atime_code(now), now), 0);
-        assert_eq!(atime_age(atime_code(now - 600), now), 600 - 30);
+    fn atime_age_is_exact_to_the_second() {
+        // Across the 16-bit wrap of the code too.
+        for now in [ATIME_SATURATE, 65_530, 65_536 + 20, 100_000, 1 << 31] {
+            for age in (0..=ATIME_SATURATE)
+                .step_by(7)
+                .chain([1, 59, 60, 601, ATIME_SATURATE])
+            {
+                assert_eq!(
+                    atime_age(atime_code(now - age), now),
+                    age,
+                    "now {now} age {age}"
+                );
+            }
+        }
     }
 }

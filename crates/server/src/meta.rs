@@ -905,6 +905,13 @@ mod tests {
             let out = std::mem::take(&mut self.conn.out);
             (!out.is_empty()).then_some(out)
         }
+
+        fn wait(&mut self, secs: u64) {
+            self.rig
+                .cache
+                .clock()
+                .advance(std::time::Duration::from_secs(secs));
+        }
     }
 
     #[test]

@@ -49,6 +49,10 @@ impl Conn for Tcp {
             }
         }
     }
+
+    fn wait(&mut self, secs: u64) {
+        std::thread::sleep(Duration::from_secs(secs));
+    }
 }
 
 fn cases() -> Vec<Case> {

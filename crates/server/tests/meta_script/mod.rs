@@ -11,13 +11,17 @@
 //! > request bytes        sent as one write
 //! < expected reply       the lines after a `>` are concatenated and must be
 //!                        exactly what arrives in answer to it (none = nothing)
+//! ~ seconds              wait that long (sleep on a socket, clock advance in
+//!                        process): for last-access times and TTLs
 //! ```
 //!
 //! Escapes: `\r \n \t \0 \\ \{ \xNN`. `{repeat:c:N}` stands for N copies of
 //! the byte c. In requests `{name}` inserts a captured number. In replies `{N}` is any
 //! decimal number (optionally negative), `{N:name}` captures it, `{=name}` must
-//! equal a capture and `{~X}` is a number within 2 of X (TTLs tick during the
-//! test). Every case starts with `flush_all` on a fresh connection and ends
+//! equal a capture, `{~X}` is a number within 2 of X (TTLs tick during the
+//! test) and `{age:X}` is within 1 of X (a time difference after X seconds of
+//! `~` waits: a clock tick may fall inside the commands' own time, and
+//! memcached may apply an LRU bump a moment late). Every case starts with `flush_all` on a fresh connection and ends
 //! with `mn`, whose `MN` proves nothing unexpected was sent in between.
 
 use std::collections::HashMap;
@@ -37,12 +41,15 @@ enum Pat {
     Num {
         capture: Option<String>,
         equal: Option<String>,
-        near: Option<i64>,
+        /// Accepted range.
+        near: Option<(i64, i64)>,
     },
 }
 
 #[derive(Clone, Debug)]
 pub struct Step {
+    /// Seconds to wait instead of sending (a `~` line).
+    wait: Option<u64>,
     send: Vec<Req>,
     expect: Vec<Pat>,
     /// The script line of the request, for messages.
@@ -78,8 +85,20 @@ pub fn parse(script: &str) -> Vec<Case> {
         let case = cases
             .last_mut()
             .unwrap_or_else(|| panic!("line {line}: directive before the first case"));
-        if let Some(body) = raw.strip_prefix("> ") {
+        if let Some(secs) = raw.strip_prefix("~ ") {
             case.steps.push(Step {
+                wait: Some(
+                    secs.trim()
+                        .parse()
+                        .unwrap_or_else(|_| panic!("line {line}: bad wait {secs:?}")),
+                ),
+                send: Vec::new(),
+                expect: Vec::new(),
+                line,
+            });
+        } else if let Some(body) = raw.strip_prefix("> ") {
+            case.steps.push(Step {
+                wait: None,
                 send: parse_request(body, line),
                 expect: Vec::new(),
                 line,
@@ -200,10 +219,15 @@ fn parse_reply(body: &str, line: usize) -> Vec<Pat> {
                     } else if let Some(name) = g.strip_prefix('=') {
                         *equal = Some(name.to_string());
                     } else if let Some(x) = g.strip_prefix('~') {
-                        *near = Some(
-                            x.parse()
-                                .unwrap_or_else(|_| panic!("line {line}: bad {{~{x}}}")),
-                        );
+                        let x: i64 = x
+                            .parse()
+                            .unwrap_or_else(|_| panic!("line {line}: bad {{~{x}}}"));
+                        *near = Some((x - 2, x + 2));
+                    } else if let Some(x) = g.strip_prefix("age:") {
+                        let x: i64 = x
+                            .parse()
+                            .unwrap_or_else(|_| panic!("line {line}: bad {{age:{x}}}"));
+                        *near = Some((x - 1, x + 1));
                     } else if g != "N" {
                         panic!("line {line}: unknown pattern {{{g}}}");
                     }
@@ -260,9 +284,9 @@ fn matches(pats: &[Pat], got: &[u8], caps: &HashMap<String, String>) -> Match {
                         return Match::Mismatch;
                     }
                 }
-                if let Some(x) = near {
+                if let Some((lo, hi)) = near {
                     match text.parse::<i64>() {
-                        Ok(v) if (v - x).abs() <= 2 => {}
+                        Ok(v) if (*lo..=*hi).contains(&v) => {}
                         _ => return Match::Mismatch,
                     }
                 }
@@ -286,6 +310,8 @@ pub trait Conn {
     /// More reply bytes: what arrived since the last call, or None when
     /// nothing more is coming (timeout, or nothing pending in process).
     fn recv(&mut self) -> Option<Vec<u8>>;
+    /// Let `secs` seconds pass on the server's clock.
+    fn wait(&mut self, secs: u64);
 }
 
 fn render(bytes: &[u8]) -> String {
@@ -330,6 +356,10 @@ pub fn run(case: &Case, conn: &mut dyn Conn) -> Result<(), String> {
         "flush_all",
     )?;
     for step in &case.steps {
+        if let Some(secs) = step.wait {
+            conn.wait(secs);
+            continue;
+        }
         let mut bytes = Vec::new();
         for part in &step.send {
             match part {
