@@ -153,6 +153,12 @@ pub struct Keys<'a> {
 }
 
 impl<'a> Keys<'a> {
+    /// The keys of a space-separated list, e.g. the rest of [`Keys::as_bytes`]
+    /// that a server kept to resume a multi-get after its output drained.
+    pub fn new(list: &'a [u8]) -> Keys<'a> {
+        Keys { rest: list }
+    }
+
     /// The unparsed key list (space separated, possibly empty).
     pub fn as_bytes(&self) -> &'a [u8] {
         self.rest

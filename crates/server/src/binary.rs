@@ -25,7 +25,7 @@ use cachalot_protocol::binary::{
     Parsed, Status, StoreKind, ARITH_NO_CREATE, HEADER_LEN, REQ_MAGIC,
 };
 
-use crate::session::{Ctx, Handler, Step};
+use crate::session::{out_full, Ctx, Handler, Step};
 use crate::stats::ThreadStats;
 use crate::stats_cmd::{self, DetailOp};
 
@@ -674,6 +674,10 @@ impl Handler for BinaryHandler {
             if rest.is_empty() {
                 break;
             }
+            if out_full(out) {
+                // A quiet pipeline of large values: write before reading on.
+                return Step::Blocked(pos);
+            }
             if handled >= budget {
                 // Let the worker's other connections run (memcached's -R).
                 bump(&ctx.stats.conn_yields);
@@ -727,6 +731,10 @@ mod tests {
         h: BinaryHandler,
         buf: Vec<u8>,
         out: Vec<u8>,
+        /// Output the network layer would have written (at `Step::Blocked`).
+        sent: Vec<u8>,
+        /// The most output the handler held at once.
+        peak: usize,
         closed: bool,
     }
 
@@ -747,6 +755,8 @@ mod tests {
                 h: BinaryHandler::new(),
                 buf: Vec::new(),
                 out: Vec::new(),
+                sent: Vec::new(),
+                peak: 0,
                 closed: false,
             }
         }
@@ -767,10 +777,17 @@ mod tests {
                     stats: &self.shared.threads[0],
                     conn_id: 1,
                 };
-                match self.h.step(&ctx, &self.buf, &mut self.out) {
+                let step = self.h.step(&ctx, &self.buf, &mut self.out);
+                self.peak = self.peak.max(self.out.len());
+                match step {
                     Step::Consumed(n) => {
                         assert!(n > 0 && n <= self.buf.len());
                         self.buf.drain(..n);
+                    }
+                    Step::Blocked(n) => {
+                        assert!(n <= self.buf.len() && crate::session::out_full(&self.out));
+                        self.buf.drain(..n);
+                        self.sent.append(&mut self.out);
                     }
                     Step::NeedMore => break,
                     Step::Close(n) => {
@@ -781,7 +798,8 @@ mod tests {
                     }
                 }
             }
-            std::mem::take(&mut self.out)
+            self.sent.append(&mut self.out);
+            std::mem::take(&mut self.sent)
         }
 
         /// Send bytes; return (opcode, status, opaque, cas, extras, key, value) of each reply.
@@ -826,6 +844,24 @@ mod tests {
         let mut v = Vec::new();
         write_request(&mut v, op, opaque, cas, extras, key, value);
         v
+    }
+
+    #[test]
+    fn quiet_pipeline_of_large_values_is_bounded() {
+        let mut c = Conn::new();
+        let value = vec![b'v'; 300_000];
+        let r = c.replies(&req(0x01, 0, 0, &set_extras(0, 0), b"big", &value));
+        assert_eq!(r[0].status, 0);
+        let mut pipeline = req(0x09, 1, 0, &[], b"big", &[]).repeat(40);
+        pipeline.extend(req(0x0a, 2, 0, &[], &[], &[]));
+        let r = c.replies(&pipeline);
+        assert_eq!(r.len(), 41);
+        assert!(r[..40].iter().all(|r| r.value == value));
+        assert!(
+            c.peak < crate::session::OUT_HIGH_WATER + value.len() + 64,
+            "{}",
+            c.peak
+        );
     }
 
     fn set_extras(flags: u32, exptime: u32) -> Vec<u8> {

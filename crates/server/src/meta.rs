@@ -886,6 +886,7 @@ mod tests {
                     }
                     Step::NeedMore => return,
                     Step::Close(_) => panic!("handler closed the connection"),
+                    Step::Blocked(_) => panic!("test replies never fill the output"),
                 }
             }
         }

@@ -80,6 +80,7 @@ pub fn main_with_args(args: Vec<OsString>) -> i32 {
 pub fn run(mut settings: Settings) -> i32 {
     // Process-level set-up happens first, while there is only one thread
     // (fork and setuid are unsafe in a threaded process).
+    os::return_large_frees();
     let fds_needed = settings.max_conns as u64 + 64 + 4 * settings.threads as u64;
     if let Err((msg, code)) = os::ensure_nofile(fds_needed) {
         eprintln!("{msg}");

@@ -3,6 +3,14 @@
 //! The network layer owns sockets and buffers; a handler sees the bytes read so
 //! far and appends replies to the output buffer. Handlers keep per-connection
 //! state (e.g. how many bytes of an oversized value are left to swallow).
+//!
+//! Output is bounded per connection: a handler starts no request while
+//! [`out_full`], and a request whose reply has no size limit (a multi-get
+//! naming a large value thousands of times) stops between keys, returns
+//! [`Step::Blocked`] and resumes where it stopped on the next call, once the
+//! network layer has written the output. So a connection holds at most
+//! `OUT_HIGH_WATER` plus one reply (one value of at most `-I`) whatever its
+//! client asks, and a client that does not read stops being read.
 
 use std::sync::Arc;
 
@@ -20,6 +28,19 @@ pub enum Step {
     NeedMore,
     /// Consumed this many bytes; flush the output, then close the connection.
     Close(usize),
+    /// Consumed this many bytes and stopped because [`out_full`]: call again
+    /// with the rest once the output has drained (a request cut short
+    /// resumes; its bytes stay in the input until it is complete).
+    Blocked(usize),
+}
+
+/// Unsent output at which handlers stop producing replies and the network
+/// layer stops reading from the client until the socket drains.
+pub const OUT_HIGH_WATER: usize = 256 * 1024;
+
+/// Whether `out` (the connection's unsent output) is at the high-water mark.
+pub fn out_full(out: &[u8]) -> bool {
+    out.len() >= OUT_HIGH_WATER
 }
 
 /// Everything a handler may touch while serving one request.
@@ -35,7 +56,7 @@ pub struct Ctx<'a> {
 /// A protocol handler bound to one connection.
 pub trait Handler: Send {
     /// Handle as many complete requests at the front of `input` as it wants,
-    /// appending replies to `out`.
+    /// appending replies to `out` (which holds only unsent output).
     fn step(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut Vec<u8>) -> Step;
 }
 

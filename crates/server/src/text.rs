@@ -18,6 +18,12 @@
 //!
 //! The engine lock is taken per engine call (per key in multigets) and held
 //! only while the value is copied into the output buffer.
+//!
+//! Output is bounded (see `session`): no request starts while the output is
+//! at its high-water mark, and a multi-get stops between keys when it gets
+//! there and resumes from the next key once the socket has drained
+//! ([`PausedGet`]), so a `get` naming a 1 MB value thousands of times never
+//! holds more than one value beyond the mark.
 
 use std::sync::atomic::Ordering;
 
@@ -29,7 +35,7 @@ use cachalot_protocol::text::{
 };
 
 use crate::meta::{self, MetaStep};
-use crate::session::{Ctx, Handler, Step};
+use crate::session::{out_full, Ctx, Handler, Step};
 use crate::stats::ThreadStats;
 use crate::stats_cmd;
 
@@ -45,8 +51,25 @@ pub struct AsciiHandler {
     /// Bytes of a refused data block still to discard.
     swallow: usize,
     /// Length of the output buffer when the current `step` began: replies
-    /// after it are not sent yet (see `retrieve` for why that matters).
+    /// after it are not sent yet (see `execute` for why that matters).
     batch_start: usize,
+    /// A multi-get at the front of the input that stopped at the output's
+    /// high-water mark.
+    paused: Option<PausedGet>,
+}
+
+/// Where a multi-get resumes. Offsets are into the input, which starts with
+/// the request's line until the request is complete.
+#[derive(Debug, Clone, Copy)]
+struct PausedGet {
+    /// The key list still to serve: `input[next..end]`.
+    next: usize,
+    end: usize,
+    /// Bytes of the request (its line and newline).
+    len: usize,
+    with_cas: bool,
+    /// gat/gats: the expiry computed when the request started.
+    touch: Option<Expiry>,
 }
 
 /// What one request did with the bytes after its line.
@@ -59,6 +82,9 @@ enum Outcome {
     Swallow(usize, usize),
     /// Close the connection after flushing the output.
     Close,
+    /// The output is full: stop here, consume nothing of this request (it
+    /// resumes from `AsciiHandler::paused`).
+    Paused,
 }
 
 impl AsciiHandler {
@@ -117,8 +143,27 @@ impl Handler for AsciiHandler {
                     return progress(pos);
                 }
             }
+            if let Some(p) = self.paused {
+                // Only ever the first request of a step (it returned Blocked
+                // before consuming it): its offsets are into this input.
+                match resume_get(ctx, p, input, out) {
+                    Some(p) => {
+                        self.paused = Some(p);
+                        return Step::Blocked(pos);
+                    }
+                    None => {
+                        self.paused = None;
+                        pos += p.len;
+                        handled += 1;
+                        continue;
+                    }
+                }
+            }
             if pos == input.len() {
                 return progress(pos);
+            }
+            if out_full(out) {
+                return Step::Blocked(pos);
             }
             if handled >= budget {
                 // Let other connections of this worker run (memcached's -R).
@@ -142,6 +187,14 @@ impl Handler for AsciiHandler {
             let after = &rest[nl + 1..];
             // `min`: a handler can never make us step past the input.
             match self.execute(ctx, line, after, out) {
+                Outcome::Paused => {
+                    // The request stays in the input, at the front of the
+                    // next step's (`line` starts at `rest`).
+                    if let Some(p) = &mut self.paused {
+                        p.len = nl + 1;
+                    }
+                    return Step::Blocked(pos);
+                }
                 Outcome::Done(used) => pos += nl + 1 + used.min(after.len()),
                 Outcome::NeedMore => return progress(pos),
                 Outcome::Swallow(used, remaining) => {
@@ -177,12 +230,54 @@ impl AsciiHandler {
                 return Outcome::Done(0);
             }
         };
-        match cmd {
-            TextCommand::Get { keys, cas } => retrieve(ctx, keys, cas, None, self.batch_start, out),
-            TextCommand::Gat { exptime, keys, cas } => {
-                let expiry = ctx.cache.clock().expiry(i64::from(exptime));
-                retrieve(ctx, keys, cas, Some(expiry), self.batch_start, out)
+        let (keys, with_cas, touch) = match cmd {
+            TextCommand::Get { keys, cas } => (keys, cas, None),
+            TextCommand::Gat { exptime, keys, cas } => (
+                keys,
+                cas,
+                Some(ctx.cache.clock().expiry(i64::from(exptime))),
+            ),
+            other => return self.execute_other(ctx, other, after, out),
+        };
+        if let Some(bad) = { keys }.position(|k| k.len() > KEY_MAX_LENGTH) {
+            // memcached fetches the keys before the long one, then drops
+            // every reply it has not sent yet (`conn_release_items`): the
+            // values of this command and the replies of the commands
+            // pipelined before it in this read (since `batch_start`).
+            for key in keys.take(bad) {
+                fetch(ctx, key, with_cas, touch, None);
             }
+            out.truncate(self.batch_start);
+            reply(out, false, TextError::KeyTooLong.message());
+            return Outcome::Done(0);
+        }
+        let list = keys.as_bytes();
+        match serve_keys(ctx, keys, with_cas, touch, out) {
+            None => Outcome::Done(0),
+            Some(left) => {
+                // Offsets into `line`, the front of the input; `step` sets `len`.
+                let end = list.as_ptr() as usize - line.as_ptr() as usize + list.len();
+                self.paused = Some(PausedGet {
+                    next: end - left,
+                    end,
+                    len: 0,
+                    with_cas,
+                    touch,
+                });
+                Outcome::Paused
+            }
+        }
+    }
+
+    /// Every command but the retrievals.
+    fn execute_other(
+        &mut self,
+        ctx: &Ctx<'_>,
+        cmd: TextCommand<'_>,
+        after: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        match cmd {
             TextCommand::Store {
                 kind,
                 key,
@@ -333,8 +428,11 @@ impl AsciiHandler {
                 AutomoveArg::Ratio(_) => reply(out, noreply, "OK"),
                 AutomoveArg::OutOfRange => reply(out, noreply, "ERROR"),
             },
-            // Meta lines were routed above; reaching here means a parse mismatch.
-            TextCommand::Meta => reply(out, false, "ERROR"),
+            // Meta lines and retrievals were routed by `execute`; reaching
+            // here would mean a parse mismatch.
+            TextCommand::Meta | TextCommand::Get { .. } | TextCommand::Gat { .. } => {
+                reply(out, false, "ERROR")
+            }
         }
         Outcome::Done(0)
     }
@@ -359,63 +457,79 @@ fn write_value(out: &mut Vec<u8>, item: &ItemRef<'_>, with_cas: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// get/gets/bget (touch = None) and gat/gats (touch = new expiry).
-///
-/// A key over 250 bytes aborts the command with `CLIENT_ERROR bad command line
-/// format`, and memcached then discards *every* reply it has not sent yet
-/// (`conn_release_items`): the values of this command and the replies of the
-/// commands pipelined before it in the same read. We do the same for the
-/// replies produced since this `step` began (`batch_start`).
-fn retrieve(
+/// get/gets/bget (touch = None) and gat/gats (touch = new expiry) over keys
+/// that are all valid (`execute` checked their lengths): the values, then
+/// `END`. Stops before a key when the output is full and returns the length
+/// of the key list left (to resume with `Keys::new` on its tail).
+fn serve_keys(
     ctx: &Ctx<'_>,
-    keys: Keys<'_>,
+    mut keys: Keys<'_>,
     with_cas: bool,
     touch: Option<Expiry>,
-    batch_start: usize,
     out: &mut Vec<u8>,
-) {
-    for key in keys {
-        if key.len() > KEY_MAX_LENGTH {
-            out.truncate(batch_start);
-            reply(out, false, TextError::KeyTooLong.message());
-            return;
+) -> Option<usize> {
+    loop {
+        let left = keys.as_bytes().len();
+        let Some(key) = keys.next() else { break };
+        if out_full(out) {
+            return Some(left);
         }
-        let hit = {
-            let mut engine = ctx.cache.lock();
-            let item = match touch {
-                Some(expiry) => engine.touch(key, expiry),
-                None => engine.lookup(key, Lookup::GET),
-            };
-            match item {
-                Some(item) => {
-                    write_value(out, &item, with_cas);
-                    true
-                }
-                None => false,
-            }
-        };
-        stats_cmd::detail_record(ctx, key, stats_cmd::DetailOp::Get { hit });
-        let s = ctx.stats;
-        match (touch.is_some(), hit) {
-            (true, true) => {
-                bump(&s.cmd_touch);
-                bump(&s.touch_hits);
-            }
-            (true, false) => {
-                bump(&s.cmd_touch);
-                bump(&s.touch_misses);
-            }
-            (false, true) => {
-                bump(&s.cmd_get);
-                bump(&s.get_hits);
-            }
-            (false, false) => {
-                bump(&s.cmd_get);
-                bump(&s.get_misses);
-            }
-        }
+        fetch(ctx, key, with_cas, touch, Some(&mut *out));
     }
     out.extend_from_slice(b"END\r\n");
+    None
+}
+
+/// Continue a paused multi-get (its request is at the front of `input`).
+fn resume_get(ctx: &Ctx<'_>, p: PausedGet, input: &[u8], out: &mut Vec<u8>) -> Option<PausedGet> {
+    let list = &input[p.next.min(p.end)..p.end.min(input.len())];
+    let left = serve_keys(ctx, Keys::new(list), p.with_cas, p.touch, out)?;
+    Some(PausedGet {
+        next: p.end - left,
+        ..p
+    })
+}
+
+/// One key of a retrieval: look it up (or touch it), append its value to
+/// `out` if given, count it.
+fn fetch(
+    ctx: &Ctx<'_>,
+    key: &[u8],
+    with_cas: bool,
+    touch: Option<Expiry>,
+    out: Option<&mut Vec<u8>>,
+) {
+    let hit = {
+        let mut engine = ctx.cache.lock();
+        let item = match touch {
+            Some(expiry) => engine.touch(key, expiry),
+            None => engine.lookup(key, Lookup::GET),
+        };
+        if let (Some(item), Some(out)) = (&item, out) {
+            write_value(out, item, with_cas);
+        }
+        item.is_some()
+    };
+    stats_cmd::detail_record(ctx, key, stats_cmd::DetailOp::Get { hit });
+    let s = ctx.stats;
+    match (touch.is_some(), hit) {
+        (true, true) => {
+            bump(&s.cmd_touch);
+            bump(&s.touch_hits);
+        }
+        (true, false) => {
+            bump(&s.cmd_touch);
+            bump(&s.touch_misses);
+        }
+        (false, true) => {
+            bump(&s.cmd_get);
+            bump(&s.get_hits);
+        }
+        (false, false) => {
+            bump(&s.cmd_get);
+            bump(&s.get_misses);
+        }
+    }
 }
 
 /// A parsed storage command line.
@@ -585,6 +699,7 @@ mod tests {
     use cachalot_engine::{Cache, Clock};
 
     use super::*;
+    use crate::session::OUT_HIGH_WATER;
     use crate::settings::Settings;
     use crate::stats::{Shared, ThreadStats};
 
@@ -626,9 +741,11 @@ mod tests {
         }
 
         /// Feed `input` in pieces of `chunk` bytes, as a network layer would
-        /// (keeping unconsumed bytes), and return (output, closed).
+        /// (keeping unconsumed bytes, writing the output out when the
+        /// handler is blocked on it), and return (output, closed).
         fn run_chunked(&self, h: &mut AsciiHandler, input: &[u8], chunk: usize) -> (Vec<u8>, bool) {
             let ctx = self.ctx();
+            let mut sent = Vec::new();
             let mut out = Vec::new();
             let mut buf: Vec<u8> = Vec::new();
             for piece in input.chunks(chunk.max(1)) {
@@ -639,15 +756,22 @@ mod tests {
                             assert!(n > 0 && n <= buf.len(), "bad consume {n}");
                             buf.drain(..n);
                         }
+                        Step::Blocked(n) => {
+                            assert!(n <= buf.len() && out_full(&out), "bad block {n}");
+                            buf.drain(..n);
+                            sent.append(&mut out);
+                        }
                         Step::NeedMore => break,
                         Step::Close(n) => {
                             assert!(n <= buf.len());
-                            return (out, true);
+                            sent.append(&mut out);
+                            return (sent, true);
                         }
                     }
                 }
             }
-            (out, false)
+            sent.append(&mut out);
+            (sent, false)
         }
 
         fn run(&self, input: &[u8]) -> (Vec<u8>, bool) {
@@ -769,6 +893,104 @@ mod tests {
         assert!(!closed);
         assert_eq!(out, b"END\r\n");
         assert_eq!(r.stat("cmd_get"), "1000");
+    }
+
+    /// Drive `input` (all there at once) as the network layer does, writing
+    /// the output out at every `Blocked`; returns everything written and
+    /// the most output the handler ever held.
+    fn drain_all(r: &Rig, input: &[u8]) -> (Vec<u8>, usize) {
+        let ctx = r.ctx();
+        let mut h = AsciiHandler::new();
+        let (mut sent, mut out, mut peak) = (Vec::new(), Vec::new(), 0);
+        let mut pos = 0;
+        while pos < input.len() {
+            let step = h.step(&ctx, &input[pos..], &mut out);
+            peak = peak.max(out.len());
+            match step {
+                Step::Consumed(n) | Step::Blocked(n) => pos += n,
+                Step::NeedMore | Step::Close(_) => break,
+            }
+            sent.append(&mut out);
+        }
+        (sent, peak)
+    }
+
+    fn set_value(r: &Rig, key: &str, len: usize) -> Vec<u8> {
+        let value: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+        let mut req = format!("set {key} 7 0 {len}\r\n").into_bytes();
+        req.extend_from_slice(&value);
+        req.extend_from_slice(b"\r\n");
+        assert_eq!(r.ask(&req), "STORED\r\n");
+        value
+    }
+
+    #[test]
+    fn multiget_of_a_large_value_streams_within_the_high_water_mark() {
+        let r = Rig::new();
+        let value = set_value(&r, "big", 100_000);
+        // 300 x 100 KB = 30 MB of replies to one request, then another one.
+        let line = format!("get{}\r\nversion\r\n", " big miss".repeat(300));
+        let (sent, peak) = drain_all(&r, line.as_bytes());
+        let mut want = Vec::new();
+        for _ in 0..300 {
+            want.extend_from_slice(b"VALUE big 7 100000\r\n");
+            want.extend_from_slice(&value);
+            want.extend_from_slice(b"\r\n");
+        }
+        want.extend_from_slice(b"END\r\nVERSION 1.6.18\r\n");
+        assert!(
+            sent == want,
+            "replies differ ({} vs {} bytes)",
+            sent.len(),
+            want.len()
+        );
+        assert!(
+            peak < OUT_HIGH_WATER + value.len() + 64,
+            "the handler held {peak} bytes of output"
+        );
+        assert_eq!(r.stat("get_hits"), "300");
+        assert_eq!(r.stat("get_misses"), "300");
+        // Fed byte by byte the same bytes come out.
+        let (chunked, _) = r.run_chunked(&mut AsciiHandler::new(), line.as_bytes(), 7);
+        assert!(chunked == want);
+    }
+
+    #[test]
+    fn paused_gat_keeps_its_expiry_and_gets_resume_their_cas() {
+        let r = Rig::new();
+        set_value(&r, "big", 200_000);
+        let cas = r.cache.lock().lookup(b"big", Lookup::PEEK).unwrap().cas;
+        let (sent, _) = drain_all(&r, format!("gats 100{}\r\n", " big".repeat(20)).as_bytes());
+        let text = String::from_utf8_lossy(&sent);
+        assert_eq!(
+            text.matches(&format!("VALUE big 7 200000 {cas}\r\n"))
+                .count(),
+            20
+        );
+        assert!(text.ends_with("END\r\n"));
+        assert_eq!(r.stat("touch_hits"), "20");
+        let expiry = r.cache.lock().lookup(b"big", Lookup::PEEK).unwrap().expiry;
+        assert!(matches!(expiry, Expiry::At(_)), "{expiry:?}");
+    }
+
+    #[test]
+    fn long_key_after_large_values_fetches_them_but_sends_only_the_error() {
+        let r = Rig::new();
+        set_value(&r, "big", 500_000);
+        let line = format!("get{} {}\r\n", " big".repeat(100), "k".repeat(251));
+        let (sent, peak) = drain_all(&r, line.as_bytes());
+        assert_eq!(sent, b"CLIENT_ERROR bad command line format\r\n");
+        assert!(peak < 100, "{peak}");
+        assert_eq!(r.stat("get_hits"), "100");
+    }
+
+    #[test]
+    fn meta_pipeline_of_large_values_is_bounded() {
+        let r = Rig::new();
+        let value = set_value(&r, "big", 300_000);
+        let (sent, peak) = drain_all(&r, "mg big v\r\n".repeat(40).as_bytes());
+        assert_eq!(sent.len(), 40 * (b"VA 300000\r\n".len() + value.len() + 2));
+        assert!(peak < OUT_HIGH_WATER + value.len() + 64, "{peak}");
     }
 
     #[test]

@@ -8,24 +8,34 @@
 //! busy client cannot starve the others, and stop reading from a client that
 //! does not read its replies. Buffers come from a small per-worker pool and go
 //! back to it when the connection is idle, so thousands of idle connections
-//! cost almost nothing (memcached's `rbuf` release on idle does the same).
+//! cost almost nothing (memcached's `rbuf` release on idle does the same); a
+//! connection waiting for the rest of a short request keeps only its bytes.
+//!
+//! Memory per connection is bounded: output stops at `OUT_HIGH_WATER` plus
+//! one reply (see `session`), input at `max_request`, and buffers that grew
+//! past the pooled size are freed as soon as the connection is idle.
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::session::{self, Ctx, Handler, Step};
+use crate::session::{self, out_full, Ctx, Handler, Step, OUT_HIGH_WATER};
 use crate::settings::Settings;
 use crate::stats::{ConnEntry, ConnState, ThreadStats};
 
 /// Size of a pooled buffer (memcached's READ_BUFFER_SIZE).
 pub const BUF_SIZE: usize = 16 * 1024;
-/// Stop running requests (and reading) while this much output is unsent.
-pub const OUT_HIGH_WATER: usize = 256 * 1024;
 /// Output buffers that grew beyond this are freed instead of pooled.
 const OUT_KEEP: usize = 64 * 1024;
-/// Pooled buffers kept per worker; beyond that they are freed.
-const POOL_MAX: usize = 256;
+/// Pooled buffers kept per worker and kind; beyond that they are freed. A
+/// worker serves one connection at a time and takes buffers back when it is
+/// idle, so a few suffice; the cap bounds what a burst leaves behind
+/// (at most 16 x 64 KB + 16 x 16 KB per worker).
+const POOL_MAX: usize = 16;
+/// A connection waiting for the rest of a request at most this long gives
+/// its pooled read buffer back and keeps a copy of just those bytes, so
+/// thousands of slow senders (slowloris) do not pin 16 KB each.
+const PARTIAL_KEEP: usize = 4 * 1024;
 
 /// A TCP or unix-domain stream.
 pub enum Stream {
@@ -156,7 +166,8 @@ pub struct Conn {
     rbuf: Vec<u8>,
     rpos: usize,
     rend: usize,
-    /// Output: bytes `wpos..` are not yet written.
+    /// Output: bytes `wpos..` are not yet written. `wpos` is 0 outside
+    /// `flush`, so handlers see only unsent output (see `session::out_full`).
     wbuf: Vec<u8>,
     wpos: usize,
     /// The peer closed its side; finish what was received, then close.
@@ -239,7 +250,7 @@ impl Conn {
         loop {
             // Replies are batched: write only when closing, when a lot is
             // pending, or (below) when the socket has nothing more to read.
-            if (self.closing || self.pending_out() > OUT_HIGH_WATER)
+            if (self.closing || self.pending_out() >= OUT_HIGH_WATER)
                 && self.flush(env.ctx.stats).is_err()
             {
                 return Status::Close;
@@ -247,7 +258,7 @@ impl Conn {
             if self.closing {
                 return self.close_when_flushed();
             }
-            if self.pending_out() > OUT_HIGH_WATER {
+            if self.pending_out() >= OUT_HIGH_WATER {
                 // A slow reader: stop reading and parsing until the socket
                 // drains (a writable event brings us back).
                 self.entry.set_state(ConnState::MWrite);
@@ -362,6 +373,15 @@ impl Conn {
                     result = Processed::Closing;
                     break;
                 }
+                Step::Blocked(n) => {
+                    self.rpos += n.min(input.len());
+                    ran |= n > 0;
+                    // The handler stops only at the mark, where `cycle`
+                    // flushes; anything else would spin.
+                    debug_assert!(out_full(&self.wbuf));
+                    result = Processed::OutputFull;
+                    break;
+                }
             }
             if self.rpos < self.rend {
                 if env.ctx.stats.conn_yields.load(Ordering::Relaxed) != yields_before {
@@ -374,7 +394,7 @@ impl Conn {
                     result = Processed::Budget;
                     break;
                 }
-                if self.wbuf.len() - self.wpos > OUT_HIGH_WATER {
+                if out_full(&self.wbuf) {
                     result = Processed::OutputFull;
                     break;
                 }
@@ -393,8 +413,14 @@ impl Conn {
     /// Read what the socket has into the read buffer, growing it only when a
     /// single incomplete request fills it.
     fn fill(&mut self, env: &mut Env<'_>) -> Filled {
-        if self.rbuf.is_empty() {
-            self.rbuf = env.pool.take_read();
+        if self.rbuf.len() < BUF_SIZE {
+            // Idle (empty) or holding a short partial request (see
+            // `release_idle_buffers`): back to a full-size buffer.
+            let mut buf = env.pool.take_read();
+            buf[..self.rend - self.rpos].copy_from_slice(&self.rbuf[self.rpos..self.rend]);
+            self.rend -= self.rpos;
+            self.rpos = 0;
+            self.rbuf = buf;
         }
         if self.rend == self.rbuf.len() {
             if self.rpos > 0 {
@@ -448,23 +474,25 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
-        if self.wpos == self.wbuf.len() {
-            self.wbuf.clear();
-            self.wpos = 0;
-        } else if self.wpos > self.wbuf.len() / 2 {
-            // Keep the unsent tail at the front so the buffer does not creep.
-            self.wbuf.drain(..self.wpos);
-            self.wpos = 0;
-        }
+        // Keep only the unsent tail, at the front: handlers measure `wbuf`
+        // as the unsent output, and the buffer does not creep.
+        self.wbuf.drain(..self.wpos);
+        self.wpos = 0;
         Ok(())
     }
 
     /// Hand empty buffers back to the pool while waiting for the client.
     fn release_idle_buffers(&mut self, pool: &mut BufPool) {
-        if self.rpos == self.rend && !self.rbuf.is_empty() {
+        let partial = self.rend - self.rpos;
+        if partial == 0 && !self.rbuf.is_empty() {
             pool.give_read(std::mem::take(&mut self.rbuf));
             self.rpos = 0;
             self.rend = 0;
+        } else if partial <= PARTIAL_KEEP && self.rbuf.len() > partial {
+            let kept = self.rbuf[self.rpos..self.rend].to_vec();
+            pool.give_read(std::mem::replace(&mut self.rbuf, kept));
+            self.rpos = 0;
+            self.rend = partial;
         }
         if self.pending_out() == 0 && self.wbuf.capacity() > 0 {
             pool.give_write(std::mem::take(&mut self.wbuf));

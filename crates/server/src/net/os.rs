@@ -1,6 +1,7 @@
 //! The few process-level operations memcached performs at start-up that need
 //! raw libc calls: daemonizing (`-d`, memcached's `daemon.c`), dropping root
-//! (`-u`), resource limits (`-c`, `-r`) and `mlockall` (`-k`).
+//! (`-u`), resource limits (`-c`, `-r`), `mlockall` (`-k`), and glibc's
+//! malloc tuning that gives connection buffers back to the kernel.
 //!
 //! This is the only module with `unsafe`: each block is one FFI call with
 //! plain-data arguments, and all of them run before any thread is started.
@@ -112,6 +113,27 @@ pub fn raise_core_limit() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Buffers of this size and more get their own mapping from glibc.
+pub const MMAP_THRESHOLD: usize = 128 * 1024;
+
+/// Make freed connection buffers go back to the kernel at once.
+///
+/// glibc serves a block of 128 KB or more with its own mmap, but its default
+/// *dynamic* threshold rises to the size of any such block that is freed (up
+/// to 32 MB), after which large buffers come from the heap arenas, which
+/// keep freed memory: a burst of large replies or requests left the process
+/// hundreds of MB larger for good. Setting the threshold fixes it
+/// (mallopt(3)), so every large buffer (grown read buffers, output holding
+/// a large value, the engine's 1 MB pages) is unmapped when freed and the
+/// arenas only hold small objects. Other C libraries: nothing to do here.
+pub fn return_large_frees() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt takes two integers; called before any thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int);
+    }
 }
 
 /// `-k`: lock current and future pages in memory.
