@@ -11,10 +11,13 @@
 //! - [`replay`] (network), [`sim`] (in-process engine), [`mrc`] (miss-ratio
 //!   curves and the offline optimal slab assignment), [`compare`] (memcached
 //!   vs cachalot), [`plot`] (PNG/SVG charts).
+//! - [`hostile`]: hostile-client probes with the server's resident memory
+//!   sampled (issue 9).
 
 use clap::{Parser, Subcommand};
 
 pub mod compare;
+pub mod hostile;
 pub mod metrics;
 pub mod mrc;
 pub mod plot;
@@ -49,6 +52,8 @@ pub enum Command {
     /// Run the same workload against memcached and cachalot and print both.
     Compare(compare::CompareArgs),
     Plot(plot::PlotArgs),
+    /// Attack servers as hostile clients would; print their peak memory.
+    Hostile(hostile::HostileArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -59,5 +64,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mrc(a) => mrc::run(a),
         Command::Compare(a) => compare::run(a),
         Command::Plot(a) => plot::run(a),
+        Command::Hostile(a) => hostile::run(a),
     }
 }

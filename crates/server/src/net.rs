@@ -40,6 +40,8 @@ const TOO_MANY_CONNS: &[u8] = b"ERROR Too many open connections\r\n";
 const ACCEPT_TICK: Duration = Duration::from_millis(50);
 /// Engine chunks visited per `maintain` call; small so the lock is brief.
 const MAINTAIN_BUDGET: usize = 512;
+/// Trim the heap once this many connections closed since the last high mark.
+const TRIM_AFTER_CLOSED: usize = 1000;
 
 /// Entry point of the `cachalot` binary (argv including the program name).
 pub fn main_with_args(args: Vec<OsString>) -> i32 {
@@ -456,6 +458,8 @@ impl Acceptor {
         // Listeners we stopped accepting from (fd limit, or `-c` without
         // maxconns_fast) and must retry: edges will not repeat.
         let mut backlog_pending = false;
+        // Most connections open at once since the heap was last trimmed.
+        let mut high = 0;
         loop {
             let timeout = if backlog_pending {
                 Duration::from_millis(10)
@@ -480,6 +484,15 @@ impl Acceptor {
                 if self.accept_from(i) {
                     backlog_pending = true;
                 }
+            }
+            // Memory a connection used goes back when it ends: its buffers
+            // by themselves (see `os::return_large_frees`), the small pieces
+            // left in the arenas by a crowd that left, here.
+            let open = self.clients.load(Ordering::Relaxed);
+            high = high.max(open);
+            if high >= open + TRIM_AFTER_CLOSED {
+                os::trim_heap();
+                high = open;
             }
         }
 

@@ -4,7 +4,8 @@
 //! malloc tuning that gives connection buffers back to the kernel.
 //!
 //! This is the only module with `unsafe`: each block is one FFI call with
-//! plain-data arguments, and all of them run before any thread is started.
+//! plain-data arguments, and all of them but `trim_heap` run before any
+//! thread is started.
 
 use std::ffi::CString;
 use std::io;
@@ -133,6 +134,17 @@ pub fn return_large_frees() {
     // SAFETY: mallopt takes two integers; called before any thread exists.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int);
+    }
+}
+
+/// Give free pages inside glibc's arenas back to the kernel (malloc_trim(3)):
+/// thousands of closed connections leave their small allocations scattered
+/// there, which the arenas would otherwise keep.
+pub fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes an integer and locks each arena it trims.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
