@@ -14,13 +14,15 @@
 # the attacking clients left, how the watching client was served, and what
 # the attacking clients saw. Fails if cachalot goes over -m + 16 MB or leaves
 # the watching client unanswered. Environment: MEM_MB (64), THREADS (4),
-# PROBES (all), LAB_BIN, CACHALOT_BIN, MEMCACHED_BIN.
+# PROBES (all), REPEAT (3 runs of each probe per server, alternating which
+# goes first; medians), LAB_BIN, CACHALOT_BIN, MEMCACHED_BIN.
 set -euo pipefail
 # shellcheck source=benches/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 MEM_MB=${MEM_MB:-64}
 THREADS=${THREADS:-4}
+REPEAT=${REPEAT:-3}
 LAB=${LAB_BIN:-$BENCH_ROOT/target/release/cachalot-lab}
 [ -x "$LAB" ] || { echo "cachalot-lab not found at $LAB (cargo build --release)" >&2; exit 1; }
 check_bins
@@ -33,7 +35,7 @@ for p in ${PROBES:-}; do
 done
 
 machine_line
-echo "command: cachalot-lab hostile -m $MEM_MB -t $THREADS --servers cachalot,memcached ${probe_args[*]}"
+echo "command: cachalot-lab hostile -m $MEM_MB -t $THREADS --repeat $REPEAT --servers cachalot,memcached ${probe_args[*]}"
 echo
-"$LAB" hostile -m "$MEM_MB" -t "$THREADS" --servers cachalot,memcached \
+"$LAB" hostile -m "$MEM_MB" -t "$THREADS" --repeat "$REPEAT" --servers cachalot,memcached \
     --cachalot-bin "$CACHALOT_BIN" "${probe_args[@]}"

@@ -799,6 +799,10 @@ pub struct HostileArgs {
     /// The test suite's small sizes instead of the full ones.
     #[arg(long)]
     pub small: bool,
+    /// Runs of each probe per server, alternating which server goes first;
+    /// the table shows medians.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
     /// The cachalot binary (default: CACHALOT_BIN, or target/release/cachalot).
     #[arg(long)]
     pub cachalot_bin: Option<std::path::PathBuf>,
@@ -817,34 +821,61 @@ pub fn run(args: HostileArgs) -> anyhow::Result<()> {
     };
     let limit_kb = (args.memory_mb + 16) * 1024;
     let mb = |kb: u64| format!("{:.1}", kb as f64 / 1024.0);
+    let median = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
     let mut broken = Vec::new();
     println!(
-        "| probe | server | RSS before MB | peak RSS MB | RSS after MB | watcher: answered / failed, max latency | outcome |"
+        "| probe | server | RSS before MB | peak RSS MB (median, range) | RSS after MB | \
+         watcher: answered / failed, worst latency | outcome (last run) |"
     );
     println!("|---|---|---|---|---|---|---|");
     for &probe in &probes {
-        for &kind in &args.servers {
-            let r = run_fresh(
-                probe,
-                kind,
-                args.memory_mb,
-                args.threads,
-                &scale,
-                args.cachalot_bin.as_deref(),
-            )?;
+        let mut runs: Vec<Vec<ProbeReport>> = vec![Vec::new(); args.servers.len()];
+        for rep in 0..args.repeat.max(1) {
+            // Alternate which server goes first.
+            let mut order: Vec<usize> = (0..args.servers.len()).collect();
+            if rep % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
+                runs[i].push(run_fresh(
+                    probe,
+                    args.servers[i],
+                    args.memory_mb,
+                    args.threads,
+                    &scale,
+                    args.cachalot_bin.as_deref(),
+                )?);
+            }
+        }
+        for (kind, rs) in args.servers.iter().zip(runs) {
+            let peaks: Vec<u64> = rs.iter().map(|r| r.peak_kb).collect();
+            let (lo, hi) = (
+                peaks.iter().min().copied().unwrap_or(0),
+                peaks.iter().max().copied().unwrap_or(0),
+            );
+            let answered: u64 = rs.iter().map(|r| r.watch.answered).sum();
+            let failed: u64 = rs.iter().map(|r| r.watch.failed).sum();
+            let worst = rs
+                .iter()
+                .map(|r| r.watch.max_latency)
+                .max()
+                .unwrap_or_default();
             println!(
-                "| {} | {} | {} | {} | {} | {} / {}, {:.1} ms | {} |",
+                "| {} | {} | {} | {} ({}-{}) | {} | {answered} / {failed}, {:.1} ms | {} |",
                 probe.name(),
                 kind.name(),
-                mb(r.before_kb),
-                mb(r.peak_kb),
-                mb(r.after_kb),
-                r.watch.answered,
-                r.watch.failed,
-                r.watch.max_latency.as_secs_f64() * 1e3,
-                r.outcome
+                mb(median(rs.iter().map(|r| r.before_kb).collect())),
+                mb(median(peaks)),
+                mb(lo),
+                mb(hi),
+                mb(median(rs.iter().map(|r| r.after_kb).collect())),
+                worst.as_secs_f64() * 1e3,
+                rs.last().map(|r| r.outcome.as_str()).unwrap_or("")
             );
-            if kind == ServerKind::Cachalot && (r.peak_kb > limit_kb || r.watch.failed > 0) {
+            if *kind == ServerKind::Cachalot && (hi > limit_kb || failed > 0) {
                 broken.push(probe.name());
             }
         }
