@@ -1229,13 +1229,10 @@ impl Engine {
     }
 }
 
-/// memcached's incr/decr accept what `safe_strtoull` does: a decimal number,
-/// optionally surrounded by whitespace (a shrinking in-place result leaves
-/// trailing spaces).
+/// memcached's incr/decr read the value with `safe_strtoull` on the item's
+/// data, which C sees up to its first NUL and followed by `\r\n`: leading
+/// white space, a sign, any number of leading zeros, and anything after a
+/// white-space byte are fine (`" 5"`, `"007"`, `"12 ab"`, a padded result).
 fn parse_decimal(v: &[u8]) -> Option<u64> {
-    let digits = v.trim_ascii();
-    if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(digits).ok()?.parse().ok()
+    cachalot_protocol::text::strtoull(cachalot_protocol::text::until_nul(v))
 }

@@ -400,24 +400,29 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
         _ => cmd.cas.unwrap_or(0),
     };
     let invalidate = cas_mode && cmd.has(b'I');
+    // A stale store (ms I with a CAS older than the item's) keeps the old
+    // item's TTL and win token in memcached: the new TTL never applies, even
+    // one that has already passed.
+    let stale_of = if invalidate {
+        eng.lookup(key, Lookup::PEEK)
+            .filter(|it| cas < it.cas)
+            .map(|it| (it.expiry, it.win_sent))
+    } else {
+        None
+    };
     let req = Store {
         key,
         value: data,
         flags: cmd.client_flags,
-        expiry: expiry(ctx, cmd.ttl.unwrap_or(0)),
+        expiry: match stale_of {
+            Some((old_exp, _)) => old_exp,
+            None => expiry(ctx, cmd.ttl.unwrap_or(0)),
+        },
         mode: if cas_mode { StoreMode::Set } else { mode },
         cas,
         new_cas: cmd.new_cas,
         cost: cmd.cost,
         invalidate,
-    };
-    // A stale store (ms I with an older CAS) keeps the old item's TTL and win
-    // token in memcached.
-    let old = if invalidate {
-        eng.lookup(key, Lookup::PEEK)
-            .map(|it| (it.cas, it.expiry, it.win_sent))
-    } else {
-        None
     };
     let outcome = if cas_mode && cas == 0 {
         // `C0` compares with 0 (the engine reads 0 as "no compare").
@@ -429,14 +434,9 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
     } else {
         eng.store(&req)
     };
-    if let (StoreOutcome::Stored { .. }, Some((old_cas, old_exp, old_win))) = (outcome, old) {
-        if cas < old_cas {
-            if let Some(id) = eng.lookup(key, Lookup::PEEK).map(|it| it.id) {
-                eng.set_expiry(id, old_exp);
-                if old_win {
-                    eng.set_win_sent(id, true);
-                }
-            }
+    if let (StoreOutcome::Stored { .. }, Some((_, true))) = (outcome, stale_of) {
+        if let Some(id) = eng.lookup(key, Lookup::PEEK).map(|it| it.id) {
+            eng.set_win_sent(id, true);
         }
     }
     let appending = matches!(mode, StoreMode::Append | StoreMode::Prepend);

@@ -815,6 +815,53 @@ mod tests {
         );
     }
 
+    /// Found by the differential test: incr/decr read a stored value as
+    /// memcached's `safe_strtoull` does (leading zeros past 20 digits, white
+    /// space around, a sign, text after a space or a NUL), and a shorter
+    /// result is padded in place.
+    #[test]
+    fn arith_reads_values_like_strtoull() {
+        let r = Rig::new();
+        let cases: &[(&[u8], &str)] = &[
+            (b"0018446744073709551520", "decr k 9\r\n"),
+            (b" 5", "incr k 1\r\n"),
+            (b"+7", "incr k 1\r\n"),
+            (b"-0", "incr k 1\r\n"),
+            (b"12 ab", "incr k 1\r\n"),
+            (b"12\0ab", "incr k 1\r\n"),
+            (b"-5", "incr k 1\r\n"),
+            (b"", "incr k 1\r\n"),
+            (b"18446744073709551616", "incr k 1\r\n"),
+        ];
+        let want = [
+            "18446744073709551511",
+            "6",
+            "8",
+            "1",
+            "13",
+            "13",
+            "CLIENT_ERROR cannot increment or decrement non-numeric value",
+            "CLIENT_ERROR cannot increment or decrement non-numeric value",
+            "CLIENT_ERROR cannot increment or decrement non-numeric value",
+        ];
+        for ((value, cmd), want) in cases.iter().zip(want) {
+            let mut req = format!("set k 0 0 {}\r\n", value.len()).into_bytes();
+            req.extend_from_slice(value);
+            req.extend_from_slice(b"\r\n");
+            req.extend_from_slice(cmd.as_bytes());
+            assert_eq!(
+                r.ask(&req),
+                format!("STORED\r\n{want}\r\n"),
+                "{:?}",
+                String::from_utf8_lossy(value)
+            );
+        }
+        assert_eq!(
+            r.ask(b"set k 0 0 3\r\n100\r\ndecr k 1\r\nget k\r\n"),
+            "STORED\r\n99\r\nVALUE k 0 3\r\n99 \r\nEND\r\n"
+        );
+    }
+
     #[test]
     fn byte_by_byte_feeding_gives_the_same_replies() {
         let r = Rig::new();
