@@ -1,0 +1,214 @@
+//! The differential tester's parts: `gen` makes seeded command sequences,
+//! `exec` runs them on memcached and cachalot and compares the replies,
+//! `timed` holds the few sequences that need the clock; here: starting the
+//! two servers and shrinking a failing sequence to its shortest form.
+
+pub mod exec;
+pub mod gen;
+pub mod timed;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::common;
+use exec::Difference;
+use gen::{Seq, Step};
+
+/// Flags both servers get: memory enough that no sequence ever evicts
+/// (eviction differs by design), the default 1 MB `-I` (see `gen::ITEM_MAX`).
+pub const SERVER_FLAGS: &[&str] = &["-m", "1024", "-t", "2"];
+
+/// The memcached binary: `$MEMCACHED_BIN` or the Debian package's. Missing
+/// is a failure, not a skip: the tester is the oracle check.
+pub fn memcached_bin() -> PathBuf {
+    let bin = std::env::var_os("MEMCACHED_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/memcached"));
+    assert!(
+        bin.exists(),
+        "memcached not found at {}: the differential test needs memcached 1.6 \
+         (Debian: `apt-get install memcached`, or run scripts/install-deps.sh), \
+         or set MEMCACHED_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// A running memcached on a free port, killed on drop.
+pub struct Memcached {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Memcached {
+    pub fn start(flags: &[&str]) -> Memcached {
+        let port_file = common::temp_path("memcached-port");
+        let child = Command::new(memcached_bin())
+            .args(["-p", "-1", "-U", "0", "-l", "127.0.0.1", "-u", "root"])
+            .args(flags)
+            .env("MEMCACHED_PORT_FILENAME", &port_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn memcached");
+        let mut m = Memcached {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while m.addr.port() == 0 || std::net::TcpStream::connect(m.addr).is_err() {
+            if let Some(p) = common::read_port_file(&port_file) {
+                m.addr.set_port(p);
+            }
+            if let Ok(Some(status)) = m.child.try_wait() {
+                panic!("memcached {flags:?} exited with {status}");
+            }
+            assert!(Instant::now() < deadline, "memcached did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_file(&port_file);
+        m
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// memcached and cachalot with the same flags.
+pub struct Pair {
+    pub memcached: Memcached,
+    pub cachalot: common::Server,
+}
+
+impl Pair {
+    pub fn start() -> Pair {
+        Pair {
+            memcached: Memcached::start(SERVER_FLAGS),
+            cachalot: common::Server::start(SERVER_FLAGS),
+        }
+    }
+
+    /// Run `steps` of `seq` under a key prefix no earlier run used, so
+    /// every run starts from keys neither server has seen.
+    pub fn run(&self, seq: &Seq, steps: &[Step]) -> Option<Difference> {
+        static RUNS: AtomicU64 = AtomicU64::new(0);
+        let prefix = format!("{:08x}:", RUNS.fetch_add(1, Ordering::Relaxed));
+        debug_assert_eq!(prefix.len(), gen::PREFIX_LEN);
+        exec::run(
+            self.memcached.addr(),
+            self.cachalot.addr(),
+            seq,
+            steps,
+            prefix.as_bytes(),
+        )
+    }
+}
+
+/// The shortest sub-sequence of `seq` that still shows a difference:
+/// Zeller's delta debugging (ddmin) over its steps, then single steps
+/// removed until none can go. Each candidate runs on fresh keys.
+pub fn shrink(pair: &Pair, seq: &Seq) -> Vec<Step> {
+    let fails = |steps: &[Step]| pair.run(seq, steps).is_some();
+    let mut cur: Vec<Step> = seq.steps.clone();
+    let mut n = 2;
+    while cur.len() >= 2 {
+        let chunk = cur.len().div_ceil(n);
+        let complements = (0..n).map(|i| {
+            let (lo, hi) = ((i * chunk).min(cur.len()), ((i + 1) * chunk).min(cur.len()));
+            cur[..lo]
+                .iter()
+                .chain(&cur[hi..])
+                .cloned()
+                .collect::<Vec<Step>>()
+        });
+        match complements
+            .filter(|c| c.len() < cur.len())
+            .find(|c| fails(c))
+        {
+            Some(smaller) => {
+                cur = smaller;
+                n = (n - 1).max(2);
+            }
+            None if n >= cur.len() => break,
+            None => n = (2 * n).min(cur.len()),
+        }
+    }
+    // 1-minimal: no single step can go.
+    let mut i = 0;
+    while i < cur.len() && cur.len() > 1 {
+        let mut without = cur.clone();
+        without.remove(i);
+        if fails(&without) {
+            cur = without;
+        } else {
+            i += 1;
+        }
+    }
+    cur
+}
+
+/// The failure report: seed, the shortest sequence, both servers' replies.
+pub fn report(pair: &Pair, seq: &Seq, diff: &Difference) -> String {
+    let short = shrink(pair, seq);
+    let again = pair.run(seq, &short);
+    let mut s = format!(
+        "memcached and cachalot differ: seed {} ({:?}, {} steps; rerun with DIFF_SEED={} DIFF_SEQUENCES=1)\n\
+         first difference at steps {}..{} of the original sequence\n\
+         shortest sequence that reproduces it ({} steps; `|` starts a pipeline; keys prefixed PPPPPPPP:;\n\
+         replies after each pipeline, CAS uniques numbered #n in order of appearance):\n",
+        seq.seed,
+        seq.family,
+        seq.steps.len(),
+        seq.seed,
+        diff.first_step,
+        diff.first_step + diff.steps,
+        short.len()
+    );
+    let d = again.as_ref().unwrap_or(diff);
+    let mut batch = 0;
+    for (i, st) in short.iter().enumerate() {
+        s.push_str(&exec::describe(st, b"PPPPPPPP:"));
+        s.push('\n');
+        let last_of_batch =
+            !matches!(short.get(i + 1), Some(n) if !n.new_batch && !n.cmd.needs_fresh_batch());
+        if last_of_batch && again.is_some() {
+            match d.earlier.get(batch) {
+                Some(r) => s.push_str(&format!("      both:      {}\n", exec::show(r, 300))),
+                None if batch == d.earlier.len() => s.push_str(&format!(
+                    "      memcached: {}\n      cachalot:  {}\n",
+                    exec::show(&d.memcached, 600),
+                    exec::show(&d.cachalot, 600)
+                )),
+                None => {}
+            }
+            batch += 1;
+        }
+    }
+    if again.is_none() {
+        // Not reproducible alone: show the original run.
+        s.push_str("the shortened sequence did not fail again (flaky?); the original sequence:\n");
+        for st in &seq.steps {
+            s.push_str(&exec::describe(st, b"PPPPPPPP:"));
+            s.push('\n');
+        }
+        s.push_str(&format!(
+            "replies to the batch at step {}:\n  memcached: {}\n  cachalot:  {}\n",
+            d.first_step,
+            exec::show(&d.memcached, 2000),
+            exec::show(&d.cachalot, 2000)
+        ));
+    }
+    s
+}
