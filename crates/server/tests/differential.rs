@@ -7,7 +7,7 @@
 //! ```text
 //! cargo build --release -p cachalot
 //! cargo test --release -p cachalot-server --test differential
-//! DIFF_SEQUENCES=40000 DIFF_SEED=1000000 cargo test --release -p cachalot-server --test differential -- --nocapture
+//! DIFF_SEQUENCES=33000 DIFF_SEED=10000000 cargo test --release -p cachalot-server --test differential -- --nocapture
 //! ```
 //!
 //! `DIFF_SEQUENCES` sequences run (2400 by default), from seed `DIFF_SEED`

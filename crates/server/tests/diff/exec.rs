@@ -157,6 +157,12 @@ pub fn render(cmd: &Cmd, prefix: &[u8], cas: &dyn Fn(CasArg) -> u64, out: &mut V
             let c = c.map_or(0, cas);
             binary::request(out, *opcode, *opaque, c, extras, &k, value);
         }
+        Cmd::Line { head, key: k, tail } => {
+            out.extend_from_slice(head.as_bytes());
+            out.extend_from_slice(&key(k));
+            out.extend_from_slice(tail.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
         Cmd::Sleep { .. } => {}
     }
 }

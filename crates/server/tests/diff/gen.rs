@@ -26,11 +26,16 @@
 //!   network I/O; else it writes a new item (no padding) and `T` lands on the
 //!   old one, and a new item was never fetched (`h`) (docs/protocol.md).
 //!   The model tracks each counter's stored length.
+//! - A 251-byte key in `get`/`gets`/`gat`/`gats`: memcached answers
+//!   `CLIENT_ERROR` and drops the replies it has not written yet, so what a
+//!   client sees depends on memcached's network timing (it was seen to send
+//!   two earlier `END`s instead of its error). tests/malformed.rs covers it.
 //! - Base64 (`b`) keys: memcached remembers an item was stored with one and
 //!   prints its key base64-encoded to every later request (docs/protocol.md).
 //! - cachalot's extensions (`cost=`, `w`, `E`, `md x`) and `stats` (internals).
-//! - Values larger than `-I` minus memcached's item header that still fit
-//!   cachalot's: see `SIZE_LIMIT_GAP`.
+//! - Values, or appends, that land between memcached's size limit and
+//!   cachalot's slightly larger one: see `SIZE_LIMIT_GAP` and `Gen::big`.
+//! - A delayed `flush_all` after an immediate one: see `Gen::flush_delay`.
 
 use fastrand::Rng;
 
@@ -176,6 +181,12 @@ pub enum Cmd {
         key: Option<Key>,
         value: Vec<u8>,
     },
+    /// A malformed or unusual request line: `head`, the key, `tail`.
+    Line {
+        head: &'static str,
+        key: Key,
+        tail: &'static str,
+    },
     /// Timed sequences only: wait this long before the next batch.
     Sleep {
         ms: u64,
@@ -184,16 +195,13 @@ pub enum Cmd {
 
 impl Cmd {
     /// Whether the command must start a batch of its own: it uses a CAS from
-    /// an earlier reply (which must have arrived), or it is a multiget with
-    /// a too-long key (memcached then drops the replies of the commands read
-    /// with it, which depends on how TCP cut the pipeline).
+    /// an earlier reply (which must have arrived), or it sleeps.
     pub fn needs_fresh_batch(&self) -> bool {
         match self {
             Cmd::Store {
                 op: TextStore::Cas(CasArg::Recent(_)),
                 ..
             } => true,
-            Cmd::Retrieve { keys, .. } => keys.contains(&Key::TooLong),
             Cmd::Meta { flags, .. } => flags
                 .iter()
                 .any(|f| matches!(f, MFlag::Cas(_, CasArg::Recent(_)))),
@@ -588,7 +596,8 @@ impl Gen {
                     } else {
                         self.key()
                     };
-                    if self.readable(k) {
+                    // Never a 251-byte key: see the module comment.
+                    if self.readable(k) && k != Key::TooLong {
                         keys.push(k);
                     }
                 }
@@ -665,13 +674,55 @@ impl Gen {
                 let noreply = self.r.u8(0..4) == 0;
                 self.push(Cmd::FlushAll { delay, noreply });
             }
-            91..=92 => self.push(Cmd::Version),
+            91 => self.push(Cmd::Version),
+            92 => self.gen_line(),
             93 => {
                 let noreply = self.r.bool();
                 self.push(Cmd::Verbosity { noreply });
             }
             _ => self.gen_meta(),
         }
+    }
+
+    /// A line memcached answers with an error (or a quirk): bad numbers,
+    /// missing or extra tokens, unknown, repeated or malformed meta flags.
+    fn gen_line(&mut self) {
+        const LINES: &[(&str, &str)] = &[
+            ("set ", " abc 0 1"),
+            ("set ", " 0 0"),
+            ("add ", " 0 0 -1"),
+            ("cas ", " 0 0 1"),
+            ("incr ", " -1"),
+            ("incr ", " abc"),
+            ("decr ", ""),
+            ("touch ", " abc"),
+            ("touch ", " 10 noreply extra"),
+            ("delete ", " 0"),
+            ("delete ", " 5"),
+            ("delete ", " noreply extra"),
+            ("get ", " "),
+            ("gat abc ", ""),
+            ("gats ", ""),
+            ("verbosity ", ""),
+            ("foo ", " bar"),
+            ("flush_all abc ", ""),
+            ("mg ", " v v"),
+            ("mg ", " !"),
+            ("mg ", " T"),
+            ("mg ", " Nabc v"),
+            ("mg ", " Oabcdefghijklmnopqrstuvwxyz0123456789 v"),
+            ("mg ", " v k c f s q u O1 O2"),
+            ("mg ", " 1 2 3 4 5 6 7 8 9 a b c d e f g h"),
+            ("md ", " C"),
+            ("md ", " q q"),
+            ("ma ", " Dabc"),
+            ("ma ", " MX"),
+            ("ma ", " N"),
+            ("mn ", " extra"),
+        ];
+        let (head, tail) = LINES[self.r.usize(0..LINES.len())];
+        let key = self.key();
+        self.push(Cmd::Line { head, key, tail });
     }
 
     fn meta_common(&mut self, flags: &mut Vec<MFlag>, letters: &[u8]) {
@@ -839,6 +890,7 @@ impl Gen {
                     flags,
                 });
             }
+            95..=96 => self.gen_line(),
             _ => self.push(Cmd::Meta {
                 op: "mn",
                 key: Key::General(0),
