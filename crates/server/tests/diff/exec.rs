@@ -407,8 +407,9 @@ pub fn show(bytes: &[u8], max: usize) -> String {
     s
 }
 
-/// A step as a reader wants it: the request bytes (CAS shown as 0 when it
-/// comes from an earlier reply), or the binary header fields.
+/// A step as a reader wants it: the request bytes (a CAS taken from an
+/// earlier reply shown as its position n, see the note), or the binary
+/// header fields.
 pub fn describe(step: &Step, prefix: &[u8]) -> String {
     let mark = if step.new_batch { "| " } else { "  " };
     match &step.cmd {
@@ -438,7 +439,7 @@ pub fn describe(step: &Step, prefix: &[u8]) -> String {
                 &mut b,
             );
             let cas_note = if cmd.needs_fresh_batch() {
-                "  (CAS: n-th most recent seen)"
+                "  (CAS field n: the n-th latest CAS seen, 0 = the latest)"
             } else {
                 ""
             };
