@@ -938,6 +938,9 @@ impl Engine {
 
     /// `flush_all [delay]`: drop everything now, or when the clock reaches `at`.
     pub fn flush_all(&mut self, at: Option<RelTime>) {
+        // A delayed flush that is due happens first: a new delay must not
+        // cancel it.
+        self.check_flush();
         match at {
             Some(t) if t > self.now() => self.pending_flush = Some(t),
             _ => {
@@ -1191,11 +1194,30 @@ impl Engine {
         }
         self.rebal.reset_stats();
     }
+}
 
-    /// Check the engine's invariants (tests and fuzzing): every live chunk is
-    /// indexed under its key, the index holds nothing else, and the counters
-    /// agree with the chunks.
+#[cfg(any(test, feature = "testing"))]
+impl Engine {
+    /// Check the engine's invariants (tests and fuzzing; panics): each
+    /// structure's own `validate` (slabs, index, eviction policy, rebalancer,
+    /// page in transit), then across them: every live chunk is indexed under
+    /// its key and sits in the class its size asks for, the index holds
+    /// nothing else, and the counters and the memory budget agree with the
+    /// chunks.
     pub fn validate(&self) {
+        self.slabs
+            .validate(self.drain.as_ref().map(|d| (d.page, d.next)));
+        let slabs = &self.slabs;
+        if let Err(e) = self.index.validate(&|l| hash(item::key(slabs.chunk(l)))) {
+            panic!("index: {e}");
+        }
+        let pages: Vec<u32> = self
+            .slabs
+            .classes
+            .iter()
+            .map(|c| c.pages.len() as u32)
+            .collect();
+        self.rebal.validate(&pages);
         let mut live = 0u64;
         let mut bytes = 0u64;
         for (p, page) in self.slabs.pages.iter().enumerate() {
@@ -1210,7 +1232,13 @@ impl Engine {
                 assert_eq!(self.find(key, hash(key)), Some(loc), "item indexed");
                 live += 1;
                 class_live += 1;
-                bytes += item::Header::read(chunk).total_len() as u64;
+                let total = item::Header::read(chunk).total_len();
+                bytes += total as u64;
+                assert_eq!(
+                    self.slabs.class_for(total),
+                    Some(page.class as usize - 1),
+                    "item of {total} bytes in the class of its size"
+                );
             }
             assert!(class_live <= page.bump);
         }

@@ -446,7 +446,7 @@ impl Index {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 impl Index {
     /// Check every invariant: `len`, no duplicate locations, every entry
     /// reachable from its hash (right table, bucket, tag and tree path),

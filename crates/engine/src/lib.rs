@@ -20,6 +20,8 @@
 //! - [`rebalance`]: which class gets the next page (memcached's automove,
 //!   SAS with a ghost set, GD-Wheel's cost per byte).
 //! - [`engine`]: the operations (get/store/delete/arith/touch/flush) on top.
+//! - `testing` (feature `testing`): the reference model the property tests
+//!   and the fuzzer check the engine against; `validate()` on every structure.
 
 pub mod clock;
 pub mod cost;
@@ -30,6 +32,8 @@ pub mod item;
 pub mod rebalance;
 pub mod slab;
 pub mod stats;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use std::sync::Arc;
 

@@ -475,6 +475,38 @@ impl Rebalancer {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
+impl Rebalancer {
+    /// Check the rule's tables (tests and fuzzing): ghost set, sampled
+    /// stacks and the curves `mrc` reads off them (`pages`: each class's
+    /// pages now), SAS counters, the pending miss costs and the queued
+    /// moves naming real classes.
+    pub fn validate(&self, pages: &[u32]) {
+        let n = self.counts.len();
+        assert_eq!(pages.len(), n);
+        if let Some(g) = &self.ghost {
+            g.validate();
+        }
+        if let Some(p) = &self.profile {
+            p.validate();
+            mrc::validate(&p.curves(), p.bin_pages(), pages);
+        }
+        if let Some(s) = &self.sas {
+            s.validate();
+        }
+        for &p in self.pending.iter() {
+            assert!(p & 1 != 0 || p == 0, "pending slot without its valid bit");
+            assert!(((p >> 8 & 0xff) as usize) < n.max(1), "pending class");
+        }
+        for &(from, to) in &self.queue {
+            assert!(
+                from < n && to < n && from != to,
+                "queued move ({from}, {to})"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -383,6 +383,138 @@ impl Slabs {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
+impl Slabs {
+    /// Check the page table and every class (tests and fuzzing; panics):
+    /// vacant and spare lists, page ownership and geometry, per-page free
+    /// lists (distinct free chunks below the bump cursor, none live, every
+    /// other chunk below it live), `with_free` exactly the listed pages and
+    /// every page with a free chunk listed, the CLOCK hand in range, the
+    /// per-class page and item counts. `draining`: the page in transit,
+    /// which stays `listed` off its class's `with_free` so no new item lands
+    /// in its free chunks (`engine/pages.rs`), and whose chunks behind the
+    /// drain's cursor (the second number) are emptied without being freed.
+    pub fn validate(&self, draining: Option<(PageId, u32)>) {
+        let mut vacant = self.vacant.clone();
+        vacant.sort_unstable();
+        vacant.dedup();
+        assert_eq!(vacant.len(), self.vacant.len(), "vacant ids unique");
+        let mut spare = self.spare.clone();
+        spare.sort_unstable();
+        spare.dedup();
+        assert_eq!(spare.len(), self.spare.len(), "spare ids unique");
+        let mut pages_of = vec![0u64; self.classes.len()];
+        for (id, page) in self.pages.iter().enumerate() {
+            let id = id as PageId;
+            let Some(page) = page else {
+                assert!(
+                    vacant.binary_search(&id).is_ok(),
+                    "released page {id} is vacant"
+                );
+                continue;
+            };
+            assert!(
+                vacant.binary_search(&id).is_err(),
+                "live page {id} not vacant"
+            );
+            assert_eq!(page.mem.len(), self.page_size, "page {id} size");
+            if page.class == 0 {
+                assert!(
+                    spare.binary_search(&id).is_ok(),
+                    "classless page {id} is spare"
+                );
+                continue;
+            }
+            assert!(
+                spare.binary_search(&id).is_err(),
+                "page {id} both spare and assigned"
+            );
+            let class = page.class as usize - 1;
+            let c = &self.classes[class];
+            assert!(c.pages.contains(&id), "class {class} owns its page {id}");
+            pages_of[class] += 1;
+            assert_eq!(page.chunk_size, c.chunk_size, "page {id} chunk size");
+            assert_eq!(page.nchunks, c.per_page, "page {id} chunks");
+            assert!(page.bump <= page.nchunks, "page {id} bump cursor");
+            // Free list: distinct chunks below the cursor, none live.
+            let cs = page.chunk_size as usize;
+            let mut free = vec![false; page.bump as usize];
+            let mut n = 0;
+            let mut next = page.free_head;
+            while next != NONE {
+                assert!(
+                    next < page.bump,
+                    "page {id}: free chunk {next} past the cursor"
+                );
+                assert!(!free[next as usize], "page {id}: free list loops at {next}");
+                free[next as usize] = true;
+                n += 1;
+                let at = next as usize * cs;
+                assert_eq!(
+                    item::bits(&page.mem[at..]) & item::LIVE,
+                    0,
+                    "free chunk is live"
+                );
+                next = u32::from_le_bytes(page.mem[at + 8..at + 12].try_into().unwrap());
+            }
+            assert_eq!(n, page.free_count, "page {id} free count");
+            // Every chunk below the cursor is live or on the free list (a
+            // chunk that is neither is lost memory).
+            let drained = match draining {
+                Some((p, next)) if p == id => next as usize,
+                _ => 0,
+            };
+            for (c, &f) in free.iter().enumerate().skip(drained) {
+                let live = item::bits(&page.mem[c * cs..]) & item::LIVE != 0;
+                assert!(live || f, "page {id}: chunk {c} neither live nor free");
+            }
+            let has_free = page.free_head != NONE || page.bump < page.nchunks;
+            assert!(
+                !has_free || page.listed,
+                "page {id} has free chunks, unlisted"
+            );
+            let on_list = c.with_free.contains(&id);
+            if draining.is_some_and(|(p, _)| p == id) {
+                assert!(!on_list, "draining page {id} is off the free lists");
+            } else {
+                assert_eq!(page.listed, on_list, "page {id} listed flag");
+            }
+        }
+        for (i, c) in self.classes.iter().enumerate() {
+            assert_eq!(c.pages.len() as u64, pages_of[i], "class {i} page list");
+            assert_eq!(c.stats.total_pages, pages_of[i], "class {i} total_pages");
+            let mut listed = c.with_free.clone();
+            listed.sort_unstable();
+            listed.dedup();
+            assert_eq!(
+                listed.len(),
+                c.with_free.len(),
+                "class {i} with_free unique"
+            );
+            assert!(
+                listed.iter().all(|p| c.pages.contains(p)),
+                "class {i} lists foreign pages"
+            );
+            // CLOCK's hand (evict/clock.rs) points into the class.
+            assert!(
+                c.hand_page < c.pages.len().max(1) && c.hand_chunk < c.per_page.max(1),
+                "class {i} CLOCK hand ({}, {}) out of range",
+                c.hand_page,
+                c.hand_chunk
+            );
+            let (mut used, mut requested) = (0, 0);
+            for &p in &c.pages {
+                for loc in self.live_in_page(p) {
+                    used += 1;
+                    requested += item::Header::read(self.chunk(loc)).total_len() as u64;
+                }
+            }
+            assert_eq!(c.used, used, "class {i} used");
+            assert_eq!(c.requested, requested, "class {i} requested");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -558,7 +558,10 @@ impl Engine {
     pub fn page_in_transit(&self) -> Option<(PageId, usize, Option<usize>, u32)> {
         self.drain.as_ref().map(|d| (d.page, d.from, d.to, d.next))
     }
+}
 
+#[cfg(any(test, feature = "testing"))]
+impl Engine {
     /// Invariants of the page in transit (`validate`).
     pub(super) fn validate_drain(&self) {
         let Some(d) = &self.drain else { return };

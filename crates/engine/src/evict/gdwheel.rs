@@ -675,12 +675,18 @@ impl GdWheel {
             .and_then(|w| w.as_deref())
             .map_or(0, |w| w.len)
     }
+}
 
-    /// Check the wheels (tests): links agree both ways, every item sits in
-    /// the queue of its H, no H is below the hand, the occupancy maps and
-    /// counts are right, every live item of a class is linked, and the side
-    /// arrays' byte count is right.
+#[cfg(any(test, feature = "testing"))]
+impl GdWheel {
+    /// Check the wheels (tests and fuzzing): links agree both ways, every
+    /// item sits in the queue of its H and in one queue only, L <= H <=
+    /// h_max (so H - L fits the 24 bits the trailer keeps), the occupancy
+    /// maps and counts are right, every live item of a class is linked, an
+    /// item whose trailer would overlap its bytes has it in a side array of
+    /// its page, and the side arrays' byte count is right.
     pub fn validate(&self, slabs: &Slabs) {
+        let mut seen = std::collections::HashSet::new();
         for (class, w) in self.classes.iter().enumerate() {
             let Some(w) = w.as_deref() else {
                 assert_eq!(slabs.classes[class].used, 0, "class {class} has no wheels");
@@ -695,10 +701,20 @@ impl GdWheel {
                 while cur != NIL {
                     assert!(slabs.is_live(cur), "queued item is live");
                     assert_eq!(slabs.class_of(cur), class);
+                    assert!(seen.insert(cur), "item {cur} in two queues or twice in one");
+                    let (page, c) = slabs.split(cur);
+                    match self.side.array(page) {
+                        Some(a) => assert!(a.len() >= (c as usize + 1) * TRAILER_LEN),
+                        None => assert!(
+                            fits_in_chunk(slabs.chunk(cur)),
+                            "item {cur} fills its chunk but has no side array"
+                        ),
+                    }
                     let t = read(slabs, &self.side, cur);
                     assert_eq!(t.prev, prev, "prev link");
                     let h = w.h_of(t.h24);
-                    assert!(h >= w.hand && h <= w.h_max());
+                    assert!(h >= w.hand && h <= w.h_max(), "L <= H <= h_max");
+                    assert!(h - w.hand <= H_MASK, "H - L fits the trailer");
                     assert_eq!(place(h, w.hand), q, "item in the queue of its H");
                     n += 1;
                     prev = cur;

@@ -205,8 +205,12 @@ impl Policy {
     pub fn gdwheel(&self) -> Option<&GdWheel> {
         self.wheel.as_ref()
     }
+}
 
-    /// Check the policy's invariants against the slabs (tests).
+#[cfg(any(test, feature = "testing"))]
+impl Policy {
+    /// Check the policy's invariants against the slabs (tests and fuzzing):
+    /// GD-Wheel's wheels, and the per-class live cost gauges.
     pub fn validate(&self, slabs: &Slabs) {
         if let Some(w) = &self.wheel {
             w.validate(slabs);

@@ -93,7 +93,7 @@ impl Bucket {
         (free != 0).then(|| free.trailing_zeros() as usize)
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testing"))]
     pub(super) fn is_full(&self) -> bool {
         self.occupied_mask() == (1 << SLOTS) - 1
     }

@@ -151,7 +151,7 @@ impl Segment {
         !self.buckets.is_empty()
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testing"))]
     pub(super) fn bucket_len(&self) -> usize {
         self.buckets.len()
     }
@@ -504,7 +504,7 @@ impl Segment {
 }
 
 /// One entry as `validate` saw it.
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 pub(super) struct Seen {
     pub bucket: usize,
     pub tag: u16,
@@ -546,7 +546,10 @@ impl Segment {
         }
         lines
     }
+}
 
+#[cfg(any(test, feature = "testing"))]
+impl Segment {
     /// Check the segment's own invariants and list its entries.
     pub(super) fn validate(&self, out: &mut Vec<Seen>) -> Result<(), String> {
         let mut reached = vec![false; self.pool.len()];

@@ -234,6 +234,40 @@ impl GhostSet {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
+impl GhostSet {
+    /// Check the table (tests and fuzzing): a power of two of buckets, each
+    /// class's clock inside its current epoch step, every slot of a class
+    /// the set knows with a non-zero fingerprint, and no key live twice in
+    /// its bucket (`insert` reuses a key's own live slot).
+    pub fn validate(&self) {
+        assert!(self.buckets.len().is_power_of_two());
+        assert_eq!(self.mask, self.buckets.len() - 1);
+        for c in &self.clocks {
+            assert!(c.step >= 1 && c.inserted < c.step, "epoch step");
+        }
+        for b in self.buckets.iter() {
+            for (i, &s) in b.0.iter().enumerate() {
+                if s == 0 {
+                    continue;
+                }
+                assert!(s >> 32 != 0, "zero fingerprint");
+                assert!(
+                    ((s >> 24 & 0xff) as usize) < self.clocks.len(),
+                    "unknown class"
+                );
+                let live = |s: u64| self.age(s) <= self.live;
+                if live(s) {
+                    let twice = b.0[i + 1..]
+                        .iter()
+                        .any(|&o| o != 0 && o >> 32 == s >> 32 && live(o));
+                    assert!(!twice, "a key live twice in its bucket");
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

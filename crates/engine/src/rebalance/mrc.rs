@@ -226,6 +226,39 @@ pub fn decide(sampled: &[Sampled], bin: u32, pages: &[u32]) -> Vec<(usize, usize
     moves
 }
 
+/// Check what the rule computes from the sampled curves (tests and
+/// fuzzing): each curve starts at 0 and never decreases, within its GETs;
+/// read over real pages it never decreases either; the target hands out
+/// no more pages than there are (or than the floors need).
+#[cfg(any(test, feature = "testing"))]
+pub fn validate(sampled: &[Sampled], bin: u32, pages: &[u32]) {
+    let n = sampled.len().min(pages.len());
+    let total: u32 = pages[..n].iter().sum();
+    for s in &sampled[..n] {
+        assert_eq!(s.hits_at.first(), Some(&0.0), "a curve starts at 0");
+        assert!(
+            s.hits_at.windows(2).all(|w| w[0] <= w[1]),
+            "curve decreases"
+        );
+        let top = s.hits_at.last().copied().unwrap_or(0.0);
+        assert!(top <= s.gets * (1.0 + 1e-9) + 1e-9, "more hits than GETs");
+    }
+    let curves: Vec<Curve> = (0..n)
+        .map(|c| Curve::new(&sampled[c], bin, pages[c]))
+        .collect();
+    for c in &curves {
+        for p in 0..=total + 1 {
+            assert!(c.at(p) <= c.at(p + 1) + 1e-9, "curve over pages decreases");
+        }
+    }
+    let gets: Vec<f64> = sampled[..n].iter().map(|s| s.gets).collect();
+    let t = target(&curves, &gets, total, &pages[..n]);
+    assert!(
+        t.iter().sum::<u32>() <= total.max(n as u32),
+        "target over the pages"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -512,6 +512,71 @@ impl Profile {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
+impl Profile {
+    /// Check the sample (tests and fuzzing): the open-addressing table
+    /// (counts of live and tombstone slots, load, every key sampled and
+    /// found from its home slot), each key on its class's stack at its
+    /// timestamp and each stack entry pointing back, the Fenwick trees
+    /// against their entries, timestamps within [oldest, next), arrays
+    /// within three times the live keys (what `footprint` counts), and the
+    /// histograms: non-negative, and no more than the GETs they count.
+    pub fn validate(&self) {
+        let n = self.hashes.len();
+        assert!(n.is_power_of_two() && self.mask == n - 1);
+        assert_eq!(self.metas.len(), n);
+        assert_eq!(self.costs.len(), n);
+        let live = self.hashes.iter().filter(|&&h| h > TOMB).count();
+        let tombs = self.hashes.iter().filter(|&&h| h == TOMB).count();
+        assert_eq!(live, self.live, "live keys");
+        assert_eq!(tombs, self.tombs, "tombstones");
+        assert!(live <= self.max_keys, "sample bound");
+        assert!((live + tombs) * 4 <= n * 3, "table load");
+        for (i, &h) in self.hashes.iter().enumerate() {
+            if h <= TOMB {
+                continue;
+            }
+            assert!(self.sampled(h), "key above the sampling threshold");
+            assert_eq!(self.find(h), Some(i), "key found at its slot");
+            let m = self.metas[i];
+            let st = &self.stacks[meta_class(m)];
+            assert_eq!(st.owner[meta_ts(m) as usize], i as u32, "stack points back");
+        }
+        let mut total = 0;
+        for (c, st) in self.stacks.iter().enumerate() {
+            assert_eq!(st.tree.len(), st.owner.len() + 1, "class {c} tree size");
+            assert!(st.oldest <= st.next && st.next as usize <= st.owner.len());
+            assert!(
+                st.owner.len() <= MIN_CAP.max(3 * (st.live as usize + 1)),
+                "class {c} arrays over three times its keys"
+            );
+            let mut count = 0u32;
+            for (ts, &o) in st.owner.iter().enumerate() {
+                if o != NONE {
+                    assert!(ts >= st.oldest as usize && ts < st.next as usize);
+                    assert_eq!(self.metas[o as usize], meta(c, ts as u32), "owner's meta");
+                    assert!(self.hashes[o as usize] > TOMB, "owner is a live key");
+                    count += 1;
+                }
+                assert_eq!(
+                    st.prefix(ts as u32),
+                    count,
+                    "class {c} Fenwick prefix at {ts}"
+                );
+            }
+            assert_eq!(count, st.live, "class {c} live");
+            total += count as usize;
+            let hist: f64 = st.hist.iter().sum();
+            assert!(st.hist.iter().all(|&h| h >= 0.0 && h.is_finite()));
+            let slack = 1e-9 * st.gets.max(1.0);
+            assert!(st.hits >= 0.0 && st.misses >= 0.0);
+            assert!(hist <= st.hits + st.misses + slack, "class {c} histogram");
+            assert!(st.hits + st.misses <= st.gets + slack, "class {c} GETs");
+        }
+        assert_eq!(total, self.live, "keys on stacks");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -596,7 +661,7 @@ mod tests {
             // 512 pages of one item: single-item bins, and no key of the 300
             // is ever deeper than memory (none is forgotten).
             let bins = 512;
-            let mut p = Profile::new(&[1, 1, 1], bins, 64 << 20);
+            let mut p = Profile::new(&[1, 1, 1], bins, 64 << 10);
             prop_assert_eq!(p.bins(), bins as usize);
             let mut m = Model {
                 stacks: vec![Vec::new(); 3],
@@ -616,6 +681,7 @@ mod tests {
                         m.set(k, c);
                     }
                 }
+                p.validate();
             }
             prop_assert!((p.rate() - 1.0).abs() < 1e-12);
             let curves = p.curves();

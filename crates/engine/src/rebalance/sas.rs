@@ -308,6 +308,32 @@ fn argmin_pages(
     })
 }
 
+#[cfg(any(test, feature = "testing"))]
+impl Sas {
+    /// Check the counters (tests and fuzzing): one of each per class, all
+    /// finite and non-negative, the next-page gain part of the capacity
+    /// misses, hits part of the requests, the remembered page worths
+    /// bounded, no class requested after the last decision.
+    pub fn validate(&self) {
+        let n = self.m.len();
+        for v in [&self.g, &self.q, &self.r, &self.hits] {
+            assert_eq!(v.len(), n);
+        }
+        assert_eq!(self.worth.len(), n);
+        assert_eq!(self.last_req.len(), n);
+        for c in 0..n {
+            let all = [self.m[c], self.g[c], self.q[c], self.r[c], self.hits[c]];
+            assert!(all.iter().all(|v| v.is_finite() && *v >= 0.0), "class {c}");
+            let slack = 1e-9 * self.m[c].max(self.r[c]).max(1.0);
+            assert!(self.g[c] <= self.m[c] + slack, "class {c}: g > m");
+            assert!(self.hits[c] <= self.r[c] + slack, "class {c}: hits > r");
+            assert!(self.worth[c].len() <= WORTH_MAX);
+            assert!(self.worth[c].iter().all(|w| w.is_finite() && *w >= 0.0));
+            assert!(self.last_req[c] <= self.decisions);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
