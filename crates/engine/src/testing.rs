@@ -120,13 +120,10 @@ pub fn value_bytes(k: u8, len: usize, n: u64) -> Vec<u8> {
     }
 }
 
-/// memcached's incr/decr operand: digits, optionally padded with spaces.
+/// memcached's incr/decr operand: what `safe_strtoull` reads (the
+/// protocol crate's, checked against memcached by the differential test).
 fn parse_decimal(v: &[u8]) -> Option<u64> {
-    let t = v.trim_ascii();
-    if t.is_empty() || t.len() > 20 || !t.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(t).ok()?.parse().ok()
+    cachalot_protocol::text::strtoull(cachalot_protocol::text::until_nul(v))
 }
 
 #[derive(Clone, Debug)]
