@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 mod pages;
 
+use crate::chain::{self, Value};
 use crate::clock::{Clock, Expiry, RelTime};
 use crate::cost::Learner;
 use crate::evict::{Policy, Victim};
@@ -28,7 +29,8 @@ pub struct ItemId(pub(crate) u64);
 pub struct ItemRef<'a> {
     pub id: ItemId,
     pub key: &'a [u8],
-    pub value: &'a [u8],
+    /// The value (in one piece, or chained over several chunks).
+    pub value: Value<'a>,
     /// 32-bit client flags.
     pub flags: u32,
     /// CAS unique (0 when CAS is disabled with `-C`).
@@ -236,14 +238,21 @@ impl Engine {
                 max: max_allowed,
             });
         }
-        let page_size = DEFAULT_PAGE_SIZE.max(item_max.next_power_of_two());
+        // Pages stay 1 MB; items larger than the largest chunk are chained
+        // (`chain`).
+        let page_size = DEFAULT_PAGE_SIZE;
+        let largest = item_max.min(
+            config
+                .slab_chunk_max
+                .clamp(chain::MIN_CHAIN_CHUNK, page_size),
+        );
         if config.memory_limit < page_size {
             return Err(ConfigError::MemoryLimit(config.memory_limit));
         }
         let sizes = class_sizes(
             item::HEADER_LEN + config.chunk_min_data,
             config.growth_factor,
-            item_max,
+            largest,
         );
         let slabs = Slabs::new(page_size, &sizes);
         Self::check_addressable(&slabs, config.memory_limit)?;
@@ -302,10 +311,12 @@ impl Engine {
         self.memory_limit
     }
 
-    /// Whether an item with this key and value length fits under `-I`.
+    /// Whether an item with this key and value length fits under `-I`, as
+    /// in memcached (by its item size; ours is smaller).
     pub fn fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
+        let cas = self.config.cas_enabled;
         value_len <= VALUE_MAX_LEN
-            && item::total_len(key_len, value_len, flags) <= self.config.item_size_max
+            && item::memcached_size(key_len, value_len, flags, cas) <= self.config.item_size_max
     }
 
     #[inline]
@@ -391,13 +402,14 @@ impl Engine {
     }
 
     fn view(&self, loc: u64) -> ItemRef<'_> {
-        let p = item::parts(self.slabs.chunk(loc));
-        let h = p.header;
+        let chunk = self.slabs.chunk(loc);
+        let h = item::Header::read(chunk);
+        let flags = item::flags(chunk);
         ItemRef {
             id: ItemId(loc),
-            key: p.key,
-            value: p.value,
-            flags: p.flags,
+            key: item::key(chunk),
+            value: Value::of(&self.slabs, loc),
+            flags,
             cas: if self.config.cas_enabled { h.cas } else { 0 },
             expiry: match h.exptime {
                 0 => Expiry::Never,
@@ -480,16 +492,20 @@ impl Engine {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         if let (Some(loc), StoreMode::Append | StoreMode::Prepend) = (old, req.mode) {
-            let p = item::parts(self.slabs.chunk(loc));
-            flags = p.flags;
-            exptime = p.header.exptime;
-            cost = cost.or(Some(item::dequantize_cost(p.header.cost)));
+            let chunk = self.slabs.chunk(loc);
+            let h = item::Header::read(chunk);
+            flags = item::flags(chunk);
+            exptime = h.exptime;
+            cost = cost.or(Some(item::dequantize_cost(h.cost)));
+            let old_value = Value::of(&self.slabs, loc);
+            if req.mode == StoreMode::Prepend {
+                scratch.extend_from_slice(req.value);
+            }
+            for part in old_value.parts() {
+                scratch.extend_from_slice(part);
+            }
             if req.mode == StoreMode::Append {
-                scratch.extend_from_slice(p.value);
                 scratch.extend_from_slice(req.value);
-            } else {
-                scratch.extend_from_slice(req.value);
-                scratch.extend_from_slice(p.value);
             }
         }
         let value: &[u8] = match req.mode {
@@ -533,6 +549,10 @@ impl Engine {
                 }
             }
         };
+        // A chained value's copy is not kept around.
+        if scratch.capacity() > self.slabs.page_size {
+            scratch = Vec::new();
+        }
         self.scratch = scratch;
         outcome
     }
@@ -553,7 +573,29 @@ impl Engine {
     ) -> Result<(), StoreOutcome> {
         let vlen: usize = value.iter().map(|v| v.len()).sum();
         let total = item::total_len(key.len(), vlen, flags);
-        let loc = self.alloc(total, old)?;
+        let largest = self.largest_chunk();
+        let loc = self.alloc(total.min(largest), old)?;
+        // A chained item's segments: chunks of the same (largest) class, so
+        // no page of theirs is taken away while the others are found.
+        let nseg = chain::segments(total, largest);
+        let mut segs = Vec::with_capacity(nseg);
+        // Not an item (nor a segment) until written: a chunk handed out
+        // again after a flush still holds its old bits.
+        item::set_bits(self.slabs.chunk_mut(loc), 0);
+        while segs.len() < nseg {
+            match self.alloc(largest, old) {
+                Ok(s) => {
+                    item::set_bits(self.slabs.chunk_mut(s), 0);
+                    segs.push(s);
+                }
+                Err(e) => {
+                    for l in segs.into_iter().chain([loc]) {
+                        self.slabs.free(l);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         // Eviction while allocating may have taken the old item already.
         if let Some(o) = old.filter(|&o| o != loc && self.slabs.is_live(o)) {
             self.remove(o);
@@ -570,6 +612,11 @@ impl Engine {
             key,
             value,
         );
+        if nseg > 0 {
+            chain::write(&mut self.slabs, loc, &segs, value);
+            let class = self.slabs.class_of(loc);
+            self.slabs.classes[class].segments += nseg as u64;
+        }
         let slabs = &self.slabs;
         self.index
             .insert(h, loc, &|l| hash(item::key(slabs.chunk(l))));
@@ -585,6 +632,14 @@ impl Engine {
         self.counters.bytes += total as u64;
         self.enforce_budget(Some(loc));
         Ok(())
+    }
+
+    /// The largest chunk: items above it are chained.
+    fn largest_chunk(&self) -> usize {
+        self.slabs
+            .classes
+            .last()
+            .map_or(0, |c| c.chunk_size as usize)
     }
 
     fn can_add_page(&self) -> bool {
@@ -712,6 +767,13 @@ impl Engine {
         let total = hdr.total_len() as u64;
         let class = self.slabs.class_of(loc);
         self.policy.unlink(&mut self.slabs, class, loc);
+        if chain::is_head(self.slabs.chunk(loc)) {
+            let segs = chain::segment_locs(&self.slabs, loc);
+            self.slabs.classes[class].segments -= segs.len() as u64;
+            for s in segs {
+                self.slabs.free(s);
+            }
+        }
         let c = &mut self.slabs.classes[class];
         c.used -= 1;
         c.requested -= total;
@@ -816,6 +878,10 @@ impl Engine {
                 Err(_) => ArithOutcome::NoMemory,
             };
         };
+        if chain::is_head(self.slabs.chunk(loc)) {
+            // Far longer than any number.
+            return ArithOutcome::NonNumeric;
+        }
         let p = item::parts(self.slabs.chunk(loc));
         if req.cas != 0 && p.header.cas != req.cas {
             return ArithOutcome::Exists;
@@ -1135,21 +1201,22 @@ impl Engine {
         let mut bytes = 0;
         for &page in &class.pages {
             for loc in self.slabs.live_in_page(page) {
-                let p = item::parts(self.slabs.chunk(loc));
-                let exp = p.header.exptime;
+                let chunk = self.slabs.chunk(loc);
+                let (h, key) = (item::Header::read(chunk), item::key(chunk));
+                let exp = h.exptime;
                 if exp != 0 && exp <= now {
                     continue;
                 }
-                if (limit != 0 && out.len() >= limit) || bytes + p.key.len() > max_bytes {
+                if (limit != 0 && out.len() >= limit) || bytes + key.len() > max_bytes {
                     return out;
                 }
-                bytes += p.key.len() + 32;
+                bytes += key.len() + 32;
                 let expiry = if exp == 0 {
                     Expiry::Never
                 } else {
                     Expiry::At(exp)
                 };
-                out.push((p.key.to_vec(), p.value.len(), expiry));
+                out.push((key.to_vec(), h.value_len as usize, expiry));
             }
         }
         out
@@ -1220,6 +1287,7 @@ impl Engine {
         self.rebal.validate(&pages);
         let mut live = 0u64;
         let mut bytes = 0u64;
+        let (mut chained_segments, mut marked_segments) = (0u64, 0u64);
         for (p, page) in self.slabs.pages.iter().enumerate() {
             let Some(page) = page else { continue };
             if page.class == 0 {
@@ -1234,14 +1302,40 @@ impl Engine {
                 class_live += 1;
                 let total = item::Header::read(chunk).total_len();
                 bytes += total as u64;
-                assert_eq!(
-                    self.slabs.class_for(total),
-                    Some(page.class as usize - 1),
-                    "item of {total} bytes in the class of its size"
-                );
+                if chain::is_head(chunk) {
+                    let class = self.slabs.class_of(loc);
+                    assert_eq!(
+                        class + 1,
+                        self.slabs.classes.len(),
+                        "head in the largest class"
+                    );
+                    let list = chain::segment_locs(&self.slabs, loc);
+                    assert_eq!(
+                        list.len(),
+                        chain::segments(total, chunk.len()),
+                        "segment count"
+                    );
+                    for s in &list {
+                        let seg = self.slabs.chunk(*s);
+                        assert!(chain::is_segment(seg), "segment marked");
+                        assert_eq!(chain::owner(seg), loc, "segment owner");
+                        assert_eq!(self.slabs.class_of(*s), class, "segment class");
+                    }
+                    chained_segments += list.len() as u64;
+                } else {
+                    assert_eq!(
+                        self.slabs.class_for(total),
+                        Some(page.class as usize - 1),
+                        "item of {total} bytes in the class of its size"
+                    );
+                }
             }
+            marked_segments += self.slabs.segments_in_page(p as PageId).len() as u64;
             assert!(class_live <= page.bump);
         }
+        assert_eq!(chained_segments, marked_segments, "no stray segments");
+        let counted: u64 = self.slabs.classes.iter().map(|c| c.segments).sum();
+        assert_eq!(counted, marked_segments, "class segment counts");
         assert_eq!(live, self.counters.curr_items, "curr_items");
         assert_eq!(live as usize, self.index.len(), "index len");
         assert_eq!(bytes, self.counters.bytes, "bytes");

@@ -90,6 +90,15 @@ pub fn total_len(key_len: usize, value_len: usize, flags: u32) -> usize {
     HEADER_LEN + len_ext(value_len) + flags_width(flags) + key_len + value_len
 }
 
+/// The size memcached 1.6 gives an item (`ITEM_ntotal`): its 48-byte header,
+/// the key and its NUL, the value and its `\r\n`, 4 bytes of client flags
+/// when not 0 and 8 bytes of CAS unless `-C`. `-I` bounds this size, so the
+/// same items fit as in memcached (cachalot's own layout is smaller), and
+/// meta `me` reports it.
+pub fn memcached_size(key_len: usize, value_len: usize, flags: u32, cas: bool) -> usize {
+    48 + key_len + 1 + value_len + 2 + if flags != 0 { 4 } else { 0 } + if cas { 8 } else { 0 }
+}
+
 /// Costs are stored on one byte, logarithmically: q = 0 for cost 0, otherwise
 /// q = 1 + round(8 * log2(cost)), so each step is 2^(1/8) (about 9%) and the
 /// range reaches 2^31.75. GreedyDual only needs costs up to such a ratio.
@@ -309,6 +318,16 @@ pub fn set_cost_code(chunk: &mut [u8], q: u8) {
     chunk[6] = q;
 }
 
+/// The client flags of a stored item.
+#[inline]
+pub fn flags(chunk: &[u8]) -> u32 {
+    let start = body_start(chunk);
+    let fw = code_width(chunk[7]);
+    let mut fbytes = [0u8; 4];
+    fbytes[..fw].copy_from_slice(&chunk[start..start + fw]);
+    u32::from_le_bytes(fbytes)
+}
+
 /// The key of a stored item (for index matches and rehashing).
 #[inline]
 pub fn key(chunk: &[u8]) -> &[u8] {
@@ -323,7 +342,8 @@ pub fn value_start(chunk: &[u8]) -> usize {
 }
 
 /// Write a whole item into `chunk`; `value` is given in pieces so append and
-/// prepend need no temporary concatenation.
+/// prepend need no temporary concatenation. A value too long for the chunk
+/// is left out: `chain::write` spreads it over the head and its segments.
 #[allow(clippy::too_many_arguments)]
 pub fn write(
     chunk: &mut [u8],
@@ -353,6 +373,9 @@ pub fn write(
     let mut at = start + fw;
     chunk[at..at + key.len()].copy_from_slice(key);
     at += key.len();
+    if at + value_len > chunk.len() {
+        return;
+    }
     for piece in value {
         chunk[at..at + piece.len()].copy_from_slice(piece);
         at += piece.len();

@@ -13,6 +13,7 @@
 //! Module map (see docs/ARCHITECTURE.md):
 //! - [`clock`]: the coarse server clock and memcached's exptime rules.
 //! - [`item`]: the 16-byte item header and item layout inside a chunk.
+//! - [`chain`]: items larger than the largest chunk, over several chunks.
 //! - [`index`]: the hash index (Cavast section 4.3).
 //! - [`slab`]: pages, slab classes, free chunks, page moves.
 //! - [`evict`]: eviction within a slab class: CLOCK (LRU) or GD-Wheel.
@@ -23,6 +24,7 @@
 //! - `testing` (feature `testing`): the reference model the property tests
 //!   and the fuzzer check the engine against; `validate()` on every structure.
 
+pub mod chain;
 pub mod clock;
 pub mod cost;
 pub mod engine;
@@ -47,8 +49,8 @@ pub use stats::{EngineStats, SlabClassStats};
 pub const DEFAULT_PAGE_SIZE: usize = 1 << 20;
 /// Longest key memcached accepts.
 pub const KEY_MAX_LEN: usize = 250;
-/// Largest value length the item header can describe (24-bit length field).
-pub const VALUE_MAX_LEN: usize = (1 << 24) - 1;
+/// Largest value: memcached's largest `-I` (1 GB).
+pub const VALUE_MAX_LEN: usize = 1 << 30;
 
 /// Engine configuration, filled from memcached's command-line flags.
 #[derive(Clone, Debug)]
@@ -57,6 +59,9 @@ pub struct Config {
     pub memory_limit: usize,
     /// `-I`: the largest item (header + key + value) accepted.
     pub item_size_max: usize,
+    /// `-o slab_chunk_max=`: the largest chunk; a larger item is chained
+    /// over several chunks (memcached's default: half a page).
+    pub slab_chunk_max: usize,
     /// `-f`: chunk size growth factor between slab classes.
     pub growth_factor: f64,
     /// `-n`: minimum space for key + value + flags in the smallest chunk.
@@ -116,6 +121,7 @@ impl Default for Config {
         Config {
             memory_limit: 64 << 20,
             item_size_max: 1 << 20,
+            slab_chunk_max: DEFAULT_PAGE_SIZE / 2,
             growth_factor: 1.25,
             chunk_min_data: 16,
             cas_enabled: true,

@@ -1,9 +1,9 @@
 //! Pages and slab classes (memcached's `slabs.c`).
 //!
-//! Memory is an arena of fixed-size pages (1 MB, or `-I` rounded up to a power
-//! of two when that is larger). A page belongs to at most one slab class and is
-//! cut into equal chunks of the class's size; class sizes grow by `-f` from the
-//! smallest chunk, as in memcached. Pages are identified by number and items by
+//! Memory is an arena of fixed-size pages (1 MB). A page belongs to at most
+//! one slab class and is cut into equal chunks of the class's size; class
+//! sizes grow by `-f` from the smallest chunk up to `slab_chunk_max`, as in
+//! memcached (larger items are chained over several chunks: `chain`). Pages are identified by number and items by
 //! (page, chunk), never by pointer, so a page can be emptied and handed to
 //! another class (`slabs reassign`, automove, rebalancing) and the index
 //! rewritten (`Index::relocate`) without chasing pointers.
@@ -51,6 +51,8 @@ pub struct Class {
     pub with_free: Vec<PageId>,
     /// Live items and their requested bytes.
     pub used: u64,
+    /// Chunks holding segments of chained items (`chain`).
+    pub segments: u64,
     pub requested: u64,
     /// CLOCK hand: position in `pages` and chunk number.
     pub hand_page: usize,
@@ -99,6 +101,7 @@ impl Slabs {
                 pages: Vec::new(),
                 with_free: Vec::new(),
                 used: 0,
+                segments: 0,
                 requested: 0,
                 hand_page: 0,
                 hand_chunk: 0,
@@ -333,6 +336,7 @@ impl Slabs {
         for class in &mut self.classes {
             class.with_free.clear();
             class.used = 0;
+            class.segments = 0;
             class.requested = 0;
             class.hand_page = 0;
             class.hand_chunk = 0;
@@ -362,12 +366,22 @@ impl Slabs {
             .collect()
     }
 
+    /// Segments of chained items in a page (`chain`).
+    pub fn segments_in_page(&self, id: PageId) -> Vec<u64> {
+        let page = self.page(id);
+        let cs = page.chunk_size as usize;
+        (0..page.bump)
+            .filter(|&c| crate::chain::is_segment(&page.mem[c as usize * cs..]))
+            .map(|c| self.loc(id, c))
+            .collect()
+    }
+
     /// Per-class stats with the occupancy fields filled in.
     pub fn class_stats(&self, class: usize) -> SlabClassStats {
         let c = &self.classes[class];
         let mut s = c.stats.clone();
         s.total_chunks = c.pages.len() as u64 * c.per_page as u64;
-        s.used_chunks = c.used;
+        s.used_chunks = c.used + c.segments;
         s.number = c.used;
         s.mem_requested = c.requested;
         let mut free = 0u64;

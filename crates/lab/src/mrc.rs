@@ -143,13 +143,15 @@ pub struct Geometry {
 }
 
 impl Geometry {
+    /// The engine's default geometry: 1 MB pages, classes up to memcached's
+    /// default `slab_chunk_max` (half a page).
     pub fn new(growth_factor: f64, chunk_min_data: usize, item_size_max: usize) -> Geometry {
         Geometry {
-            page_size: DEFAULT_PAGE_SIZE.max(item_size_max.next_power_of_two()),
+            page_size: DEFAULT_PAGE_SIZE,
             chunk_sizes: slab::class_sizes(
                 item::HEADER_LEN + chunk_min_data,
                 growth_factor,
-                item_size_max,
+                item_size_max.min(DEFAULT_PAGE_SIZE / 2),
             ),
             item_size_max,
         }
@@ -161,10 +163,12 @@ impl Geometry {
         if total_len > self.item_size_max {
             return None;
         }
+        // Larger items are chained over chunks of the last class (counted
+        // here as one).
         let i = self
             .chunk_sizes
             .partition_point(|&c| (c as usize) < total_len);
-        (i < self.chunk_sizes.len()).then_some(i)
+        Some(i.min(self.chunk_sizes.len() - 1))
     }
 }
 

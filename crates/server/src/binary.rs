@@ -337,7 +337,7 @@ impl BinaryHandler {
             match item {
                 Some(it) => {
                     let key_out: &[u8] = if with_key { key } else { &[] };
-                    let value: &[u8] = if with_value { it.value } else { &[] };
+                    let value_len = if with_value { it.value.len() } else { 0 };
                     write_response_header(
                         out,
                         r.opcode,
@@ -346,11 +346,13 @@ impl BinaryHandler {
                         it.cas,
                         4,
                         key_out.len() as u16,
-                        value.len() as u32,
+                        value_len as u32,
                     );
                     out.extend_from_slice(&it.flags.to_be_bytes());
                     out.extend_from_slice(key_out);
-                    out.extend_from_slice(value);
+                    if with_value {
+                        it.value.copy_to(out);
+                    }
                     true
                 }
                 None => false,

@@ -31,6 +31,7 @@
 use std::sync::atomic::AtomicU64;
 
 use cachalot_engine::engine::{Arith, Lookup};
+use cachalot_engine::item;
 use cachalot_engine::{
     ArithOutcome, Engine, Expiry, ItemId, ItemRef, RelTime, Store, StoreMode, StoreOutcome,
 };
@@ -349,7 +350,7 @@ fn mget_reply(
     }
     finish_line(out);
     if with_value {
-        out.extend_from_slice(it.value);
+        it.value.copy_to(out);
         finish_line(out);
     }
     fx
@@ -763,33 +764,26 @@ fn mdebug(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
     } else {
         &b" fetch=no"[..]
     });
-    let size = memcached_item_size(it.key.len(), it.value.len(), it.flags, cas_enabled);
-    let (factor, item_max) = (
+    // `me` reports memcached's figures, so tools reading it see what they
+    // would see on memcached.
+    let size = item::memcached_size(it.key.len(), it.value.len(), it.flags, cas_enabled);
+    let (factor, chunk_max) = (
         ctx.settings.engine.growth_factor,
-        ctx.settings.engine.item_size_max,
+        ctx.settings.engine.slab_chunk_max,
     );
     drop(eng);
     out.extend_from_slice(b" cls=");
-    push_u64(out, u64::from(memcached_class(size, factor, item_max)));
+    push_u64(out, u64::from(memcached_class(size, factor, chunk_max)));
     out.extend_from_slice(b" size=");
     push_u64(out, size as u64);
     finish_line(out);
 }
 
-/// The size memcached would give this item (`ITEM_ntotal`): its 48-byte
-/// header, the key and its NUL, the value and its `\r\n`, 4 bytes of client
-/// flags when non-zero and 8 bytes of CAS. `me` reports memcached's figures
-/// so tools reading it see what they would see on memcached.
-fn memcached_item_size(nkey: usize, nbytes: usize, flags: u32, cas: bool) -> usize {
-    48 + nkey + 1 + nbytes + 2 + if flags != 0 { 4 } else { 0 } + if cas { 8 } else { 0 }
-}
-
 /// The memcached slab class (`slabs_clsid`) for an item of `size` bytes with
-/// default `-n 48`, growth `factor` and `-I item_max`: classes start at 96
-/// bytes, grow by `factor` rounded up to 8, and the last one is the largest
-/// chunk (`item_max / 2`); bigger items are chunked into the last class.
-fn memcached_class(size: usize, factor: f64, item_max: usize) -> u32 {
-    let chunk_max = item_max / 2;
+/// default `-n 48`, growth `factor` and `slab_chunk_max`: classes start at
+/// 96 bytes, grow by `factor` rounded up to 8, and the last one is the
+/// largest chunk; bigger items are chunked into the last class.
+fn memcached_class(size: usize, factor: f64, chunk_max: usize) -> u32 {
     let factor = if factor > 1.0 { factor } else { 1.25 };
     let mut class = 1u32;
     let mut chunk = 96usize;
@@ -1015,16 +1009,16 @@ mod tests {
     #[test]
     fn memcached_sizes_and_classes() {
         // Checked against memcached 1.6.18 `me` output.
-        assert_eq!(memcached_item_size(2, 3, 5, true), 68);
-        assert_eq!(memcached_item_size(2, 3, 0, true), 64);
-        assert_eq!(memcached_class(68, 1.25, 1 << 20), 1);
-        assert_eq!(memcached_class(96, 1.25, 1 << 20), 1);
-        assert_eq!(memcached_class(97, 1.25, 1 << 20), 2);
-        assert_eq!(memcached_class(121, 1.25, 1 << 20), 3);
+        assert_eq!(item::memcached_size(2, 3, 5, true), 68);
+        assert_eq!(item::memcached_size(2, 3, 0, true), 64);
+        assert_eq!(memcached_class(68, 1.25, 512 << 10), 1);
+        assert_eq!(memcached_class(96, 1.25, 512 << 10), 1);
+        assert_eq!(memcached_class(97, 1.25, 512 << 10), 2);
+        assert_eq!(memcached_class(121, 1.25, 512 << 10), 3);
         // memcached -vv: class 39 is the 512 KB chunk class, 38 is 394840.
-        assert_eq!(memcached_class(394_840, 1.25, 1 << 20), 38);
-        assert_eq!(memcached_class(394_841, 1.25, 1 << 20), 39);
-        assert_eq!(memcached_class(1 << 20, 1.25, 1 << 20), 39);
+        assert_eq!(memcached_class(394_840, 1.25, 512 << 10), 38);
+        assert_eq!(memcached_class(394_841, 1.25, 512 << 10), 39);
+        assert_eq!(memcached_class(1 << 20, 1.25, 512 << 10), 39);
     }
 
     #[test]

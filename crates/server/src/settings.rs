@@ -112,8 +112,6 @@ pub struct Settings {
     pub warm_max_factor: f64,
     /// `-o temporary_ttl=`.
     pub temporary_ttl: u64,
-    /// `-o slab_chunk_max=` in bytes (memcached takes kilobytes).
-    pub slab_chunk_max: usize,
     /// `-o slab_automove_ratio=`.
     pub slab_automove_ratio: f64,
     /// `-o slab_automove_window=`.
@@ -177,7 +175,6 @@ impl Default for Settings {
             hot_max_factor: 0.2,
             warm_max_factor: 2.0,
             temporary_ttl: 61,
-            slab_chunk_max: 512 * 1024,
             slab_automove_ratio: 0.8,
             slab_automove_window: 30,
             watcher_logbuf_size: 256 * 1024,

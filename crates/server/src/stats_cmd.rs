@@ -326,7 +326,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
         format!("{:.2}", s.slab_automove_ratio),
     );
     stat(out, "slab_automove_window", s.slab_automove_window);
-    stat(out, "slab_chunk_max", s.slab_chunk_max);
+    stat(out, "slab_chunk_max", ec.slab_chunk_max);
     stat(out, "lru_crawler", yes_no(s.lru_crawler));
     stat(out, "lru_crawler_sleep", s.lru_crawler_sleep);
     stat(out, "lru_crawler_tocrawl", s.lru_crawler_tocrawl);

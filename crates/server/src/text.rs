@@ -464,7 +464,7 @@ fn write_value(out: &mut Vec<u8>, item: &ItemRef<'_>, with_cas: bool) {
         out.extend_from_slice(num.format(item.cas).as_bytes());
     }
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(item.value);
+    item.value.copy_to(out);
     out.extend_from_slice(b"\r\n");
 }
 

@@ -11,8 +11,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 mod meta_script;
@@ -72,50 +71,11 @@ fn cachalot_answers_like_memcached() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// A memcached process (MEMCACHED_BIN) on a free port, killed on drop.
-struct Memcached(Child, SocketAddr);
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_memcached(bin: &str) -> Memcached {
-    let port = common::free_port();
-    let child = Command::new(bin)
-        .args([
-            "-p",
-            &port.to_string(),
-            "-l",
-            "127.0.0.1",
-            "-U",
-            "0",
-            "-u",
-            "root",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn memcached");
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mc = Memcached(child, addr);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "memcached did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    mc
-}
-
 #[test]
 #[ignore = "needs a real memcached: set MEMCACHED_BIN"]
 fn memcached_agrees() {
-    let bin = std::env::var("MEMCACHED_BIN").expect("set MEMCACHED_BIN to a memcached 1.6.18");
-    let mc = start_memcached(&bin);
-    let failures = replay(mc.1, false);
+    let mc = common::Memcached::start(&[]);
+    let failures = replay(mc.addr(), false);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

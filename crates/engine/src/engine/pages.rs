@@ -33,6 +33,7 @@
 //! `enforce_budget`) that picks it cancels the drain.
 
 use super::{hash, Engine, ReassignOutcome};
+use crate::chain;
 use crate::evict::Victim;
 use crate::item;
 use crate::rebalance::ClassInfo;
@@ -265,6 +266,8 @@ impl Engine {
                 // A rescue (a victim's eviction, a copy, the index and the
                 // policy relinked) costs about three plain evictions.
                 work += RESCUE_WORK * (self.counters.rescues - rescues) as usize;
+            } else if chain::is_segment(self.slabs.chunk(loc)) {
+                self.evict_owner(loc, d.from);
             }
             d.next += 1;
             work += 1;
@@ -276,7 +279,9 @@ impl Engine {
             return done;
         }
         // Nothing can be live behind the cursor; check before handing over.
-        if !self.slabs.live_in_page(d.page).is_empty() {
+        if !self.slabs.live_in_page(d.page).is_empty()
+            || !self.slabs.segments_in_page(d.page).is_empty()
+        {
             debug_assert!(false, "live item behind the drain cursor");
             d.next = 0;
             self.drain = Some(d);
@@ -418,6 +423,11 @@ impl Engine {
         self.index.relocate(h, from, to);
         self.policy.relocate(&mut self.slabs, class, from, to);
         item::set_bits(self.slabs.chunk_mut(from), 0);
+        if chain::is_head(self.slabs.chunk(to)) {
+            for s in chain::segment_locs(&self.slabs, to) {
+                chain::set_owner(self.slabs.chunk_mut(s), to);
+            }
+        }
     }
 
     /// Tell the rebalancer that the item at `loc` leaves by eviction (the
@@ -452,6 +462,21 @@ impl Engine {
                 self.vacate(loc, class, page, rescue.then_some(false), &mut unlimited);
             }
         }
+        for loc in self.slabs.segments_in_page(page) {
+            if chain::is_segment(self.slabs.chunk(loc)) {
+                self.evict_owner(loc, class);
+            }
+        }
+    }
+
+    /// A page that leaves its class holds a segment of a chained item
+    /// (whose head is elsewhere): the item is evicted, all its chunks freed.
+    fn evict_owner(&mut self, seg: u64, class: usize) {
+        let head = chain::owner(self.slabs.chunk(seg));
+        self.counters.reassign_evictions += 1;
+        self.note_evicted(head, class);
+        self.unlink(head);
+        self.slabs.free(head);
     }
 
     /// Take a page from the class with the most pages (its least valuable
@@ -578,6 +603,12 @@ impl Engine {
             assert!(
                 self.slabs.split(loc).1 >= d.next,
                 "live item behind the cursor"
+            );
+        }
+        for loc in self.slabs.segments_in_page(d.page) {
+            assert!(
+                self.slabs.split(loc).1 >= d.next,
+                "segment behind the cursor"
             );
         }
     }

@@ -232,6 +232,79 @@ fn number<T: std::str::FromStr>(s: &str) -> Option<T> {
     s.parse().ok()
 }
 
+/// memcached 1.6.18's `-I`: `atoi` of the text without a trailing k or m
+/// (either case), times 1024 or 1024^2 in 32-bit `int` arithmetic. There is
+/// no `g`: `-I 1g` reads 1 (and fails as too small), like `-I 1x`.
+fn item_size_arg(v: &str) -> i32 {
+    let (digits, mult) = match v.as_bytes().last() {
+        Some(b'k' | b'K') => (&v[..v.len() - 1], 1 << 10),
+        Some(b'm' | b'M') => (&v[..v.len() - 1], 1 << 20),
+        _ => (v, 1),
+    };
+    atoi(digits).wrapping_mul(mult)
+}
+
+/// glibc's `atoi`: `(int) strtol(s, NULL, 10)`: leading white space, a sign,
+/// as many digits as follow (saturating at the `long` range), truncated to 32
+/// bits; 0 when there are no digits.
+fn atoi(s: &str) -> i32 {
+    let b = s.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    let (negative, digits) = match b.as_bytes().first() {
+        Some(b'-') => (true, &b[1..]),
+        Some(b'+') => (false, &b[1..]),
+        _ => (false, b),
+    };
+    let mut n: i64 = 0;
+    for d in digits.bytes().take_while(u8::is_ascii_digit) {
+        let d = i64::from(d - b'0');
+        n = n
+            .checked_mul(10)
+            .and_then(|n| {
+                if negative {
+                    n.checked_sub(d)
+                } else {
+                    n.checked_add(d)
+                }
+            })
+            .unwrap_or(if negative { i64::MIN } else { i64::MAX });
+    }
+    n as i32
+}
+
+/// memcached's checks of `-I` against `-m` and `slab_chunk_max`, in its order
+/// and words; the size in bytes when they pass.
+fn check_item_size(size: i32, e: &cachalot_engine::Config) -> Result<usize, CliError> {
+    let usage = |m: String| Err(CliError::new(EX_USAGE, m));
+    if size < 1024 {
+        return usage("Item max size cannot be less than 1024 bytes.".into());
+    }
+    let size = size as usize;
+    if size > e.memory_limit / 2 {
+        return usage("Cannot set item size limit higher than 1/2 of memory max.".into());
+    }
+    if size > 1 << 30 {
+        return usage("Cannot set item size limit higher than a gigabyte.".into());
+    }
+    let chunk = e.slab_chunk_max;
+    if chunk > size {
+        return usage(format!(
+            "slab_chunk_max (bytes: {chunk}) cannot be larger than -I (item_size_max {size})"
+        ));
+    }
+    if !size.is_multiple_of(chunk) {
+        return usage(format!(
+            "-I (item_size_max: {size}) must be evenly divisible by slab_chunk_max (bytes: {chunk})"
+        ));
+    }
+    let page = cachalot_engine::DEFAULT_PAGE_SIZE;
+    if !page.is_multiple_of(chunk) {
+        return usage(format!(
+            "slab_chunk_max (bytes: {chunk}) must divide evenly into {page} (slab_page_size)"
+        ));
+    }
+    Ok(size)
+}
+
 /// A size with an optional k/m/g suffix (binary units), in bytes; `unit` is
 /// the multiplier of a bare number.
 fn size_with_suffix(s: &str, unit: u64) -> Option<u64> {
@@ -254,7 +327,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     let mut s = Settings::default();
     let mut warnings = Vec::new();
     let mut listen_given = false;
-    let mut item_size_given = false;
+    let mut item_size = 1i32 << 20;
     let mut rebalance_given = false;
 
     for opt in opts {
@@ -401,23 +474,8 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
                     }
                 }
             }
-            'I' => {
-                let size = size_with_suffix(&v, 1).unwrap_or(0);
-                if size < 1024 {
-                    return Err(CliError::new(
-                        EX_USAGE,
-                        "Item max size cannot be less than 1024 bytes.",
-                    ));
-                }
-                if size > 1 << 30 {
-                    return Err(CliError::new(
-                        EX_USAGE,
-                        "Cannot set item size limit higher than a gigabyte.",
-                    ));
-                }
-                s.engine.item_size_max = size as usize;
-                item_size_given = true;
-            }
+            // Checked after all flags, as memcached does.
+            'I' => item_size = item_size_arg(&v),
             'S' => {
                 return Err(CliError::new(
                     EX_USAGE,
@@ -466,19 +524,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
         ));
         s.udp_port = 0;
     }
-    // memcached checks this after all flags, so `-I 32m -m 128` works in any order.
-    if s.engine.item_size_max > s.engine.memory_limit / 2 {
-        return Err(CliError::new(
-            EX_USAGE,
-            "Cannot set item size limit higher than 1/2 of memory max.",
-        ));
-    }
-    if item_size_given && s.engine.item_size_max > 1 << 20 && s.verbose > 0 {
-        warnings.push(format!(
-            "WARNING: Setting item max size above 1MB ({} bytes) raises the page size.",
-            s.engine.item_size_max
-        ));
-    }
+    s.engine.item_size_max = check_item_size(item_size, &s.engine)?;
     // `slab_automove=0` pauses whichever rebalancing rule runs (as `slabs
     // automove 0` does at run time), unless `rebalance=` names one: an
     // explicit rule wins over memcached's flag, in either order.
@@ -696,8 +742,19 @@ fn extended(
             "slab_automove_freeratio" => {
                 sub_float(key, value)?;
             }
+            // Bytes, as `safe_strtol` reads them (memcached 1.6.18 goes on
+            // after these messages and crashes; a chunk limit of 0 or less
+            // is refused here).
             "slab_chunk_max" => {
-                s.slab_chunk_max = sub_number::<usize>(key, value)?.saturating_mul(1024)
+                let v = value.ok_or_else(|| {
+                    CliError::new(EXIT_FAILURE, "Missing slab_chunk_max argument")
+                })?;
+                let n = cachalot_protocol::text::strtol32(v.as_bytes())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        CliError::new(EXIT_FAILURE, "could not parse argument to slab_chunk_max")
+                    })?;
+                s.engine.slab_chunk_max = n as usize;
             }
             "track_sizes" => s.track_sizes = true,
             "no_hashexpand" => s.hash_expand = false,
@@ -901,6 +958,80 @@ mod tests {
         assert_eq!(s.engine.item_size_max, 2 << 20);
     }
 
+    /// Exit status and message of memcached 1.6.18 for each `-I` (with the
+    /// default `-m 64` unless given), read off /usr/bin/memcached.
+    #[test]
+    fn item_size_limits_follow_memcached() {
+        let too_small = "Item max size cannot be less than 1024 bytes.";
+        let half = "Cannot set item size limit higher than 1/2 of memory max.";
+        let giga = "Cannot set item size limit higher than a gigabyte.";
+        let ok = |args: &[&str], size: usize, chunk: usize| {
+            let (s, _) = run(args).unwrap_or_else(|e| panic!("{args:?}: {}", e.message));
+            assert_eq!(
+                (s.engine.item_size_max, s.engine.slab_chunk_max),
+                (size, chunk),
+                "{args:?}"
+            );
+        };
+        ok(&[], 1 << 20, 512 << 10);
+        ok(&["-I", "512k"], 512 << 10, 512 << 10);
+        ok(&["-I", "1536k"], 1536 << 10, 512 << 10);
+        ok(&["-I", "2m"], 2 << 20, 512 << 10);
+        ok(&["-I", "1.5m"], 1 << 20, 512 << 10);
+        ok(&["-I", "+1M"], 1 << 20, 512 << 10);
+        ok(&["-I", "32m", "-m", "64"], 32 << 20, 512 << 10);
+        ok(&["-I", "1024m", "-m", "2048"], 1 << 30, 512 << 10);
+        ok(&["-I", "1k", "-o", "slab_chunk_max=1024"], 1024, 1024);
+        ok(&["-I", "100k", "-o", "slab_chunk_max=16"], 100 << 10, 16);
+        ok(&["-o", "slab_chunk_max=16384"], 1 << 20, 16384);
+        let fails: &[(&[&str], String)] = &[
+            (&["-I", "512"], too_small.into()),
+            (&["-I", "1g"], too_small.into()),
+            (&["-I", "2g"], too_small.into()),
+            (&["-I", "1x"], too_small.into()),
+            (&["-I", "0x100000"], too_small.into()),
+            (&["-I", "-1"], too_small.into()),
+            (&["-I", "99999999999k"], too_small.into()),
+            (&["-I", "2048m", "-m", "8192"], too_small.into()),
+            (&["-I", "512", "-m", "1"], too_small.into()),
+            (&["-I", "33m"], half.into()),
+            (&["-I", "64m", "-m", "64"], half.into()),
+            (&["-I", "99999999999"], half.into()),
+            (&["-I", "1m", "-m", "1"], half.into()),
+            (&["-I", "1025m", "-m", "4096"], giga.into()),
+            (&["-I", "2097151k", "-m", "8192"], giga.into()),
+            (
+                &["-I", "1k"],
+                "slab_chunk_max (bytes: 524288) cannot be larger than -I (item_size_max 1024)"
+                    .into(),
+            ),
+            (
+                &["-I", "1kk"],
+                "slab_chunk_max (bytes: 524288) cannot be larger than -I (item_size_max 1024)"
+                    .into(),
+            ),
+            (
+                &["-I", "600k"],
+                "-I (item_size_max: 614400) must be evenly divisible by slab_chunk_max (bytes: 524288)"
+                    .into(),
+            ),
+            (
+                &["-o", "slab_chunk_max=1000"],
+                "-I (item_size_max: 1048576) must be evenly divisible by slab_chunk_max (bytes: 1000)"
+                    .into(),
+            ),
+            (
+                &["-I", "2m", "-o", "slab_chunk_max=2097152"],
+                "slab_chunk_max (bytes: 2097152) must divide evenly into 1048576 (slab_page_size)"
+                    .into(),
+            ),
+        ];
+        for (args, message) in fails {
+            let e = err(args);
+            assert_eq!((e.code, &e.message), (EX_USAGE, message), "{args:?}");
+        }
+    }
+
     #[test]
     fn memory_suffixes() {
         assert_eq!(run(&["-m", "1g"]).unwrap().0.engine.memory_limit, 1 << 30);
@@ -967,6 +1098,14 @@ mod tests {
         assert_eq!(
             err(&["-I", "40m"]).message,
             "Cannot set item size limit higher than 1/2 of memory max."
+        );
+        assert_eq!(
+            err(&["-o", "slab_chunk_max"]).message,
+            "Missing slab_chunk_max argument"
+        );
+        assert_eq!(
+            err(&["-o", "slab_chunk_max=16k"]).message,
+            "could not parse argument to slab_chunk_max"
         );
         assert_eq!(err(&["--help=x"]).code, 1);
     }

@@ -309,3 +309,51 @@ impl Drop for Server {
         let _ = std::fs::remove_file(&self.port_file);
     }
 }
+
+/// A memcached process (`$MEMCACHED_BIN`, for the tests that check a table
+/// against the real thing) on a free port, killed on drop.
+pub struct Memcached(Child, SocketAddr);
+
+impl Memcached {
+    /// Start `$MEMCACHED_BIN` with these extra arguments.
+    pub fn start(args: &[&str]) -> Memcached {
+        let bin = std::env::var("MEMCACHED_BIN").expect("set MEMCACHED_BIN to a memcached 1.6.18");
+        let port = free_port();
+        let child = Command::new(bin)
+            .args([
+                "-p",
+                &port.to_string(),
+                "-l",
+                "127.0.0.1",
+                "-U",
+                "0",
+                "-u",
+                "root",
+            ])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn memcached");
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mc = Memcached(child, addr);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "memcached did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        mc
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.1
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
