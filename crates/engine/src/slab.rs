@@ -472,15 +472,16 @@ impl Slabs {
                 next = u32::from_le_bytes(page.mem[at + 8..at + 12].try_into().unwrap());
             }
             assert_eq!(n, page.free_count, "page {id} free count");
-            // Every chunk below the cursor is live or on the free list (a
-            // chunk that is neither is lost memory).
+            // Every chunk below the cursor is live, a chain segment, or on the
+            // free list (a chunk that is none of these is lost memory).
             let drained = match draining {
                 Some((p, next)) if p == id => next as usize,
                 _ => 0,
             };
             for (c, &f) in free.iter().enumerate().skip(drained) {
-                let live = item::bits(&page.mem[c * cs..]) & item::LIVE != 0;
-                assert!(live || f, "page {id}: chunk {c} neither live nor free");
+                let chunk = &page.mem[c * cs..];
+                let held = item::bits(chunk) & item::LIVE != 0 || crate::chain::is_segment(chunk);
+                assert!(held || f, "page {id}: chunk {c} neither held nor free");
             }
             let has_free = page.free_head != NONE || page.bump < page.nchunks;
             assert!(
