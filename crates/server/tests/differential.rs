@@ -35,7 +35,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 /// counter; the first difference stops both and is shrunk and reported.
 #[test]
 fn random_sequences_match_memcached() {
-    diff::memcached_bin();
+    common::memcached_bin();
     let count = env_u64("DIFF_SEQUENCES", 2400);
     let first = env_u64("DIFF_SEED", 1);
     let next = AtomicU64::new(first);
@@ -81,7 +81,7 @@ fn random_sequences_match_memcached() {
 /// delayed flush is global), run in parallel.
 #[test]
 fn timed_sequences_match_memcached() {
-    diff::memcached_bin();
+    common::memcached_bin();
     let failures: Vec<String> = std::thread::scope(|sc| {
         let runs: Vec<_> = diff::timed::sequences()
             .into_iter()

@@ -1,15 +1,14 @@
 //! Values larger than a page with `-I 32m -m 64`, through the text, meta and
 //! binary protocols: cachalot chains them over 512 KB chunks (pages stay
 //! 1 MB), memcached over its `slab_chunk_max` chunks. The same conversation
-//! runs against a real memcached with
-//!
-//! ```text
-//! MEMCACHED_BIN=/usr/bin/memcached cargo test -p cachalot-server --test large_items -- --ignored
-//! ```
+//! runs against a real memcached (`$MEMCACHED_BIN` or /usr/bin/memcached).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
+
+use cachalot_protocol::client::request::binary;
+use cachalot_protocol::client::{Reply, ReplyParser};
 
 mod common;
 
@@ -63,24 +62,31 @@ fn with(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
 }
 
-/// A binary GET for `key` and its reply (flags 0, the CAS is not checked:
-/// the reply is compared from the extras on).
+/// A binary GET for `key` and its reply, through the client codec (flags
+/// 0; the CAS is not checked).
 fn binary_get(c: &mut Conn, key: &[u8], v: &[u8]) {
-    let mut req = vec![0x80, 0x00, 0, key.len() as u8, 0, 0, 0, 0];
-    req.extend_from_slice(&(key.len() as u32).to_be_bytes());
-    req.extend_from_slice(&[0; 12]);
-    req.extend_from_slice(key);
+    let mut req = Vec::new();
+    binary::request(&mut req, binary::Opcode::Get as u8, 0, 0, &[], key, &[]);
     c.0.write_all(&req).expect("send");
-    let mut head = [0u8; 24];
-    c.0.read_exact(&mut head).expect("binary header");
-    assert_eq!(&head[..2], &[0x81, 0x00], "binary GET reply");
-    assert_eq!(u16::from_be_bytes([head[6], head[7]]), 0, "status");
-    let body = u32::from_be_bytes([head[8], head[9], head[10], head[11]]) as usize;
-    assert_eq!(body, 4 + v.len(), "body length");
-    let mut got = vec![0u8; body];
-    c.0.read_exact(&mut got).expect("binary body");
-    assert_eq!(&got[..4], &[0; 4], "flags");
-    assert!(got[4..] == *v, "binary value");
+    let mut replies = ReplyParser::new();
+    loop {
+        match replies.pull() {
+            Ok(Some(frame)) => {
+                let Reply::Binary(r) = frame.reply else {
+                    panic!("binary GET: not a binary reply: {:?}", frame.reply)
+                };
+                assert_eq!(r.header.vbucket_or_status, 0, "status");
+                assert_eq!(r.extras, &[0; 4], "flags");
+                assert!(r.value == v, "binary value");
+                return;
+            }
+            Ok(None) => {
+                let n = replies.read_from(&mut c.0).expect("binary reply");
+                assert!(n > 0, "binary GET: connection closed");
+            }
+            Err(e) => panic!("binary GET: {e:?}"),
+        }
+    }
 }
 
 fn conversation(addr: SocketAddr) {
@@ -200,7 +206,6 @@ fn cachalot_stores_values_over_pages() {
 }
 
 #[test]
-#[ignore = "needs a real memcached: set MEMCACHED_BIN"]
 fn memcached_agrees() {
     let mc = common::Memcached::start(&ARGS);
     conversation(mc.addr());

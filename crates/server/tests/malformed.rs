@@ -4,16 +4,11 @@
 //!
 //! Every expected reply was recorded from memcached 1.6.18 (default flags) on
 //! this machine first. `malformed_requests_match_memcached` replays the same
-//! table against a real memcached when `MEMCACHED_BIN` is set, so the table
-//! itself stays honest:
-//!
-//! ```text
-//! MEMCACHED_BIN=/usr/bin/memcached cargo test -p cachalot-server --test malformed -- --ignored
-//! ```
+//! table against a real memcached (`$MEMCACHED_BIN` or /usr/bin/memcached),
+//! so the table itself stays honest.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -372,47 +367,10 @@ fn malformed_requests_get_memcacheds_replies() {
     run_table(&server.addr().to_string());
 }
 
-/// A real memcached, stopped on drop.
-struct Memcached(Child);
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
+/// The same table against memcached itself, so it cannot drift from the
+/// oracle.
 #[test]
-#[ignore = "cross-check of the table against a real memcached; set MEMCACHED_BIN"]
 fn malformed_requests_match_memcached() {
-    let Ok(bin) = std::env::var("MEMCACHED_BIN") else {
-        panic!("set MEMCACHED_BIN to a memcached 1.6.18 binary");
-    };
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port");
-    let child = Command::new(bin)
-        .args([
-            "-p",
-            &port.to_string(),
-            "-l",
-            "127.0.0.1",
-            "-U",
-            "0",
-            "-u",
-            "root",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start memcached");
-    let _guard = Memcached(child);
-    let addr = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "memcached did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    run_table(&addr);
+    let mc = common::Memcached::start(&[]);
+    run_table(&mc.addr().to_string());
 }

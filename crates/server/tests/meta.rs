@@ -2,12 +2,9 @@
 //! `cachalot` binary, replaying the conversation table `tests/meta_cases.txt`
 //! (format in `tests/meta_script/mod.rs`).
 //!
-//! The table was recorded from memcached 1.6.18; `memcached_agrees` (ignored
-//! by default) replays it against a real memcached so it stays honest:
-//!
-//! ```text
-//! MEMCACHED_BIN=/usr/bin/memcached cargo test -p cachalot-server --test meta -- --ignored
-//! ```
+//! The table was recorded from memcached 1.6.18; `memcached_agrees` replays
+//! it against a real memcached (`$MEMCACHED_BIN` or /usr/bin/memcached) so it
+//! stays honest.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -72,7 +69,6 @@ fn cachalot_answers_like_memcached() {
 }
 
 #[test]
-#[ignore = "needs a real memcached: set MEMCACHED_BIN"]
 fn memcached_agrees() {
     let mc = common::Memcached::start(&[]);
     let failures = replay(mc.addr(), false);

@@ -310,50 +310,67 @@ impl Drop for Server {
     }
 }
 
-/// A memcached process (`$MEMCACHED_BIN`, for the tests that check a table
-/// against the real thing) on a free port, killed on drop.
-pub struct Memcached(Child, SocketAddr);
+/// The memcached binary: `$MEMCACHED_BIN` or the Debian package's. Missing
+/// is a failure, not a skip: the tests that use it are oracle checks.
+pub fn memcached_bin() -> PathBuf {
+    let bin = std::env::var_os("MEMCACHED_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/memcached"));
+    assert!(
+        bin.exists(),
+        "memcached not found at {}: the oracle tests need memcached 1.6 \
+         (Debian: `apt-get install memcached`, or run scripts/install-deps.sh), \
+         or set MEMCACHED_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// A running memcached on a free port, killed on drop.
+pub struct Memcached {
+    child: Child,
+    addr: SocketAddr,
+}
 
 impl Memcached {
-    /// Start `$MEMCACHED_BIN` with these extra arguments.
-    pub fn start(args: &[&str]) -> Memcached {
-        let bin = std::env::var("MEMCACHED_BIN").expect("set MEMCACHED_BIN to a memcached 1.6.18");
-        let port = free_port();
-        let child = Command::new(bin)
-            .args([
-                "-p",
-                &port.to_string(),
-                "-l",
-                "127.0.0.1",
-                "-U",
-                "0",
-                "-u",
-                "root",
-            ])
-            .args(args)
+    pub fn start(flags: &[&str]) -> Memcached {
+        let port_file = temp_path("memcached-port");
+        let child = Command::new(memcached_bin())
+            .args(["-p", "-1", "-U", "0", "-l", "127.0.0.1", "-u", "root"])
+            .args(flags)
+            .env("MEMCACHED_PORT_FILENAME", &port_file)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn memcached");
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let mc = Memcached(child, addr);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(addr).is_err() {
+        let mut m = Memcached {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while m.addr.port() == 0 || std::net::TcpStream::connect(m.addr).is_err() {
+            if let Some(p) = read_port_file(&port_file) {
+                m.addr.set_port(p);
+            }
+            if let Ok(Some(status)) = m.child.try_wait() {
+                panic!("memcached {flags:?} exited with {status}");
+            }
             assert!(Instant::now() < deadline, "memcached did not start");
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(10));
         }
-        mc
+        let _ = std::fs::remove_file(&port_file);
+        m
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.1
+        self.addr
     }
 }
 
 impl Drop for Memcached {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -34,23 +34,17 @@
 //! - Base64 (`b`) keys: memcached remembers an item was stored with one and
 //!   prints its key base64-encoded to every later request (docs/protocol.md).
 //! - cachalot's extensions (`cost=`, `w`, `E`, `md x`) and `stats` (internals).
-//! - Values, or appends, that land between memcached's size limit and
-//!   cachalot's slightly larger one: see `SIZE_LIMIT_GAP` and `Gen::big`.
 //! - A delayed `flush_all` after an immediate one: see `Gen::flush_delay`.
 
 use fastrand::Rng;
 
-/// `-I` of both servers (1 MB; larger limits are issue 9's `-I` work).
-pub const ITEM_MAX: usize = 1024 * 1024;
+/// `-I` of both servers (`mod.rs`'s `SERVER_FLAGS`): 2 MB, so values over a
+/// page are stored chained over `slab_chunk_max` chunks by both.
+pub const ITEM_MAX: usize = 2 * 1024 * 1024;
 
-/// Values this far below `-I` fit both servers; values at `-I` or above fit
-/// neither. Between them memcached's 48-byte header, CAS and key decide, and
-/// cachalot's 16-byte header lets it store a little more (docs/protocol.md).
-pub const SIZE_LIMIT_GAP: usize = 512;
-
-/// The largest value memcached 1.6.18 stores under `key` at `-I 1m` (its
-/// item header, CAS, the key's NUL and the value's `\r\n`, the flags when not
-/// 0); one byte more is refused by memcached but stored by cachalot.
+/// The largest value memcached 1.6.18 stores under `key` (its item header,
+/// CAS, the key's NUL and the value's `\r\n`, the flags when not 0); one
+/// byte more is refused, by cachalot too.
 pub fn memcached_value_max(key: Key, flags: u32) -> usize {
     ITEM_MAX - 59 - key.len() - if flags == 0 { 0 } else { 4 }
 }
@@ -279,8 +273,9 @@ fn general_value(r: &mut Rng) -> Vec<u8> {
         10..=79 => r.usize(1..40),
         80..=95 => r.usize(40..5000),
         96..=97 => r.usize(5000..100_000),
-        // At the -I limit: just inside what both store, or at -I (neither).
-        _ if r.bool() => ITEM_MAX - SIZE_LIMIT_GAP - r.usize(0..64),
+        // Over a page (chained), around the -I limit, or at -I.
+        98 => r.usize(1024 * 1024..ITEM_MAX - 100),
+        _ if r.bool() => ITEM_MAX - r.usize(0..100),
         _ => ITEM_MAX + r.usize(0..3),
     };
     let mut v: Vec<u8> = (0..len).map(|_| r.u8(..)).collect();
@@ -338,10 +333,6 @@ struct Gen {
     r: Rng,
     family: Family,
     counters: [Counter; COUNTER_KEYS as usize],
-    /// Keys that were given a value of half of `-I` or more: no
-    /// append/prepend to them, which could land between memcached's and
-    /// cachalot's size limits (`SIZE_LIMIT_GAP`).
-    big: Vec<Key>,
     /// An immediate flush happened: no delayed one may follow (see
     /// `flush_delay`).
     flushed: bool,
@@ -373,10 +364,12 @@ impl Gen {
         }
     }
 
-    /// Now and then, a value of exactly memcached's largest size for `key`.
+    /// Now and then, a value of exactly memcached's largest size for `key`,
+    /// or one byte more.
     fn at_limit(&mut self, key: Key, flags: u32) -> Option<Vec<u8>> {
         (key != Key::TooLong && self.r.u8(0..60) == 0).then(|| {
-            let mut v = vec![b'x'; memcached_value_max(key, flags)];
+            let len = memcached_value_max(key, flags) + self.r.usize(0..2);
+            let mut v = vec![b'x'; len];
             v[0] = b'a' + self.r.u8(0..26);
             v
         })
@@ -394,41 +387,6 @@ impl Gen {
     }
 
     fn push(&mut self, mut cmd: Cmd) {
-        let (key, value, concat) = match &cmd {
-            Cmd::Store { op, key, value, .. } => (
-                Some(*key),
-                value.len(),
-                matches!(op, TextStore::Append | TextStore::Prepend),
-            ),
-            Cmd::Meta {
-                key,
-                value: Some(v),
-                flags,
-                ..
-            } => (
-                Some(*key),
-                v.len(),
-                flags.iter().any(
-                    |f| matches!(f, MFlag::Token(b'M', m) if m[..] == *b"A" || m[..] == *b"P"),
-                ),
-            ),
-            Cmd::Binary {
-                opcode, key, value, ..
-            } => (
-                *key,
-                value.len(),
-                matches!(opcode, 0x0e | 0x0f | 0x19 | 0x1a),
-            ),
-            _ => (None, 0, false),
-        };
-        if let Some(k) = key {
-            if concat && self.big.contains(&k) {
-                return;
-            }
-            if value >= ITEM_MAX / 2 {
-                self.big.push(k);
-            }
-        }
         // A refused key leaves a text or meta data block to be read as
         // commands: keep it one harmless line.
         if let Cmd::Store {
@@ -1070,7 +1028,6 @@ pub fn sequence(seed: u64) -> Seq {
         family,
         counters: [Counter::Absent; COUNTER_KEYS as usize],
         flushed: false,
-        big: Vec::new(),
         steps: Vec::new(),
     };
     let len = g.r.usize(5..60);

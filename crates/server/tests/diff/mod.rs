@@ -7,84 +7,16 @@ pub mod exec;
 pub mod gen;
 pub mod timed;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
-use crate::common;
+use crate::common::{self, Memcached};
 use exec::Difference;
 use gen::{Seq, Step};
 
 /// Flags both servers get: memory enough that no sequence ever evicts
-/// (eviction differs by design), the default 1 MB `-I` (see `gen::ITEM_MAX`).
-pub const SERVER_FLAGS: &[&str] = &["-m", "1024", "-t", "2"];
-
-/// The memcached binary: `$MEMCACHED_BIN` or the Debian package's. Missing
-/// is a failure, not a skip: the tester is the oracle check.
-pub fn memcached_bin() -> PathBuf {
-    let bin = std::env::var_os("MEMCACHED_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/memcached"));
-    assert!(
-        bin.exists(),
-        "memcached not found at {}: the differential test needs memcached 1.6 \
-         (Debian: `apt-get install memcached`, or run scripts/install-deps.sh), \
-         or set MEMCACHED_BIN",
-        bin.display()
-    );
-    bin
-}
-
-/// A running memcached on a free port, killed on drop.
-pub struct Memcached {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Memcached {
-    pub fn start(flags: &[&str]) -> Memcached {
-        let port_file = common::temp_path("memcached-port");
-        let child = Command::new(memcached_bin())
-            .args(["-p", "-1", "-U", "0", "-l", "127.0.0.1", "-u", "root"])
-            .args(flags)
-            .env("MEMCACHED_PORT_FILENAME", &port_file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn memcached");
-        let mut m = Memcached {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while m.addr.port() == 0 || std::net::TcpStream::connect(m.addr).is_err() {
-            if let Some(p) = common::read_port_file(&port_file) {
-                m.addr.set_port(p);
-            }
-            if let Ok(Some(status)) = m.child.try_wait() {
-                panic!("memcached {flags:?} exited with {status}");
-            }
-            assert!(Instant::now() < deadline, "memcached did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = std::fs::remove_file(&port_file);
-        m
-    }
-
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// (eviction differs by design), `-I 2m` so values over a page are chained
+/// (`gen::ITEM_MAX`).
+pub const SERVER_FLAGS: &[&str] = &["-m", "1024", "-t", "2", "-I", "2m"];
 
 /// memcached and cachalot with the same flags.
 pub struct Pair {
