@@ -120,6 +120,9 @@ for name in "${names[@]}"; do
     echo
     echo "== replay against $name"
     sed -n '1,12p' "$OUT_DIR/$name.txt"
+    # The totals come first in the result document (meta, totals, intervals).
+    errors=$(awk '/"totals"/ { t = 1 } t && /"errors"/ { gsub(/[^0-9]/, ""); print; exit }' "$OUT_DIR/$name.json")
+    echo "errors (SERVER_ERROR and other failed requests): ${errors:-?}"
 done
 rm -rf "$OUT_DIR"
 exit "$status"
