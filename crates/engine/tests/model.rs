@@ -278,3 +278,90 @@ fn pages_given_back_to_the_index_count_as_evictions() {
     assert_eq!(s.slab_reassign_evictions, 0);
     assert_eq!(s.curr_items + s.evictions, s.total_items);
 }
+
+/// An item lost to a page move, then vivified by a decrement whose result
+/// reads the same as decrementing the lost item would (0): the model must
+/// tell them apart by the stored bytes (no padding), not by the number
+/// (found by the engine_ops fuzzer).
+#[test]
+fn vivified_after_eviction_is_not_the_lost_item() {
+    let config = Config {
+        memory_limit: 2 << 20,
+        item_size_max: 64 << 10,
+        ..Config::default()
+    };
+    let decr = |delta, vivify| Op::Arith {
+        key: 9,
+        incr: false,
+        delta,
+        cas: CasArg::None,
+        vivify: Some(vivify),
+    };
+    testing::run(
+        &[
+            decr(1 << 63, 69_514_384_078_653_897),
+            // A second class needs a page: the only one moves, evicting key 9.
+            Op::Store {
+                mode: StoreMode::Set,
+                key: 0,
+                len: 0,
+                flags: 0,
+                ttl: 1,
+                cas: CasArg::None,
+                cost: Some(2),
+            },
+            decr(u64::MAX, 0),
+        ],
+        config,
+    );
+}
+
+/// A page drain that evicts a victim on the page itself to make room for a
+/// hot item, then runs out of budget: the victim's chunk, ahead of the
+/// cursor, is freed rather than left neither live nor free (found by the
+/// engine_ops fuzzer through `validate()`).
+#[test]
+fn drain_victim_on_the_draining_page_is_freed() {
+    let config = Config {
+        memory_limit: 4 << 20,
+        evict: false,
+        eviction: EvictionPolicy::GdWheel,
+        rebalance: RebalancePolicy::Mrc,
+        rebalance_tuning: cachalot_engine::rebalance::Tuning {
+            mrc_period: 1,
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    let set = |key, len, ttl, cost| Op::Store {
+        mode: StoreMode::Set,
+        key,
+        len,
+        flags: 0,
+        ttl,
+        cas: CasArg::None,
+        cost,
+    };
+    testing::run(
+        &[
+            set(10, 0, 0, Some(100)),
+            set(31, 2048, -1, None),
+            set(13, 2048, 1, Some(1)),
+            set(0, 0, 4, Some(65535)),
+            Op::Get {
+                key: 13,
+                bump: true,
+            },
+            set(13, 2048, -1, Some(65535)),
+            Op::Get {
+                key: 13,
+                bump: true,
+            },
+            // The rule moves the small items' page: its hot item needs a
+            // chunk, the class's victim is on the page, the budget is 1.
+            Op::Maintain { budget: 1 },
+            Op::Maintain { budget: 1000 },
+        ],
+        config,
+    );
+}

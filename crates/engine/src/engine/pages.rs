@@ -387,15 +387,21 @@ impl Engine {
                 return Rescue::Nowhere;
             };
             match victim {
+                // Freed, not only unlinked: the chunk is ahead of the
+                // cursor, and until the cursor passes it the page must
+                // account for it (the page is off the free lists, so it is
+                // not handed out).
                 Victim::Expired(v) if self.slabs.split(v).0 == page => {
                     *budget -= 1;
                     self.unlink(v);
+                    self.slabs.free(v);
                 }
                 Victim::Evicted(v) if self.slabs.split(v).0 == page => {
                     *budget -= 1;
                     self.counters.reassign_evictions += 1;
                     self.note_evicted(v, class);
                     self.unlink(v);
+                    self.slabs.free(v);
                 }
                 Victim::Expired(v) => {
                     self.unlink(v);
