@@ -6,6 +6,8 @@
 
 pub mod binary;
 pub mod client;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod meta;
 
 pub mod text;
