@@ -11,7 +11,7 @@
 //! Resident memory is read from /proc/<pid>/status (VmRSS sampled every
 //! 10 ms, plus the kernel's own high-water mark VmHWM), as the issue asks.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::TcpStream;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,8 +19,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use cachalot_protocol::client::request::meta::{self, Flag};
+use cachalot_protocol::client::request::text::{self, Retrieve, Store, StoreOp};
+use cachalot_protocol::client::{Reply, ReplyParser};
+
 use crate::keys::{value_for, KeyMaker};
-use crate::reply::{next_unit, Unit};
 
 /// How sets are written during the fill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,28 +50,14 @@ pub fn connect(addr: &str) -> io::Result<TcpStream> {
     Ok(s)
 }
 
-/// Appends one quiet set of key `index` to `out`.
-pub fn push_set(out: &mut Vec<u8>, keys: &KeyMaker, index: u64, value: &[u8], proto: SetProto) {
+/// Appends one quiet set of `key` to `out`.
+pub fn push_set(out: &mut Vec<u8>, key: &[u8], value: &[u8], proto: SetProto) {
     match proto {
-        SetProto::Text => out.extend_from_slice(b"set "),
-        SetProto::Meta => out.extend_from_slice(b"ms "),
+        SetProto::Text => Store::new(StoreOp::Set, key, value)
+            .noreply(true)
+            .encode(out),
+        SetProto::Meta => meta::set(out, key, value, &[Flag::Bare(b'q')]),
     }
-    keys.write(index, out);
-    let num = value.len().to_string();
-    match proto {
-        SetProto::Text => {
-            out.extend_from_slice(b" 0 0 ");
-            out.extend_from_slice(num.as_bytes());
-            out.extend_from_slice(b" noreply\r\n");
-        }
-        SetProto::Meta => {
-            out.push(b' ');
-            out.extend_from_slice(num.as_bytes());
-            out.extend_from_slice(b" q\r\n");
-        }
-    }
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 #[derive(Debug, Default)]
@@ -97,16 +86,19 @@ pub fn fill(
     let start = Instant::now();
     let mut out = Vec::with_capacity(1 << 18);
     let mut value = vec![0u8; value_size];
+    let mut key = Vec::with_capacity(keys.len());
     let items = range.end.saturating_sub(range.start);
     for i in range {
         value_for(i, salt, &mut value);
-        push_set(&mut out, keys, i, &value, proto);
+        key.clear();
+        keys.write(i, &mut key);
+        push_set(&mut out, &key, &value, proto);
         if out.len() >= 1 << 18 {
             stream.write_all(&out)?;
             out.clear();
         }
     }
-    out.extend_from_slice(b"version\r\n");
+    text::line(&mut out, &[b"version"]);
     stream.write_all(&out)?;
     let (unexpected, first_unexpected) = reader
         .join()
@@ -119,41 +111,27 @@ pub fn fill(
     })
 }
 
-/// Reads replies until a VERSION line; returns how many other units came.
+/// Reads replies until a VERSION line; returns how many other replies came
+/// and the first few of them.
 fn drain_until_version(mut stream: TcpStream) -> io::Result<(u64, Vec<String>)> {
-    let mut buf = vec![0u8; 1 << 16];
-    let mut have = 0usize;
+    let mut p = ReplyParser::new();
     let mut unexpected = 0u64;
     let mut first = Vec::new();
     loop {
-        if have == buf.len() {
-            buf.resize(buf.len() * 2, 0);
+        let f = p.pull_from(&mut stream)?;
+        if f.reply.code() == b"VERSION" {
+            return Ok((unexpected, first));
         }
-        let n = stream.read(&mut buf[have..])?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "server closed the connection during the fill",
-            ));
+        unexpected += 1;
+        if first.len() < 5 {
+            first.push(shown(f.raw));
         }
-        have += n;
-        let mut pos = 0;
-        loop {
-            match next_unit(&buf[pos..have]).map_err(io::Error::other)? {
-                None => break,
-                Some((Unit::Version, _)) => return Ok((unexpected, first)),
-                Some((unit, used)) => {
-                    unexpected += 1;
-                    if first.len() < 5 {
-                        first.push(format!("{unit:?}"));
-                    }
-                    pos += used;
-                }
-            }
-        }
-        buf.copy_within(pos..have, 0);
-        have -= pos;
     }
+}
+
+/// The start of a reply, for a message.
+fn shown(raw: &[u8]) -> String {
+    String::from_utf8_lossy(&raw[..raw.len().min(120)]).into_owned()
 }
 
 /// Result of re-reading a range of keys.
@@ -189,65 +167,48 @@ pub fn reread(
         let off = i - range.start;
         ((u128::from(off) * bands as u128 / u128::from(total.max(1))) as usize).min(bands - 1)
     };
-    let mut buf = vec![0u8; 1 << 16];
+    let mut p = ReplyParser::new();
     let mut expect = vec![0u8; value_size];
+    let mut names = Vec::with_capacity(batch * keys.len());
     let mut req = Vec::with_capacity(batch * (keys.len() + 1) + 8);
     let mut i = range.start;
     while i < range.end {
         let end = (i + batch.max(1) as u64).min(range.end);
-        req.clear();
-        req.extend_from_slice(b"get");
+        names.clear();
         for k in i..end {
-            req.push(b' ');
-            keys.write(k, &mut req);
+            keys.write(k, &mut names);
             res.bands[band_of(k)].1 += 1;
         }
-        req.extend_from_slice(b"\r\n");
+        req.clear();
+        // Every key has the same length, so the names cut back apart.
+        text::retrieve(&mut req, Retrieve::Get, names.chunks(keys.len()));
         stream.write_all(&req)?;
-        // Read VALUE units until END; keys come back in request order, but
-        // match them by name anyway so a reordering server is not misjudged.
-        let mut have = 0usize;
-        'reply: loop {
-            if have == buf.len() {
-                buf.resize(buf.len() * 2, 0);
-            }
-            let n = stream.read(&mut buf[have..])?;
-            if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "server closed the connection during the re-read",
-                ));
-            }
-            have += n;
-            let mut pos = 0;
-            loop {
-                match next_unit(&buf[pos..have]).map_err(io::Error::other)? {
-                    None => break,
-                    Some((Unit::End, _)) => break 'reply,
-                    Some((Unit::Value { key, data }, used)) => {
-                        let idx = parse_key_index(key).filter(|k| (i..end).contains(k));
-                        match idx {
-                            Some(k) => {
-                                value_for(k, salt, &mut expect);
-                                if data == expect.as_slice() {
-                                    res.bands[band_of(k)].0 += 1;
-                                } else {
-                                    res.corrupt += 1;
-                                }
+        // Read VALUEs until END; keys come back in request order, but match
+        // them by name anyway so a reordering server is not misjudged.
+        loop {
+            let f = p.pull_from(&mut stream)?;
+            match f.reply {
+                Reply::Line(b"END") => break,
+                Reply::Value { key, data, .. } => {
+                    match parse_key_index(key).filter(|k| (i..end).contains(k)) {
+                        Some(k) => {
+                            value_for(k, salt, &mut expect);
+                            if data == expect.as_slice() {
+                                res.bands[band_of(k)].0 += 1;
+                            } else {
+                                res.corrupt += 1;
                             }
-                            None => res.corrupt += 1,
                         }
-                        pos += used;
-                    }
-                    Some((other, _)) => {
-                        return Err(io::Error::other(format!(
-                            "unexpected reply to get: {other:?}"
-                        )))
+                        None => res.corrupt += 1,
                     }
                 }
+                _ => {
+                    return Err(io::Error::other(format!(
+                        "unexpected reply to get: {:?}",
+                        shown(f.raw)
+                    )))
+                }
             }
-            buf.copy_within(pos..have, 0);
-            have -= pos;
         }
         i = end;
     }
@@ -267,35 +228,29 @@ pub fn parse_key_index(key: &[u8]) -> Option<u64> {
 /// `stats` as (name, value) pairs.
 pub fn stats(addr: &str) -> io::Result<Vec<(String, String)>> {
     let mut stream = connect(addr)?;
-    stream.write_all(b"stats\r\n")?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
+    let mut req = Vec::new();
+    text::line(&mut req, &[b"stats"]);
+    stream.write_all(&req)?;
+    let mut p = ReplyParser::new();
+    let mut out = Vec::new();
     loop {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "server closed the connection during stats",
-            ));
+        let f = p.pull_from(&mut stream)?;
+        let Reply::Line(line) = f.reply else {
+            return Err(io::Error::other(format!(
+                "unexpected reply to stats: {:?}",
+                shown(f.raw)
+            )));
+        };
+        if line == b"END" {
+            return Ok(out);
         }
-        buf.extend_from_slice(&chunk[..n]);
-        if buf.ends_with(b"END\r\n") {
-            break;
+        let line = String::from_utf8_lossy(line);
+        let mut parts = line.splitn(3, ' ');
+        if let (Some("STAT"), Some(name), Some(value)) = (parts.next(), parts.next(), parts.next())
+        {
+            out.push((name.to_string(), value.to_string()));
         }
     }
-    let text = String::from_utf8_lossy(&buf);
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            let mut parts = l.trim_end().splitn(3, ' ');
-            match (parts.next(), parts.next(), parts.next()) {
-                (Some("STAT"), Some(name), Some(value)) => {
-                    Some((name.to_string(), value.to_string()))
-                }
-                _ => None,
-            }
-        })
-        .collect())
 }
 
 /// VmRSS and VmHWM of a process, in kB, from /proc/<pid>/status.
@@ -365,13 +320,13 @@ mod tests {
     fn text_and_meta_sets_are_well_formed() {
         let keys = KeyMaker::new(14).unwrap();
         let mut out = Vec::new();
-        push_set(&mut out, &keys, 5, b"ab\r\ncdefgh", SetProto::Text);
+        push_set(&mut out, &keys.key(5), b"ab\r\ncdefgh", SetProto::Text);
         assert_eq!(
             out,
             b"set key:0000000005 0 0 10 noreply\r\nab\r\ncdefgh\r\n"
         );
         out.clear();
-        push_set(&mut out, &keys, 5, b"xyz", SetProto::Meta);
+        push_set(&mut out, &keys.key(5), b"xyz", SetProto::Meta);
         assert_eq!(out, b"ms key:0000000005 3 q\r\nxyz\r\n");
     }
 

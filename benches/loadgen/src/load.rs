@@ -21,8 +21,10 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use mio::{Events, Interest, Poll, Token};
 
+use cachalot_protocol::client::request::text::{self, Store, StoreOp};
+use cachalot_protocol::client::{parse_reply, parse_single_get, Reply};
+
 use crate::keys::{KeyMaker, Rng};
-use crate::reply::{next_get_reply, next_unit, GetReply, Unit};
 
 #[derive(Clone, Debug)]
 pub struct LoadConfig {
@@ -94,33 +96,48 @@ struct Conn {
     done: bool,
 }
 
-/// Appends one batch of `depth` random requests to `out`.
-fn build_batch(
-    cfg: &LoadConfig,
-    keys: &KeyMaker,
-    rng: &mut Rng,
-    pool: &[u8],
-    out: &mut Vec<u8>,
-    pending: &mut VecDeque<Kind>,
-) {
-    let len_str = cfg.value_size.to_string();
-    for _ in 0..cfg.depth {
-        let k = rng.below(cfg.keys);
-        if rng.unit() < cfg.get_ratio {
-            out.extend_from_slice(b"get ");
-            keys.write(k, out);
-            out.extend_from_slice(b"\r\n");
-            pending.push_back(Kind::Get);
-        } else {
-            out.extend_from_slice(b"set ");
-            keys.write(k, out);
-            out.extend_from_slice(b" 0 0 ");
-            out.extend_from_slice(len_str.as_bytes());
-            out.extend_from_slice(b"\r\n");
-            let off = rng.below((pool.len() - cfg.value_size) as u64 + 1) as usize;
-            out.extend_from_slice(&pool[off..off + cfg.value_size]);
-            out.extend_from_slice(b"\r\n");
-            pending.push_back(Kind::Set);
+/// One thread's random requests: uniform keys, `get` with probability
+/// `get_ratio`, else a `set` of bytes cut from a random pool.
+struct Mix<'a> {
+    cfg: &'a LoadConfig,
+    keys: KeyMaker,
+    rng: Rng,
+    pool: Vec<u8>,
+    /// The key being encoded, reused so that a batch allocates nothing.
+    key: Vec<u8>,
+}
+
+impl<'a> Mix<'a> {
+    fn new(cfg: &'a LoadConfig, seed: u64) -> io::Result<Mix<'a>> {
+        let keys = KeyMaker::new(cfg.key_len).map_err(io::Error::other)?;
+        let mut rng = Rng::new(seed);
+        let mut pool = vec![0u8; cfg.value_size + 4096];
+        rng.fill_bytes(&mut pool);
+        let key = Vec::with_capacity(keys.len());
+        Ok(Mix {
+            cfg,
+            keys,
+            rng,
+            pool,
+            key,
+        })
+    }
+
+    /// Appends one batch of `depth` requests to `out`.
+    fn batch(&mut self, out: &mut Vec<u8>, pending: &mut VecDeque<Kind>) {
+        let (cfg, rng, key) = (self.cfg, &mut self.rng, &mut self.key);
+        for _ in 0..cfg.depth {
+            key.clear();
+            self.keys.write(rng.below(cfg.keys), key);
+            if rng.unit() < cfg.get_ratio {
+                text::get(out, key);
+                pending.push_back(Kind::Get);
+            } else {
+                let off = rng.below((self.pool.len() - cfg.value_size) as u64 + 1) as usize;
+                let value = &self.pool[off..off + cfg.value_size];
+                Store::new(StoreOp::Set, key, value).encode(out);
+                pending.push_back(Kind::Set);
+            }
         }
     }
 }
@@ -169,30 +186,25 @@ fn read_replies(c: &mut Conn, res: &mut LoadResult) -> io::Result<bool> {
     let mut pos = 0;
     while let Some(&kind) = c.pending.front() {
         let buf = &c.inb[pos..c.in_len];
-        let used = match kind {
-            Kind::Get => match next_get_reply(buf).map_err(io::Error::other)? {
-                None => break,
-                Some((r, used)) => {
-                    res.gets += 1;
-                    match r {
-                        GetReply::Hit => res.hits += 1,
-                        GetReply::Miss => {}
-                        GetReply::Error => res.errors += 1,
-                    }
-                    used
-                }
-            },
-            Kind::Set => match next_unit(buf).map_err(io::Error::other)? {
-                None => break,
-                Some((u, used)) => {
-                    res.sets += 1;
-                    if u != Unit::Stored {
-                        res.errors += 1;
-                    }
-                    used
-                }
-            },
+        let parsed = match kind {
+            Kind::Get => parse_single_get(buf),
+            Kind::Set => parse_reply(buf),
         };
+        let Some((reply, used)) = parsed.map_err(io::Error::other)? else {
+            break;
+        };
+        let ok = match kind {
+            Kind::Get => {
+                res.gets += 1;
+                res.hits += u64::from(matches!(reply, Reply::Value { .. }));
+                matches!(reply, Reply::Value { .. } | Reply::Line(b"END"))
+            }
+            Kind::Set => {
+                res.sets += 1;
+                reply == Reply::Line(b"STORED")
+            }
+        };
+        res.errors += u64::from(!ok);
         pos += used;
         c.pending.pop_front();
         let ns = c.sent_at.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
@@ -204,10 +216,7 @@ fn read_replies(c: &mut Conn, res: &mut LoadResult) -> io::Result<bool> {
 }
 
 fn run_thread(cfg: &LoadConfig, conns: usize, seed: u64) -> io::Result<LoadResult> {
-    let keys = KeyMaker::new(cfg.key_len).map_err(io::Error::other)?;
-    let mut rng = Rng::new(seed);
-    let mut pool = vec![0u8; cfg.value_size + 4096];
-    rng.fill_bytes(&mut pool);
+    let mut mix = Mix::new(cfg, seed)?;
     let mut poll = Poll::new()?;
     let mut list = Vec::with_capacity(conns);
     for i in 0..conns {
@@ -236,7 +245,7 @@ fn run_thread(cfg: &LoadConfig, conns: usize, seed: u64) -> io::Result<LoadResul
     // A server that stops answering must not hang the benchmark forever.
     let give_up = deadline + Duration::from_secs(10);
     for c in list.iter_mut() {
-        build_batch(cfg, &keys, &mut rng, &pool, &mut c.out, &mut c.pending);
+        mix.batch(&mut c.out, &mut c.pending);
         c.sent_at = Instant::now();
         flush(c)?;
     }
@@ -269,7 +278,7 @@ fn run_thread(cfg: &LoadConfig, conns: usize, seed: u64) -> io::Result<LoadResul
                 }
                 if c.pending.is_empty() {
                     if Instant::now() < deadline {
-                        build_batch(cfg, &keys, &mut rng, &pool, &mut c.out, &mut c.pending);
+                        mix.batch(&mut c.out, &mut c.pending);
                         c.sent_at = Instant::now();
                         flush(c)?;
                     } else {
@@ -335,19 +344,12 @@ mod tests {
 
     #[test]
     fn batches_follow_the_mix_and_depth() {
-        let keys = KeyMaker::new(14).unwrap();
-        let mut rng = Rng::new(9);
-        let pool = vec![b'x'; 8 + 4096];
+        let c = cfg(0.9, 10_000);
+        let mut mix = Mix::new(&c, 9).unwrap();
+        mix.pool.fill(b'x');
         let mut out = Vec::new();
         let mut pending = VecDeque::new();
-        build_batch(
-            &cfg(0.9, 10_000),
-            &keys,
-            &mut rng,
-            &pool,
-            &mut out,
-            &mut pending,
-        );
+        mix.batch(&mut out, &mut pending);
         assert_eq!(pending.len(), 10_000);
         let gets = pending.iter().filter(|&&k| k == Kind::Get).count();
         assert!((8_700..9_300).contains(&gets), "{gets} gets of 10000");
@@ -364,19 +366,12 @@ mod tests {
 
     #[test]
     fn all_sets_when_ratio_is_zero() {
-        let keys = KeyMaker::new(14).unwrap();
-        let mut rng = Rng::new(9);
-        let pool = vec![b'x'; 8 + 4096];
+        let c = cfg(0.0, 50);
+        let mut mix = Mix::new(&c, 9).unwrap();
+        mix.pool.fill(b'x');
         let mut out = Vec::new();
         let mut pending = VecDeque::new();
-        build_batch(
-            &cfg(0.0, 50),
-            &keys,
-            &mut rng,
-            &pool,
-            &mut out,
-            &mut pending,
-        );
+        mix.batch(&mut out, &mut pending);
         assert!(pending.iter().all(|&k| k == Kind::Set));
     }
 

@@ -20,12 +20,14 @@
 mod capacity;
 mod keys;
 mod load;
-mod reply;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+use cachalot_protocol::client::request::text;
+use cachalot_protocol::client::ReplyParser;
 
 use capacity::SetProto;
 use keys::KeyMaker;
@@ -157,17 +159,12 @@ fn wait(o: &Opts) -> Result<(), String> {
 fn try_version(addr: &str) -> std::io::Result<String> {
     let mut s = capacity::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(1)))?;
-    s.write_all(b"version\r\n")?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 256];
-    while !buf.ends_with(b"\r\n") {
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    Ok(String::from_utf8_lossy(&buf).trim_end().to_string())
+    let mut req = Vec::new();
+    text::line(&mut req, &[b"version"]);
+    s.write_all(&req)?;
+    let mut p = ReplyParser::new();
+    let raw = p.pull_from(&mut s)?.raw;
+    Ok(String::from_utf8_lossy(raw).trim_end().to_string())
 }
 
 fn stats(o: &Opts) -> Result<(), String> {

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use cachalot_protocol::binary::{Header, Opcode, REQ_MAGIC};
-use cachalot_protocol::client::request::binary;
+use cachalot_protocol::client::request::text::{self, Retrieve, Store, StoreOp};
+use cachalot_protocol::client::request::{binary, meta};
 use cachalot_protocol::client::{Reply, ReplyParser};
 
 use crate::servers::{LocalServer, ServerConfig, ServerKind};
@@ -239,15 +240,14 @@ pub fn run_probe(probe: Probe, server: &LocalServer, scale: &Scale) -> anyhow::R
 
 fn multiget_big(addr: SocketAddr, scale: &Scale) -> anyhow::Result<String> {
     let n = scale.multiget_keys;
-    let line = format!("get{}\r\n", " big".repeat(n));
     let mut hostile = connect(addr)?;
-    hostile.write_all(line.as_bytes())?;
+    hostile.write_all(&get_big(n))?;
     std::thread::sleep(scale.hold);
     drop(hostile);
     // The same request read to the end comes back whole (at most 100 MB).
     let n_read = n.min(100);
     let mut c = Client::connect(addr)?;
-    c.send(format!("get{}\r\n", " big".repeat(n_read)).as_bytes())?;
+    c.send(&get_big(n_read))?;
     let want = pattern(BIG, 7);
     for i in 0..n_read {
         let ok = c.next(|r| matches!(r, Reply::Value { data, .. } if *data == want))?;
@@ -268,7 +268,11 @@ fn never_reads(addr: SocketAddr, scale: &Scale) -> anyhow::Result<String> {
         binary::request(&mut bin, Opcode::GetQ as u8, 0, 0, &[], b"big", &[]);
     }
     binary::request(&mut bin, Opcode::Noop as u8, 0, 0, &[], &[], &[]);
-    let pipelines = [b"get big\r\n".repeat(n), b"mg big v\r\n".repeat(n), bin];
+    let pipelines = [
+        request(|o| text::get(o, b"big")).repeat(n),
+        request(|o| meta::get(o, b"big", &[meta::Flag::Bare(b'v')])).repeat(n),
+        bin,
+    ];
     // Writers block once the server stops reading; they are cut loose by
     // shutting the sockets down after the hold.
     let mut socks = Vec::new();
@@ -310,16 +314,11 @@ fn pipeline_flood(addr: SocketAddr, scale: &Scale) -> anyhow::Result<String> {
                 batch.clear();
                 for _ in 0..500 {
                     let key = format!("flood:{c}:{}", i % 10_000);
-                    cachalot_protocol::client::request::text::Store::new(
-                        cachalot_protocol::client::request::text::StoreOp::Set,
-                        key.as_bytes(),
-                        &value,
-                    )
-                    .noreply(true)
-                    .encode(&mut batch);
-                    batch.extend_from_slice(
-                        format!("get flood:{c}:{}\r\n", i * 7 % 10_000).as_bytes(),
-                    );
+                    Store::new(StoreOp::Set, key.as_bytes(), &value)
+                        .noreply(true)
+                        .encode(&mut batch);
+                    let key = format!("flood:{c}:{}", i * 7 % 10_000);
+                    text::get(&mut batch, key.as_bytes());
                     i += 1;
                 }
                 cl.send(&batch)?;
@@ -353,7 +352,7 @@ fn idle_conns(addr: SocketAddr, scale: &Scale) -> anyhow::Result<String> {
     let mut conns = Vec::with_capacity(scale.idle_conns);
     for i in 0..scale.idle_conns {
         let mut c = Client::connect(addr).with_context(|| format!("connection {i}"))?;
-        c.send(b"version\r\n")?;
+        c.send(&request(|o| text::line(o, &[b"version"])))?;
         conns.push(c);
     }
     for (i, c) in conns.iter_mut().enumerate() {
@@ -370,15 +369,16 @@ fn idle_conns(addr: SocketAddr, scale: &Scale) -> anyhow::Result<String> {
 }
 
 fn resets(addr: SocketAddr, scale: &Scale) -> anyhow::Result<String> {
-    let half = vec![b'r'; BIG / 2];
+    let value = vec![b'r'; BIG];
     let mut buf = vec![0u8; 64 * 1024];
     for i in 0..scale.resets {
         let mut s = connect(addr)?;
-        s.write_all(format!("set reset:{i} 0 0 {BIG}\r\n").as_bytes())?;
-        s.write_all(&half)?;
+        let key = format!("reset:{i}");
+        let set = request(|o| Store::new(StoreOp::Set, key.as_bytes(), &value).encode(o));
+        s.write_all(&set[..set.len() - 2 - BIG / 2])?;
         reset(s);
         let mut s = connect(addr)?;
-        s.write_all(format!("get{}\r\n", " big".repeat(8)).as_bytes())?;
+        s.write_all(&get_big(8))?;
         s.read_exact(&mut buf)?;
         reset(s);
     }
@@ -393,10 +393,11 @@ fn slowloris(addr: SocketAddr, scale: &Scale) -> anyhow::Result<String> {
     let mut reqs = Vec::new();
     for i in 0..scale.slowloris_conns {
         conns.push(Client::connect(addr)?);
-        let mut r = format!("set slow:{i} 0 0 {}\r\n", scale.slowloris_value).into_bytes();
-        r.extend(pattern(scale.slowloris_value, i as u64));
-        r.extend_from_slice(b"\r\n");
-        reqs.push(r);
+        let key = format!("slow:{i}");
+        let value = pattern(scale.slowloris_value, i as u64);
+        reqs.push(request(|o| {
+            Store::new(StoreOp::Set, key.as_bytes(), &value).encode(o)
+        }));
     }
     let longest = reqs.iter().map(Vec::len).max().unwrap_or(0);
     let start = Instant::now();
@@ -440,7 +441,7 @@ fn every_size(addr: SocketAddr, scale: &Scale) -> anyhow::Result<String> {
         let value = pattern(size, size as u64);
         c.set(key.as_bytes(), &value)
             .with_context(|| format!("storing {size} bytes"))?;
-        c.send(format!("get {key}\r\n").as_bytes())?;
+        c.send(&request(|o| text::get(o, key.as_bytes())))?;
         let ok = c.next(|r| matches!(r, Reply::Value { data, .. } if *data == value))?;
         ensure!(ok, "value of {size} bytes read back wrong or missing");
         c.expect_line(b"END")?;
@@ -448,9 +449,9 @@ fn every_size(addr: SocketAddr, scale: &Scale) -> anyhow::Result<String> {
     }
     // One byte over -I is refused, its data swallowed.
     let over = vec![b'o'; (1 << 20) + 1];
-    c.send(format!("set size:over 0 0 {}\r\n", over.len()).as_bytes())?;
-    c.send(&over)?;
-    c.send(b"\r\n")?;
+    c.send(&request(|o| {
+        Store::new(StoreOp::Set, b"size:over", &over).encode(o)
+    }))?;
     let refused = c.next(|r| r.code() == b"SERVER_ERROR")?;
     ensure!(refused, "a value of -I + 1 bytes was not refused");
     Ok(format!(
@@ -549,6 +550,18 @@ fn reset(s: TcpStream) {
     let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
 }
 
+/// One request, built by the protocol crate's encoders.
+fn request(encode: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode(&mut out);
+    out
+}
+
+/// `get big big ...`: the 1 MB value named `n` times.
+fn get_big(n: usize) -> Vec<u8> {
+    request(|o| text::retrieve(o, Retrieve::Get, std::iter::repeat_n(&b"big"[..], n)))
+}
+
 /// `len` bytes that depend on `seed`, so a value read back can be checked.
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     (0..len as u64)
@@ -576,14 +589,7 @@ impl Client {
 
     /// Apply `f` to the next reply frame.
     fn next<T>(&mut self, f: impl FnOnce(&Reply<'_>) -> T) -> anyhow::Result<T> {
-        loop {
-            if let Some(frame) = self.p.pull()? {
-                return Ok(f(&frame.reply));
-            }
-            if self.p.read_from(&mut self.s)? == 0 {
-                bail!("connection closed by the server");
-            }
-        }
+        Ok(f(&self.p.pull_from(&mut self.s)?.reply))
     }
 
     fn expect_line(&mut self, want: &[u8]) -> anyhow::Result<()> {
@@ -599,14 +605,7 @@ impl Client {
     }
 
     fn set(&mut self, key: &[u8], value: &[u8]) -> anyhow::Result<()> {
-        let mut req = Vec::new();
-        cachalot_protocol::client::request::text::Store::new(
-            cachalot_protocol::client::request::text::StoreOp::Set,
-            key,
-            value,
-        )
-        .encode(&mut req);
-        self.send(&req)?;
+        self.send(&request(|o| Store::new(StoreOp::Set, key, value).encode(o)))?;
         self.expect_line(b"STORED")
     }
 
@@ -655,7 +654,7 @@ impl Watcher {
                         conn = Some(c);
                     }
                     let c = conn.as_mut().context("no connection")?;
-                    c.send(b"get watch\r\n")?;
+                    c.send(&request(|o| text::get(o, b"watch")))?;
                     let hit = c.next(|r| {
                         matches!(
                             r,

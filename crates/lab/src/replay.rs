@@ -27,7 +27,7 @@
 //!   deterministic) and keeps the requests of its own connections: no channel
 //!   between a reader and the senders.
 
-mod wire;
+mod lookaside;
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
@@ -41,11 +41,11 @@ use anyhow::{bail, Context};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
-pub use wire::Protocol;
+pub use lookaside::Protocol;
 
 use crate::metrics::{self, At, IntervalSpec, LatOp, Recorder, RunMeta, RunResult};
 use crate::servers::{self, ServerKind};
-use crate::trace::{Op, Request};
+use crate::trace::{key_bytes, Op, Request};
 use crate::values::{value_bytes, ValueKind};
 use crate::workload::{Requests, Source};
 
@@ -698,15 +698,15 @@ impl<'a> Worker<'a> {
     /// Encode one request into the connection's output and put it in flight.
     fn send(&mut self, c: usize, seq: u64, req: Request, kind: Kind, since: Instant) {
         let cfg = self.cfg;
-        wire::render_key(req.key, (req.key_size as usize).min(KEY_MAX), &mut self.key);
+        key_bytes(req.key, (req.key_size as usize).min(KEY_MAX), &mut self.key);
         let conn = &mut self.conns[c];
         if conn.wpos == conn.wbuf.len() {
             conn.wbuf.clear();
             conn.wpos = 0;
         }
         match kind {
-            Kind::Get => wire::encode_get(cfg.protocol, &self.key, &mut conn.wbuf),
-            Kind::Delete => wire::encode_delete(cfg.protocol, &self.key, &mut conn.wbuf),
+            Kind::Get => lookaside::encode_get(cfg.protocol, &self.key, &mut conn.wbuf),
+            Kind::Delete => lookaside::encode_delete(cfg.protocol, &self.key, &mut conn.wbuf),
             Kind::Set | Kind::Fill => {
                 value_bytes(
                     cfg.values,
@@ -715,7 +715,7 @@ impl<'a> Worker<'a> {
                     &mut self.value,
                 );
                 let cost = cfg.send_costs.then_some(req.cost);
-                wire::encode_set(
+                lookaside::encode_set(
                     cfg.protocol,
                     &self.key,
                     &self.value,
@@ -802,13 +802,13 @@ impl<'a> Worker<'a> {
                 break;
             };
             let expect = match p.kind {
-                Kind::Get => wire::Expect::Get,
-                Kind::Set | Kind::Fill => wire::Expect::Store,
-                Kind::Delete => wire::Expect::Delete,
+                Kind::Get => lookaside::Expect::Get,
+                Kind::Set | Kind::Fill => lookaside::Expect::Store,
+                Kind::Delete => lookaside::Expect::Delete,
             };
-            let parsed = wire::parse(cfg.protocol, expect, &conn.rbuf[conn.rlo..conn.rhi])
+            let parsed = lookaside::parse(cfg.protocol, expect, &conn.rbuf[conn.rlo..conn.rhi])
                 .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.addr))?;
-            let Some((reply, used)) = parsed else {
+            let Some((outcome, used)) = parsed else {
                 break;
             };
             conn.rlo += used;
@@ -823,16 +823,16 @@ impl<'a> Worker<'a> {
             };
             let ns = now.saturating_duration_since(p.since).as_nanos() as u64;
             let rec = &mut self.recorder;
-            if reply == wire::Reply::Error {
+            if outcome == lookaside::Outcome::Error {
                 rec.error(at);
             }
             match p.kind {
                 Kind::Get => {
-                    let hit = reply == wire::Reply::Hit;
+                    let hit = outcome == lookaside::Outcome::Hit;
                     rec.get(at, hit, p.req.value_size, p.req.cost);
                     rec.latency(at, LatOp::Get, ns);
                     completed += 1;
-                    if reply == wire::Reply::Miss {
+                    if outcome == lookaside::Outcome::Miss {
                         if cfg.backend_us_per_cost > 0.0 {
                             // The backend takes its time; the key stays busy.
                             let us = p.req.cost as f64 * cfg.backend_us_per_cost;

@@ -13,7 +13,7 @@
 //! 1.6.18 does, but `stats settings` has a `cachalot_version` line.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use cachalot_protocol::client::request::text;
+use cachalot_protocol::client::{Reply, ReplyParser};
 
 /// Which server software.
 #[derive(
@@ -336,42 +338,56 @@ fn connect(addr: SocketAddr) -> anyhow::Result<TcpStream> {
     Ok(s)
 }
 
+/// Send one command line (`version`, `stats settings`) and hand each reply
+/// frame to `take` until it returns `Some`.
+fn ask<T>(
+    addr: SocketAddr,
+    command: &str,
+    mut take: impl FnMut(&Reply<'_>) -> anyhow::Result<Option<T>>,
+) -> anyhow::Result<T> {
+    let mut s = connect(addr)?;
+    let mut req = Vec::new();
+    text::line(&mut req, &[command.as_bytes()]);
+    s.write_all(&req)?;
+    let mut p = ReplyParser::new();
+    loop {
+        let f = p
+            .pull_from(&mut s)
+            .with_context(|| format!("{addr}: reading the reply to {command:?}"))?;
+        if let Some(t) = take(&f.reply)? {
+            return Ok(t);
+        }
+    }
+}
+
 /// The `version` reply's version ("1.6.18").
 pub fn version(addr: SocketAddr) -> anyhow::Result<String> {
-    let mut s = connect(addr)?;
-    s.write_all(b"version\r\n")?;
-    let mut line = String::new();
-    BufReader::new(s).read_line(&mut line)?;
-    match line.trim_end().strip_prefix("VERSION ") {
-        Some(v) => Ok(v.to_string()),
-        None => bail!("{addr}: unexpected version reply {line:?}"),
-    }
+    ask(addr, "version", |r| match r {
+        Reply::Line(l) if l.starts_with(b"VERSION ") => {
+            Ok(Some(String::from_utf8_lossy(&l[8..]).into_owned()))
+        }
+        other => bail!("{addr}: unexpected version reply {other:?}"),
+    })
 }
 
 /// A `stats` command's `STAT name value` lines (`command` is "stats",
 /// "stats settings", ...).
 pub fn stats(addr: SocketAddr, command: &str) -> anyhow::Result<BTreeMap<String, String>> {
-    let mut s = connect(addr)?;
-    s.write_all(format!("{command}\r\n").as_bytes())?;
-    let mut r = BufReader::new(s);
     let mut out = BTreeMap::new();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if r.read_line(&mut line)? == 0 {
-            bail!("{addr}: connection closed during {command:?}");
-        }
-        let l = line.trim_end();
-        if l == "END" {
-            return Ok(out);
-        }
-        match l.strip_prefix("STAT ").and_then(|kv| kv.split_once(' ')) {
+    ask(addr, command, |r| {
+        let line = match r {
+            Reply::Line(b"END") => return Ok(Some(std::mem::take(&mut out))),
+            Reply::Line(l) => String::from_utf8_lossy(l),
+            other => bail!("{addr}: unexpected {command:?} reply {other:?}"),
+        };
+        match line.strip_prefix("STAT ").and_then(|kv| kv.split_once(' ')) {
             Some((k, v)) => {
                 out.insert(k.to_string(), v.to_string());
+                Ok(None)
             }
-            None => bail!("{addr}: unexpected {command:?} reply line {l:?}"),
+            None => bail!("{addr}: unexpected {command:?} reply line {line:?}"),
         }
-    }
+    })
 }
 
 /// Memcached or cachalot, from `stats settings` (cachalot adds

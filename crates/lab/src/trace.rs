@@ -55,15 +55,28 @@ pub struct Request {
 /// hexadecimal, left-padded with 'k' characters, truncated from the left if the
 /// size is too small to hold it (so distinct ids may collide only below 16 bytes
 /// of hex, which a model must then avoid by using large enough sizes).
+/// Allocates nothing: the replay renders a key for every request.
 pub fn key_bytes(key: u64, size: usize, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.clear();
     let size = size.max(1);
-    let hex = format!("{key:x}");
-    if hex.len() >= size {
-        out.extend_from_slice(&hex.as_bytes()[hex.len() - size..]);
+    let mut digits = [0u8; 16];
+    let mut n = 0;
+    let mut v = key;
+    loop {
+        digits[15 - n] = HEX[(v & 15) as usize];
+        n += 1;
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    let hex = &digits[16 - n..];
+    if n >= size {
+        out.extend_from_slice(&hex[n - size..]);
     } else {
-        out.resize(size - hex.len(), b'k');
-        out.extend_from_slice(hex.as_bytes());
+        out.resize(size - n, b'k');
+        out.extend_from_slice(hex);
     }
 }
 
@@ -433,6 +446,24 @@ pub fn write_all(path: &Path, reqs: impl IntoIterator<Item = Request>) -> anyhow
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn key_bytes_pad_and_cut_the_hex_id() {
+        let mut k = Vec::new();
+        for (key, size, want) in [
+            (0u64, 0usize, "0"),
+            (0xbeef, 1, "f"),
+            (0xbeef, 4, "beef"),
+            (0xbeef, 7, "kkkbeef"),
+            (u64::MAX, 16, "ffffffffffffffff"),
+            (1 << 63, 17, "k8000000000000000"),
+        ] {
+            key_bytes(key, size, &mut k);
+            assert_eq!(k, want.as_bytes(), "key {key:x} size {size}");
+        }
+        key_bytes(1, 250, &mut k);
+        assert_eq!((k.len(), k[248], k[249]), (250, b'k', b'1'));
+    }
 
     fn arb_request() -> impl Strategy<Value = Request> {
         (

@@ -6,4 +6,4 @@
 pub mod reply;
 pub mod request;
 
-pub use reply::{parse_reply, Frame, Reply, ReplyError, ReplyParser};
+pub use reply::{parse_reply, parse_single_get, Frame, Reply, ReplyError, ReplyParser};

@@ -108,6 +108,7 @@ fn bad<T>(reason: &'static str) -> Result<T, ReplyError> {
 }
 
 /// A decimal number as memcached prints it: digits only, no sign.
+#[inline]
 fn number(tok: Option<&[u8]>) -> Option<u64> {
     let tok = tok?;
     if tok.is_empty() || tok.len() > 20 {
@@ -121,6 +122,7 @@ fn number(tok: Option<&[u8]>) -> Option<u64> {
 }
 
 /// A data block of `len` bytes starting at `at`, followed by `\r\n`: its end.
+#[inline]
 fn data_block(buf: &[u8], at: usize, len: u64) -> Result<Option<usize>, ReplyError> {
     if len > MAX_DATA {
         return bad("data block longer than 1 GB");
@@ -138,6 +140,7 @@ fn data_block(buf: &[u8], at: usize, len: u64) -> Result<Option<usize>, ReplyErr
 
 /// Parse the frame at the front of `buf`: `Ok(None)` while it is incomplete,
 /// else the frame and the bytes it takes.
+#[inline]
 pub fn parse_reply(buf: &[u8]) -> Result<Option<(Reply<'_>, usize)>, ReplyError> {
     match buf.first() {
         None => Ok(None),
@@ -146,6 +149,7 @@ pub fn parse_reply(buf: &[u8]) -> Result<Option<(Reply<'_>, usize)>, ReplyError>
     }
 }
 
+#[inline]
 fn parse_binary(buf: &[u8]) -> Result<Option<(Reply<'_>, usize)>, ReplyError> {
     let Some(header) = Header::parse(buf) else {
         return Ok(None);
@@ -171,6 +175,7 @@ fn parse_binary(buf: &[u8]) -> Result<Option<(Reply<'_>, usize)>, ReplyError> {
     Ok(Some((Reply::Binary(response), end)))
 }
 
+#[inline]
 fn parse_line(buf: &[u8]) -> Result<Option<(Reply<'_>, usize)>, ReplyError> {
     let window = &buf[..buf.len().min(MAX_LINE)];
     let Some(nl) = memchr::memchr(b'\n', window) else {
@@ -185,8 +190,14 @@ fn parse_line(buf: &[u8]) -> Result<Option<(Reply<'_>, usize)>, ReplyError> {
     let line = &buf[..nl - 1];
     let after = nl + 1;
     if let Some(rest) = line.strip_prefix(b"VALUE ") {
-        let mut t = rest.split(|&b| b == b' ');
-        let key = t.next().filter(|k| !k.is_empty());
+        // The key may be long: find its end with memchr, then split the few
+        // short numbers after it (the load generator's hot path).
+        let (key, nums) = match memchr::memchr(b' ', rest) {
+            Some(p) => (&rest[..p], &rest[p + 1..]),
+            None => (rest, &rest[rest.len()..]),
+        };
+        let mut t = nums.split(|&b| b == b' ');
+        let key = Some(key).filter(|k| !k.is_empty());
         let flags = number(t.next()).and_then(|f| u32::try_from(f).ok());
         let len = number(t.next());
         let cas = match t.next() {
@@ -222,6 +233,37 @@ fn parse_line(buf: &[u8]) -> Result<Option<(Reply<'_>, usize)>, ReplyError> {
         }));
     }
     Ok(Some((Reply::Line(line), after)))
+}
+
+/// The whole reply to a single-key text `get`, `gets`, `gat` or `gats` at the
+/// front of `buf`, where a caller wants one answer per request: a hit's
+/// [`Reply::Value`] (its bytes include the `END` after it), or the one line
+/// of a miss (`END`) or of an error. `Ok(None)` while incomplete.
+pub fn parse_single_get(buf: &[u8]) -> Result<Option<(Reply<'_>, usize)>, ReplyError> {
+    let Some((first, n)) = parse_reply(buf)? else {
+        return Ok(None);
+    };
+    if !matches!(first, Reply::Value { .. }) {
+        return Ok(Some((first, n)));
+    }
+    // The END that follows a hit, told at once: the load generator's hot
+    // path (a fifth fewer instructions per hit under callgrind). Anything
+    // else takes the general parse.
+    if buf[n..].starts_with(b"END\r\n") {
+        return Ok(Some((first, n + 5)));
+    }
+    match parse_reply(&buf[n..]) {
+        Ok(None) => Ok(None),
+        Ok(Some((Reply::Line(b"END"), m))) => Ok(Some((first, n + m))),
+        Ok(Some(_)) => Err(ReplyError {
+            offset: n as u64,
+            reason: "a single-key get's VALUE not followed by END",
+        }),
+        Err(e) => Err(ReplyError {
+            offset: e.offset + n as u64,
+            ..e
+        }),
+    }
 }
 
 /// One frame pulled from a [`ReplyParser`]: the reply, its exact bytes, and
@@ -321,6 +363,28 @@ impl ReplyParser {
     /// Stream offset of the first byte not yet handed out.
     pub fn offset(&self) -> u64 {
         self.base + self.pos as u64
+    }
+
+    /// Blocking clients: the next whole frame, reading from `r` as long as
+    /// it takes. End of stream before a whole frame is `UnexpectedEof`; a
+    /// broken stream is `InvalidData` carrying the [`ReplyError`].
+    pub fn pull_from(&mut self, r: &mut impl Read) -> std::io::Result<Frame<'_>> {
+        use std::io::{Error, ErrorKind};
+        // Look before taking: returning `pull()`'s borrow from inside the
+        // loop is not accepted by the borrow checker (NLL problem case 3).
+        while self.error.is_none() && matches!(parse_reply(self.pending()), Ok(None)) {
+            if self.read_from(r)? == 0 {
+                return Err(Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "connection closed before a whole reply",
+                ));
+            }
+        }
+        match self.pull() {
+            Ok(Some(f)) => Ok(f),
+            Ok(None) => Err(Error::new(ErrorKind::UnexpectedEof, "no whole reply")),
+            Err(e) => Err(Error::new(ErrorKind::InvalidData, e)),
+        }
     }
 }
 
@@ -496,6 +560,55 @@ mod tests {
         assert_eq!(p.pull(), Ok(None));
     }
 
+    #[test]
+    fn single_key_gets() {
+        let hit = b"VALUE k 0 2\r\nhi\r\nEND\r\nEND\r\n";
+        let (r, n) = parse_single_get(hit).unwrap().unwrap();
+        assert_eq!((r.code(), n), (&b"VALUE"[..], 22));
+        assert!(matches!(r, Reply::Value { data: b"hi", .. }));
+        for cut in 0..n {
+            assert_eq!(parse_single_get(&hit[..cut]), Ok(None), "cut {cut}");
+        }
+        assert_eq!(
+            parse_single_get(b"END\r\nEND\r\n"),
+            Ok(Some((Reply::Line(b"END"), 5)))
+        );
+        let (r, _) = parse_single_get(b"SERVER_ERROR busy\r\n").unwrap().unwrap();
+        assert_eq!(r.code(), b"SERVER_ERROR");
+        let e = |b: &[u8]| parse_single_get(b).unwrap_err();
+        assert_eq!(
+            e(b"VALUE a 0 1\r\nx\r\nVALUE a 0 1\r\nx\r\n").offset,
+            16,
+            "a second value is not one key's reply"
+        );
+        assert_eq!(e(b"VALUE a 0 1\r\nx\r\nEND\n").offset, 16);
+        assert_eq!(e(b"VALUE a 0 1\r\nxyz").offset, 0);
+    }
+
+    #[test]
+    fn pull_from_a_blocking_reader() {
+        // A reader that hands out one byte per read, as a slow socket may.
+        struct Drip<'a>(&'a [u8]);
+        impl Read for Drip<'_> {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.len().min(1).min(out.len());
+                out[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let mut p = ReplyParser::new();
+        let mut src = Drip(b"VERSION 1.6.18\r\nVA 1\r\nx\r\nST");
+        assert_eq!(p.pull_from(&mut src).unwrap().reply.code(), b"VERSION");
+        let f = p.pull_from(&mut src).unwrap();
+        assert_eq!(f.span, 16..25);
+        let e = p.pull_from(&mut src).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+        let mut p = ReplyParser::new();
+        let e = p.pull_from(&mut &b"END\n"[..]).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    }
+
     /// Spans and raw bytes of the frames, then the error if the stream broke.
     type Frames = (Vec<(Range<u64>, Vec<u8>)>, Option<ReplyError>);
 
@@ -579,6 +692,85 @@ mod tests {
         ) {
             let stream = parts.concat();
             prop_assert_eq!(frames(&stream, &[]), frames(&stream, &cuts));
+        }
+
+        /// `parse_single_get` (with its fast `END`) says what the general
+        /// parser's frames say: a value and the `END` after it, any other
+        /// single frame, an error, or "need more", and a prefix of the
+        /// stream never answers otherwise than "need more" or the same.
+        #[test]
+        fn single_get_agrees_with_the_frames(
+            parts in proptest::collection::vec(prop_oneof![
+                frame(),
+                Just(b"END\r\n".to_vec()),
+                "(END|VALUE k 0 1)(\r\n|\n|\r|x|)".prop_map(String::into_bytes),
+                proptest::collection::vec(any::<u8>(), 0..12),
+            ], 0..4),
+        ) {
+            let stream = parts.concat();
+            let (got, err) = frames(&stream, &[]);
+            let len = |i: usize| (got[i].0.end - got[i].0.start) as usize;
+            let want = match got.first() {
+                None => err.map_or(Ok(None), |e| Err(e.offset)),
+                Some(_) if !got[0].1.starts_with(b"VALUE ") => Ok(Some(len(0))),
+                Some(_) => match (got.get(1), err) {
+                    (Some((_, raw)), _) if raw == b"END\r\n" => Ok(Some(len(0) + len(1))),
+                    (Some(_), _) => Err(len(0) as u64),
+                    (None, Some(e)) => Err(e.offset),
+                    (None, None) => Ok(None),
+                },
+            };
+            let parsed = parse_single_get(&stream);
+            let seen = parsed.map(|o| o.map(|(_, n)| n)).map_err(|e| e.offset);
+            prop_assert_eq!(seen, want);
+            if let Ok(Some((r, _))) = parsed {
+                prop_assert_eq!(Some(r), parse_reply(&stream).ok().flatten().map(|(r, _)| r));
+            }
+            for cut in 0..stream.len() {
+                let p = parse_single_get(&stream[..cut]);
+                prop_assert!(p == Ok(None) || p == parsed, "cut {}: {:?}", cut, p);
+            }
+        }
+
+        /// The `VALUE` line as doc/protocol.txt has it, read token by token:
+        /// the parser accepts exactly these lines, with these fields.
+        #[test]
+        fn value_lines_follow_the_grammar(
+            toks in proptest::collection::vec(
+                "[0-9]{0,3}|[0-9]{19,21}|4294967296|[a-z:]{1,8}|[ !-~]{0,6}", 0..6),
+        ) {
+            let line = format!("VALUE {}", toks.join(" "));
+            let head = format!("{line}\r\n").into_bytes();
+            let number = |t: &str| {
+                (!t.is_empty() && t.len() <= 20 && t.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| t.parse::<u64>().ok())
+                    .flatten()
+            };
+            let t: Vec<&str> = line["VALUE ".len()..].split(' ').collect();
+            let want = match t[..] {
+                [key, flags, len] | [key, flags, len, _] if !key.is_empty() => {
+                    let flags = number(flags).and_then(|f| u32::try_from(f).ok());
+                    match (flags, number(len), t.get(3).map(|c| number(c))) {
+                        (_, _, Some(None)) => None,
+                        (Some(f), Some(l), cas) => Some((key.as_bytes(), f, l, cas.flatten())),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            let got = parse_reply(&head);
+            match want {
+                Some((key, flags, len, cas)) if len <= MAX_DATA => {
+                    prop_assert_eq!(got, Ok(None), "{:?} waits for its data", line);
+                    let mut buf = head.clone();
+                    buf.resize(head.len() + len as usize, b'x');
+                    buf.extend_from_slice(b"\r\n");
+                    let data = &buf[head.len()..buf.len() - 2];
+                    let v = Reply::Value { key, flags, cas, data };
+                    prop_assert_eq!(parse_reply(&buf), Ok(Some((v, buf.len()))));
+                }
+                _ => prop_assert!(got.is_err(), "{:?} taken: {:?}", line, got),
+            }
         }
     }
 }
