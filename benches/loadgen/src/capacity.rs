@@ -244,11 +244,9 @@ pub fn stats(addr: &str) -> io::Result<Vec<(String, String)>> {
         if line == b"END" {
             return Ok(out);
         }
-        let line = String::from_utf8_lossy(line);
-        let mut parts = line.splitn(3, ' ');
-        if let (Some("STAT"), Some(name), Some(value)) = (parts.next(), parts.next(), parts.next())
-        {
-            out.push((name.to_string(), value.to_string()));
+        if let Some((name, value)) = f.reply.stat() {
+            let text = |b| String::from_utf8_lossy(b).into_owned();
+            out.push((text(name), text(value)));
         }
     }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use cachalot_protocol::client::request::text;
-use cachalot_protocol::client::{Reply, ReplyParser};
+use cachalot_protocol::client::{Frame, Reply, ReplyParser};
 
 /// Which server software.
 #[derive(
@@ -343,7 +343,7 @@ fn connect(addr: SocketAddr) -> anyhow::Result<TcpStream> {
 fn ask<T>(
     addr: SocketAddr,
     command: &str,
-    mut take: impl FnMut(&Reply<'_>) -> anyhow::Result<Option<T>>,
+    mut take: impl FnMut(&Frame<'_>) -> anyhow::Result<Option<T>>,
 ) -> anyhow::Result<T> {
     let mut s = connect(addr)?;
     let mut req = Vec::new();
@@ -354,19 +354,24 @@ fn ask<T>(
         let f = p
             .pull_from(&mut s)
             .with_context(|| format!("{addr}: reading the reply to {command:?}"))?;
-        if let Some(t) = take(&f.reply)? {
+        if let Some(t) = take(&f)? {
             return Ok(t);
         }
     }
 }
 
+/// The bytes of a reply, for a message.
+fn shown(f: &Frame<'_>) -> String {
+    String::from_utf8_lossy(&f.raw[..f.raw.len().min(120)]).into_owned()
+}
+
 /// The `version` reply's version ("1.6.18").
 pub fn version(addr: SocketAddr) -> anyhow::Result<String> {
-    ask(addr, "version", |r| match r {
+    ask(addr, "version", |f| match f.reply {
         Reply::Line(l) if l.starts_with(b"VERSION ") => {
             Ok(Some(String::from_utf8_lossy(&l[8..]).into_owned()))
         }
-        other => bail!("{addr}: unexpected version reply {other:?}"),
+        _ => bail!("{addr}: unexpected version reply {:?}", shown(f)),
     })
 }
 
@@ -374,19 +379,16 @@ pub fn version(addr: SocketAddr) -> anyhow::Result<String> {
 /// "stats settings", ...).
 pub fn stats(addr: SocketAddr, command: &str) -> anyhow::Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
-    ask(addr, command, |r| {
-        let line = match r {
-            Reply::Line(b"END") => return Ok(Some(std::mem::take(&mut out))),
-            Reply::Line(l) => String::from_utf8_lossy(l),
-            other => bail!("{addr}: unexpected {command:?} reply {other:?}"),
-        };
-        match line.strip_prefix("STAT ").and_then(|kv| kv.split_once(' ')) {
-            Some((k, v)) => {
-                out.insert(k.to_string(), v.to_string());
-                Ok(None)
-            }
-            None => bail!("{addr}: unexpected {command:?} reply line {line:?}"),
+    ask(addr, command, |f| {
+        if f.reply == Reply::Line(b"END") {
+            return Ok(Some(std::mem::take(&mut out)));
         }
+        let Some((k, v)) = f.reply.stat() else {
+            bail!("{addr}: unexpected {command:?} reply {:?}", shown(f));
+        };
+        let text = |b| String::from_utf8_lossy(b).into_owned();
+        out.insert(text(k), text(v));
+        Ok(None)
     })
 }
 

@@ -84,6 +84,15 @@ impl<'a> Reply<'a> {
             .find(|t| t.first() == Some(&flag))
             .map(|t| &t[1..])
     }
+
+    /// A `stats` line's name and value: `STAT curr_items 5` gives
+    /// (`curr_items`, `5`); the value is the rest of the line.
+    pub fn stat(&self) -> Option<(&'a [u8], &'a [u8])> {
+        let Reply::Line(l) = *self else { return None };
+        let rest = l.strip_prefix(b"STAT ")?;
+        let p = rest.iter().position(|&b| b == b' ')?;
+        Some((&rest[..p], &rest[p + 1..]))
+    }
 }
 
 /// Why the bytes cannot be a reply stream. `offset` is where the bad frame
@@ -425,6 +434,11 @@ mod tests {
         assert_eq!(one(b"VALUE k 0 0\r\n\r\n").1, 15);
         let (r, _) = one(b"SERVER_ERROR object too large for cache\r\n");
         assert_eq!(r.code(), b"SERVER_ERROR");
+        let (r, _) = one(b"STAT version 1.6.18 x\r\n");
+        assert_eq!(r.stat(), Some((&b"version"[..], &b"1.6.18 x"[..])));
+        assert_eq!(one(b"STAT pid\r\n").0.stat(), None);
+        assert_eq!(one(b"STATS a b\r\n").0.stat(), None);
+        assert_eq!(one(b"END\r\n").0.stat(), None);
         assert_eq!(one(b"STORED\r\nEND\r\n"), (Reply::Line(b"STORED"), 8));
         assert_eq!(one(b"\r\n"), (Reply::Line(b""), 2));
     }
