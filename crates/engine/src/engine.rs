@@ -319,6 +319,12 @@ impl Engine {
             && item::memcached_size(key_len, value_len, flags, cas) <= self.config.item_size_max
     }
 
+    /// Whether an item of this size is chained across chunks (memcached's
+    /// `ITEM_CHUNKED`).
+    pub fn chained(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
+        item::total_len(key_len, value_len, flags) > self.largest_chunk()
+    }
+
     #[inline]
     fn now(&self) -> RelTime {
         self.clock.now()
@@ -883,6 +889,11 @@ impl Engine {
             return ArithOutcome::NonNumeric;
         }
         let p = item::parts(self.slabs.chunk(loc));
+        // Like a chained one, an empty value is refused before the CAS is
+        // compared (memcached's `do_add_delta`).
+        if p.value.is_empty() {
+            return ArithOutcome::NonNumeric;
+        }
         if req.cas != 0 && p.header.cas != req.cas {
             return ArithOutcome::Exists;
         }

@@ -462,6 +462,7 @@ impl Harness {
         );
         let lost = self.lost();
         let refuse = self.may_refuse();
+        let engine = &self.engine;
         // The new value, the bytes stored (memcached pads a shorter result
         // with spaces, in place: `do_add_delta`) and whether they need a new
         // chunk; or the outcome.
@@ -470,6 +471,11 @@ impl Harness {
                 let v = vivify.ok_or(ArithOutcome::NotFound)?;
                 return Ok((v, v.to_string().into_bytes(), true));
             };
+            // memcached's `do_add_delta` refuses empty and chained values
+            // before it compares the CAS.
+            if m.value.is_empty() || engine.chained(k.len(), m.value.len(), m.flags) {
+                return Err(ArithOutcome::NonNumeric);
+            }
             if c != 0 && c != m.cas {
                 return Err(ArithOutcome::Exists);
             }

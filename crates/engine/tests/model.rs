@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use cachalot_engine::testing::{self, CasArg, Op};
 use cachalot_engine::{
-    Clock, Config, Engine, EvictionPolicy, RebalancePolicy, Store, StoreMode, StoreOutcome,
+    ArithOutcome, Clock, Config, Engine, EvictionPolicy, RebalancePolicy, Store, StoreMode,
+    StoreOutcome,
 };
 use proptest::prelude::*;
 
@@ -364,4 +365,53 @@ fn drain_victim_on_the_draining_page_is_freed() {
         ],
         config,
     );
+}
+
+/// incr/decr with a stale CAS on an empty or a chained value: memcached's
+/// `do_add_delta` answers "non-numeric" before it compares the CAS
+/// (checked against memcached 1.6.18: `ma k C999` on an empty value). The
+/// engine compared the CAS first for empty values; the model did for both
+/// (found by the engine_ops fuzzer).
+#[test]
+fn arith_refuses_empty_and_chained_values_before_the_cas() {
+    let set = |key, len| Op::Store {
+        mode: StoreMode::Set,
+        key,
+        len,
+        flags: 1,
+        ttl: 0,
+        cas: CasArg::None,
+        cost: None,
+    };
+    let decr = |key| Op::Arith {
+        key,
+        incr: false,
+        delta: 1,
+        cas: CasArg::Wrong,
+        vivify: None,
+    };
+    // Key 3: empty (odd keys hold letters); key 25: 600,000 bytes, over
+    // the 512 KB chunk limit.
+    testing::run(
+        &[set(3, 0), decr(3), set(25, 600_000), decr(25)],
+        Config {
+            memory_limit: 8 << 20,
+            ..Config::default()
+        },
+    );
+    let clock = Arc::new(Clock::new());
+    let mut e = engine(&clock, &Config::default());
+    let cas = match e.store(&Store::set(b"k", b"")) {
+        StoreOutcome::Stored { cas } => cas,
+        other => panic!("{other:?}"),
+    };
+    let arith = |cas| cachalot_engine::engine::Arith {
+        incr: true,
+        delta: 1,
+        cas,
+        autovivify: None,
+        new_expiry: None,
+    };
+    assert_eq!(e.arith(b"k", &arith(cas + 1)), ArithOutcome::NonNumeric);
+    assert_eq!(e.arith(b"k", &arith(cas)), ArithOutcome::NonNumeric);
 }
