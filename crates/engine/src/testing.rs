@@ -463,13 +463,14 @@ impl Harness {
         let lost = self.lost();
         let refuse = self.may_refuse();
         let engine = &self.engine;
-        // The new value, the bytes stored (memcached pads a shorter result
-        // with spaces, in place: `do_add_delta`) and whether they need a new
-        // chunk; or the outcome.
-        let want = |m: Option<&Entry>| -> Result<(u64, Vec<u8>, bool), ArithOutcome> {
+        // The new value and the item as stored: bytes (memcached pads a
+        // shorter result with spaces, in place: `do_add_delta`), flags and
+        // expiry; and whether it needs a new chunk. Or the outcome.
+        type Stored = (Vec<u8>, u32, Option<RelTime>);
+        let want = |m: Option<&Entry>| -> Result<(u64, Stored, bool), ArithOutcome> {
             let Some(m) = m else {
                 let v = vivify.ok_or(ArithOutcome::NotFound)?;
-                return Ok((v, v.to_string().into_bytes(), true));
+                return Ok((v, (v.to_string().into_bytes(), 0, None), true));
             };
             // memcached's `do_add_delta` refuses empty and chained values
             // before it compares the CAS.
@@ -490,31 +491,33 @@ impl Harness {
             if !grows {
                 digits.resize(m.value.len(), b' ');
             }
-            Ok((v, digits, grows))
+            Ok((v, (digits, m.flags, m.dies), grows))
         };
-        // The stored bytes, not only the number, tell an updated item from
-        // one vivified after an eviction: both can read 0.
-        let got_bytes = match got {
-            ArithOutcome::Value { id, .. } => self.engine.item(id).value.to_vec(),
-            _ => Vec::new(),
+        // The item as stored, not only the number, tells an updated item
+        // from one vivified after an eviction: both can read 0.
+        let (got_item, cas) = match got {
+            ArithOutcome::Value { id, .. } => {
+                let i = self.engine.item(id);
+                let dies = match i.expiry {
+                    Expiry::At(t) => Some(t),
+                    _ => None,
+                };
+                ((i.value.to_vec(), i.flags, dies), i.cas)
+            }
+            _ => ((Vec::new(), 0, None), 0),
         };
         let fits = |m: Option<&Entry>| match (got, want(m)) {
-            (ArithOutcome::Value { value, .. }, Ok((v, bytes, _))) => {
-                value == v && got_bytes == bytes
-            }
+            (ArithOutcome::Value { value, .. }, Ok((v, item, _))) => value == v && got_item == item,
             (ArithOutcome::NoMemory, Ok((_, _, grows))) => grows && refuse,
             (g, Err(w)) => g == w,
             _ => false,
         };
-        let old = Self::explain(&mut self.model, &k, lost, "arith", fits);
-        if let ArithOutcome::Value { id, .. } = got {
-            let (flags, dies) = old.map_or((0, None), |m| (m.flags, m.dies));
-            let item = self.engine.item(id);
-            assert_eq!(item.flags, flags, "arith keeps the flags");
-            let cas = item.cas;
+        Self::explain(&mut self.model, &k, lost, "arith", fits);
+        if let ArithOutcome::Value { .. } = got {
             self.new_cas(&k, cas);
+            let (value, flags, dies) = got_item;
             let entry = Entry {
-                value: got_bytes,
+                value,
                 flags,
                 dies,
                 cas,

@@ -415,3 +415,41 @@ fn arith_refuses_empty_and_chained_values_before_the_cas() {
     assert_eq!(e.arith(b"k", &arith(cas + 1)), ArithOutcome::NonNumeric);
     assert_eq!(e.arith(b"k", &arith(cas)), ArithOutcome::NonNumeric);
 }
+
+/// Like `vivified_after_eviction_is_not_the_lost_item`, but the bytes agree
+/// too ("1" + 2^64-1 wraps to "0"): the flags tell them apart.
+#[test]
+fn vivified_item_has_no_flags_of_the_lost_one() {
+    let set = |key, len, flags| Op::Store {
+        mode: StoreMode::Set,
+        key,
+        len,
+        flags,
+        ttl: 0,
+        cas: CasArg::None,
+        cost: Some(1),
+    };
+    testing::run(
+        &[
+            set(0, 0, 1),
+            // A second class needs a page: the only one moves, evicting key 0.
+            set(31, 2048, 0),
+            Op::Advance { secs: 3 },
+            Op::Arith {
+                key: 0,
+                incr: true,
+                delta: u64::MAX,
+                cas: CasArg::None,
+                vivify: Some(0),
+            },
+        ],
+        Config {
+            memory_limit: 2 << 20,
+            item_size_max: 64 << 10,
+            slab_automove: 2,
+            eviction: EvictionPolicy::GdWheel,
+            rebalance: RebalancePolicy::CostPerByte,
+            ..Config::default()
+        },
+    );
+}
