@@ -91,7 +91,8 @@ pub enum Op {
         from: u8,
         to: Option<u8>,
     },
-    /// `cache_memlimit <mb>`.
+    /// `cache_memlimit <mb>`: 8 MB or more, all the server accepts
+    /// (memcached's `MEMLIMIT_TOO_SMALL`).
     Limit {
         mb: usize,
     },
@@ -347,7 +348,6 @@ impl Harness {
                     .start_page_move(from as usize, to.map(usize::from));
             }
             Op::Limit { mb } => {
-                // Below a page is refused, as by `cache_memlimit`.
                 let _ = self.engine.set_memory_limit(mb << 20);
             }
         }
@@ -667,8 +667,9 @@ fn decode_op(b: &mut Bytes) -> Option<Op> {
                     _ => None,
                 },
             },
+            // Above the fuzzer's memory sizes, then back to 8 MB: both ways.
             _ => Op::Limit {
-                mb: 1 + b.u8()? as usize % 8,
+                mb: [8, 9, 12, 16][b.u8()? as usize % 4],
             },
         },
         _ => Op::Get {
