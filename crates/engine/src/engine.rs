@@ -649,7 +649,12 @@ impl Engine {
     }
 
     fn can_add_page(&self) -> bool {
-        (self.slabs.pages_allocated() + 1) * self.slabs.page_size + self.aux_bytes()
+        self.can_add_page_with(0)
+    }
+
+    /// Whether a new page and `extra` bytes more fit in the memory limit.
+    fn can_add_page_with(&self, extra: usize) -> bool {
+        (self.slabs.pages_allocated() + 1) * self.slabs.page_size + self.aux_bytes() + extra
             <= self.memory_limit
     }
 
@@ -697,7 +702,9 @@ impl Engine {
                 self.slabs.assign(p, class);
                 continue;
             }
-            if self.can_add_page() {
+            // The page and what the policy allocates for the class's first
+            // item (GD-Wheel's wheels) must fit together in `-m`.
+            if self.can_add_page_with(self.policy.first_item_bytes(class)) {
                 let p = self.slabs.new_page();
                 self.slabs.assign(p, class);
                 continue;

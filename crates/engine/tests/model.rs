@@ -453,3 +453,59 @@ fn vivified_item_has_no_flags_of_the_lost_one() {
         },
     );
 }
+
+/// Under GD-Wheel a class's first item allocates its wheels (about 145 KB),
+/// memory counted in `-m`: a new page for a class without wheels must leave
+/// room for them, or the engine ends up over its limit (found by the
+/// engine_ops fuzzer through validate(); its sequence).
+#[test]
+fn a_new_class_page_leaves_room_for_its_wheels() {
+    let store = |mode, key, len, flags, ttl, cost| Op::Store {
+        mode,
+        key,
+        len,
+        flags,
+        ttl,
+        cas: CasArg::None,
+        cost: Some(cost),
+    };
+    use StoreMode::{Append, Set};
+    testing::run(
+        &[
+            store(Set, 28, 195, u32::MAX, 0, 65_535),
+            store(Set, 1, 33, 1, 3, 100),
+            store(Append, 1, 33, 1, 3, 100),
+            store(Append, 1, 33, 1, 3, 65_535),
+            Op::Arith {
+                key: 26,
+                incr: true,
+                delta: u64::MAX,
+                cas: CasArg::None,
+                vivify: Some(7_782_220_156_079_500_799),
+            },
+            Op::Flush { delay: None },
+            store(Set, 0, 84, 0, 2_592_001, 1),
+            store(Set, 26, 48, 0, 1_000_000_000, 65_535),
+            store(Set, 31, 2048, u32::MAX, -1, 65_535),
+        ],
+        Config {
+            memory_limit: 8 << 20,
+            item_size_max: 64 << 10,
+            evict: false,
+            eviction: EvictionPolicy::GdWheel,
+            rebalance: RebalancePolicy::Sas,
+            learn_costs: true,
+            // The fuzzer's small tables, so the seventh page fits but not
+            // its class's wheels.
+            rebalance_tuning: cachalot_engine::rebalance::Tuning {
+                sas_misses: 1,
+                ghost_pages: 1,
+                ghost_bytes: 4 << 10,
+                mrc_period: 1,
+                mrc_bytes: 16 << 10,
+                ..Default::default()
+            },
+            ..Config::default()
+        },
+    );
+}

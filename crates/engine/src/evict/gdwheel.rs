@@ -459,6 +459,15 @@ impl GdWheel {
             + self.side.pages.capacity() * std::mem::size_of::<Option<Box<[u8]>>>()
     }
 
+    /// Bytes the first item of `class` will allocate (its wheels), so a
+    /// page for a class without one can be refused in time.
+    pub fn first_item_bytes(&self, class: usize) -> usize {
+        match self.classes.get(class) {
+            Some(Some(_)) => 0,
+            _ => Wheels::BYTES,
+        }
+    }
+
     /// Bytes of side arrays alone (trailers of items that fill their chunk).
     pub fn side_bytes(&self) -> usize {
         self.side.bytes

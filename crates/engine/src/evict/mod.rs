@@ -112,6 +112,11 @@ impl Policy {
         self.wheel.as_ref().map_or(0, GdWheel::memory_bytes) + self.live_cost.capacity() * 8
     }
 
+    /// Memory the first item of `class` makes the policy allocate.
+    pub fn first_item_bytes(&self, class: usize) -> usize {
+        self.wheel.as_ref().map_or(0, |w| w.first_item_bytes(class))
+    }
+
     /// The dequantised cost of the item in `chunk`.
     #[inline]
     pub fn cost_of(&self, chunk: &[u8]) -> u32 {
