@@ -132,6 +132,14 @@ fn parse_decimal(v: &[u8]) -> Option<u64> {
     cachalot_protocol::text::strtoull(cachalot_protocol::text::until_nul(v))
 }
 
+/// A stored item's expiry as the model keeps it (`Entry::dies`).
+fn dies_at(expiry: Expiry) -> Option<RelTime> {
+    match expiry {
+        Expiry::At(t) => Some(t),
+        _ => None,
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Entry {
     value: Vec<u8>,
@@ -267,13 +275,10 @@ impl Harness {
             Op::Get { key, bump } => {
                 let k = key_bytes(key);
                 let how = if bump { Lookup::GET } else { Lookup::PEEK };
-                let got = self.engine.lookup(&k, how).map(|i| {
-                    let exp = match i.expiry {
-                        Expiry::At(t) => Some(t),
-                        _ => None,
-                    };
-                    (i.value.to_vec(), i.flags, i.cas, exp)
-                });
+                let got = self
+                    .engine
+                    .lookup(&k, how)
+                    .map(|i| (i.value.to_vec(), i.flags, i.cas, dies_at(i.expiry)));
                 let lost = self.lost();
                 let m = Self::explain(&mut self.model, &k, lost, "get", |m| {
                     m.is_some() == got.is_some()
@@ -498,11 +503,7 @@ impl Harness {
         let (got_item, cas) = match got {
             ArithOutcome::Value { id, .. } => {
                 let i = self.engine.item(id);
-                let dies = match i.expiry {
-                    Expiry::At(t) => Some(t),
-                    _ => None,
-                };
-                ((i.value.to_vec(), i.flags, dies), i.cas)
+                ((i.value.to_vec(), i.flags, dies_at(i.expiry)), i.cas)
             }
             _ => ((Vec::new(), 0, None), 0),
         };
