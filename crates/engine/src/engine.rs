@@ -817,18 +817,29 @@ impl Engine {
                 self.slabs.release_page(p);
                 continue;
             }
-            let donor = (0..self.slabs.classes.len())
-                .filter(|&c| !self.slabs.classes[c].pages.is_empty())
-                .max_by_key(|&c| self.slabs.classes[c].pages.len());
-            let Some(donor) = donor else { return };
-            let Some(page) = self.pick_page(donor, protect) else {
-                return;
-            };
+            // The largest class gives a page, one that does not hold the
+            // item just stored if any can; else that item goes too (the
+            // memory limit comes first: a GD-Wheel side array or the index
+            // may have just grown past it).
+            let keep = protect.map_or_else(Vec::new, |l| self.pages_of_item(l));
+            let classes = 0..self.slabs.classes.len();
+            let pick = classes
+                .clone()
+                .filter_map(|c| self.pick_page(c, &keep).map(|p| (c, p)))
+                .max_by_key(|&(c, _)| self.slabs.classes[c].pages.len())
+                .or_else(|| {
+                    classes
+                        .filter_map(|c| self.pick_page(c, &[]).map(|p| (c, p)))
+                        .max_by_key(|&(c, _)| self.slabs.classes[c].pages.len())
+                });
+            let Some((donor, page)) = pick else { return };
             // Items that find no other chunk are evictions for lack of
             // memory, as memcached counts them (curr_items + evictions
             // stays equal to total_items when nothing is deleted).
             let moved_before = self.counters.reassign_evictions;
-            self.empty_page(page, true);
+            // No rescues after a store: a rescue evicts the class's next
+            // victim, which may be the item just stored.
+            self.empty_page(page, protect.is_none());
             let lost = self.counters.reassign_evictions - moved_before;
             self.counters.reassign_evictions = moved_before;
             self.counters.evictions += lost;

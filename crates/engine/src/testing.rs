@@ -726,8 +726,17 @@ pub fn fuzz_ops(data: &[u8]) {
     let Some(config) = decode_config(&mut b) else {
         return;
     };
+    // FUZZ_TRACE=1 prints the decoded configuration and operations (to
+    // read a crashing input).
+    let trace = std::env::var_os("FUZZ_TRACE").is_some();
+    if trace {
+        eprintln!("{config:?}");
+    }
     let mut h = Harness::new(config);
     while let Some(op) = decode_op(&mut b) {
+        if trace {
+            eprintln!("{op:?}");
+        }
         h.step(&op);
     }
 }

@@ -509,3 +509,27 @@ fn a_new_class_page_leaves_room_for_its_wheels() {
         },
     );
 }
+
+/// Found by `engine_ops`: GD-Wheel's side array for a page, allocated when an
+/// item first fills its chunk, must stay inside `-m` (validate: "memory
+/// budget").
+#[test]
+fn side_arrays_stay_inside_the_memory_limit() {
+    testing::fuzz_ops(&[
+        81, 10, 41, 73, 0, 0, 255, 255, 0, 0, 0, 0, 101, 121, 58, 48, 57, 0, 0, 0, 0, 0, 0, 0, 0,
+        1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 255, 1, 0, 0, 0,
+    ]);
+}
+
+/// Found by `engine_ops`: a chained item under GD-Wheel and cost-per-byte
+/// rebalancing must not vanish without an eviction counted.
+#[test]
+fn chained_item_is_not_lost_uncounted() {
+    testing::fuzz_ops(&[
+        239, 150, 121, 58, 48, 255, 255, 61, 60, 48, 204, 34, 255, 41, 0, 0, 204, 57, 246, 246,
+        255, 255, 108, 204, 91, 204, 110, 204, 34, 0, 0, 0, 0, 0, 37, 101, 121, 255, 108, 204, 91,
+        204, 0, 0, 0, 204, 252, 0, 6, 11, 0, 0, 4, 252, 252, 249, 255, 41, 0, 0, 205, 252, 0, 246,
+        246, 246, 51, 51, 136, 0, 204, 204, 204, 204, 132, 204, 8, 204, 34, 0, 34, 204, 0, 0, 204,
+        204, 204, 204, 204, 132, 208, 204, 204, 204, 37, 37, 37, 37,
+    ]);
+}

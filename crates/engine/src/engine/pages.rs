@@ -348,8 +348,16 @@ impl Engine {
             self.unlink(loc);
             return true;
         }
+        // A chained item with a segment on this page leaves with the page
+        // anyway (`evict_owner`): rescuing its head would only evict another
+        // item for nothing.
+        let leaves_anyway = chain::is_head(self.slabs.chunk(loc))
+            && chain::segment_locs(&self.slabs, loc)
+                .iter()
+                .any(|&s| self.slabs.split(s).0 == page);
         let hot = match rescue {
             None => false,
+            Some(_) if leaves_anyway => false,
             Some(was_hot) => was_hot || self.is_hot(loc, class),
         };
         if hot {
@@ -522,14 +530,28 @@ impl Engine {
     }
 
     /// The page of `class` at its CLOCK hand (its oldest items), avoiding the
-    /// page that holds `protect`.
-    pub(super) fn pick_page(&self, class: usize, protect: Option<u64>) -> Option<PageId> {
+    /// pages in `keep`.
+    pub(super) fn pick_page(&self, class: usize, keep: &[PageId]) -> Option<PageId> {
         let c = &self.slabs.classes[class];
         let n = c.pages.len();
-        let protected_page = protect.map(|l| self.slabs.split(l).0);
         (0..n)
             .map(|i| c.pages[(c.hand_page + i) % n])
-            .find(|&p| Some(p) != protected_page)
+            .find(|p| !keep.contains(p))
+    }
+
+    /// The pages that hold the item at `loc`: its head's and, for a chained
+    /// item, its segments'.
+    pub(super) fn pages_of_item(&self, loc: u64) -> Vec<PageId> {
+        let mut pages = vec![self.slabs.split(loc).0];
+        if chain::is_head(self.slabs.chunk(loc)) {
+            for s in chain::segment_locs(&self.slabs, loc) {
+                let p = self.slabs.split(s).0;
+                if !pages.contains(&p) {
+                    pages.push(p);
+                }
+            }
+        }
+        pages
     }
 
     /// `slabs reassign <src> <dst>` with memcached's rules and replies: class
