@@ -11,12 +11,15 @@
 //! - [`replay`] (network), [`sim`] (in-process engine), [`mrc`] (miss-ratio
 //!   curves and the offline optimal slab assignment), [`compare`] (memcached
 //!   vs cachalot), [`plot`] (PNG/SVG charts).
+//! - [`enginebench`]: the engine in-process with N threads, its throughput
+//!   and how its lock is held (issue 10).
 //! - [`hostile`]: hostile-client probes with the server's resident memory
 //!   sampled (issue 9).
 
 use clap::{Parser, Subcommand};
 
 pub mod compare;
+pub mod enginebench;
 pub mod hostile;
 pub mod metrics;
 pub mod mrc;
@@ -54,6 +57,7 @@ pub enum Command {
     Plot(plot::PlotArgs),
     /// Attack servers as hostile clients would; print their peak memory.
     Hostile(hostile::HostileArgs),
+    EngineBench(enginebench::EngineBenchArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -65,5 +69,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Compare(a) => compare::run(a),
         Command::Plot(a) => plot::run(a),
         Command::Hostile(a) => hostile::run(a),
+        Command::EngineBench(a) => enginebench::run(a),
     }
 }

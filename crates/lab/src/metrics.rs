@@ -191,7 +191,7 @@ impl LatOp {
 /// Nanosecond histograms up to 100 s. Run totals: 3 significant digits from
 /// 1 ns (about 220 KB each, a handful per thread). Intervals: 2 significant
 /// digits from 100 ns (a few KB each, so thousands of intervals stay cheap).
-fn histogram(sigfig: u8) -> Histogram<u64> {
+pub(crate) fn histogram(sigfig: u8) -> Histogram<u64> {
     let low = if sigfig >= 3 { 1 } else { 100 };
     // The bounds are constants that hdrhistogram accepts (low >= 1,
     // high >= 2 * low, sigfig <= 5), so this cannot fail.

@@ -43,9 +43,9 @@ use crate::workload::Source;
 const KEY_MAX: usize = 250;
 
 /// The server's maintainer: every 200 ms, up to 8 slices of 512 chunks.
-const MAINTAIN_PERIOD_US: u64 = 200_000;
-const MAINTAIN_BUDGET: usize = 512;
-const MAINTAIN_SLICES: usize = 8;
+pub(crate) const MAINTAIN_PERIOD_US: u64 = 200_000;
+pub(crate) const MAINTAIN_BUDGET: usize = 512;
+pub(crate) const MAINTAIN_SLICES: usize = 8;
 
 /// After a gap in the trace longer than this many maintainer periods, the
 /// rest of the gap is skipped in one step (the reclaimer has swept every page
