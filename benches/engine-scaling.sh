@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Engine scaling (issue 10): `cachalot-lab engine-bench`, the engine
+# in-process with N threads (crates/lab/src/enginebench.rs), over threads and
+# over data set sizes, and the simulated cache misses per GET. The figures of
+# docs/benchmarks.md, "Engine scaling", come from here.
+#
+#   benches/engine-scaling.sh threads   # get-heavy Zipf 0.99, -m 64: 1, 2, 4, 8 threads
+#   benches/engine-scaling.sh data      # GETs over SMALL_MB vs BIG_MB of data, 1 and 2 threads
+#   benches/engine-scaling.sh misses    # callgrind: D1/LL misses per GET, small vs big data
+#
+# Runs alternate between the configurations, REPEAT times (3); each row is
+# the median. Environment: REPEAT, DURATION (5 s), SMALL_MB (64), BIG_MB
+# (8192), BIG_M (12288, -m for the big data set: it must hold it all),
+# MISS_OPS (GETs under callgrind, 200000), MISS_SMALL_MB (8), MISS_BIG_MB
+# (1024), LL (simulated last-level cache, 33554432,16,64), LAB_BIN. Each run's
+# JSON report stays in OUT (a temporary directory).
+set -euo pipefail
+# shellcheck source=benches/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+REPEAT=${REPEAT:-3}
+DURATION=${DURATION:-5}
+SMALL_MB=${SMALL_MB:-64}
+BIG_MB=${BIG_MB:-8192}
+BIG_M=${BIG_M:-12288}
+MISS_OPS=${MISS_OPS:-200000}
+MISS_SMALL_MB=${MISS_SMALL_MB:-8}
+MISS_BIG_MB=${MISS_BIG_MB:-1024}
+LL=${LL:-33554432,16,64}
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+LAB=${LAB_BIN:-$BENCH_ROOT/target/release/cachalot-lab}
+[ -x "$LAB" ] || { echo "cachalot-lab not found at $LAB (cargo build --release)" >&2; exit 1; }
+
+echo "machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -n1)," \
+    "$(free -g | awk '/^Mem:/ {print $2}') GiB RAM; date: $(date -u '+%Y-%m-%d %H:%M UTC');" \
+    "checkout $(cd "$BENCH_ROOT" && git rev-parse --short HEAD); reports in $OUT"
+
+# bench NAME ARGS...: one run, its report in $OUT/NAME.RUN.json.
+bench() {
+    local name=$1 run=$2
+    shift 2
+    "$LAB" engine-bench --warm --duration "$DURATION" --json "$OUT/$name.$run.json" "$@" >/dev/null
+}
+
+# median NAME FIELD: the median of a jq expression over NAME's runs.
+median() {
+    jq -s "[.[] | $2] | sort | .[length / 2 | floor]" "$OUT/$1".*.json
+}
+
+threads() {
+    local run t
+    echo "command: cachalot-lab engine-bench --warm --duration $DURATION -m 64 --dataset 32 --zipf 0.99 --get-ratio 0.9 --threads T"
+    for run in $(seq "$REPEAT"); do
+        for t in 1 2 4 8; do
+            bench "threads-$t" "$run" -m 64 --dataset 32 --zipf 0.99 --get-ratio 0.9 --threads "$t"
+        done
+    done
+    local one
+    one=$(median threads-1 .ops_per_s)
+    echo "| threads | ops/s | vs 1 thread | hit ratio | lock by requests / maintainer | maintainer hold max | request hold p50 / p99 | request wait p99 |"
+    echo "|---|---|---|---|---|---|---|---|"
+    for t in 1 2 4 8; do
+        local n=threads-$t
+        printf '| %s | %.0f | %.2f | %.4f | %s / %s | %.0f us | %s / %s ns | %s ns |\n' "$t" \
+            "$(median "$n" .ops_per_s)" "$(jq -n "$(median "$n" .ops_per_s) / $one")" \
+            "$(median "$n" .hit_ratio)" "$(median "$n" .lock.request_acquisitions)" \
+            "$(median "$n" .lock.maintainer_acquisitions)" \
+            "$(jq -n "$(median "$n" .lock.maintainer_hold_max_ns) / 1000")" \
+            "$(median "$n" .lock.request_hold_p50_ns)" "$(median "$n" .lock.request_hold_p99_ns)" \
+            "$(median "$n" .lock.request_wait_p99_ns)"
+    done
+}
+
+data() {
+    local run t
+    local small=(-m $((SMALL_MB * 2)) --dataset "$SMALL_MB")
+    local big=(-m "$BIG_M" --dataset "$BIG_MB")
+    echo "command: cachalot-lab engine-bench --warm --duration $DURATION --get-ratio 1 --zipf 0.99 --threads T {${small[*]} | ${big[*]}}"
+    for run in $(seq "$REPEAT"); do
+        for t in 1 2; do
+            bench "small-$t" "$run" "${small[@]}" --get-ratio 1 --threads "$t"
+            bench "big-$t" "$run" "${big[@]}" --get-ratio 1 --threads "$t"
+        done
+    done
+    echo "| threads | GET/s ${SMALL_MB} MB | GET/s ${BIG_MB} MB | big / small | hit ratio small / big | prefill s small / big |"
+    echo "|---|---|---|---|---|---|"
+    for t in 1 2; do
+        local s b
+        s=$(median "small-$t" .ops_per_s)
+        b=$(median "big-$t" .ops_per_s)
+        printf '| %s | %.0f | %.0f | %.2f | %.4f / %.4f | %.1f / %.1f |\n' "$t" "$s" "$b" \
+            "$(jq -n "$b / $s")" "$(median "small-$t" .hit_ratio)" "$(median "big-$t" .hit_ratio)" \
+            "$(median "small-$t" .prefill_s)" "$(median "big-$t" .prefill_s)"
+    done
+}
+
+# The GETs alone (`enginebench::get` and what it calls) are simulated, with a
+# 48 KB 12-way D1 like this machine's and the LL given: a deterministic count.
+# Runs of N and 2N GETs draw the same first N keys, so their difference is
+# the second N GETs', with the caches warmed by the first N (steady state).
+misses() {
+    command -v valgrind >/dev/null || { echo "valgrind missing: apt-get install valgrind" >&2; exit 1; }
+    local mb n
+    echo "command: valgrind --tool=callgrind --cache-sim=yes --D1=49152,12,64 --LL=$LL --toggle-collect='*enginebench::get*'" \
+        "cachalot-lab engine-bench --threads 1 --warm --ops N --get-ratio 1 --time-every 0 -m <2 x MB> --dataset <MB>"
+    echo "| data set | GETs | instructions / GET | D1 misses / GET | LL misses / GET |"
+    echo "|---|---|---|---|---|"
+    for mb in "$MISS_SMALL_MB" "$MISS_BIG_MB"; do
+        for n in "$MISS_OPS" $((2 * MISS_OPS)); do
+            valgrind --tool=callgrind --cache-sim=yes --D1=49152,12,64 --LL="$LL" \
+                --toggle-collect='*enginebench::get*' --callgrind-out-file="$OUT/callgrind.$mb.$n.out" \
+                "$LAB" engine-bench --threads 1 --warm --ops "$n" --get-ratio 1 --time-every 0 \
+                -m $((mb * 2)) --dataset "$mb" >/dev/null 2>&1
+        done
+        # The totals line lists Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
+        awk -v mb="$mb" -v n="$MISS_OPS" '/^totals:/ {
+            if (FNR == NR) { for (i = 2; i <= 10; i++) first[i] = $i; next }
+            printf "| %s MB | first %d | %.0f | %.2f | %.3f |\n", mb, n, first[2] / n,
+                (first[6] + first[7]) / n, (first[9] + first[10]) / n
+            printf "| %s MB | next %d | %.0f | %.2f | %.3f |\n", mb, n, ($2 - first[2]) / n,
+                ($6 + $7 - first[6] - first[7]) / n, ($9 + $10 - first[9] - first[10]) / n }' \
+            "$OUT/callgrind.$mb.$MISS_OPS.out" "$OUT/callgrind.$mb.$((2 * MISS_OPS)).out"
+    done
+}
+
+case "${1:-}" in
+threads) threads ;;
+data) data ;;
+misses) misses ;;
+*)
+    echo "usage: $0 threads|data|misses" >&2
+    exit 2
+    ;;
+esac
