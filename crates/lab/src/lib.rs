@@ -50,7 +50,7 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Run a trace or model through cachalot's engine in-process.
     Sim(sim::SimArgs),
-    // `mrc` and `plot` carry their own about/long_about texts.
+    // `mrc`, `plot` and `engine-bench` carry their own about/long_about texts.
     Mrc(mrc::MrcArgs),
     /// Run the same workload against memcached and cachalot and print both.
     Compare(compare::CompareArgs),
