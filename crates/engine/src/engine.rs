@@ -220,6 +220,14 @@ pub struct Engine {
     learner: Option<Learner>,
 }
 
+/// [`Engine::fits`] from the configuration alone (`-I` and `-C` never
+/// change), so [`crate::Cache::fits`] needs no lock.
+pub(crate) fn fits(config: &Config, key_len: usize, value_len: usize, flags: u32) -> bool {
+    value_len <= VALUE_MAX_LEN
+        && item::memcached_size(key_len, value_len, flags, config.cas_enabled)
+            <= config.item_size_max
+}
+
 #[inline]
 fn hash(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
@@ -254,7 +262,8 @@ impl Engine {
             config.growth_factor,
             largest,
         );
-        let slabs = Slabs::new(page_size, &sizes);
+        let hugepages = config.hugepages || config.prealloc;
+        let slabs = Slabs::new(page_size, &sizes, config.memory_limit, hugepages);
         Self::check_addressable(&slabs, config.memory_limit)?;
         // The index starts small and grows with the item count; size the start
         // for one item per 256 bytes of memory (a fraction of the final size).
@@ -286,7 +295,9 @@ impl Engine {
         };
         if engine.config.prealloc {
             while engine.can_add_page() {
-                let p = engine.slabs.new_page();
+                let Some(p) = engine.slabs.new_page() else {
+                    break;
+                };
                 engine.slabs.spare.push(p);
             }
         }
@@ -314,9 +325,7 @@ impl Engine {
     /// Whether an item with this key and value length fits under `-I`, as
     /// in memcached (by its item size; ours is smaller).
     pub fn fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
-        let cas = self.config.cas_enabled;
-        value_len <= VALUE_MAX_LEN
-            && item::memcached_size(key_len, value_len, flags, cas) <= self.config.item_size_max
+        fits(&self.config, key_len, value_len, flags)
     }
 
     /// Whether an item of this size is chained across chunks (memcached's
@@ -705,9 +714,10 @@ impl Engine {
             // The page and what the policy allocates for the class's first
             // item (GD-Wheel's wheels) must fit together in `-m`.
             if self.can_add_page_with(self.policy.first_item_bytes(class)) {
-                let p = self.slabs.new_page();
-                self.slabs.assign(p, class);
-                continue;
+                if let Some(p) = self.slabs.new_page() {
+                    self.slabs.assign(p, class);
+                    continue;
+                }
             }
             if !self.config.evict {
                 return Err(self.out_of_memory(class));

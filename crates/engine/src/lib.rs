@@ -11,6 +11,7 @@
 //! never across network I/O.
 //!
 //! Module map (see docs/ARCHITECTURE.md):
+//! - [`arena`]: the pages' memory, optionally on transparent huge pages.
 //! - [`clock`]: the coarse server clock and memcached's exptime rules.
 //! - [`item`]: the 16-byte item header and item layout inside a chunk.
 //! - [`chain`]: items larger than the largest chunk, over several chunks.
@@ -24,6 +25,7 @@
 //! - `testing` (feature `testing`): the reference model the property tests
 //!   and the fuzzer check the engine against; `validate()` on every structure.
 
+pub mod arena;
 pub mod chain;
 pub mod clock;
 pub mod cost;
@@ -74,8 +76,12 @@ pub struct Config {
     pub slab_reassign: bool,
     /// `-o slab_automove=N`: 0 off, 1 background rebalancing, 2 aggressive.
     pub slab_automove: u8,
-    /// `-L`: preallocate all pages at start (and ask for transparent hugepages).
+    /// `-L`: preallocate all pages at start (and use huge pages, as `-L`
+    /// does in memcached).
     pub prealloc: bool,
+    /// `-o hugepages=0|1`: back pages with transparent huge pages
+    /// (`MADV_HUGEPAGE`, Cavast section 6.1; see `arena`).
+    pub hugepages: bool,
     /// `-o eviction=lru|gdwheel`: which item to evict within a slab class.
     pub eviction: EvictionPolicy,
     /// `-o rebalance=off|memcached|sas|cost-per-byte`: how pages move between classes.
@@ -129,6 +135,7 @@ impl Default for Config {
             slab_reassign: true,
             slab_automove: 1,
             prealloc: false,
+            hugepages: true,
             eviction: EvictionPolicy::default(),
             rebalance: RebalancePolicy::default(),
             learn_costs: false,
@@ -154,15 +161,24 @@ pub enum ConfigError {
 pub struct Cache {
     engine: parking_lot::Mutex<Engine>,
     clock: Arc<Clock>,
+    /// A copy of the engine's configuration, for what it alone decides.
+    config: Config,
 }
 
 impl Cache {
     pub fn new(config: Config, clock: Arc<Clock>) -> Result<Cache, ConfigError> {
-        let engine = Engine::new(config, clock.clone())?;
+        let engine = Engine::new(config.clone(), clock.clone())?;
         Ok(Cache {
             engine: parking_lot::Mutex::new(engine),
             clock,
+            config,
         })
+    }
+
+    /// [`Engine::fits`], without taking the lock: a SET checks its size
+    /// before reading its value, and that should not cost a lock round.
+    pub fn fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
+        engine::fits(&self.config, key_len, value_len, flags)
     }
 
     /// Lock the engine. Hold the guard only for engine work and copying out

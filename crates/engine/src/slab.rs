@@ -16,6 +16,7 @@
 //! A chunk holds a live item iff its number is below the page's bump cursor and
 //! its LIVE bit is set; flushing everything is therefore O(pages).
 
+use crate::arena::Arena;
 use crate::item;
 use crate::stats::SlabClassStats;
 
@@ -28,8 +29,8 @@ pub const MAX_CLASSES: usize = 200;
 
 pub type PageId = u32;
 
+/// A page's bookkeeping; its memory is in the [`Arena`].
 pub struct Page {
-    pub mem: Box<[u8]>,
     /// Class index + 1; 0 = not in any class.
     pub class: u8,
     pub chunk_size: u32,
@@ -65,6 +66,8 @@ pub struct Slabs {
     /// log2 of the number of chunk numbers a location reserves per page.
     pub chunk_bits: u32,
     pub pages: Vec<Option<Page>>,
+    /// The pages' memory, by page number.
+    pub arena: Arena,
     /// Numbers of `pages` entries that are None (memory released), reusable.
     pub vacant: Vec<PageId>,
     /// Allocated pages that belong to no class.
@@ -89,7 +92,9 @@ pub fn class_sizes(smallest: usize, factor: f64, item_size_max: usize) -> Vec<u3
 }
 
 impl Slabs {
-    pub fn new(page_size: usize, sizes: &[u32]) -> Slabs {
+    /// Slab classes of these chunk sizes over `page_size` pages, whose
+    /// memory is reserved `expected` bytes at a time (`arena`).
+    pub fn new(page_size: usize, sizes: &[u32], expected: usize, hugepages: bool) -> Slabs {
         let smallest = sizes.first().copied().unwrap_or(64) as usize;
         let chunk_bits = (page_size / smallest).next_power_of_two().trailing_zeros();
         let classes = sizes
@@ -117,6 +122,7 @@ impl Slabs {
             page_size,
             chunk_bits,
             pages: Vec::new(),
+            arena: Arena::new(page_size, expected, hugepages),
             vacant: Vec::new(),
             spare: Vec::new(),
             classes,
@@ -164,19 +170,17 @@ impl Slabs {
     #[inline]
     pub fn chunk(&self, loc: u64) -> &[u8] {
         let (p, c) = self.split(loc);
-        let page = self.page(p);
-        let cs = page.chunk_size as usize;
+        let cs = self.page(p).chunk_size as usize;
         let start = c as usize * cs;
-        &page.mem[start..start + cs]
+        &self.arena.page(p)[start..start + cs]
     }
 
     #[inline]
     pub fn chunk_mut(&mut self, loc: u64) -> &mut [u8] {
         let (p, c) = self.split(loc);
-        let page = self.page_mut(p);
-        let cs = page.chunk_size as usize;
+        let cs = self.page(p).chunk_size as usize;
         let start = c as usize * cs;
-        &mut page.mem[start..start + cs]
+        &mut self.arena.page_mut(p)[start..start + cs]
     }
 
     /// Whether `loc` holds a live item.
@@ -186,7 +190,7 @@ impl Slabs {
         match self.pages.get(p as usize) {
             Some(Some(page)) if page.class != 0 && c < page.bump => {
                 let cs = page.chunk_size as usize;
-                item::bits(&page.mem[c as usize * cs..]) & item::LIVE != 0
+                item::bits(&self.arena.page(p)[c as usize * cs..]) & item::LIVE != 0
             }
             _ => false,
         }
@@ -199,16 +203,20 @@ impl Slabs {
         self.page(p).class as usize - 1
     }
 
-    /// Allocate memory for a new page (the caller checked the budget).
-    pub fn new_page(&mut self) -> PageId {
+    /// Allocate memory for a new page (the caller checked the budget);
+    /// None only if the kernel refused more address space.
+    pub fn new_page(&mut self) -> Option<PageId> {
         if let Some(id) = self.spare.pop() {
-            return id;
+            return Some(id);
         }
-        // calloc'd memory: the kernel maps zero pages lazily, so an unused
-        // page costs no resident memory until items are written into it.
-        let mem = vec![0u8; self.page_size].into_boxed_slice();
+        // The arena's memory is mapped lazily, so an unused page costs no
+        // resident memory until items are written into it.
+        let id = match self.vacant.last() {
+            Some(&id) => id,
+            None => self.pages.len() as PageId,
+        };
+        self.arena.reserve(id).ok()?;
         let page = Page {
-            mem,
             class: 0,
             chunk_size: 0,
             nchunks: 0,
@@ -217,22 +225,19 @@ impl Slabs {
             free_count: 0,
             listed: false,
         };
-        match self.vacant.pop() {
-            Some(id) => {
-                self.pages[id as usize] = Some(page);
-                id
-            }
-            None => {
-                self.pages.push(Some(page));
-                (self.pages.len() - 1) as PageId
-            }
+        if self.vacant.pop().is_some() {
+            self.pages[id as usize] = Some(page);
+        } else {
+            self.pages.push(Some(page));
         }
+        Some(id)
     }
 
     /// Give back the memory of a page that belongs to no class.
     pub fn release_page(&mut self, id: PageId) {
         debug_assert_eq!(self.page(id).class, 0);
         self.pages[id as usize] = None;
+        self.arena.release(id);
         self.vacant.push(id);
     }
 
@@ -257,17 +262,13 @@ impl Slabs {
     /// Take a free chunk of `class` if one exists.
     pub fn take_free(&mut self, class: usize) -> Option<u64> {
         while let Some(&id) = self.classes[class].with_free.last() {
-            let page = self.page_mut(id);
+            let mem = self.arena.page(id);
+            let page = self.pages[id as usize].as_mut().expect("live page id");
             let chunk = if page.free_head != NONE {
                 let c = page.free_head;
                 let cs = page.chunk_size as usize;
                 let at = c as usize * cs + 8;
-                let next = u32::from_le_bytes([
-                    page.mem[at],
-                    page.mem[at + 1],
-                    page.mem[at + 2],
-                    page.mem[at + 3],
-                ]);
+                let next = u32::from_le_bytes([mem[at], mem[at + 1], mem[at + 2], mem[at + 3]]);
                 page.free_head = next;
                 page.free_count -= 1;
                 Some(c)
@@ -291,10 +292,10 @@ impl Slabs {
     /// Return a chunk (its item already unlinked) to its page's free list.
     pub fn free(&mut self, loc: u64) {
         let (p, c) = self.split(loc);
-        let page = self.page_mut(p);
+        let page = self.pages[p as usize].as_mut().expect("live page id");
         let cs = page.chunk_size as usize;
         let at = c as usize * cs;
-        let chunk = &mut page.mem[at..at + cs];
+        let chunk = &mut self.arena.page_mut(p)[at..at + cs];
         item::set_bits(chunk, 0);
         chunk[8..12].copy_from_slice(&page.free_head.to_le_bytes());
         page.free_head = c;
@@ -359,9 +360,10 @@ impl Slabs {
     /// Locations of the live items of a page.
     pub fn live_in_page(&self, id: PageId) -> Vec<u64> {
         let page = self.page(id);
+        let mem = self.arena.page(id);
         let cs = page.chunk_size as usize;
         (0..page.bump)
-            .filter(|&c| item::bits(&page.mem[c as usize * cs..]) & item::LIVE != 0)
+            .filter(|&c| item::bits(&mem[c as usize * cs..]) & item::LIVE != 0)
             .map(|c| self.loc(id, c))
             .collect()
     }
@@ -369,9 +371,10 @@ impl Slabs {
     /// Segments of chained items in a page (`chain`).
     pub fn segments_in_page(&self, id: PageId) -> Vec<u64> {
         let page = self.page(id);
+        let mem = self.arena.page(id);
         let cs = page.chunk_size as usize;
         (0..page.bump)
-            .filter(|&c| crate::chain::is_segment(&page.mem[c as usize * cs..]))
+            .filter(|&c| crate::chain::is_segment(&mem[c as usize * cs..]))
             .map(|c| self.loc(id, c))
             .collect()
     }
@@ -431,7 +434,7 @@ impl Slabs {
                 vacant.binary_search(&id).is_err(),
                 "live page {id} not vacant"
             );
-            assert_eq!(page.mem.len(), self.page_size, "page {id} size");
+            let mem = self.arena.page(id);
             if page.class == 0 {
                 assert!(
                     spare.binary_search(&id).is_ok(),
@@ -464,12 +467,8 @@ impl Slabs {
                 free[next as usize] = true;
                 n += 1;
                 let at = next as usize * cs;
-                assert_eq!(
-                    item::bits(&page.mem[at..]) & item::LIVE,
-                    0,
-                    "free chunk is live"
-                );
-                next = u32::from_le_bytes(page.mem[at + 8..at + 12].try_into().unwrap());
+                assert_eq!(item::bits(&mem[at..]) & item::LIVE, 0, "free chunk is live");
+                next = u32::from_le_bytes(mem[at + 8..at + 12].try_into().unwrap());
             }
             assert_eq!(n, page.free_count, "page {id} free count");
             // Every chunk below the cursor is live, a chain segment, or on the
@@ -479,7 +478,7 @@ impl Slabs {
                 _ => 0,
             };
             for (c, &f) in free.iter().enumerate().skip(drained) {
-                let chunk = &page.mem[c * cs..];
+                let chunk = &mem[c * cs..];
                 let held = item::bits(chunk) & item::LIVE != 0 || crate::chain::is_segment(chunk);
                 assert!(held || f, "page {id}: chunk {c} neither held nor free");
             }
@@ -549,11 +548,11 @@ mod tests {
     #[test]
     fn alloc_free_and_move_pages() {
         let sizes = class_sizes(32, 1.25, 1 << 16);
-        let mut s = Slabs::new(1 << 16, &sizes);
+        let mut s = Slabs::new(1 << 16, &sizes, 1 << 20, false);
         let class = s.class_for(40).unwrap();
         assert_eq!(s.classes[class].chunk_size, 40);
         assert!(s.take_free(class).is_none());
-        let p = s.new_page();
+        let p = s.new_page().unwrap();
         s.assign(p, class);
         let per = s.classes[class].per_page as usize;
         let mut locs = Vec::new();

@@ -105,6 +105,9 @@ pub struct EngineArgs {
     /// mrc: sampled GETs between two decisions.
     #[arg(long, default_value_t = Tuning::default().mrc_period)]
     pub mrc_period: u64,
+    /// -o hugepages=: item pages on transparent huge pages (true/false).
+    #[arg(long, default_value_t = Config::default().hugepages, action = clap::ArgAction::Set)]
+    pub hugepages: bool,
 }
 
 fn parse_sas_rule(s: &str) -> Result<SasRule, String> {
@@ -143,6 +146,7 @@ impl EngineArgs {
             eviction: self.eviction,
             learn_costs: self.learn_costs,
             rebalance: self.rebalance,
+            hugepages: self.hugepages,
             rebalance_tuning: Tuning {
                 sas_misses: self.sas_misses,
                 sas_decay: self.sas_decay,

@@ -411,7 +411,7 @@ impl BinaryHandler {
         let Some(value) = value else {
             // Value not all here: decide "too large" now, as memcached's
             // item_alloc does before reading it.
-            if ctx.cache.lock().fits(key.len(), value_len as usize, flags) {
+            if ctx.cache.fits(key.len(), value_len as usize, flags) {
                 return Flow::NeedMore;
             }
             // (A length of 2 GB or more is negative in memcached's `int`:
@@ -419,7 +419,7 @@ impl BinaryHandler {
             self.too_large(ctx, r, key, mode, c_int_len(value_len), out);
             return Flow::Next(head);
         };
-        if !ctx.cache.lock().fits(key.len(), value.len(), flags) {
+        if !ctx.cache.fits(key.len(), value.len(), flags) {
             self.too_large(ctx, r, key, mode, 0, out);
             return Flow::Next(head + value.len());
         }

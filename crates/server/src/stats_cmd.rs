@@ -382,6 +382,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     // cachalot's own settings (docs/cost.md).
     stat(out, "eviction", ec.eviction.name());
     stat(out, "learn_costs", yes_no(ec.learn_costs));
+    stat(out, "hugepages", yes_no(ec.hugepages || ec.prealloc));
     stat(out, "rebalance", ec.rebalance.name());
     stat(
         out,

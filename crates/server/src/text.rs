@@ -559,7 +559,7 @@ struct StoreLine<'a> {
 /// block, validate its terminator, store.
 fn store(ctx: &Ctx<'_>, req: &StoreLine<'_>, after: &[u8], out: &mut Vec<u8>) -> Outcome {
     let block = req.bytes + 2;
-    let fits = ctx.cache.lock().fits(req.key.len(), req.bytes, req.flags);
+    let fits = ctx.cache.fits(req.key.len(), req.bytes, req.flags);
     if !fits {
         stats_cmd::detail_record(ctx, req.key, stats_cmd::DetailOp::Set);
         bump(&ctx.stats.store_too_large);

@@ -59,8 +59,7 @@ pub fn clock_victim(
         }
         let cs = page.chunk_size as usize;
         let at = chunk_no as usize * cs;
-        let chunk = &mut page.mem[at..at + cs];
-        let bits = item::bits(chunk);
+        let bits = item::bits(&slabs.arena.page(page_id)[at..at + cs]);
         if bits & item::LIVE == 0 {
             continue;
         }
@@ -68,8 +67,7 @@ pub fn clock_victim(
         if Some(loc) == protect {
             continue;
         }
-        let page = slabs.page_mut(page_id);
-        let chunk = &mut page.mem[at..at + cs];
+        let chunk = &mut slabs.arena.page_mut(page_id)[at..at + cs];
         let exp = item::exptime(chunk);
         if exp != 0 && exp <= now {
             return Some(Victim::Expired(loc));
@@ -89,7 +87,7 @@ mod tests {
     use crate::slab::{class_sizes, Slabs};
 
     fn fill(s: &mut Slabs, class: usize) -> Vec<u64> {
-        let p = s.new_page();
+        let p = s.new_page().unwrap();
         s.assign(p, class);
         let mut locs = Vec::new();
         while let Some(l) = s.take_free(class) {
@@ -101,7 +99,7 @@ mod tests {
 
     #[test]
     fn fifo_without_references() {
-        let mut s = Slabs::new(1 << 12, &class_sizes(32, 1.25, 1 << 12));
+        let mut s = Slabs::new(1 << 12, &class_sizes(32, 1.25, 1 << 12), 1 << 16, false);
         let locs = fill(&mut s, 0);
         assert_eq!(
             clock_victim(&mut s, 0, 10, None),
@@ -115,7 +113,7 @@ mod tests {
 
     #[test]
     fn referenced_items_get_a_second_chance() {
-        let mut s = Slabs::new(1 << 12, &class_sizes(32, 1.25, 1 << 12));
+        let mut s = Slabs::new(1 << 12, &class_sizes(32, 1.25, 1 << 12), 1 << 16, false);
         let locs = fill(&mut s, 0);
         for &l in &locs[..3] {
             let c = s.chunk_mut(l);
@@ -135,7 +133,7 @@ mod tests {
 
     #[test]
     fn all_referenced_still_finds_a_victim() {
-        let mut s = Slabs::new(1 << 12, &class_sizes(32, 1.25, 1 << 12));
+        let mut s = Slabs::new(1 << 12, &class_sizes(32, 1.25, 1 << 12), 1 << 16, false);
         let locs = fill(&mut s, 0);
         for &l in &locs {
             let c = s.chunk_mut(l);

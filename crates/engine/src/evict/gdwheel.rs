@@ -249,7 +249,7 @@ fn read(slabs: &Slabs, side: &Side, loc: u64) -> Trailer {
         .as_ref()
         .expect("a linked item's page is live");
     let end = (c as usize + 1) * pg.chunk_size as usize;
-    Trailer::decode(&pg.mem[end - TRAILER_LEN..end])
+    Trailer::decode(&slabs.arena.page(page)[end - TRAILER_LEN..end])
 }
 
 /// The chunks and the side arrays: where trailers are read and written.
@@ -272,9 +272,8 @@ impl Mem<'_> {
             let at = c as usize * TRAILER_LEN;
             return &mut arr[at..at + TRAILER_LEN];
         }
-        let pg = self.slabs.page_mut(page);
-        let end = (c as usize + 1) * pg.chunk_size as usize;
-        &mut pg.mem[end - TRAILER_LEN..end]
+        let end = (c as usize + 1) * self.slabs.page_mut(page).chunk_size as usize;
+        &mut self.slabs.arena.page_mut(page)[end - TRAILER_LEN..end]
     }
 
     #[inline]
@@ -749,8 +748,8 @@ mod tests {
     /// odd ones fill their chunk (trailer in a side array), even ones leave
     /// room (trailer in the chunk).
     fn setup(costs: &[u8]) -> (Slabs, GdWheel, Vec<u64>) {
-        let mut s = Slabs::new(1 << 12, &class_sizes(64, 1.25, 1 << 12));
-        let p = s.new_page();
+        let mut s = Slabs::new(1 << 12, &class_sizes(64, 1.25, 1 << 12), 1 << 16, false);
+        let p = s.new_page().unwrap();
         s.assign(p, 0);
         let mut g = GdWheel::new(s.classes.len());
         let mut locs = Vec::new();

@@ -708,6 +708,15 @@ fn extended(
                 }
             }
             "no_learn_costs" => s.engine.learn_costs = false,
+            // Issue 10: item pages on transparent huge pages (Cavast 6.1).
+            "hugepages" => {
+                s.engine.hugepages = match value {
+                    None | Some("1") => true,
+                    Some("0") => false,
+                    Some(_) => return Err(CliError::new(EXIT_FAILURE, "hugepages must be 0 or 1")),
+                }
+            }
+            "no_hugepages" => s.engine.hugepages = false,
             // Issue 4: how pages move between slab classes (docs/cost.md,
             // "Rebalancing"); `memcached` is slab_automove's rule.
             "rebalance" => match value {
@@ -844,6 +853,8 @@ pub fn usage() -> String {
                           (GreedyDual with cost wheels; costs from meta w / cost=)
    - learn_costs:         0 (default) or 1: learn a key's cost from the time between
                           a GET miss and the SET that follows it
+   - hugepages:           1 (default) or 0: item memory on transparent huge pages
+                          (madvise; ignored where the kernel has none)
    - rebalance:           how pages move between slab classes: off, memcached
                           (slab_automove's rule), sas (towards capacity misses),
                           cost-per-byte or mrc (default: towards the optimum of
@@ -1171,6 +1182,20 @@ mod tests {
         assert_eq!(
             err(&["-o", "sas_misses=x"]).message,
             "Invalid numeric argument for sas_misses"
+        );
+    }
+
+    #[test]
+    fn hugepages_option() {
+        let (s, _) = run(&[]).unwrap();
+        assert!(s.engine.hugepages, "on by default (docs/benchmarks.md)");
+        let (s, _) = run(&["-o", "hugepages=0"]).unwrap();
+        assert!(!s.engine.hugepages);
+        let (s, _) = run(&["-o", "no_hugepages,hugepages"]).unwrap();
+        assert!(s.engine.hugepages);
+        assert_eq!(
+            err(&["-o", "hugepages=2"]).message,
+            "hugepages must be 0 or 1"
         );
     }
 
