@@ -300,6 +300,17 @@ impl Index {
         table.segs[s].find(off, Key::of(hash), &mut is_match)
     }
 
+    /// Start loading the primary bucket of `hash` into the CPU cache (a
+    /// batched lookup's first step: `Engine::lookup_batch`).
+    #[inline]
+    pub fn prefetch(&self, hash: u64) {
+        let (table, bucket) = self.route(hash);
+        let (s, off) = table.split(bucket);
+        if let Some(b) = table.segs[s].bucket(off) {
+            crate::prefetch(std::ptr::from_ref(b).cast());
+        }
+    }
+
     /// Insert `loc` for `hash` (the caller guarantees the key is not present).
     /// `hash_of` gives the hash of any item already indexed (used when buckets move).
     pub fn insert(&mut self, hash: u64, loc: Loc, hash_of: &dyn Fn(Loc) -> u64) {

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use cachalot_engine::engine::Lookup;
 use cachalot_engine::testing::{self, CasArg, Op};
 use cachalot_engine::{
     ArithOutcome, Clock, Config, Engine, EvictionPolicy, RebalancePolicy, Store, StoreMode,
@@ -532,4 +533,75 @@ fn chained_item_is_not_lost_uncounted() {
         246, 246, 51, 51, 136, 0, 204, 204, 204, 204, 132, 204, 8, 204, 34, 0, 34, 204, 0, 0, 204,
         204, 204, 204, 204, 132, 208, 204, 204, 204, 37, 37, 37, 37,
     ]);
+}
+
+/// A stored key, or a multi-get (keys, and how many of them the caller
+/// takes before stopping the batch).
+#[derive(Clone, Debug)]
+enum BatchOp {
+    Set { key: u16, len: usize },
+    Gets { keys: Vec<u16>, stop: usize },
+}
+
+fn batch_op() -> impl Strategy<Value = BatchOp> {
+    prop_oneof![
+        3 => (0u16..600, 0usize..3000).prop_map(|(key, len)| BatchOp::Set { key, len }),
+        1 => (proptest::collection::vec(0u16..700, 0..40), 0usize..45)
+            .prop_map(|(keys, stop)| BatchOp::Gets { keys, stop }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    /// `lookup_batch` (prefetching multi-get) is `lookup` of each key in
+    /// order: same items, and the same engine afterwards (hits, access
+    /// bits, eviction order, rebalancer samples), also when the caller stops
+    /// the batch early. Two engines get the same operations; one answers
+    /// multi-gets with lookup_batch, the other key by key. Small memory, so
+    /// keys are also evicted and missed. Without learned costs: they come
+    /// from the wall clock, which the two engines do not read at the same
+    /// instants.
+    #[test]
+    fn lookup_batch_is_lookup_in_order(ops in proptest::collection::vec(batch_op(), 1..400)) {
+        each_policy(|base| {
+            let clock = Arc::new(Clock::new());
+            let config = Config { memory_limit: 2 << 20, learn_costs: false, ..base };
+            let mut batched = Engine::new(config.clone(), clock.clone()).unwrap();
+            let mut single = Engine::new(config, clock.clone()).unwrap();
+            for op in &ops {
+                match op {
+                    BatchOp::Set { key, len } => {
+                        let k = format!("key:{key}");
+                        let v = vec![*key as u8; *len];
+                        for e in [&mut batched, &mut single] {
+                            e.store(&Store::set(k.as_bytes(), &v));
+                        }
+                    }
+                    BatchOp::Gets { keys, stop } => {
+                        let names: Vec<String> = keys.iter().map(|k| format!("key:{k}")).collect();
+                        let keys: Vec<&[u8]> = names.iter().map(|k| k.as_bytes()).collect();
+                        let mut got = Vec::new();
+                        batched.lookup_batch(&keys, Lookup::GET, |i, key, item| {
+                            assert_eq!(key, keys[i]);
+                            got.push(item.map(|it| (it.cas, it.value.to_vec())));
+                            if got.len() >= *stop {
+                                std::ops::ControlFlow::Break(())
+                            } else {
+                                std::ops::ControlFlow::Continue(())
+                            }
+                        });
+                        let taken = (*stop).clamp(1, keys.len().max(1)).min(keys.len());
+                        assert_eq!(got.len(), taken, "stopped after the key that said so");
+                        for (key, g) in keys.iter().zip(&got) {
+                            let want = single.lookup(key, Lookup::GET).map(|it| (it.cas, it.value.to_vec()));
+                            assert_eq!(g, &want, "{:?}", String::from_utf8_lossy(key));
+                        }
+                    }
+                }
+                batched.validate();
+            }
+            assert_eq!(format!("{:?}", batched.stats()), format!("{:?}", single.stats()));
+            assert_eq!(format!("{:?}", batched.slab_stats()), format!("{:?}", single.slab_stats()));
+        });
+    }
 }

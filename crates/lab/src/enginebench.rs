@@ -25,12 +25,14 @@
 //! own, so `valgrind --tool=callgrind --toggle-collect` can count the cache
 //! misses of GETs alone (docs/lab.md, "engine-bench").
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use cachalot_engine::engine::Lookup;
 use cachalot_engine::{Cache, Clock, Engine, Store};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -98,6 +100,14 @@ pub struct EngineBenchArgs {
     /// Requests each worker draws in advance and cycles through.
     #[arg(long, default_value_t = 1 << 21)]
     pub ring: usize,
+    /// GETs go to the engine as multi-gets of this many keys (one lock each;
+    /// SETs drawn in between are done on their own).
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// With --batch: look the keys up with prefetching (`lookup_batch`, as
+    /// the server's multi-get does) or one after another (false).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub prefetch: bool,
     /// Time the lock of every Nth request (0 = none, 1 = all); counts are exact.
     #[arg(long, default_value_t = 16)]
     pub time_every: u64,
@@ -132,6 +142,9 @@ pub struct Report {
     /// the kernel does not say).
     pub hugepages: bool,
     pub anon_huge_mb: Option<u64>,
+    /// `--batch` and `--prefetch`.
+    pub batch: usize,
+    pub prefetch: bool,
     pub lock: LockReport,
 }
 
@@ -163,6 +176,8 @@ struct Plan {
     seed: u64,
     ring: usize,
     time_every: u64,
+    batch: usize,
+    prefetch: bool,
     value: Vec<u8>,
 }
 
@@ -216,6 +231,33 @@ fn get(cache: &Cache, key: &[u8], out: &mut Vec<u8>, lu: &mut LockUse) -> bool {
         }
         None => false,
     })
+}
+
+/// A multi-get as the server does it: one lock, the keys looked up with
+/// prefetching (`lookup_batch`) or one by one, each value copied out.
+#[inline(never)]
+fn mget(cache: &Cache, keys: &[&[u8]], prefetch: bool, out: &mut Vec<u8>, lu: &mut LockUse) -> u64 {
+    out.clear();
+    let mut hits = 0;
+    locked(cache, lu, |e| {
+        if prefetch {
+            e.lookup_batch(keys, Lookup::GET, |_, _, item| {
+                if let Some(item) = item {
+                    item.value.copy_to(out);
+                    hits += 1;
+                }
+                ControlFlow::Continue(())
+            });
+        } else {
+            for key in keys {
+                if let Some(item) = e.get(key) {
+                    item.value.copy_to(out);
+                    hits += 1;
+                }
+            }
+        }
+    });
+    hits
 }
 
 /// One SET as the server's text protocol does it: `fits` (no lock), then
@@ -272,6 +314,9 @@ fn worker(
     let mut out = Vec::with_capacity(plan.value.len());
     let mut lock = LockUse::new();
     let (mut gets, mut hits, mut sets) = (0u64, 0u64, 0u64);
+    // Keys of the multi-get being gathered (--batch).
+    let mut batch = vec![Vec::with_capacity(plan.key_len); plan.batch];
+    let mut nbatch = 0;
     start.wait();
     let began = Instant::now();
     let mut i = 0u64;
@@ -285,7 +330,16 @@ fn worker(
         at = if at + 1 == ring.len() { 0 } else { at + 1 };
         key_bytes(u64::from(e & !SET_BIT), plan.key_len, &mut key);
         lock.timed = plan.time_every != 0 && i.is_multiple_of(plan.time_every);
-        if e & SET_BIT != 0 {
+        if plan.batch > 1 && e & SET_BIT == 0 {
+            std::mem::swap(&mut key, &mut batch[nbatch]);
+            nbatch += 1;
+            if nbatch == plan.batch {
+                let keys: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+                hits += mget(cache, &keys, plan.prefetch, &mut out, &mut lock);
+                gets += nbatch as u64;
+                nbatch = 0;
+            }
+        } else if e & SET_BIT != 0 {
             set(cache, &key, &plan.value, &mut lock);
             sets += 1;
         } else {
@@ -354,6 +408,7 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
     );
     anyhow::ensure!(a.zipf >= 0.0 && a.zipf.is_finite(), "--zipf must be >= 0");
     anyhow::ensure!(a.ring >= 1, "--ring must be at least 1");
+    anyhow::ensure!((1..=1024).contains(&a.batch), "--batch must be in 1..=1024");
     let items = a
         .items
         .unwrap_or(a.dataset / (a.key_len + a.value_size).max(1) as u64);
@@ -374,6 +429,8 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
         seed: a.seed,
         ring: a.ring,
         time_every: a.time_every,
+        batch: a.batch,
+        prefetch: a.prefetch,
         value,
     };
     let cache =
@@ -463,6 +520,8 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
         },
         curr_items,
         hugepages: a.engine.hugepages,
+        batch: a.batch,
+        prefetch: a.prefetch,
         anon_huge_mb: anon_huge_kb().map(|kb| kb >> 10),
         lock: LockReport {
             request_acquisitions: lock.acquisitions,
@@ -513,6 +572,10 @@ pub fn format_report(r: &Report) -> String {
         vec!["ops/s per thread".into(), per_thread.join(" ")],
         vec!["hit ratio".into(), format!("{:.4}", r.hit_ratio)],
         vec!["items cached".into(), r.curr_items.to_string()],
+        vec![
+            "multi-get batch / prefetch".into(),
+            format!("{} / {}", r.batch, r.prefetch),
+        ],
         vec![
             "hugepages / on huge pages".into(),
             format!(

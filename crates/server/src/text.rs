@@ -25,9 +25,12 @@
 //! ([`PausedGet`]), so a `get` naming a 1 MB value thousands of times never
 //! holds more than one value beyond the mark.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 
-use cachalot_engine::engine::{Arith, ArithOutcome, DeleteOutcome, Lookup, ReassignOutcome};
+use cachalot_engine::engine::{
+    Arith, ArithOutcome, DeleteOutcome, Lookup, ReassignOutcome, LOOKUP_BATCH,
+};
 use cachalot_engine::{Expiry, ItemRef, Store, StoreMode, StoreOutcome};
 use cachalot_protocol::text::{
     self, AutomoveArg, FlushDelay, Keys, ShutdownMode, StoreKind, TextCommand, TextError,
@@ -471,7 +474,9 @@ fn write_value(out: &mut Vec<u8>, item: &ItemRef<'_>, with_cas: bool) {
 /// get/gets/bget (touch = None) and gat/gats (touch = new expiry) over keys
 /// that are all valid (`execute` checked their lengths): the values, then
 /// `END`. Stops before a key when the output is full and returns the length
-/// of the key list left (to resume with `Keys::new` on its tail).
+/// of the key list left (to resume with `Keys::new` on its tail). Plain
+/// gets go to the engine in batches, one lock and overlapped memory loads
+/// per batch (`Engine::lookup_batch`).
 fn serve_keys(
     ctx: &Ctx<'_>,
     mut keys: Keys<'_>,
@@ -480,12 +485,54 @@ fn serve_keys(
     out: &mut Vec<u8>,
 ) -> Option<usize> {
     loop {
-        let left = keys.as_bytes().len();
-        let Some(key) = keys.next() else { break };
-        if out_full(out) {
-            return Some(left);
+        // The next keys, each with the length of the list from it on.
+        let mut batch = [&b""[..]; LOOKUP_BATCH];
+        let mut left = [0usize; LOOKUP_BATCH];
+        let mut n = 0;
+        while n < LOOKUP_BATCH {
+            left[n] = keys.as_bytes().len();
+            let Some(key) = keys.next() else { break };
+            batch[n] = key;
+            n += 1;
         }
-        fetch(ctx, key, with_cas, touch, Some(&mut *out));
+        if n == 0 {
+            break;
+        }
+        if out_full(out) {
+            return Some(left[0]);
+        }
+        let mut done = 0;
+        if let Some(expiry) = touch {
+            while done < n {
+                fetch(ctx, batch[done], with_cas, Some(expiry), Some(&mut *out));
+                done += 1;
+                if out_full(out) {
+                    break;
+                }
+            }
+        } else {
+            let mut hits = [false; LOOKUP_BATCH];
+            ctx.cache
+                .lock()
+                .lookup_batch(&batch[..n], Lookup::GET, |i, _, item| {
+                    if let Some(item) = &item {
+                        write_value(out, item, with_cas);
+                        hits[i] = true;
+                    }
+                    done = i + 1;
+                    if out_full(out) {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                });
+            for (key, hit) in batch.iter().zip(hits).take(done) {
+                count_fetch(ctx, key, false, hit);
+            }
+        }
+        if done < n {
+            return Some(left[done]);
+        }
     }
     out.extend_from_slice(b"END\r\n");
     None
@@ -521,9 +568,14 @@ fn fetch(
         }
         item.is_some()
     };
+    count_fetch(ctx, key, touch.is_some(), hit);
+}
+
+/// Count one key of a retrieval (a touch if `touched`).
+fn count_fetch(ctx: &Ctx<'_>, key: &[u8], touched: bool, hit: bool) {
     stats_cmd::detail_record(ctx, key, stats_cmd::DetailOp::Get { hit });
     let s = ctx.stats;
-    match (touch.is_some(), hit) {
+    match (touched, hit) {
         (true, true) => {
             bump(&s.cmd_touch);
             bump(&s.touch_hits);

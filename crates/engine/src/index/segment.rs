@@ -234,6 +234,12 @@ impl Segment {
         }
     }
 
+    /// The primary bucket `off`, if allocated (for prefetching).
+    #[inline]
+    pub(super) fn bucket(&self, off: usize) -> Option<&Bucket> {
+        self.buckets.get(off)
+    }
+
     /// Offer every entry of bucket `off` whose tag matches to `is_match`.
     #[inline]
     pub(super) fn find(
