@@ -7,11 +7,13 @@
 #   benches/engine-scaling.sh threads   # get-heavy Zipf 0.99, -m 64: 1, 2, 4, 8 threads
 #   benches/engine-scaling.sh data      # GETs over SMALL_MB vs BIG_MB of data, 1 and 2 threads
 #   benches/engine-scaling.sh misses    # callgrind: D1/LL misses per GET, small vs big data
+#   benches/engine-scaling.sh layout    # huge pages on/off, multi-gets of BATCH keys with and
+#                                       # without prefetching, SMALL_MB and BIG_MB of data
 #
 # Runs alternate between the configurations, REPEAT times (3); each row is
 # the median. Environment: REPEAT, DURATION (5 s), SMALL_MB (64), BIG_MB
 # (8192), BIG_M (12288, -m for the big data set: it must hold it all),
-# MISS_OPS (GETs under callgrind, 200000), MISS_SMALL_MB (8), MISS_BIG_MB
+# BATCH (16), MISS_OPS (GETs under callgrind, 200000), MISS_SMALL_MB (8), MISS_BIG_MB
 # (1024), LL (simulated last-level cache, 33554432,16,64), LAB_BIN. Each run's
 # JSON report stays in OUT (a temporary directory).
 set -euo pipefail
@@ -27,6 +29,7 @@ MISS_OPS=${MISS_OPS:-200000}
 MISS_SMALL_MB=${MISS_SMALL_MB:-8}
 MISS_BIG_MB=${MISS_BIG_MB:-1024}
 LL=${LL:-33554432,16,64}
+BATCH=${BATCH:-16}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 LAB=${LAB_BIN:-$BENCH_ROOT/target/release/cachalot-lab}
@@ -124,12 +127,50 @@ misses() {
     done
 }
 
+# Cavast's huge pages (section 6.1) and batched, prefetching multi-gets,
+# each on and off, 1 thread, GETs only: configurations alternate within
+# each repetition.
+layout() {
+    local run mb
+    local -A conf=(
+        [huge-single]="--hugepages true --batch 1"
+        [small-single]="--hugepages false --batch 1"
+        [huge-batch]="--hugepages true --batch $BATCH --prefetch true"
+        [huge-batch-noprefetch]="--hugepages true --batch $BATCH --prefetch false"
+    )
+    local order=(huge-single small-single huge-batch huge-batch-noprefetch)
+    echo "command: cachalot-lab engine-bench --warm --duration $DURATION --get-ratio 1 --zipf 0.99 --threads 1 -m <2 x MB, at least BIG_M for BIG_MB> --dataset <MB> <configuration>"
+    for run in $(seq "$REPEAT"); do
+        for mb in "$SMALL_MB" "$BIG_MB"; do
+            local m=$((mb * 2))
+            [ "$mb" != "$BIG_MB" ] || m=$BIG_M
+            for c in "${order[@]}"; do
+                # shellcheck disable=SC2086 # the configuration is a list of flags
+                bench "layout-$mb-$c" "$run" -m "$m" --dataset "$mb" --get-ratio 1 --threads 1 ${conf[$c]}
+            done
+        done
+    done
+    echo "| data | configuration | GET/s | vs 4 KB pages, one key per lock | on huge pages | prefill s |"
+    echo "|---|---|---|---|---|---|"
+    for mb in "$SMALL_MB" "$BIG_MB"; do
+        local base
+        base=$(median "layout-$mb-small-single" .ops_per_s)
+        for c in "${order[@]}"; do
+            local n=layout-$mb-$c
+            printf '| %s MB | %s (%s) | %.0f | %.2f | %s MB | %.1f |\n' "$mb" "$c" "${conf[$c]}" \
+                "$(median "$n" .ops_per_s)" "$(jq -n "$(median "$n" .ops_per_s) / $base")" \
+                "$(median "$n" .anon_huge_mb)" "$(median "$n" .prefill_s)"
+        done
+    done
+}
+
 case "${1:-}" in
 threads) threads ;;
 data) data ;;
 misses) misses ;;
+layout) layout ;;
 *)
-    echo "usage: $0 threads|data|misses" >&2
+    echo "usage: $0 threads|data|misses|layout" >&2
     exit 2
     ;;
 esac
