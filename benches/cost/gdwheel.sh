@@ -13,6 +13,7 @@
 # index (about 10 B per item), as in docs/lab.md.
 #
 # Usage: benches/cost/gdwheel.sh   (WORKLOADS="1 2 ..." SEEDS="1 2 3" KEYS=100000
+#        EVICTIONS="lru gdwheel gdwheel-lazy"
 #        REPLAY_WORKLOADS="1 4" to choose; REPLAY_WORKLOADS="" skips the servers)
 set -euo pipefail
 # SIM=0 skips the sim runs (keeps the stored summary), for the servers only.
@@ -47,7 +48,7 @@ for n in $WORKLOADS; do
     echo "gdwheel-$n: -m ${MEM[$n]}"
     [ "${SIM:-1}" = 1 ] || continue
     for seed in $SEEDS; do
-        for ev in lru gdwheel; do
+        for ev in ${EVICTIONS:-lru gdwheel}; do
             f=$RAW/gdwheel-$n-$ev-s$seed.json
             "$LAB" sim --model "gdwheel-$n" --param keys="$KEYS" --param load="$KEYS" \
                 --requests "$REQ" --seed "$seed" -m "${MEM[$n]}" --eviction "$ev" \

@@ -116,6 +116,10 @@ pub enum EvictionPolicy {
     Lru,
     /// GreedyDual by cost with hierarchical cost wheels (GD-Wheel, ch. 3).
     GdWheel,
+    /// GD-Wheel with deferred hits: a hit only sets the item's access bit,
+    /// and the item is re-queued at L + cost when it reaches the front
+    /// (`evict/gdwheel.rs`), so a hit writes nothing shared (issue 10).
+    GdWheelLazy,
 }
 
 /// Moving pages between slab classes.

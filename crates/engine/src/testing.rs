@@ -691,10 +691,10 @@ fn decode_config(b: &mut Bytes) -> Option<Config> {
         item_size_max: if y & 1 == 0 { 1 << 20 } else { 64 << 10 },
         evict: y & 0x0e != 0,
         slab_automove: 1 + (y >> 4 & 1),
-        eviction: if x & 1 == 0 {
-            EvictionPolicy::Lru
-        } else {
-            EvictionPolicy::GdWheel
+        eviction: match (x & 1, x >> 7) {
+            (0, _) => EvictionPolicy::Lru,
+            (_, 0) => EvictionPolicy::GdWheel,
+            _ => EvictionPolicy::GdWheelLazy,
         },
         learn_costs: x & 2 != 0,
         rebalance: [

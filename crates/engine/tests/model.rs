@@ -57,7 +57,7 @@ const POLICIES: [(EvictionPolicy, bool, RebalancePolicy); 4] = [
     (EvictionPolicy::Lru, false, RebalancePolicy::Sas),
     (EvictionPolicy::Lru, false, RebalancePolicy::Mrc),
     (EvictionPolicy::GdWheel, false, RebalancePolicy::CostPerByte),
-    (EvictionPolicy::GdWheel, true, RebalancePolicy::Mrc),
+    (EvictionPolicy::GdWheelLazy, true, RebalancePolicy::Mrc),
 ];
 
 /// Run `test` once per policy with a default config using it.

@@ -73,7 +73,8 @@ pub struct EngineArgs {
     /// -M: return errors instead of evicting.
     #[arg(short = 'M', long)]
     pub no_evict: bool,
-    /// -o eviction=: lru (CLOCK, the default) or gdwheel (GreedyDual by cost).
+    /// -o eviction=: lru (CLOCK, the default), gdwheel (GreedyDual by cost)
+    /// or gdwheel-lazy (hits applied when the item reaches the front).
     #[arg(long, default_value = "lru", value_parser = parse_eviction)]
     pub eviction: EvictionPolicy,
     /// -o learn_costs=1: learn costs from the gap between a GET miss and its SET.

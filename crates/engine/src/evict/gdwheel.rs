@@ -437,16 +437,28 @@ pub struct GdWheel {
     /// Dequantised costs by header byte (`item::dequantize_cost`), so that a
     /// hit costs a table lookup instead of a `powf`.
     costs: Box<[u32; 256]>,
+    /// Deferred hits (`gdwheel-lazy`): `touch` does nothing; the item's REF
+    /// bit, set by the engine on every hit, is looked at when the item
+    /// reaches the front of the wheels, and a referenced item is re-queued
+    /// at L + cost instead of evicted (GreedyDual with the hit's credit
+    /// granted late: L at that moment is at least L at the hit, so the item
+    /// gets at least the credit eager GreedyDual gave it).
+    lazy: bool,
 }
 
 impl GdWheel {
-    pub fn new(nclasses: usize) -> GdWheel {
+    pub fn new(nclasses: usize, lazy: bool) -> GdWheel {
         GdWheel {
             classes: (0..nclasses).map(|_| None).collect(),
             wheels: 0,
             side: Side::default(),
             costs: super::cost_table(),
+            lazy,
         }
+    }
+
+    pub fn lazy(&self) -> bool {
+        self.lazy
     }
 
     /// Bytes of wheels and side arrays allocated so far (the engine counts
@@ -513,8 +525,12 @@ impl GdWheel {
         w.len -= 1;
     }
 
-    /// A hit (the thesis' "reuse"): H = L + cost again, newest of its queue.
+    /// A hit (the thesis' "reuse"): H = L + cost again, newest of its queue
+    /// (deferred to `victim` when lazy).
     pub fn touch(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
+        if self.lazy {
+            return;
+        }
         let cost = self.cost(slabs.chunk(loc));
         let Some(w) = self.classes[class].as_deref_mut() else {
             return;
@@ -586,11 +602,12 @@ impl GdWheel {
     ) -> Option<Victim> {
         let w = self.classes[class].as_deref_mut()?;
         let protect = protect.filter(|&p| slabs.is_live(p) && slabs.class_of(p) == class);
+        let (lazy, costs) = (self.lazy, &self.costs);
         let mut m = Mem {
             slabs,
             side: &mut self.side,
         };
-        let mut found = Self::advance(w, &mut m);
+        let mut found = Self::next_victim(w, &mut m, lazy, costs);
         if let (Some(p), Some(f)) = (protect, found) {
             if p == f {
                 // The protected item (usually the one a SET replaces, about
@@ -605,7 +622,7 @@ impl GdWheel {
                     // may have passed its H: then it is the next victim).
                     let h = w.h_of(t.h24);
                     remove(w, &mut m, place(h, w.hand), t);
-                    let next = Self::advance(w, &mut m);
+                    let next = Self::next_victim(w, &mut m, lazy, costs);
                     let h = h.max(w.hand);
                     push_front(w, &mut m, place(h, w.hand), p, h);
                     next
@@ -619,6 +636,27 @@ impl GdWheel {
         } else {
             Victim::Evicted(loc)
         })
+    }
+
+    /// The next victim: `advance`, and when lazy, every item found there
+    /// with its REF bit set has the bit cleared and goes back in at L + cost
+    /// (the deferred hit), until one without it comes up. Ends: each
+    /// re-queued item has lost its bit.
+    fn next_victim(w: &mut Wheels, m: &mut Mem, lazy: bool, costs: &[u32; 256]) -> Option<u64> {
+        loop {
+            let loc = Self::advance(w, m)?;
+            let chunk = m.slabs.chunk(loc);
+            let bits = item::bits(chunk);
+            if !lazy || bits & item::REF == 0 {
+                return Some(loc);
+            }
+            let cost = costs[item::cost_code(chunk) as usize] as u64;
+            item::set_bits(m.slabs.chunk_mut(loc), bits & !item::REF);
+            let t = m.get(loc);
+            remove(w, m, place(w.h_of(t.h24), w.hand), t);
+            let h = (w.hand + cost).min(w.h_max());
+            push_back(w, m, place(h, w.hand), loc, h);
+        }
     }
 
     /// Move the hand to the smallest H present and return that queue's
@@ -748,10 +786,14 @@ mod tests {
     /// odd ones fill their chunk (trailer in a side array), even ones leave
     /// room (trailer in the chunk).
     fn setup(costs: &[u8]) -> (Slabs, GdWheel, Vec<u64>) {
+        setup_with(costs, false)
+    }
+
+    fn setup_with(costs: &[u8], lazy: bool) -> (Slabs, GdWheel, Vec<u64>) {
         let mut s = Slabs::new(1 << 12, &class_sizes(64, 1.25, 1 << 12), 1 << 16, false);
         let p = s.new_page().unwrap();
         s.assign(p, 0);
-        let mut g = GdWheel::new(s.classes.len());
+        let mut g = GdWheel::new(s.classes.len(), lazy);
         let mut locs = Vec::new();
         for (i, &c) in costs.iter().enumerate() {
             let l = s.take_free(0).unwrap();
@@ -810,6 +852,35 @@ mod tests {
         assert_eq!(next_set(&m, 69), Some(69));
         assert_eq!(next_set(&m, 70), Some(255));
         assert_eq!(next_set(&m, 256), None);
+    }
+
+    #[test]
+    fn lazy_hits_are_applied_when_the_item_comes_up() {
+        // Costs 1, 1, 2 (q=9): H = 1, 1, 2. Hit the first item: lazily,
+        // nothing moves but its REF bit.
+        let (mut s, mut g, l) = setup_with(&[1, 1, 9], true);
+        let hit = |s: &mut Slabs, g: &mut GdWheel, x: u64| {
+            let b = item::bits(s.chunk(x));
+            item::set_bits(s.chunk_mut(x), b | item::REF);
+            g.touch(s, 0, x);
+        };
+        hit(&mut s, &mut g, l[0]);
+        assert_eq!(g.priority(&s, 0, l[0]), Some(1), "a lazy hit moves nothing");
+        // The front item was hit: it goes back in at L + cost = 1 + 1 behind
+        // l[1], and loses its bit; l[1] is the victim.
+        assert_eq!(evict(&mut s, &mut g), l[1]);
+        assert_eq!(g.priority(&s, 0, l[0]), Some(2));
+        assert_eq!(item::bits(s.chunk(l[0])) & item::REF, 0);
+        // Now H = 2 for both; l[2] was queued first.
+        assert_eq!(evict(&mut s, &mut g), l[2]);
+        assert_eq!(evict(&mut s, &mut g), l[0]);
+        // Eagerly the same hit re-queues at once: l[0] gets H = 0 + 1 = 1,
+        // behind l[1], which goes first.
+        let (mut s, mut g, l) = setup_with(&[1, 1, 9], false);
+        hit(&mut s, &mut g, l[0]);
+        assert_eq!(evict(&mut s, &mut g), l[1]);
+        assert_eq!(evict(&mut s, &mut g), l[0]);
+        assert_eq!(evict(&mut s, &mut g), l[2]);
     }
 
     #[test]

@@ -66,6 +66,7 @@ impl EvictionPolicy {
         match self {
             EvictionPolicy::Lru => "lru",
             EvictionPolicy::GdWheel => "gdwheel",
+            EvictionPolicy::GdWheelLazy => "gdwheel-lazy",
         }
     }
 }
@@ -77,7 +78,10 @@ impl std::str::FromStr for EvictionPolicy {
         match s {
             "lru" => Ok(EvictionPolicy::Lru),
             "gdwheel" => Ok(EvictionPolicy::GdWheel),
-            _ => Err(format!("unknown eviction policy {s:?} (lru, gdwheel)")),
+            "gdwheel-lazy" => Ok(EvictionPolicy::GdWheelLazy),
+            _ => Err(format!(
+                "unknown eviction policy {s:?} (lru, gdwheel, gdwheel-lazy)"
+            )),
         }
     }
 }
@@ -93,17 +97,21 @@ pub struct Policy {
 impl Policy {
     pub fn new(kind: EvictionPolicy, nclasses: usize) -> Policy {
         Policy {
-            wheel: (kind == EvictionPolicy::GdWheel).then(|| GdWheel::new(nclasses)),
+            wheel: match kind {
+                EvictionPolicy::Lru => None,
+                EvictionPolicy::GdWheel => Some(GdWheel::new(nclasses, false)),
+                EvictionPolicy::GdWheelLazy => Some(GdWheel::new(nclasses, true)),
+            },
             live_cost: vec![0; nclasses],
             costs: cost_table(),
         }
     }
 
     pub fn kind(&self) -> EvictionPolicy {
-        if self.wheel.is_some() {
-            EvictionPolicy::GdWheel
-        } else {
-            EvictionPolicy::Lru
+        match &self.wheel {
+            Some(w) if w.lazy() => EvictionPolicy::GdWheelLazy,
+            Some(_) => EvictionPolicy::GdWheel,
+            None => EvictionPolicy::Lru,
         }
     }
 

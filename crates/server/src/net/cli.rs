@@ -694,7 +694,10 @@ fn extended(
                 None => return Err(CliError::new(EXIT_FAILURE, "Missing eviction argument")),
                 Some(v) => {
                     s.engine.eviction = v.parse().map_err(|_| {
-                        CliError::new(EXIT_FAILURE, "Unknown eviction option (lru, gdwheel)")
+                        CliError::new(
+                            EXIT_FAILURE,
+                            "Unknown eviction option (lru, gdwheel, gdwheel-lazy)",
+                        )
                     })?
                 }
             },
@@ -849,8 +852,10 @@ pub fn usage() -> String {
    - idle_timeout:        timeout for idle connections in seconds (default: 0, no timeout)
    - slab_reassign:       allow memory pages to move between slab classes (default: enabled)
    - slab_automove:       0 = off, 1 = rebalance pages in the background (default), 2 = aggressive
-   - eviction:            lru (default) or gdwheel: evict by recomputation cost
-                          (GreedyDual with cost wheels; costs from meta w / cost=)
+   - eviction:            lru (default), gdwheel: evict by recomputation cost
+                          (GreedyDual with cost wheels; costs from meta w / cost=),
+                          or gdwheel-lazy: the same, hits applied when the item
+                          reaches the front (a hit writes no shared state)
    - learn_costs:         0 (default) or 1: learn a key's cost from the time between
                           a GET miss and the SET that follows it
    - hugepages:           1 (default) or 0: item memory on transparent huge pages
@@ -1218,7 +1223,7 @@ mod tests {
         assert!(!s.engine.learn_costs);
         assert_eq!(
             err(&["-o", "eviction=lfu"]).message,
-            "Unknown eviction option (lru, gdwheel)"
+            "Unknown eviction option (lru, gdwheel, gdwheel-lazy)"
         );
         assert_eq!(err(&["-o", "eviction=lfu"]).code, 1);
         assert_eq!(
