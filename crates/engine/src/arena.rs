@@ -18,7 +18,7 @@
 //! (`cache_memlimit` lowered) gives its memory back with `MADV_DONTNEED`,
 //! which also splits a huge page around it.
 //!
-//! This is the engine's only `unsafe` code: the mapping,
+//! With `prefetch` (lib.rs), this is the engine's only `unsafe` code: the mapping,
 //! the advice, and turning a page's address into a slice. The borrow rules
 //! of [`Arena::page`] / [`Arena::page_mut`] are those of a `Vec` of pages:
 //! shared access through `&self`, exclusive through `&mut self`.
