@@ -316,7 +316,7 @@ fn worker(
     let (mut gets, mut hits, mut sets) = (0u64, 0u64, 0u64);
     // Keys of the multi-get being gathered (--batch).
     let mut batch = vec![Vec::with_capacity(plan.key_len); plan.batch];
-    let mut nbatch = 0;
+    let (mut nbatch, mut mgets) = (0, 0u64);
     start.wait();
     let began = Instant::now();
     let mut i = 0u64;
@@ -334,6 +334,9 @@ fn worker(
             std::mem::swap(&mut key, &mut batch[nbatch]);
             nbatch += 1;
             if nbatch == plan.batch {
+                // Every --time-every-th multi-get is timed.
+                lock.timed = plan.time_every != 0 && mgets.is_multiple_of(plan.time_every);
+                mgets += 1;
                 let keys: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
                 hits += mget(cache, &keys, plan.prefetch, &mut out, &mut lock);
                 gets += nbatch as u64;
@@ -347,6 +350,12 @@ fn worker(
             gets += 1;
         }
         i += 1;
+    }
+    // The last, partial multi-get (every drawn request is served).
+    if nbatch > 0 {
+        let keys: Vec<&[u8]> = batch[..nbatch].iter().map(Vec::as_slice).collect();
+        hits += mget(cache, &keys, plan.prefetch, &mut out, &mut lock);
+        gets += nbatch as u64;
     }
     WorkerResult {
         ops: i,

@@ -39,8 +39,16 @@ fn check(r: &Report) {
     // 1 MB of 116-byte items fits in -m 8: every key is cached, every GET hits.
     assert_eq!(r.curr_items, r.items);
     assert_eq!(r.hits, r.gets);
-    // A GET takes the lock once, a SET (which fits) twice: fits, then store.
-    assert_eq!(r.lock.request_acquisitions, r.gets + 2 * r.sets);
+    // A GET takes the lock once, and so does a SET (`fits` takes none);
+    // a multi-get of --batch keys once for all of them (each thread may end
+    // with one partial batch).
+    let batches = r.gets.div_ceil(r.batch as u64);
+    let acq = r.lock.request_acquisitions;
+    assert!(acq >= batches + r.sets, "{r:?}");
+    assert!(acq <= batches + r.threads as u64 + r.sets, "{r:?}");
+    if r.batch == 1 {
+        assert_eq!(r.lock.request_acquisitions, r.gets + r.sets);
+    }
     // The maintainer runs as soon as the workers start.
     assert!(r.lock.maintainer_acquisitions >= 1, "{r:?}");
     assert!(r.lock.request_timed > 0 && r.lock.request_timed <= r.lock.request_acquisitions);
@@ -64,4 +72,29 @@ fn a_fixed_count_runs_exactly_that_many_requests() {
     assert_eq!(r.ops, 20001);
     assert_eq!((r.gets, r.sets), (20001, 0));
     assert_eq!(r.lock.request_acquisitions, 20001);
+}
+
+#[test]
+fn multi_gets_take_the_lock_once_per_batch() {
+    for prefetch in ["true", "false"] {
+        let r = run(&[
+            "--ops",
+            "20000",
+            "--get-ratio",
+            "1",
+            "--batch",
+            "4",
+            "--prefetch",
+            prefetch,
+        ]);
+        check(&r);
+        assert_eq!((r.gets, r.sets), (20000, 0));
+        // 10 000 requests per thread: 2 500 multi-gets of 4 keys each.
+        assert_eq!(r.lock.request_acquisitions, 5000, "{r:?}");
+    }
+    // A batch left partial when the run ends is still served.
+    let r = run(&["--ops", "20002", "--get-ratio", "1", "--batch", "4"]);
+    check(&r);
+    assert_eq!(r.gets, 20002);
+    assert_eq!(r.lock.request_acquisitions, 2 * 2501, "{r:?}");
 }
