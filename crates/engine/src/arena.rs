@@ -18,15 +18,30 @@
 //! (`cache_memlimit` lowered) gives its memory back with `MADV_DONTNEED`,
 //! which also splits a huge page around it.
 //!
-//! With `prefetch` (lib.rs), this is the engine's only `unsafe` code: the mapping,
-//! the advice, and turning a page's address into a slice. The borrow rules
-//! of [`Arena::page`] / [`Arena::page_mut`] are those of a `Vec` of pages:
-//! shared access through `&self`, exclusive through `&mut self`.
+//! Concurrency (issue 10): the arena is shared, through an `Arc`, by the
+//! engine (behind its lock) and by the lock-free GET path of
+//! `crate::Cache`, which holds only the lock of the item's index stripe. So
+//! every method takes `&self`: the region table is a fixed array of atomic
+//! pointers (written under the engine lock only), each page's geometry
+//! (class, chunk size) an atomic word, and bytes are reached through raw
+//! pointers, one chunk range at a time, never as a whole page. Who may read
+//! or write which bytes is the engine's lock protocol (`crate::stripe`); the
+//! `unsafe` accessors below state what their callers promise.
+//!
+//! With `prefetch` (lib.rs) and `stripe`, this is the engine's only `unsafe`
+//! code: the mapping, the advice, and turning a chunk's address into a slice
+//! or an atomic byte.
 
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, Ordering};
 
 /// Huge page size on x86-64 and the alignment of every region.
 const HUGE: usize = 2 << 20;
+
+/// Regions an arena can reserve. A region covers at least the memory
+/// limit the engine started with, so `cache_memlimit` can raise the limit
+/// to this many times that.
+pub const MAX_REGIONS: usize = 4096;
 
 struct Region {
     /// The whole mapping (with the slack used to align `base`), for munmap.
@@ -34,20 +49,15 @@ struct Region {
     map_len: usize,
     /// 2 MB aligned start of the pages.
     base: NonNull<u8>,
+    /// Per page: `(class + 1) << 24 | chunk_size`, 0 when in no class.
+    geometry: Box<[AtomicU32]>,
 }
-
-// SAFETY: a Region is an owned anonymous mapping; nothing in it is tied to
-// the thread that created it, and all access goes through the Arena's
-// `&self` / `&mut self` methods, which follow the usual borrow rules.
-unsafe impl Send for Region {}
-// SAFETY: as above; shared access only hands out shared slices.
-unsafe impl Sync for Region {}
 
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: `map`/`map_len` are exactly what mmap returned in
-        // `Region::new`, and no slice into the region outlives the Arena
-        // (slices borrow it).
+        // `Region::new`, and regions are dropped only with the Arena, when no
+        // reference into them is left (slices borrow the Arena).
         unsafe {
             libc::munmap(self.map.as_ptr().cast(), self.map_len);
         }
@@ -55,7 +65,7 @@ impl Drop for Region {
 }
 
 impl Region {
-    fn new(len: usize, hugepages: bool) -> std::io::Result<Region> {
+    fn new(len: usize, pages: usize, hugepages: bool) -> std::io::Result<Region> {
         let map_len = len + HUGE;
         // SAFETY: an anonymous private mapping at an address of the kernel's
         // choosing; it aliases nothing. MAP_NORESERVE: address space only,
@@ -86,7 +96,12 @@ impl Region {
                 libc::madvise(base.as_ptr().cast(), len, libc::MADV_HUGEPAGE);
             }
         }
-        Ok(Region { map, map_len, base })
+        Ok(Region {
+            map,
+            map_len,
+            base,
+            geometry: (0..pages).map(|_| AtomicU32::new(0)).collect(),
+        })
     }
 }
 
@@ -95,8 +110,30 @@ pub struct Arena {
     page_size: usize,
     /// log2 of the pages per region.
     shift: u32,
-    regions: Vec<Region>,
+    /// Reserved regions, in order; null past the last one. Written only
+    /// under the engine lock (one writer), read by anyone.
+    regions: Box<[AtomicPtr<Region>]>,
     hugepages: bool,
+}
+
+// SAFETY: the regions are owned anonymous mappings reached through atomic
+// pointers; nothing in them is tied to a thread. Shared access follows the
+// engine's lock protocol (module doc).
+unsafe impl Send for Arena {}
+// SAFETY: as above.
+unsafe impl Sync for Arena {}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        for r in self.regions.iter() {
+            let p = r.swap(std::ptr::null_mut(), Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: p came from Box::into_raw in `reserve` and is
+                // taken out of the table here, once.
+                drop(unsafe { Box::from_raw(p) });
+            }
+        }
+    }
 }
 
 impl Arena {
@@ -108,7 +145,9 @@ impl Arena {
         Arena {
             page_size,
             shift: pages.next_power_of_two().trailing_zeros(),
-            regions: Vec::new(),
+            regions: (0..MAX_REGIONS)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
             hugepages,
         }
     }
@@ -121,54 +160,122 @@ impl Arena {
         self.page_size << self.shift
     }
 
+    /// The most memory the arena can address.
+    pub fn capacity_bytes(&self) -> usize {
+        MAX_REGIONS * self.region_len()
+    }
+
     /// Make page `id` addressable (reserving another region if needed).
-    /// Fails only if the kernel refuses the address space.
-    pub fn reserve(&mut self, id: u32) -> std::io::Result<()> {
+    /// Fails if the kernel refuses the address space or the table is full.
+    /// Engine lock only (one writer).
+    pub fn reserve(&self, id: u32) -> std::io::Result<()> {
         let r = (id >> self.shift) as usize;
-        while self.regions.len() <= r {
-            self.regions
-                .push(Region::new(self.region_len(), self.hugepages)?);
+        if r >= MAX_REGIONS {
+            return Err(std::io::Error::other("arena region table full"));
+        }
+        for slot in &self.regions[..=r] {
+            if slot.load(Ordering::Acquire).is_null() {
+                let region = Region::new(self.region_len(), 1 << self.shift, self.hugepages)?;
+                slot.store(Box::into_raw(Box::new(region)), Ordering::Release);
+            }
         }
         Ok(())
     }
 
     #[inline]
-    fn addr(&self, id: u32) -> *mut u8 {
-        let region = &self.regions[(id >> self.shift) as usize];
-        let off = (id as usize & ((1 << self.shift) - 1)) * self.page_size;
-        // SAFETY: off + page_size <= region_len, inside the region.
-        unsafe { region.base.as_ptr().add(off) }
-    }
-
-    /// The memory of page `id` (reserved earlier).
-    #[inline]
-    pub fn page(&self, id: u32) -> &[u8] {
-        // SAFETY: the page lies inside a live mapping owned by self (see
-        // `addr`), mapped readable and writable; the slice borrows self, so
-        // no `page_mut` of any page can exist at the same time.
-        unsafe { std::slice::from_raw_parts(self.addr(id), self.page_size) }
+    fn region(&self, id: u32) -> &Region {
+        let p = self.regions[(id >> self.shift) as usize].load(Ordering::Acquire);
+        assert!(!p.is_null(), "page {id} was never reserved");
+        // SAFETY: a non-null slot points at a Region boxed by `reserve` and
+        // freed only when the Arena drops, which this borrow outlives not.
+        unsafe { &*p }
     }
 
     #[inline]
-    pub fn page_mut(&mut self, id: u32) -> &mut [u8] {
-        // SAFETY: as in `page`, and the slice borrows self mutably, so it is
-        // the only reference into the arena while it lives.
-        unsafe { std::slice::from_raw_parts_mut(self.addr(id), self.page_size) }
+    fn slot(&self, id: u32) -> usize {
+        id as usize & ((1 << self.shift) - 1)
+    }
+
+    /// Address of byte `offset` of page `id` (reserved earlier).
+    #[inline]
+    pub fn ptr(&self, id: u32, offset: usize) -> *mut u8 {
+        debug_assert!(offset <= self.page_size);
+        let off = self.slot(id) * self.page_size + offset;
+        // SAFETY: off <= region_len, inside the region's mapping.
+        unsafe { self.region(id).base.as_ptr().add(off) }
+    }
+
+    /// Set the class (None: no class) and chunk size readers of page `id`
+    /// see. Engine lock only, and only while the page holds no item.
+    pub fn set_geometry(&self, id: u32, class: Option<usize>, chunk_size: u32) {
+        debug_assert!(chunk_size < 1 << 24);
+        let word = class.map_or(0, |c| (c as u32 + 1) << 24 | chunk_size);
+        self.region(id).geometry[self.slot(id)].store(word, Ordering::Release);
+    }
+
+    /// The class and chunk size of page `id` (None: in no class).
+    #[inline]
+    pub fn geometry(&self, id: u32) -> Option<(usize, u32)> {
+        let w = self.region(id).geometry[self.slot(id)].load(Ordering::Acquire);
+        (w != 0).then(|| ((w >> 24) as usize - 1, w & 0xff_ffff))
+    }
+
+    /// `len` bytes of page `id` from `start`.
+    ///
+    /// # Safety
+    /// No thread writes these bytes (other than through [`Arena::atomic`])
+    /// while the slice lives: the engine's lock protocol.
+    #[inline]
+    pub unsafe fn bytes(&self, id: u32, start: usize, len: usize) -> &[u8] {
+        assert!(start + len <= self.page_size);
+        // SAFETY: the range lies inside a live mapping (assert above and
+        // `ptr`); the caller rules out concurrent writers.
+        unsafe { std::slice::from_raw_parts(self.ptr(id, start), len) }
+    }
+
+    /// `len` bytes of page `id` from `start`, to write.
+    ///
+    /// # Safety
+    /// No other reference to these bytes exists while the slice lives, and
+    /// no other thread reads or writes them: the engine's lock protocol.
+    #[allow(clippy::mut_from_ref)]
+    #[inline]
+    pub unsafe fn bytes_mut(&self, id: u32, start: usize, len: usize) -> &mut [u8] {
+        assert!(start + len <= self.page_size);
+        // SAFETY: as in `bytes`, and the caller guarantees exclusivity.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr(id, start), len) }
+    }
+
+    /// Byte `offset` of page `id` as an atomic: the item header bytes that a
+    /// GET under its stripe lock and the engine may touch at once (access
+    /// bits and time) are only ever accessed this way when shared.
+    #[inline]
+    pub fn atomic(&self, id: u32, offset: usize) -> &AtomicU8 {
+        assert!(offset < self.page_size);
+        // SAFETY: AtomicU8 has the size and alignment of u8; the byte lies
+        // in a live mapping that outlives `&self`; concurrent accesses to
+        // it are atomic by the lock protocol.
+        unsafe { AtomicU8::from_ptr(self.ptr(id, offset)) }
     }
 
     /// Give a page's memory back to the kernel; it reads as zeros after.
-    pub fn release(&mut self, id: u32) {
+    /// Engine lock only, and only for a page in no class (no item, no reader).
+    pub fn release(&self, id: u32) {
         // SAFETY: MADV_DONTNEED on a page of our private anonymous mapping
         // drops its frames; the range stays mapped and reads back as zeros.
-        // No slice into it is alive (we hold `&mut self`).
+        // No reference into the page is alive: it holds no item.
         unsafe {
-            libc::madvise(self.addr(id).cast(), self.page_size, libc::MADV_DONTNEED);
+            libc::madvise(self.ptr(id, 0).cast(), self.page_size, libc::MADV_DONTNEED);
         }
     }
 
     /// Bytes of address space reserved (not memory used).
     pub fn reserved_bytes(&self) -> usize {
-        self.regions.len() * self.region_len()
+        self.regions
+            .iter()
+            .take_while(|r| !r.load(Ordering::Acquire).is_null())
+            .count()
+            * self.region_len()
     }
 }
 
@@ -178,41 +285,69 @@ mod tests {
 
     const PAGE: usize = 1 << 20;
 
+    fn page(a: &Arena, id: u32) -> &[u8] {
+        // SAFETY: single-threaded test, no writer while the slice lives.
+        unsafe { a.bytes(id, 0, PAGE) }
+    }
+
+    fn write(a: &Arena, id: u32, at: usize, b: u8) {
+        // SAFETY: single-threaded test, the slice is the only reference.
+        unsafe { a.bytes_mut(id, at, 1)[0] = b }
+    }
+
     #[test]
     fn pages_are_distinct_zeroed_and_keep_their_bytes() {
         for huge in [false, true] {
-            let mut a = Arena::new(PAGE, 3 * PAGE, huge);
+            let a = Arena::new(PAGE, 3 * PAGE, huge);
             // 3 pages round up to 4 per region: ids 0..9 span three regions.
             for id in 0..9 {
                 a.reserve(id).unwrap();
-                assert!(a.page(id).iter().all(|&b| b == 0), "fresh page {id}");
-                let p = a.page_mut(id);
-                p[0] = id as u8 + 1;
-                p[PAGE - 1] = id as u8 + 101;
+                assert!(page(&a, id).iter().all(|&b| b == 0), "fresh page {id}");
+                write(&a, id, 0, id as u8 + 1);
+                write(&a, id, PAGE - 1, id as u8 + 101);
             }
             assert_eq!(a.reserved_bytes(), 12 * PAGE);
             for id in 0..9 {
-                assert_eq!(a.page(id)[0], id as u8 + 1);
-                assert_eq!(a.page(id)[PAGE - 1], id as u8 + 101);
+                assert_eq!(page(&a, id)[0], id as u8 + 1);
+                assert_eq!(page(&a, id)[PAGE - 1], id as u8 + 101);
             }
-            assert_eq!(a.addr(0) as usize % HUGE, 0, "regions are 2 MB aligned");
-            assert_eq!(a.addr(4) as usize % HUGE, 0);
+            assert_eq!(a.ptr(0, 0) as usize % HUGE, 0, "regions are 2 MB aligned");
+            assert_eq!(a.ptr(4, 0) as usize % HUGE, 0);
             a.release(5);
             assert!(
-                a.page(5).iter().all(|&b| b == 0),
+                page(&a, 5).iter().all(|&b| b == 0),
                 "released page reads zeros"
             );
-            assert_eq!(a.page(4)[0], 5, "the neighbour keeps its bytes");
-            assert_eq!(a.page(6)[PAGE - 1], 107);
+            assert_eq!(page(&a, 4)[0], 5, "the neighbour keeps its bytes");
+            assert_eq!(page(&a, 6)[PAGE - 1], 107);
+            // Atomic bytes and plain bytes are the same memory.
+            a.atomic(6, 3).fetch_or(0x81, Ordering::Relaxed);
+            assert_eq!(page(&a, 6)[3], 0x81);
         }
     }
 
     #[test]
     fn small_arenas_still_cover_a_huge_page() {
-        let mut a = Arena::new(PAGE, 1, true);
+        let a = Arena::new(PAGE, 1, true);
         a.reserve(1).unwrap();
         assert_eq!(a.reserved_bytes(), HUGE);
-        a.page_mut(1)[7] = 9;
-        assert_eq!(a.page(1)[7], 9);
+        write(&a, 1, 7, 9);
+        assert_eq!(page(&a, 1)[7], 9);
+    }
+
+    #[test]
+    fn geometry_and_limits() {
+        let a = Arena::new(PAGE, 2 * PAGE, false);
+        a.reserve(3).unwrap();
+        assert_eq!(a.geometry(3), None);
+        a.set_geometry(3, Some(41), 1184);
+        assert_eq!(a.geometry(3), Some((41, 1184)));
+        a.set_geometry(3, None, 0);
+        assert_eq!(a.geometry(3), None);
+        assert_eq!(a.capacity_bytes(), MAX_REGIONS * 2 * PAGE);
+        assert!(
+            a.reserve((MAX_REGIONS * 2) as u32).is_err(),
+            "past the table"
+        );
     }
 }

@@ -161,6 +161,15 @@ impl std::fmt::Debug for Value<'_> {
 }
 
 impl<'a> Value<'a> {
+    /// A value in one piece.
+    pub(crate) fn flat(bytes: &'a [u8]) -> Value<'a> {
+        Value {
+            first: bytes,
+            chain: None,
+            len: bytes.len(),
+        }
+    }
+
     /// The value of the item at `loc`.
     pub fn of(slabs: &'a Slabs, loc: u64) -> Value<'a> {
         let chunk = slabs.chunk(loc);

@@ -6,6 +6,7 @@
 //! server program against this API.
 
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 mod pages;
@@ -14,11 +15,11 @@ use crate::chain::{self, Value};
 use crate::clock::{Clock, Expiry, RelTime};
 use crate::cost::Learner;
 use crate::evict::{Policy, Victim};
-use crate::index::Index;
 use crate::item;
 use crate::rebalance::Rebalancer;
 use crate::slab::{class_sizes, PageId, Slabs};
 use crate::stats::{EngineStats, SlabClassStats};
+use crate::stripe::{Stripe, StripeGuard, Stripes};
 use crate::{Config, ConfigError, DEFAULT_PAGE_SIZE, VALUE_MAX_LEN};
 
 /// Keys prefetched together by [`Engine::lookup_batch`]: enough loads in
@@ -205,10 +206,19 @@ pub struct Engine {
     config: Config,
     clock: Arc<Clock>,
     slabs: Slabs,
-    index: Index,
+    /// The index, in stripes shared with the GET path (`crate::stripe`).
+    stripes: Arc<Stripes>,
+    /// The stripes this engine holds now, by number, and their numbers in
+    /// the order taken; all released by [`Engine::release_stripes`].
+    held: Vec<Option<StripeGuard>>,
+    held_list: Vec<usize>,
+    /// Memory of all stripes' index tables (they grow under this lock).
+    index_bytes: usize,
     memory_limit: usize,
     next_cas: u64,
     pending_flush: Option<RelTime>,
+    /// `pending_flush` for the GET path outside the lock (0: none).
+    flush_at: Arc<AtomicU32>,
     counters: Counters,
     /// Background reclaimer position: (page number, chunk).
     reclaim_at: (usize, u32),
@@ -234,10 +244,7 @@ pub(crate) fn fits(config: &Config, key_len: usize, value_len: usize, flags: u32
             <= config.item_size_max
 }
 
-#[inline]
-fn hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
+use crate::stripe::hash;
 
 impl Engine {
     pub fn new(config: Config, clock: Arc<Clock>) -> Result<Engine, ConfigError> {
@@ -269,11 +276,18 @@ impl Engine {
             largest,
         );
         let hugepages = config.hugepages || config.prealloc;
-        let slabs = Slabs::new(page_size, &sizes, config.memory_limit, hugepages);
+        let mut slabs = Slabs::new(page_size, &sizes, config.memory_limit, hugepages);
         Self::check_addressable(&slabs, config.memory_limit)?;
         // The index starts small and grows with the item count; size the start
         // for one item per 256 bytes of memory (a fraction of the final size).
-        let index = Index::with_capacity((config.memory_limit / 256).min(1 << 20));
+        let stripes = Arc::new(Stripes::new(
+            config.lock_stripes.clamp(1, 4096).next_power_of_two(),
+            (config.memory_limit / 256).min(1 << 20),
+            sizes.len(),
+        ));
+        if cfg!(debug_assertions) {
+            slabs.held = Some((stripes.shift(), vec![false; stripes.len()]));
+        }
         let mut engine = Engine {
             memory_limit: config.memory_limit,
             rebal: Rebalancer::new(
@@ -292,13 +306,18 @@ impl Engine {
             config,
             clock,
             slabs,
-            index,
+            held: (0..stripes.len()).map(|_| None).collect(),
+            held_list: Vec::new(),
+            stripes,
+            index_bytes: 0,
             next_cas: 1,
             pending_flush: None,
+            flush_at: Arc::new(AtomicU32::new(0)),
             counters: Counters::default(),
             reclaim_at: (0, 0),
             scratch: Vec::new(),
         };
+        engine.index_bytes = engine.index_memory();
         if engine.config.prealloc {
             while engine.can_add_page() {
                 let Some(p) = engine.slabs.new_page() else {
@@ -314,10 +333,13 @@ impl Engine {
         &self.config
     }
 
-    /// Item locations are (page, chunk) packed in `index::LOC_BITS` bits.
+    /// Item locations are (page, chunk) packed in `index::LOC_BITS` bits,
+    /// and the arena addresses a bounded number of regions.
     fn check_addressable(slabs: &Slabs, memory_limit: usize) -> Result<(), ConfigError> {
         let max_pages = 1usize << (crate::index::LOC_BITS - slabs.chunk_bits);
-        if memory_limit / slabs.page_size >= max_pages {
+        if memory_limit / slabs.page_size >= max_pages
+            || memory_limit > slabs.arena.capacity_bytes()
+        {
             return Err(ConfigError::TooMuchMemory(memory_limit));
         }
         Ok(())
@@ -345,9 +367,84 @@ impl Engine {
         self.clock.now()
     }
 
-    fn find(&self, key: &[u8], h: u64) -> Option<u64> {
+    /// Take stripe `s` (blocking: only a GET can hold it, briefly) unless
+    /// already held; it stays held until [`Engine::release_stripes`].
+    #[inline]
+    fn hold(&mut self, s: usize) {
+        if self.held[s].is_none() {
+            self.held[s] = Some(self.stripes.lock_arc(s));
+            self.held_list.push(s);
+            if let Some((_, h)) = &mut self.slabs.held {
+                h[s] = true;
+            }
+        }
+    }
+
+    /// The stripe of key hash `h`, taken.
+    #[inline]
+    fn stripe(&mut self, h: u64) -> &mut Stripe {
+        let s = self.stripes.of(h);
+        self.hold(s);
+        self.held[s].as_deref_mut().expect("stripe just taken")
+    }
+
+    /// Take the stripe of the live item at `loc`, to read it whole or
+    /// change it.
+    #[inline]
+    fn hold_item(&mut self, loc: u64) {
+        let s = self.stripes.of(hash(self.slabs.key_of(loc)));
+        self.hold(s);
+    }
+
+    /// Take every stripe (flush, validation, dumps), in order.
+    fn hold_all(&mut self) {
+        for s in 0..self.stripes.len() {
+            self.hold(s);
+        }
+    }
+
+    /// Let go of every stripe taken since the last call. `crate::Cache`
+    /// calls this when a request is done with the engine; views of items
+    /// (`ItemRef`) borrow the engine, so none outlives its stripe.
+    pub fn release_stripes(&mut self) {
+        for s in self.held_list.drain(..) {
+            self.held[s] = None;
+            if let Some((_, h)) = &mut self.slabs.held {
+                h[s] = false;
+            }
+        }
+    }
+
+    /// What the GET path of `crate::Cache` shares with the engine.
+    pub(crate) fn shared(&self) -> crate::cache::Shared {
+        crate::cache::Shared {
+            arena: self.slabs.arena.clone(),
+            stripes: self.stripes.clone(),
+            chunk_bits: self.slabs.chunk_bits,
+            flush_at: self.flush_at.clone(),
+            gate: self.rebal.hit_gate(),
+            // Eager GD-Wheel re-queues on every hit; learned costs need the
+            // misses and re-cost guessed items on hits.
+            locked_hits: self.policy.kind() == crate::EvictionPolicy::GdWheel,
+            learner: self.learner.is_some(),
+            cas_enabled: self.config.cas_enabled,
+        }
+    }
+
+    /// `f` on stripe `s`, taking it for the call if it is not held.
+    fn with_stripe<R>(&self, s: usize, f: impl FnOnce(&Stripe) -> R) -> R {
+        match &self.held[s] {
+            Some(g) => f(g),
+            None => f(&self.stripes.lock(s)),
+        }
+    }
+
+    fn find(&mut self, key: &[u8], h: u64) -> Option<u64> {
+        let s = self.stripes.of(h);
+        self.hold(s);
         let slabs = &self.slabs;
-        self.index.find(h, |loc| item::key(slabs.chunk(loc)) == key)
+        let ix = &self.held[s].as_ref().expect("stripe just taken").index;
+        ix.find(h, |loc| item::key(slabs.chunk(loc)) == key)
     }
 
     /// Find a live item, removing it if it expired.
@@ -386,10 +483,10 @@ impl Engine {
         for (b, batch) in keys.chunks(LOOKUP_BATCH).enumerate() {
             for (h, key) in hashes.iter_mut().zip(batch) {
                 *h = hash(key);
-                self.index.prefetch(*h);
+                self.stripe(*h).index.prefetch(*h);
             }
             for &h in &hashes[..batch.len()] {
-                if let Some(loc) = self.index.find(h, |_| true) {
+                if let Some(loc) = self.stripe(h).index.find(h, |_| true) {
                     self.prefetch_item(loc);
                 }
             }
@@ -406,9 +503,12 @@ impl Engine {
     /// start of the value; up to four lines).
     #[inline]
     fn prefetch_item(&self, loc: u64) {
-        let chunk = self.slabs.chunk(loc);
-        for line in chunk.chunks(64).take(4) {
-            crate::prefetch(line.as_ptr());
+        let (page, c) = self.slabs.split(loc);
+        if let Some((_, cs)) = self.slabs.arena.geometry(page) {
+            let start = c as usize * cs as usize;
+            for off in (0..cs as usize).step_by(64).take(4) {
+                crate::prefetch(self.slabs.arena.ptr(page, start + off));
+            }
         }
     }
 
@@ -422,7 +522,7 @@ impl Engine {
             }
             return None;
         };
-        self.access(loc, how);
+        self.access(loc, h, how);
         if how.fetch && self.rebal.wants_hits() {
             let class = self.slabs.class_of(loc);
             let cost = item::Header::read(self.slabs.chunk(loc)).cost;
@@ -436,7 +536,7 @@ impl Engine {
         self.lookup(key, Lookup::GET)
     }
 
-    fn access(&mut self, loc: u64, how: Lookup) {
+    fn access(&mut self, loc: u64, h: u64, how: Lookup) {
         let now = self.now();
         let class = self.slabs.class_of(loc);
         let chunk = self.slabs.chunk_mut(loc);
@@ -465,7 +565,7 @@ impl Engine {
             self.policy.touch(&mut self.slabs, class, loc);
         }
         if how.fetch {
-            self.slabs.classes[class].stats.get_hits += 1;
+            self.stripe(h).get_hits[class] += 1;
         }
     }
 
@@ -529,6 +629,7 @@ impl Engine {
                 // memcached: a failed add still counts as an access.
                 self.access(
                     loc,
+                    h,
                     Lookup {
                         bump: true,
                         fetch: false,
@@ -647,15 +748,11 @@ impl Engine {
         // no page of theirs is taken away while the others are found.
         let nseg = chain::segments(total, largest);
         let mut segs = Vec::with_capacity(nseg);
-        // Not an item (nor a segment) until written: a chunk handed out
-        // again after a flush still holds its old bits.
-        item::set_bits(self.slabs.chunk_mut(loc), 0);
+        // A chunk handed out is no item until written (`Slabs::take_free`
+        // clears the bits of chunks it hands out for the first time).
         while segs.len() < nseg {
             match self.alloc(largest, old) {
-                Ok(s) => {
-                    item::set_bits(self.slabs.chunk_mut(s), 0);
-                    segs.push(s);
-                }
+                Ok(s) => segs.push(s),
                 Err(e) => {
                     for l in segs.into_iter().chain([loc]) {
                         self.slabs.free(l);
@@ -685,9 +782,13 @@ impl Engine {
             let class = self.slabs.class_of(loc);
             self.slabs.classes[class].segments += nseg as u64;
         }
+        let s = self.stripes.of(h);
+        self.hold(s);
         let slabs = &self.slabs;
-        self.index
-            .insert(h, loc, &|l| hash(item::key(slabs.chunk(l))));
+        let ix = &mut self.held[s].as_mut().expect("stripe just taken").index;
+        let before = ix.memory_bytes();
+        ix.insert(h, loc, &|l| hash(item::key(slabs.chunk(l))));
+        self.index_bytes = self.index_bytes + ix.memory_bytes() - before;
         let class = self.slabs.class_of(loc);
         self.policy.link(&mut self.slabs, class, loc);
         self.rebal.stored(h, class, cost, old.is_none());
@@ -723,7 +824,7 @@ impl Engine {
     /// Memory counted in `-m` besides the pages: the index, the eviction
     /// policy's structures, the learned-cost table.
     fn aux_bytes(&self) -> usize {
-        self.index.memory_bytes()
+        self.index_bytes
             + self.policy.memory_bytes()
             + self.learner.as_ref().map_or(0, Learner::memory_bytes)
             + self.rebal.memory_bytes()
@@ -815,6 +916,7 @@ impl Engine {
     /// counters, the rebalancer's ghost set, then unlink. Its chunk is not
     /// freed (the caller reuses it).
     fn evict_victim(&mut self, loc: u64, class: usize, now: RelTime) {
+        self.hold_item(loc);
         let hdr = item::Header::read(self.slabs.chunk(loc));
         let cost = self.policy.cost_of(self.slabs.chunk(loc)) as u64;
         let s = &mut self.slabs.classes[class].stats;
@@ -835,10 +937,13 @@ impl Engine {
 
     /// Remove an item from the index and the counters; its chunk is not freed.
     fn unlink(&mut self, loc: u64) {
-        let chunk = self.slabs.chunk(loc);
-        let hdr = item::Header::read(chunk);
-        let h = hash(item::key(chunk));
-        let removed = self.index.remove(h, loc);
+        let h = hash(self.slabs.key_of(loc));
+        let ix = &mut self.stripe(h).index;
+        let before = ix.memory_bytes();
+        let removed = ix.remove(h, loc);
+        let after = ix.memory_bytes();
+        self.index_bytes = self.index_bytes + after - before;
+        let hdr = item::Header::read(self.slabs.chunk(loc));
         debug_assert!(removed, "unlinked item was indexed");
         let total = hdr.total_len() as u64;
         let class = self.slabs.class_of(loc);
@@ -860,6 +965,7 @@ impl Engine {
 
     /// Unlink and free an item.
     fn remove(&mut self, loc: u64) {
+        self.hold_item(loc);
         let bits = item::bits(self.slabs.chunk(loc));
         let exp = item::exptime(self.slabs.chunk(loc));
         if bits & item::FETCHED == 0 && exp != 0 && exp <= self.now() {
@@ -928,9 +1034,10 @@ impl Engine {
 
     /// Change an item's expiry (touch/gat); returns the item if it exists.
     pub fn touch(&mut self, key: &[u8], expiry: Expiry) -> Option<ItemRef<'_>> {
-        let loc = self.find_live(key, hash(key))?;
+        let h = hash(key);
+        let loc = self.find_live(key, h)?;
         item::set_exptime(self.slabs.chunk_mut(loc), Self::exptime_of(expiry));
-        self.access(loc, Lookup::GET);
+        self.access(loc, h, Lookup::GET);
         let class = self.slabs.class_of(loc);
         self.slabs.classes[class].stats.touch_hits += 1;
         Some(self.view(loc))
@@ -1013,6 +1120,7 @@ impl Engine {
             item::set_exptime(chunk, exptime);
             self.access(
                 loc,
+                h,
                 Lookup {
                     bump: true,
                     fetch: false,
@@ -1046,8 +1154,12 @@ impl Engine {
         }
     }
 
-    fn live_id(&self, id: ItemId) -> Option<u64> {
-        self.slabs.is_live(id.0).then_some(id.0)
+    fn live_id(&mut self, id: ItemId) -> Option<u64> {
+        if !self.slabs.is_live(id.0) {
+            return None;
+        }
+        self.hold_item(id.0);
+        Some(id.0)
     }
 
     fn update_bits(&mut self, id: ItemId, f: impl FnOnce(u8) -> u8) {
@@ -1100,9 +1212,13 @@ impl Engine {
         // cancel it.
         self.check_flush();
         match at {
-            Some(t) if t > self.now() => self.pending_flush = Some(t),
+            Some(t) if t > self.now() => {
+                self.pending_flush = Some(t);
+                self.flush_at.store(t, Ordering::Release);
+            }
             _ => {
                 self.pending_flush = None;
+                self.flush_at.store(0, Ordering::Release);
                 self.flush_now();
             }
         }
@@ -1112,6 +1228,7 @@ impl Engine {
         if let Some(t) = self.pending_flush {
             if t <= self.now() {
                 self.pending_flush = None;
+                self.flush_at.store(0, Ordering::Release);
                 self.flush_now();
             }
         }
@@ -1119,7 +1236,11 @@ impl Engine {
 
     /// O(pages): every chunk becomes free by resetting the pages' cursors.
     fn flush_now(&mut self) {
-        self.index.clear();
+        self.hold_all();
+        for s in self.held.iter_mut().flatten() {
+            s.index.clear();
+        }
+        self.index_bytes = self.index_memory();
         self.slabs.clear_items();
         self.policy.clear();
         self.counters.curr_items = 0;
@@ -1157,12 +1278,10 @@ impl Engine {
             self.reclaim_at = (p, c + 1);
             visited += 1;
             let loc = self.slabs.loc(p as PageId, c);
-            let chunk = self.slabs.chunk_mut(loc);
-            let bits = item::bits(chunk);
-            if bits & item::LIVE == 0 {
+            if self.slabs.bits(loc) & item::LIVE == 0 {
                 continue;
             }
-            let exp = item::exptime(chunk);
+            let exp = self.slabs.exptime(loc);
             if exp != 0 && exp <= now {
                 self.counters.crawler_reclaimed += 1;
                 let class = self.slabs.class_of(loc);
@@ -1171,8 +1290,8 @@ impl Engine {
                 continue;
             }
             // Keep the 16-bit access time from wrapping around.
-            let hdr = item::Header::read(self.slabs.chunk(loc));
-            if item::atime_age(hdr.atime, now) > item::ATIME_SATURATE {
+            if item::atime_age(self.slabs.atime(loc), now) > item::ATIME_SATURATE {
+                self.hold_item(loc);
                 let code = item::atime_code(now).wrapping_sub(item::ATIME_SATURATE as u16);
                 item::set_atime(self.slabs.chunk_mut(loc), code);
             }
@@ -1192,7 +1311,21 @@ impl Engine {
         Ok(())
     }
 
+    /// Memory of every stripe's index table.
+    fn index_memory(&self) -> usize {
+        (0..self.stripes.len())
+            .map(|s| self.with_stripe(s, |st| st.index.memory_bytes()))
+            .sum()
+    }
+
     pub fn stats(&self) -> EngineStats {
+        let (mut buckets, mut expanding) = (0usize, false);
+        for s in 0..self.stripes.len() {
+            self.with_stripe(s, |st| {
+                buckets += 1 << st.index.hash_power_level();
+                expanding |= st.index.is_expanding();
+            });
+        }
         let c = &self.counters;
         EngineStats {
             curr_items: c.curr_items,
@@ -1207,9 +1340,9 @@ impl Engine {
             crawler_reclaimed: c.crawler_reclaimed,
             limit_maxbytes: self.memory_limit as u64,
             total_malloced: (self.slabs.pages_allocated() * self.slabs.page_size) as u64,
-            hash_bytes: self.index.memory_bytes() as u64,
-            hash_power_level: self.index.hash_power_level(),
-            hash_is_expanding: self.index.is_expanding(),
+            hash_bytes: self.index_bytes as u64,
+            hash_power_level: buckets.max(1).ilog2(),
+            hash_is_expanding: expanding,
             slabs_moved: c.slabs_moved,
             slab_reassign_rescues: c.rescues,
             slab_reassign_evictions: c.reassign_evictions,
@@ -1244,6 +1377,9 @@ impl Engine {
             })
             .map(|c| {
                 let mut s = self.slabs.class_stats(c);
+                s.get_hits = (0..self.stripes.len())
+                    .map(|st| self.with_stripe(st, |st| st.get_hits[c]))
+                    .sum();
                 s.age = self.hand_age(c, now) as u64;
                 s.avg_cost = match s.number {
                     0 => 0,
@@ -1260,7 +1396,7 @@ impl Engine {
     /// Age of the item under the class's CLOCK hand (memcached's items:age).
     fn hand_age(&self, class: usize, now: RelTime) -> u32 {
         if let Some(loc) = self.policy.peek(class) {
-            return item::atime_age(item::Header::read(self.slabs.chunk(loc)).atime, now);
+            return item::atime_age(self.slabs.atime(loc), now);
         }
         let c = &self.slabs.classes[class];
         if c.pages.is_empty() {
@@ -1271,18 +1407,19 @@ impl Engine {
         if !self.slabs.is_live(loc) {
             return 0;
         }
-        item::atime_age(item::Header::read(self.slabs.chunk(loc)).atime, now)
+        item::atime_age(self.slabs.atime(loc), now)
     }
 
     /// `stats cachedump <class> <limit>`: up to `limit` (0 = all) live items
     /// of a class as (key, value length, expiry), at most `max_bytes` of keys.
     pub fn cachedump(
-        &self,
+        &mut self,
         class_id: u32,
         limit: usize,
         max_bytes: usize,
     ) -> Vec<(Vec<u8>, usize, Expiry)> {
         let mut out = Vec::new();
+        self.hold_all();
         let Some(class) = (class_id as usize)
             .checked_sub(1)
             .and_then(|c| self.slabs.classes.get(c))
@@ -1315,7 +1452,8 @@ impl Engine {
     }
 
     /// `stats sizes`: (size rounded up to 32 bytes, item count), ascending.
-    pub fn size_histogram(&self) -> Vec<(u32, u64)> {
+    pub fn size_histogram(&mut self) -> Vec<(u32, u64)> {
+        self.hold_all();
         let mut hist = std::collections::BTreeMap::new();
         for (p, page) in self.slabs.pages.iter().enumerate() {
             let Some(page) = page else { continue };
@@ -1341,6 +1479,10 @@ impl Engine {
         c.get_expired = 0;
         c.crawler_reclaimed = 0;
         c.outofmemory = 0;
+        self.hold_all();
+        for st in self.held.iter_mut().flatten() {
+            st.get_hits.fill(0);
+        }
         for class in &mut self.slabs.classes {
             let s = &mut class.stats;
             *s = SlabClassStats {
@@ -1363,13 +1505,20 @@ impl Engine {
     /// its key and sits in the class its size asks for, the index holds
     /// nothing else, and the counters and the memory budget agree with the
     /// chunks.
-    pub fn validate(&self) {
+    pub fn validate(&mut self) {
+        self.hold_all();
         self.slabs
             .validate(self.drain.as_ref().map(|d| (d.page, d.next)));
         let slabs = &self.slabs;
-        if let Err(e) = self.index.validate(&|l| hash(item::key(slabs.chunk(l)))) {
-            panic!("index: {e}");
+        let mut indexed = 0;
+        for (s, st) in self.held.iter().enumerate() {
+            let st = st.as_ref().expect("every stripe held");
+            if let Err(e) = st.index.validate(&|l| hash(item::key(slabs.chunk(l)))) {
+                panic!("index stripe {s}: {e}");
+            }
+            indexed += st.index.len();
         }
+        assert_eq!(self.index_bytes, self.index_memory(), "index memory");
         let pages: Vec<u32> = self
             .slabs
             .classes
@@ -1389,7 +1538,10 @@ impl Engine {
             for loc in self.slabs.live_in_page(p as PageId) {
                 let chunk = self.slabs.chunk(loc);
                 let key = item::key(chunk);
-                assert_eq!(self.find(key, hash(key)), Some(loc), "item indexed");
+                let h = hash(key);
+                let st = self.held[self.stripes.of(h)].as_ref().expect("held");
+                let found = st.index.find(h, |l| item::key(self.slabs.chunk(l)) == key);
+                assert_eq!(found, Some(loc), "item indexed in its key's stripe");
                 live += 1;
                 class_live += 1;
                 let total = item::Header::read(chunk).total_len();
@@ -1429,7 +1581,7 @@ impl Engine {
         let counted: u64 = self.slabs.classes.iter().map(|c| c.segments).sum();
         assert_eq!(counted, marked_segments, "class segment counts");
         assert_eq!(live, self.counters.curr_items, "curr_items");
-        assert_eq!(live as usize, self.index.len(), "index len");
+        assert_eq!(live as usize, indexed, "index len");
         assert_eq!(bytes, self.counters.bytes, "bytes");
         let used: u64 = self.slabs.classes.iter().map(|c| c.used).sum();
         assert_eq!(used, live, "class used counts");

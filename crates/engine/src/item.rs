@@ -80,7 +80,7 @@ fn width_code(width: usize) -> u8 {
 }
 
 #[inline]
-fn code_width(code: u8) -> usize {
+pub(crate) fn code_width(code: u8) -> usize {
     [0, 1, 2, 4][(code & FLAGS_WIDTH_MASK) as usize]
 }
 

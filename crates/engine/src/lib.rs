@@ -6,16 +6,19 @@
 //! and index) is counted against one memory limit (`-m`).
 //!
 //! Concurrency model: the engine itself is single-threaded (`&mut Engine`); the
-//! server shares it through [`Cache`], a mutex that is held only for the index /
-//! slab operation and the copy of a value into a connection's output buffer,
-//! never across network I/O.
+//! server shares it through [`Cache`]: a mutex around the engine for every
+//! change, and index stripes with their own locks so that a GET takes only
+//! its key's stripe (`stripe` has the lock protocol). No lock is held across
+//! network I/O.
 //!
 //! Module map (see docs/ARCHITECTURE.md):
 //! - [`arena`]: the pages' memory, optionally on transparent huge pages.
 //! - [`clock`]: the coarse server clock and memcached's exptime rules.
 //! - [`item`]: the 16-byte item header and item layout inside a chunk.
 //! - [`chain`]: items larger than the largest chunk, over several chunks.
-//! - [`index`]: the hash index (Cavast section 4.3).
+//! - [`index`]: the hash index (Cavast section 4.3), in [`stripe`]s.
+//! - [`cache`]: the engine shared by threads, and the GET path outside its
+//!   lock.
 //! - [`slab`]: pages, slab classes, free chunks, page moves.
 //! - [`evict`]: eviction within a slab class: CLOCK (LRU) or GD-Wheel.
 //! - [`cost`]: costs learned from the gap between a GET miss and its SET.
@@ -26,6 +29,7 @@
 //!   and the fuzzer check the engine against; `validate()` on every structure.
 
 pub mod arena;
+pub mod cache;
 pub mod chain;
 pub mod clock;
 pub mod cost;
@@ -36,11 +40,11 @@ pub mod item;
 pub mod rebalance;
 pub mod slab;
 pub mod stats;
+pub mod stripe;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-use std::sync::Arc;
-
+pub use cache::{Cache, EngineGuard};
 pub use clock::{Clock, Expiry, RelTime};
 pub use engine::{
     ArithOutcome, DeleteOutcome, Engine, ItemId, ItemRef, Store, StoreMode, StoreOutcome,
@@ -106,6 +110,9 @@ pub struct Config {
     pub learn_costs: bool,
     /// Knobs of the rebalancing rules (SAS's M and decay, ghost set size).
     pub rebalance_tuning: rebalance::Tuning,
+    /// `-o lock_stripes=N`: index stripes, each with its own lock (rounded
+    /// up to a power of two, at most 4096; see `stripe`).
+    pub lock_stripes: usize,
 }
 
 /// Eviction within a slab class.
@@ -159,6 +166,7 @@ impl Default for Config {
             rebalance: RebalancePolicy::default(),
             learn_costs: false,
             rebalance_tuning: rebalance::Tuning::default(),
+            lock_stripes: stripe::DEFAULT_STRIPES,
         }
     }
 }
@@ -174,40 +182,4 @@ pub enum ConfigError {
     MemoryLimit(usize),
     #[error("memory limit {0} bytes is more pages than item locations can address")]
     TooMuchMemory(usize),
-}
-
-/// The engine shared by all worker threads.
-pub struct Cache {
-    engine: parking_lot::Mutex<Engine>,
-    clock: Arc<Clock>,
-    /// A copy of the engine's configuration, for what it alone decides.
-    config: Config,
-}
-
-impl Cache {
-    pub fn new(config: Config, clock: Arc<Clock>) -> Result<Cache, ConfigError> {
-        let engine = Engine::new(config.clone(), clock.clone())?;
-        Ok(Cache {
-            engine: parking_lot::Mutex::new(engine),
-            clock,
-            config,
-        })
-    }
-
-    /// [`Engine::fits`], without taking the lock: a SET checks its size
-    /// before reading its value, and that should not cost a lock round.
-    pub fn fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
-        engine::fits(&self.config, key_len, value_len, flags)
-    }
-
-    /// Lock the engine. Hold the guard only for engine work and copying out
-    /// values, never across socket reads or writes.
-    #[inline]
-    pub fn lock(&self) -> parking_lot::MutexGuard<'_, Engine> {
-        self.engine.lock()
-    }
-
-    pub fn clock(&self) -> &Arc<Clock> {
-        &self.clock
-    }
 }

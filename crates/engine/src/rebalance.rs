@@ -52,6 +52,19 @@ use automove::{Automove, AutomoveClass};
 use cpb::{ClassValue, CostPerByte};
 use ghost::GhostSet;
 use profile::Profile;
+
+/// Which GETs the rebalancer must see (its `hit` and `miss`), so which the
+/// lock-free GET path (`crate::Cache::get`) hands to the engine.
+#[derive(Clone, Debug)]
+pub enum HitGate {
+    /// None: no rule that counts GETs.
+    Nothing,
+    /// Those of keys in the MRC profile's sample, by the published
+    /// threshold (`profile::is_sampled`).
+    Sampled(std::sync::Arc<std::sync::atomic::AtomicU64>),
+    /// All (SAS counts every hit, its ghost set every miss).
+    Everything,
+}
 use sas::Sas;
 
 /// Knobs of the rules (defaults from the papers, checked by measurement:
@@ -241,6 +254,16 @@ impl Rebalancer {
     #[inline]
     fn pending_slot(h: u64) -> (usize, u32) {
         ((h >> 40) as usize % PENDING, (h >> 16) as u32 & 0xffff)
+    }
+
+    /// What a GET outside the engine lock must leave to it (see
+    /// [`HitGate`]).
+    pub fn hit_gate(&self) -> HitGate {
+        match (&self.sas, &self.ghost, &self.profile) {
+            (None, None, None) => HitGate::Nothing,
+            (None, None, Some(p)) => HitGate::Sampled(p.published_threshold()),
+            _ => HitGate::Everything,
+        }
     }
 
     /// Whether `hit` does anything (the engine skips reading the cost).

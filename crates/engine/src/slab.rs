@@ -16,6 +16,9 @@
 //! A chunk holds a live item iff its number is below the page's bump cursor and
 //! its LIVE bit is set; flushing everything is therefore O(pages).
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use crate::arena::Arena;
 use crate::item;
 use crate::stats::SlabClassStats;
@@ -66,13 +69,18 @@ pub struct Slabs {
     /// log2 of the number of chunk numbers a location reserves per page.
     pub chunk_bits: u32,
     pub pages: Vec<Option<Page>>,
-    /// The pages' memory, by page number.
-    pub arena: Arena,
+    /// The pages' memory, by page number; shared with the GET path of
+    /// `crate::Cache` (see `crate::stripe` for who may touch what).
+    pub arena: Arc<Arena>,
     /// Numbers of `pages` entries that are None (memory released), reusable.
     pub vacant: Vec<PageId>,
     /// Allocated pages that belong to no class.
     pub spare: Vec<PageId>,
     pub classes: Vec<Class>,
+    /// Debug builds: the stripe shift and which stripes the engine holds,
+    /// to check the lock protocol on every whole-chunk access (None:
+    /// slabs used alone, as in unit tests).
+    pub held: Option<(u32, Vec<bool>)>,
 }
 
 /// Compute class chunk sizes: memcached's rule (`slabs_init`), each class
@@ -122,10 +130,11 @@ impl Slabs {
             page_size,
             chunk_bits,
             pages: Vec::new(),
-            arena: Arena::new(page_size, expected, hugepages),
+            arena: Arc::new(Arena::new(page_size, expected, hugepages)),
             vacant: Vec::new(),
             spare: Vec::new(),
             classes,
+            held: None,
         }
     }
 
@@ -166,21 +175,137 @@ impl Slabs {
         self.pages[id as usize].as_mut().expect("live page id")
     }
 
-    /// The bytes of the chunk at `loc`.
+    /// Where the chunk at `loc` starts in its page, and its size.
     #[inline]
-    pub fn chunk(&self, loc: u64) -> &[u8] {
+    fn place(&self, loc: u64) -> (PageId, usize, usize) {
         let (p, c) = self.split(loc);
         let cs = self.page(p).chunk_size as usize;
-        let start = c as usize * cs;
-        &self.arena.page(p)[start..start + cs]
+        (p, c as usize * cs, cs)
+    }
+
+    /// The bytes of the chunk at `loc`. The caller holds the engine lock
+    /// and, if the chunk holds a live item, the item's stripe (checked in
+    /// debug builds), so no GET reads it meanwhile.
+    #[inline]
+    pub fn chunk(&self, loc: u64) -> &[u8] {
+        debug_assert!(self.check_held(loc), "chunk {loc} read without its stripe");
+        let (p, start, cs) = self.place(loc);
+        // SAFETY: the engine lock excludes every other writer but a GET,
+        // and a GET of this item needs its stripe, which the engine holds
+        // (or the chunk holds no live item a GET could find).
+        unsafe { self.arena.bytes(p, start, cs) }
     }
 
     #[inline]
     pub fn chunk_mut(&mut self, loc: u64) -> &mut [u8] {
-        let (p, c) = self.split(loc);
-        let cs = self.page(p).chunk_size as usize;
-        let start = c as usize * cs;
-        &mut self.arena.page_mut(p)[start..start + cs]
+        debug_assert!(
+            self.check_held(loc),
+            "chunk {loc} written without its stripe"
+        );
+        let (p, start, cs) = self.place(loc);
+        // SAFETY: as in `chunk`; `&mut self` makes this the engine's only
+        // reference into the arena.
+        unsafe { self.arena.bytes_mut(p, start, cs) }
+    }
+
+    /// Whether the lock protocol lets the engine take the chunk at `loc`
+    /// whole: it holds no live item, or the item's stripe is held.
+    pub fn check_held(&self, loc: u64) -> bool {
+        let Some((shift, held)) = &self.held else {
+            return true;
+        };
+        if !self.is_live(loc) {
+            return true;
+        }
+        let s = crate::stripe::stripe_of(crate::stripe::hash(self.key_of(loc)), *shift);
+        held[s]
+    }
+
+    /// The access byte of the chunk at `loc`, read atomically: a GET may
+    /// set REF or FETCHED in it at any time (`crate::stripe`).
+    #[inline]
+    pub fn bits(&self, loc: u64) -> u8 {
+        let (p, start, _) = self.place(loc);
+        self.arena.atomic(p, start + 7).load(Ordering::Relaxed)
+    }
+
+    /// Clear bits of the access byte atomically (CLOCK's hand, without the
+    /// item's stripe); returns the byte as it was.
+    #[inline]
+    pub fn clear_bits(&self, loc: u64, mask: u8) -> u8 {
+        let (p, start, _) = self.place(loc);
+        self.arena
+            .atomic(p, start + 7)
+            .fetch_and(!mask, Ordering::Relaxed)
+    }
+
+    /// The access time of the item at `loc`, read atomically.
+    #[inline]
+    pub fn atime(&self, loc: u64) -> u16 {
+        let (p, start, _) = self.place(loc);
+        let lo = self.arena.atomic(p, start + 5).load(Ordering::Relaxed);
+        let hi = self.arena.atomic(p, start + 13).load(Ordering::Relaxed);
+        u16::from_le_bytes([lo, hi])
+    }
+
+    /// Header bytes `range` of the item at `loc` that only a holder of the
+    /// engine lock and the item's stripe writes (not bytes 5, 7 or 13).
+    #[inline]
+    fn header_bytes<const N: usize>(&self, loc: u64, at: usize) -> [u8; N] {
+        debug_assert!([5, 7, 13].iter().all(|&b| b < at || b >= at + N));
+        let (p, start, _) = self.place(loc);
+        // SAFETY: under the engine lock nobody else writes these bytes (a
+        // GET writes only bytes 5, 7 and 13, excluded above).
+        let b = unsafe { self.arena.bytes(p, start + at, N) };
+        b.try_into().expect("N bytes")
+    }
+
+    /// The expiry of the item at `loc`, without its stripe.
+    #[inline]
+    pub fn exptime(&self, loc: u64) -> u32 {
+        u32::from_le_bytes(self.header_bytes(loc, 8))
+    }
+
+    /// The cost byte of the item at `loc`, without its stripe.
+    #[inline]
+    pub fn cost_code(&self, loc: u64) -> u8 {
+        self.header_bytes::<1>(loc, 6)[0]
+    }
+
+    /// The key of the live item at `loc`, without its stripe: a linked
+    /// item's key never changes, and its chunk is reused only by the
+    /// engine lock's holder.
+    pub fn key_of(&self, loc: u64) -> &[u8] {
+        let (p, start, _) = self.place(loc);
+        let [klen] = self.header_bytes::<1>(loc, 12);
+        let [v0, v1] = self.header_bytes::<2>(loc, 14);
+        let ext = if u16::from_le_bytes([v0, v1]) == item::LONG_VALUE as u16 {
+            4
+        } else {
+            0
+        };
+        let fw = item::code_width(self.bits(loc));
+        // SAFETY: key bytes are written only before the item is linked.
+        unsafe {
+            self.arena
+                .bytes(p, start + item::HEADER_LEN + ext + fw, klen as usize)
+        }
+    }
+
+    /// The last `len` bytes of the chunk at `loc` (GD-Wheel's trailer,
+    /// which only the engine lock's holder touches and a GET never reads).
+    #[inline]
+    pub fn tail(&self, loc: u64, len: usize) -> &[u8] {
+        let (p, start, cs) = self.place(loc);
+        // SAFETY: only the engine lock's holder accesses these bytes.
+        unsafe { self.arena.bytes(p, start + cs - len, len) }
+    }
+
+    #[inline]
+    pub fn tail_mut(&mut self, loc: u64, len: usize) -> &mut [u8] {
+        let (p, start, cs) = self.place(loc);
+        // SAFETY: as in `tail`, and `&mut self` makes it the only reference.
+        unsafe { self.arena.bytes_mut(p, start + cs - len, len) }
     }
 
     /// Whether `loc` holds a live item.
@@ -189,8 +314,7 @@ impl Slabs {
         let (p, c) = self.split(loc);
         match self.pages.get(p as usize) {
             Some(Some(page)) if page.class != 0 && c < page.bump => {
-                let cs = page.chunk_size as usize;
-                item::bits(&self.arena.page(p)[c as usize * cs..]) & item::LIVE != 0
+                self.bits(loc) & item::LIVE != 0
             }
             _ => false,
         }
@@ -253,6 +377,7 @@ impl Slabs {
         page.free_head = NONE;
         page.free_count = 0;
         page.listed = true;
+        self.arena.set_geometry(id, Some(class), cs);
         let c = &mut self.classes[class];
         c.pages.push(id);
         c.with_free.push(id);
@@ -262,18 +387,23 @@ impl Slabs {
     /// Take a free chunk of `class` if one exists.
     pub fn take_free(&mut self, class: usize) -> Option<u64> {
         while let Some(&id) = self.classes[class].with_free.last() {
-            let mem = self.arena.page(id);
             let page = self.pages[id as usize].as_mut().expect("live page id");
             let chunk = if page.free_head != NONE {
                 let c = page.free_head;
                 let cs = page.chunk_size as usize;
-                let at = c as usize * cs + 8;
-                let next = u32::from_le_bytes([mem[at], mem[at + 1], mem[at + 2], mem[at + 3]]);
+                // SAFETY: a free chunk's link is touched only by the engine
+                // lock's holder (no GET finds a free chunk).
+                let link = unsafe { self.arena.bytes(id, c as usize * cs + 8, 4) };
+                let next = u32::from_le_bytes(link.try_into().expect("4 bytes"));
                 page.free_head = next;
                 page.free_count -= 1;
                 Some(c)
             } else if page.bump < page.nchunks {
                 page.bump += 1;
+                // Below the cursor now, so its bits byte counts: whatever
+                // an earlier class or a flushed item left there is no item.
+                let at = (page.bump - 1) as usize * page.chunk_size as usize + 7;
+                self.arena.atomic(id, at).store(0, Ordering::Relaxed);
                 Some(page.bump - 1)
             } else {
                 None
@@ -294,8 +424,9 @@ impl Slabs {
         let (p, c) = self.split(loc);
         let page = self.pages[p as usize].as_mut().expect("live page id");
         let cs = page.chunk_size as usize;
-        let at = c as usize * cs;
-        let chunk = &mut self.arena.page_mut(p)[at..at + cs];
+        // SAFETY: the item was unlinked (under its stripe), so no GET reads
+        // the chunk, and the engine lock excludes every other writer.
+        let chunk = unsafe { self.arena.bytes_mut(p, c as usize * cs, cs) };
         item::set_bits(chunk, 0);
         chunk[8..12].copy_from_slice(&page.free_head.to_le_bytes());
         page.free_head = c;
@@ -324,6 +455,7 @@ impl Slabs {
         }
         c.with_free.retain(|&p| p != id);
         c.stats.total_pages -= 1;
+        self.arena.set_geometry(id, None, 0);
         let page = self.page_mut(id);
         page.class = 0;
         page.bump = 0;
@@ -359,23 +491,17 @@ impl Slabs {
 
     /// Locations of the live items of a page.
     pub fn live_in_page(&self, id: PageId) -> Vec<u64> {
-        let page = self.page(id);
-        let mem = self.arena.page(id);
-        let cs = page.chunk_size as usize;
-        (0..page.bump)
-            .filter(|&c| item::bits(&mem[c as usize * cs..]) & item::LIVE != 0)
+        (0..self.page(id).bump)
             .map(|c| self.loc(id, c))
+            .filter(|&l| self.bits(l) & item::LIVE != 0)
             .collect()
     }
 
     /// Segments of chained items in a page (`chain`).
     pub fn segments_in_page(&self, id: PageId) -> Vec<u64> {
-        let page = self.page(id);
-        let mem = self.arena.page(id);
-        let cs = page.chunk_size as usize;
-        (0..page.bump)
-            .filter(|&c| crate::chain::is_segment(&mem[c as usize * cs..]))
+        (0..self.page(id).bump)
             .map(|c| self.loc(id, c))
+            .filter(|&l| self.bits(l) == crate::chain::SEGMENT)
             .collect()
     }
 
@@ -434,8 +560,12 @@ impl Slabs {
                 vacant.binary_search(&id).is_err(),
                 "live page {id} not vacant"
             );
-            let mem = self.arena.page(id);
+            // SAFETY: validation runs with the engine lock and every stripe
+            // held (or on slabs used alone): nobody writes meanwhile.
+            let mem = unsafe { self.arena.bytes(id, 0, self.page_size) };
+            let geometry = self.arena.geometry(id);
             if page.class == 0 {
+                assert_eq!(geometry, None, "classless page {id} geometry");
                 assert!(
                     spare.binary_search(&id).is_ok(),
                     "classless page {id} is spare"
@@ -451,6 +581,11 @@ impl Slabs {
             assert!(c.pages.contains(&id), "class {class} owns its page {id}");
             pages_of[class] += 1;
             assert_eq!(page.chunk_size, c.chunk_size, "page {id} chunk size");
+            assert_eq!(
+                geometry,
+                Some((class, c.chunk_size)),
+                "page {id} geometry as GETs see it"
+            );
             assert_eq!(page.nchunks, c.per_page, "page {id} chunks");
             assert!(page.bump <= page.nchunks, "page {id} bump cursor");
             // Free list: distinct chunks below the cursor, none live.

@@ -108,6 +108,11 @@ pub struct EngineBenchArgs {
     /// the server's multi-get does) or one after another (false).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub prefetch: bool,
+    /// GETs take the engine lock, as before issue 10 (`Engine::get` under
+    /// `Cache::lock`), instead of only their key's stripe (`Cache::get`):
+    /// the same build's old path, for comparison.
+    #[arg(long)]
+    pub locked_gets: bool,
     /// Time the lock of every Nth request (0 = none, 1 = all); counts are exact.
     #[arg(long, default_value_t = 16)]
     pub time_every: u64,
@@ -145,14 +150,21 @@ pub struct Report {
     /// `--batch` and `--prefetch`.
     pub batch: usize,
     pub prefetch: bool,
+    pub locked_gets: bool,
     pub lock: LockReport,
 }
 
 /// How the engine lock was taken during the timed run.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct LockReport {
-    /// Acquisitions by GETs and SETs (one each; `fits` takes none since issue 10).
+    /// Engine lock acquisitions by requests: SETs, and GETs with
+    /// --locked-gets (a GET otherwise takes only its stripe's lock).
     pub request_acquisitions: u64,
+    /// GETs (single or multi) timed without the engine lock, and how long
+    /// each call took (stripe lock, lookup, copy).
+    pub stripe_gets_timed: u64,
+    pub stripe_get_p50_ns: u64,
+    pub stripe_get_p99_ns: u64,
     /// Acquisitions by the maintainer thread (one per maintain slice).
     pub maintainer_acquisitions: u64,
     pub maintainer_hold_max_ns: u64,
@@ -178,6 +190,7 @@ struct Plan {
     time_every: u64,
     batch: usize,
     prefetch: bool,
+    locked_gets: bool,
     value: Vec<u8>,
 }
 
@@ -188,6 +201,8 @@ struct LockUse {
     timed: bool,
     hold: Histogram<u64>,
     wait: Histogram<u64>,
+    /// Lock-free GET calls (`Cache::get`), timed.
+    stripe_get: Histogram<u64>,
 }
 
 impl LockUse {
@@ -197,6 +212,7 @@ impl LockUse {
             timed: false,
             hold: metrics::histogram(3),
             wait: metrics::histogram(3),
+            stripe_get: metrics::histogram(3),
         }
     }
 }
@@ -219,26 +235,65 @@ fn locked<R>(cache: &Cache, lu: &mut LockUse, f: impl FnOnce(&mut Engine) -> R) 
     r
 }
 
-/// One GET as the server does it: look up and copy the value out under the
-/// lock. Not inlined, so callgrind's `--toggle-collect` can count its misses.
+/// `f` outside the engine lock, timed if asked.
+#[inline(always)]
+fn unlocked<R>(lu: &mut LockUse, f: impl FnOnce() -> R) -> R {
+    if !lu.timed {
+        return f();
+    }
+    let t0 = Instant::now();
+    let r = f();
+    lu.stripe_get
+        .saturating_record(t0.elapsed().as_nanos() as u64);
+    r
+}
+
+/// One GET as the server does it: look up and copy the value out, under
+/// the key's stripe lock (`Cache::get`), or under the engine lock with
+/// `--locked-gets`. Not inlined, so callgrind's `--toggle-collect` can
+/// count its misses.
 #[inline(never)]
-fn get(cache: &Cache, key: &[u8], out: &mut Vec<u8>, lu: &mut LockUse) -> bool {
+fn get(cache: &Cache, key: &[u8], locked_gets: bool, out: &mut Vec<u8>, lu: &mut LockUse) -> bool {
     out.clear();
-    locked(cache, lu, |e| match e.get(key) {
+    let mut copy = |item: Option<cachalot_engine::ItemRef<'_>>| match item {
         Some(item) => {
             item.value.copy_to(out);
             true
         }
         None => false,
-    })
+    };
+    if locked_gets {
+        locked(cache, lu, |e| copy(e.get(key)))
+    } else {
+        unlocked(lu, || cache.get(key, Lookup::GET, copy))
+    }
 }
 
-/// A multi-get as the server does it: one lock, the keys looked up with
-/// prefetching (`lookup_batch`) or one by one, each value copied out.
+/// A multi-get as the server does it (`Cache::get_batch`), or with
+/// `--locked-gets` under one engine lock, the keys looked up with
+/// prefetching (`lookup_batch`) or one by one; each value copied out.
 #[inline(never)]
-fn mget(cache: &Cache, keys: &[&[u8]], prefetch: bool, out: &mut Vec<u8>, lu: &mut LockUse) -> u64 {
+fn mget(
+    cache: &Cache,
+    keys: &[&[u8]],
+    (prefetch, locked_gets): (bool, bool),
+    out: &mut Vec<u8>,
+    lu: &mut LockUse,
+) -> u64 {
     out.clear();
     let mut hits = 0;
+    if !locked_gets {
+        unlocked(lu, || {
+            cache.get_batch(keys, Lookup::GET, |_, _, item| {
+                if let Some(item) = item {
+                    item.value.copy_to(out);
+                    hits += 1;
+                }
+                ControlFlow::Continue(())
+            })
+        });
+        return hits;
+    }
     locked(cache, lu, |e| {
         if prefetch {
             e.lookup_batch(keys, Lookup::GET, |_, _, item| {
@@ -338,7 +393,13 @@ fn worker(
                 lock.timed = plan.time_every != 0 && mgets.is_multiple_of(plan.time_every);
                 mgets += 1;
                 let keys: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
-                hits += mget(cache, &keys, plan.prefetch, &mut out, &mut lock);
+                hits += mget(
+                    cache,
+                    &keys,
+                    (plan.prefetch, plan.locked_gets),
+                    &mut out,
+                    &mut lock,
+                );
                 gets += nbatch as u64;
                 nbatch = 0;
             }
@@ -346,7 +407,7 @@ fn worker(
             set(cache, &key, &plan.value, &mut lock);
             sets += 1;
         } else {
-            hits += u64::from(get(cache, &key, &mut out, &mut lock));
+            hits += u64::from(get(cache, &key, plan.locked_gets, &mut out, &mut lock));
             gets += 1;
         }
         i += 1;
@@ -354,7 +415,13 @@ fn worker(
     // The last, partial multi-get (every drawn request is served).
     if nbatch > 0 {
         let keys: Vec<&[u8]> = batch[..nbatch].iter().map(Vec::as_slice).collect();
-        hits += mget(cache, &keys, plan.prefetch, &mut out, &mut lock);
+        hits += mget(
+            cache,
+            &keys,
+            (plan.prefetch, plan.locked_gets),
+            &mut out,
+            &mut lock,
+        );
         gets += nbatch as u64;
     }
     WorkerResult {
@@ -440,6 +507,7 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
         time_every: a.time_every,
         batch: a.batch,
         prefetch: a.prefetch,
+        locked_gets: a.locked_gets,
         value,
     };
     let cache =
@@ -490,6 +558,7 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
         // Same bounds on both sides, so adding cannot fail.
         let _ = lock.hold.add(&r.lock.hold);
         let _ = lock.wait.add(&r.lock.wait);
+        let _ = lock.stripe_get.add(&r.lock.stripe_get);
     }
     let sum = |f: fn(&WorkerResult) -> u64| results.iter().map(f).sum::<u64>();
     let (ops, gets, hits, sets) = (
@@ -531,9 +600,13 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
         hugepages: a.engine.hugepages,
         batch: a.batch,
         prefetch: a.prefetch,
+        locked_gets: a.locked_gets,
         anon_huge_mb: anon_huge_kb().map(|kb| kb >> 10),
         lock: LockReport {
             request_acquisitions: lock.acquisitions,
+            stripe_gets_timed: lock.stripe_get.len(),
+            stripe_get_p50_ns: lock.stripe_get.value_at_quantile(0.5),
+            stripe_get_p99_ns: lock.stripe_get.value_at_quantile(0.99),
             maintainer_acquisitions: maint.0,
             maintainer_hold_max_ns: maint.1.as_nanos() as u64,
             maintainer_hold_total_ns: maint.2.as_nanos() as u64,
@@ -594,8 +667,24 @@ pub fn format_report(r: &Report) -> String {
             ),
         ],
         vec![
+            "GETs under the engine lock".into(),
+            if r.locked_gets {
+                "yes (--locked-gets)"
+            } else {
+                "no (stripe lock only)"
+            }
+            .into(),
+        ],
+        vec![
             "lock: by requests / maintainer".into(),
             format!("{} / {}", l.request_acquisitions, l.maintainer_acquisitions),
+        ],
+        vec![
+            "GET without engine lock p50 / p99".into(),
+            format!(
+                "{} / {} ns ({} timed)",
+                l.stripe_get_p50_ns, l.stripe_get_p99_ns, l.stripe_gets_timed
+            ),
         ],
         vec![
             "lock: maintainer hold max / total".into(),

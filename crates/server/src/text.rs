@@ -512,20 +512,18 @@ fn serve_keys(
             }
         } else {
             let mut hits = [false; LOOKUP_BATCH];
-            ctx.cache
-                .lock()
-                .lookup_batch(&batch[..n], Lookup::GET, |i, _, item| {
-                    if let Some(item) = &item {
-                        write_value(out, item, with_cas);
-                        hits[i] = true;
-                    }
-                    done = i + 1;
-                    if out_full(out) {
-                        ControlFlow::Break(())
-                    } else {
-                        ControlFlow::Continue(())
-                    }
-                });
+            ctx.cache.get_batch(&batch[..n], Lookup::GET, |i, _, item| {
+                if let Some(item) = &item {
+                    write_value(out, item, with_cas);
+                    hits[i] = true;
+                }
+                done = i + 1;
+                if out_full(out) {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            });
             for (key, hit) in batch.iter().zip(hits).take(done) {
                 count_fetch(ctx, key, false, hit);
             }
@@ -557,16 +555,15 @@ fn fetch(
     touch: Option<Expiry>,
     out: Option<&mut Vec<u8>>,
 ) {
-    let hit = {
-        let mut engine = ctx.cache.lock();
-        let item = match touch {
-            Some(expiry) => engine.touch(key, expiry),
-            None => engine.lookup(key, Lookup::GET),
-        };
+    let write = |item: Option<ItemRef<'_>>| {
         if let (Some(item), Some(out)) = (&item, out) {
             write_value(out, item, with_cas);
         }
         item.is_some()
+    };
+    let hit = match touch {
+        Some(expiry) => write(ctx.cache.lock().touch(key, expiry)),
+        None => ctx.cache.get(key, Lookup::GET, write),
     };
     count_fetch(ctx, key, touch.is_some(), hit);
 }

@@ -142,14 +142,15 @@ impl Engine {
         let mut value = 0u64;
         let mut c = step / 2;
         while c < pg.bump {
+            // A sample without the items' stripes (`crate::stripe`).
             let loc = self.slabs.loc(page, c);
-            let chunk = self.slabs.chunk(loc);
-            let bits = item::bits(chunk);
+            let bits = self.slabs.bits(loc);
             if bits & item::LIVE != 0 {
                 value += match self.policy.credit(&self.slabs, class, loc) {
                     Some(credit) => credit + 1,
                     None => {
-                        let cost = self.policy.cost_of(chunk).max(1) as u64;
+                        let q = self.slabs.cost_code(loc);
+                        let cost = item::dequantize_cost(q).max(1) as u64;
                         if bits & item::REF != 0 {
                             4 * cost
                         } else {
@@ -189,7 +190,7 @@ impl Engine {
     fn is_hot(&self, loc: u64, class: usize) -> bool {
         match self.policy.credit(&self.slabs, class, loc) {
             Some(credit) => credit > 0,
-            None => item::bits(self.slabs.chunk(loc)) & item::REF != 0,
+            None => self.slabs.bits(loc) & item::REF != 0,
         }
     }
 
@@ -226,7 +227,7 @@ impl Engine {
         let mut hot = vec![0u64; (bump as usize).div_ceil(64)].into_boxed_slice();
         for c in 0..bump {
             let loc = self.slabs.loc(page, c);
-            if item::bits(self.slabs.chunk(loc)) & item::LIVE != 0 && self.is_hot(loc, from) {
+            if self.slabs.bits(loc) & item::LIVE != 0 && self.is_hot(loc, from) {
                 hot[c as usize / 64] |= 1 << (c % 64);
             }
         }
@@ -253,7 +254,8 @@ impl Engine {
         let start = d.next;
         while d.next < bump && work < budget {
             let loc = self.slabs.loc(d.page, d.next);
-            if item::bits(self.slabs.chunk(loc)) & item::LIVE != 0 {
+            let bits = self.slabs.bits(loc);
+            if bits & item::LIVE != 0 {
                 let hot = Some(d.was_hot(d.next));
                 let mut left = budget - work;
                 let rescues = self.counters.rescues;
@@ -266,7 +268,7 @@ impl Engine {
                 // A rescue (a victim's eviction, a copy, the index and the
                 // policy relinked) costs about three plain evictions.
                 work += RESCUE_WORK * (self.counters.rescues - rescues) as usize;
-            } else if chain::is_segment(self.slabs.chunk(loc)) {
+            } else if bits == chain::SEGMENT {
                 self.evict_owner(loc, d.from);
             }
             d.next += 1;
@@ -343,6 +345,7 @@ impl Engine {
         rescue: Option<bool>,
         budget: &mut usize,
     ) -> bool {
+        self.hold_item(loc);
         let exp = item::exptime(self.slabs.chunk(loc));
         if exp != 0 && exp <= self.now() {
             self.unlink(loc);
@@ -434,7 +437,11 @@ impl Engine {
         self.slabs.chunk_mut(to).copy_from_slice(&tmp);
         let h = hash(item::key(&tmp));
         self.scratch = tmp;
-        self.index.relocate(h, from, to);
+        let ix = &mut self.stripe(h).index;
+        let before = ix.memory_bytes();
+        ix.relocate(h, from, to);
+        let after = ix.memory_bytes();
+        self.index_bytes = self.index_bytes + after - before;
         self.policy.relocate(&mut self.slabs, class, from, to);
         item::set_bits(self.slabs.chunk_mut(from), 0);
         if chain::is_head(self.slabs.chunk(to)) {
@@ -447,6 +454,7 @@ impl Engine {
     /// Tell the rebalancer that the item at `loc` leaves by eviction (the
     /// ghost set remembers its key). Call before unlinking it.
     pub(super) fn note_evicted(&mut self, loc: u64, class: usize) {
+        self.hold_item(loc);
         let chunk = self.slabs.chunk(loc);
         let size = chunk.len();
         let h = if self.rebal.wants_keys() {
@@ -477,7 +485,7 @@ impl Engine {
             }
         }
         for loc in self.slabs.segments_in_page(page) {
-            if chain::is_segment(self.slabs.chunk(loc)) {
+            if self.slabs.bits(loc) == chain::SEGMENT {
                 self.evict_owner(loc, class);
             }
         }

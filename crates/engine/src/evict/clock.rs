@@ -57,23 +57,18 @@ pub fn clock_victim(
             steps += skip.saturating_sub(1);
             continue;
         }
-        let cs = page.chunk_size as usize;
-        let at = chunk_no as usize * cs;
-        let bits = item::bits(&slabs.arena.page(page_id)[at..at + cs]);
-        if bits & item::LIVE == 0 {
-            continue;
-        }
+        // The hand reads items without their stripes: the access byte
+        // atomically, the expiry plainly (`crate::stripe`).
         let loc = slabs.loc(page_id, chunk_no);
-        if Some(loc) == protect {
+        let bits = slabs.bits(loc);
+        if bits & item::LIVE == 0 || Some(loc) == protect {
             continue;
         }
-        let chunk = &mut slabs.arena.page_mut(page_id)[at..at + cs];
-        let exp = item::exptime(chunk);
+        let exp = slabs.exptime(loc);
         if exp != 0 && exp <= now {
             return Some(Victim::Expired(loc));
         }
-        if bits & item::REF != 0 {
-            item::set_bits(chunk, bits & !item::REF);
+        if bits & item::REF != 0 && slabs.clear_bits(loc, item::REF) & item::REF != 0 {
             continue;
         }
         return Some(Victim::Evicted(loc));

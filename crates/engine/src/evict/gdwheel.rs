@@ -243,13 +243,9 @@ fn read(slabs: &Slabs, side: &Side, loc: u64) -> Trailer {
         let at = c as usize * TRAILER_LEN;
         return Trailer::decode(&arr[at..at + TRAILER_LEN]);
     }
-    // The chunk's last bytes, with one range check (a hit reads several
-    // trailers: this is the hot path of GD-Wheel).
-    let pg = slabs.pages[page as usize]
-        .as_ref()
-        .expect("a linked item's page is live");
-    let end = (c as usize + 1) * pg.chunk_size as usize;
-    Trailer::decode(&slabs.arena.page(page)[end - TRAILER_LEN..end])
+    // The chunk's last bytes (a hit reads several trailers: this is the
+    // hot path of GD-Wheel).
+    Trailer::decode(slabs.tail(loc, TRAILER_LEN))
 }
 
 /// The chunks and the side arrays: where trailers are read and written.
@@ -272,8 +268,7 @@ impl Mem<'_> {
             let at = c as usize * TRAILER_LEN;
             return &mut arr[at..at + TRAILER_LEN];
         }
-        let end = (c as usize + 1) * self.slabs.page_mut(page).chunk_size as usize;
-        &mut self.slabs.arena.page_mut(page)[end - TRAILER_LEN..end]
+        self.slabs.tail_mut(loc, TRAILER_LEN)
     }
 
     #[inline]
@@ -331,11 +326,10 @@ impl Mem<'_> {
                 let mut arr = vec![0u8; need].into_boxed_slice();
                 for other in self.slabs.live_in_page(page) {
                     if other != loc {
-                        let chunk = self.slabs.chunk(other);
                         let (_, c) = self.slabs.split(other);
                         let at = c as usize * TRAILER_LEN;
                         arr[at..at + TRAILER_LEN]
-                            .copy_from_slice(&chunk[chunk.len() - TRAILER_LEN..]);
+                            .copy_from_slice(self.slabs.tail(other, TRAILER_LEN));
                     }
                 }
                 if self.side.pages.len() <= page as usize {
@@ -630,7 +624,7 @@ impl GdWheel {
             }
         }
         let loc = found?;
-        let exp = item::exptime(m.slabs.chunk(loc));
+        let exp = m.slabs.exptime(loc);
         Some(if exp != 0 && exp <= now {
             Victim::Expired(loc)
         } else {
@@ -645,13 +639,11 @@ impl GdWheel {
     fn next_victim(w: &mut Wheels, m: &mut Mem, lazy: bool, costs: &[u32; 256]) -> Option<u64> {
         loop {
             let loc = Self::advance(w, m)?;
-            let chunk = m.slabs.chunk(loc);
-            let bits = item::bits(chunk);
-            if !lazy || bits & item::REF == 0 {
+            // Atomically: a GET may be setting REF right now (`stripe`).
+            if !lazy || m.slabs.clear_bits(loc, item::REF) & item::REF == 0 {
                 return Some(loc);
             }
-            let cost = costs[item::cost_code(chunk) as usize] as u64;
-            item::set_bits(m.slabs.chunk_mut(loc), bits & !item::REF);
+            let cost = costs[m.slabs.cost_code(loc) as usize] as u64;
             let t = m.get(loc);
             remove(w, m, place(w.h_of(t.h24), w.hand), t);
             let h = (w.hand + cost).min(w.h_max());

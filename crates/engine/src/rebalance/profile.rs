@@ -32,6 +32,9 @@
 //! Memory is fixed when the profile is built (the table, the largest
 //! timestamp arrays the bound allows, the histograms) and counted in `-m`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 /// Top hash bits that decide sampling.
 const KEY_BITS: u32 = 24;
 const FULL_RATE: u64 = 1 << KEY_BITS;
@@ -46,6 +49,12 @@ const MIN_CAP: usize = 64;
 pub const MAX_KEYS: usize = 1 << 21;
 /// Bytes a table slot takes: the key's hash, class and timestamp, cost.
 const SLOT_BYTES: usize = 8 + 4 + 1;
+
+/// Whether the key of hash `h` is in the sample at this threshold.
+#[inline]
+pub fn is_sampled(h: u64, threshold: u64) -> bool {
+    h >> (64 - KEY_BITS) < threshold
+}
 
 /// A key's hash as stored: never EMPTY or TOMB.
 #[inline]
@@ -159,6 +168,9 @@ pub struct Curve {
 pub struct Profile {
     /// Sampled iff the top 24 bits of the key's hash are below this.
     threshold: u64,
+    /// `threshold`, for the GET path outside the engine lock
+    /// (`crate::Cache::get`): keys it says are sampled go through the lock.
+    published: Arc<AtomicU64>,
     /// Open addressing by the hash's low bits: the key's hash (EMPTY,
     /// TOMB), its class and timestamp, the cost of its last reference.
     hashes: Box<[u64]>,
@@ -201,6 +213,7 @@ impl Profile {
         let slots = (max_keys * 4 / 3).next_power_of_two();
         Profile {
             threshold: FULL_RATE,
+            published: Arc::new(AtomicU64::new(FULL_RATE)),
             hashes: vec![EMPTY; slots].into_boxed_slice(),
             metas: vec![0; slots].into_boxed_slice(),
             costs: vec![0; slots].into_boxed_slice(),
@@ -241,7 +254,12 @@ impl Profile {
 
     #[inline]
     fn sampled(&self, h: u64) -> bool {
-        h >> (64 - KEY_BITS) < self.threshold
+        is_sampled(h, self.threshold)
+    }
+
+    /// The sampling threshold as the GET path reads it ([`is_sampled`]).
+    pub fn published_threshold(&self) -> Arc<AtomicU64> {
+        self.published.clone()
     }
 
     fn find(&self, h: u64) -> Option<usize> {
@@ -425,6 +443,7 @@ impl Profile {
     /// Sample half as many keys: those above the new threshold leave.
     fn halve_rate(&mut self) {
         self.threshold = (self.threshold / 2).max(1);
+        self.published.store(self.threshold, Ordering::Relaxed);
         for i in 0..self.hashes.len() {
             let h = self.hashes[i];
             if h > TOMB && !self.sampled(h) {
