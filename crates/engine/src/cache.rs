@@ -3,13 +3,13 @@
 //!
 //! Every change to the cache goes through [`Cache::lock`]: the engine lock,
 //! then whatever index stripes the operation touches (`crate::stripe`). A
-//! plain GET ([`Cache::get`]) takes only its key's stripe: it finds the item
-//! in the stripe's index, reads it in place, sets its access bits and copies
-//! the value out, all under that one lock. Two GETs on different stripes
-//! share nothing but read-only lines, and a hit writes only its stripe's lock
-//! and counters and, the first time after the CLOCK hand passed, the item's
-//! access byte (memcached's item lock table plays the same part; Segcache's
-//! bucket locks too). What needs the engine's structures goes to the locked
+//! plain GET ([`Cache::get`]) only reads its key's stripe, with the
+//! distributed reader lock of `stripe`: it finds the item in the stripe's
+//! index, reads it in place, sets its access bits and copies the value out
+//! while its thread's slot says it is reading. GETs share only read-only
+//! lines: a hit writes its thread's slot and hit counter and, the first time
+//! after the CLOCK hand passed (or once a second), the item's access byte
+//! and time. What needs the engine's structures goes to the locked
 //! path instead: expired items (removed), chained items, a pending delayed
 //! flush that is due, keys the MRC profile samples, and everything under
 //! policies that count every GET (eager GD-Wheel, SAS, learned costs).
@@ -54,24 +54,27 @@ struct Head {
 }
 
 impl Shared {
-    /// Read the header of the item at `loc`, which the caller's stripe
-    /// lock keeps linked: nobody else writes these bytes meanwhile but the
-    /// access byte (read atomically).
+    /// Read the header of the item at `loc`, which the caller's hold on
+    /// its stripe keeps linked: nobody writes these bytes meanwhile but
+    /// other GETs, atomically, into the access byte and time (read so).
     fn head(&self, loc: u64) -> Option<Head> {
         let page = (loc >> self.chunk_bits) as u32;
         let chunk = (loc & ((1 << self.chunk_bits) - 1)) as usize;
         let (class, cs) = self.arena.geometry(page)?;
         let start = chunk * cs as usize;
         let mut buf = [0u8; 24];
-        // SAFETY: the item is linked in the stripe we hold, so its bytes
-        // other than the access byte and time are written by nobody (only
-        // a holder of this stripe may), and those two only by a holder of
-        // this stripe or atomically (the access byte, read so below).
+        // SAFETY: the item is linked in the stripe we read, so no writer
+        // touches it (the engine acquires the stripe first), and other
+        // readers write only bytes 5, 7 and 13, atomically: read so below.
         unsafe {
-            buf[..7].copy_from_slice(self.arena.bytes(page, start, 7));
-            buf[8..16].copy_from_slice(self.arena.bytes(page, start + 8, 8));
+            buf[..5].copy_from_slice(self.arena.bytes(page, start, 5));
+            buf[6] = self.arena.bytes(page, start + 6, 1)[0];
+            buf[8..13].copy_from_slice(self.arena.bytes(page, start + 8, 5));
+            buf[14..16].copy_from_slice(self.arena.bytes(page, start + 14, 2));
         }
-        buf[7] = self.arena.atomic(page, start + 7).load(Ordering::Relaxed);
+        for b in [5, 7, 13] {
+            buf[b] = self.arena.atomic(page, start + b).load(Ordering::Relaxed);
+        }
         let long = u16::from_le_bytes([buf[14], buf[15]]) == item::LONG_VALUE as u16;
         let extra = if long { 4 } else { 0 } + item::code_width(buf[7]);
         // SAFETY: as above; these bytes follow the header inside the item.
@@ -227,7 +230,9 @@ impl Cache {
                 return Err(f);
             }
         }
-        let mut stripe = sh.stripes.lock(sh.stripes.of(h));
+        let Some(stripe) = sh.stripes.read(sh.stripes.of(h)) else {
+            return Err(f);
+        };
         let found = stripe.index.find(h, |loc| {
             sh.head(loc).is_some_and(|head| sh.key_of(&head) == key)
         });
@@ -275,9 +280,7 @@ impl Cache {
                 .fetch_or(item::REF | item::FETCHED, Ordering::Relaxed);
             bits = old | item::REF | item::FETCHED;
         }
-        if let Some(n) = stripe.get_hits.get_mut(head.class) {
-            *n += 1;
-        }
+        stripe.hit(head.class);
         let value_at = head.key_at + hdr.key_len as usize;
         let item = ItemRef {
             id: ItemId(loc),

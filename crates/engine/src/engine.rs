@@ -19,7 +19,7 @@ use crate::item;
 use crate::rebalance::Rebalancer;
 use crate::slab::{class_sizes, PageId, Slabs};
 use crate::stats::{EngineStats, SlabClassStats};
-use crate::stripe::{Stripe, StripeGuard, Stripes};
+use crate::stripe::{Stripe, Stripes};
 use crate::{Config, ConfigError, DEFAULT_PAGE_SIZE, VALUE_MAX_LEN};
 
 /// Keys prefetched together by [`Engine::lookup_batch`]: enough loads in
@@ -208,9 +208,10 @@ pub struct Engine {
     slabs: Slabs,
     /// The index, in stripes shared with the GET path (`crate::stripe`).
     stripes: Arc<Stripes>,
-    /// The stripes this engine holds now, by number, and their numbers in
-    /// the order taken; all released by [`Engine::release_stripes`].
-    held: Vec<Option<StripeGuard>>,
+    /// The stripes this engine has acquired for writing, by number, and
+    /// their numbers in the order taken; all released by
+    /// [`Engine::release_stripes`].
+    held: Vec<bool>,
     held_list: Vec<usize>,
     /// Memory of all stripes' index tables (they grow under this lock).
     index_bytes: usize,
@@ -234,6 +235,13 @@ pub struct Engine {
     policy: Policy,
     /// Recent GET misses, to learn costs (`-o learn_costs=1`), see `cost`.
     learner: Option<Learner>,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // The stripes may outlive the engine (a `Cache` holds them too).
+        self.release_stripes();
+    }
 }
 
 /// [`Engine::fits`] from the configuration alone (`-I` and `-C` never
@@ -306,7 +314,7 @@ impl Engine {
             config,
             clock,
             slabs,
-            held: (0..stripes.len()).map(|_| None).collect(),
+            held: vec![false; stripes.len()],
             held_list: Vec::new(),
             stripes,
             index_bytes: 0,
@@ -367,12 +375,14 @@ impl Engine {
         self.clock.now()
     }
 
-    /// Take stripe `s` (blocking: only a GET can hold it, briefly) unless
-    /// already held; it stays held until [`Engine::release_stripes`].
+    /// Acquire stripe `s` for writing (waiting for the GETs reading it,
+    /// which never wait for anything) unless already held; it stays held
+    /// until [`Engine::release_stripes`].
     #[inline]
     fn hold(&mut self, s: usize) {
-        if self.held[s].is_none() {
-            self.held[s] = Some(self.stripes.lock_arc(s));
+        if !self.held[s] {
+            self.stripes.acquire(s);
+            self.held[s] = true;
             self.held_list.push(s);
             if let Some((_, h)) = &mut self.slabs.held {
                 h[s] = true;
@@ -380,12 +390,23 @@ impl Engine {
         }
     }
 
-    /// The stripe of key hash `h`, taken.
+    /// The stripe of key hash `h`, acquired.
     #[inline]
     fn stripe(&mut self, h: u64) -> &mut Stripe {
         let s = self.stripes.of(h);
         self.hold(s);
-        self.held[s].as_deref_mut().expect("stripe just taken")
+        // SAFETY: `&mut self` is the engine lock's holder (the engine is
+        // only shared behind it), the stripe is acquired, and the borrow of
+        // self keeps this the only reference the engine makes to it.
+        unsafe { self.stripes.stripe_mut(s) }
+    }
+
+    /// Stripe `s`, to read (no GET writes a stripe; only this engine does).
+    #[inline]
+    fn stripe_ref(&self, s: usize) -> &Stripe {
+        // SAFETY: the engine is only shared behind its lock, so `&self` is
+        // its holder: no `stripe_mut` is alive while `&self` is borrowed.
+        unsafe { self.stripes.stripe_ref(s) }
     }
 
     /// Take the stripe of the live item at `loc`, to read it whole or
@@ -408,7 +429,8 @@ impl Engine {
     /// (`ItemRef`) borrow the engine, so none outlives its stripe.
     pub fn release_stripes(&mut self) {
         for s in self.held_list.drain(..) {
-            self.held[s] = None;
+            self.stripes.release(s);
+            self.held[s] = false;
             if let Some((_, h)) = &mut self.slabs.held {
                 h[s] = false;
             }
@@ -431,20 +453,11 @@ impl Engine {
         }
     }
 
-    /// `f` on stripe `s`, taking it for the call if it is not held.
-    fn with_stripe<R>(&self, s: usize, f: impl FnOnce(&Stripe) -> R) -> R {
-        match &self.held[s] {
-            Some(g) => f(g),
-            None => f(&self.stripes.lock(s)),
-        }
-    }
-
     fn find(&mut self, key: &[u8], h: u64) -> Option<u64> {
         let s = self.stripes.of(h);
         self.hold(s);
-        let slabs = &self.slabs;
-        let ix = &self.held[s].as_ref().expect("stripe just taken").index;
-        ix.find(h, |loc| item::key(slabs.chunk(loc)) == key)
+        let ix = &self.stripe_ref(s).index;
+        ix.find(h, |loc| item::key(self.slabs.chunk(loc)) == key)
     }
 
     /// Find a live item, removing it if it expired.
@@ -785,7 +798,8 @@ impl Engine {
         let s = self.stripes.of(h);
         self.hold(s);
         let slabs = &self.slabs;
-        let ix = &mut self.held[s].as_mut().expect("stripe just taken").index;
+        // SAFETY: as in `stripe`; `slabs` is a field apart from the stripes.
+        let ix = unsafe { &mut self.stripes.stripe_mut(s).index };
         let before = ix.memory_bytes();
         ix.insert(h, loc, &|l| hash(item::key(slabs.chunk(l))));
         self.index_bytes = self.index_bytes + ix.memory_bytes() - before;
@@ -1237,8 +1251,9 @@ impl Engine {
     /// O(pages): every chunk becomes free by resetting the pages' cursors.
     fn flush_now(&mut self) {
         self.hold_all();
-        for s in self.held.iter_mut().flatten() {
-            s.index.clear();
+        for s in 0..self.stripes.len() {
+            // SAFETY: as in `stripe`: every stripe is acquired.
+            unsafe { self.stripes.stripe_mut(s) }.index.clear();
         }
         self.index_bytes = self.index_memory();
         self.slabs.clear_items();
@@ -1314,17 +1329,17 @@ impl Engine {
     /// Memory of every stripe's index table.
     fn index_memory(&self) -> usize {
         (0..self.stripes.len())
-            .map(|s| self.with_stripe(s, |st| st.index.memory_bytes()))
-            .sum()
+            .map(|s| self.stripe_ref(s).index.memory_bytes())
+            .sum::<usize>()
+            + self.stripes.memory_bytes()
     }
 
     pub fn stats(&self) -> EngineStats {
         let (mut buckets, mut expanding) = (0usize, false);
         for s in 0..self.stripes.len() {
-            self.with_stripe(s, |st| {
-                buckets += 1 << st.index.hash_power_level();
-                expanding |= st.index.is_expanding();
-            });
+            let ix = &self.stripe_ref(s).index;
+            buckets += 1 << ix.hash_power_level();
+            expanding |= ix.is_expanding();
         }
         let c = &self.counters;
         EngineStats {
@@ -1378,8 +1393,9 @@ impl Engine {
             .map(|c| {
                 let mut s = self.slabs.class_stats(c);
                 s.get_hits = (0..self.stripes.len())
-                    .map(|st| self.with_stripe(st, |st| st.get_hits[c]))
-                    .sum();
+                    .map(|st| self.stripe_ref(st).get_hits[c])
+                    .sum::<u64>()
+                    + self.stripes.reader_hits(c);
                 s.age = self.hand_age(c, now) as u64;
                 s.avg_cost = match s.number {
                     0 => 0,
@@ -1480,9 +1496,11 @@ impl Engine {
         c.crawler_reclaimed = 0;
         c.outofmemory = 0;
         self.hold_all();
-        for st in self.held.iter_mut().flatten() {
-            st.get_hits.fill(0);
+        for s in 0..self.stripes.len() {
+            // SAFETY: as in `stripe`: every stripe is acquired.
+            unsafe { self.stripes.stripe_mut(s) }.get_hits.fill(0);
         }
+        self.stripes.reset_reader_hits();
         for class in &mut self.slabs.classes {
             let s = &mut class.stats;
             *s = SlabClassStats {
@@ -1511,8 +1529,8 @@ impl Engine {
             .validate(self.drain.as_ref().map(|d| (d.page, d.next)));
         let slabs = &self.slabs;
         let mut indexed = 0;
-        for (s, st) in self.held.iter().enumerate() {
-            let st = st.as_ref().expect("every stripe held");
+        for s in 0..self.stripes.len() {
+            let st = self.stripe_ref(s);
             if let Err(e) = st.index.validate(&|l| hash(item::key(slabs.chunk(l)))) {
                 panic!("index stripe {s}: {e}");
             }
@@ -1539,7 +1557,7 @@ impl Engine {
                 let chunk = self.slabs.chunk(loc);
                 let key = item::key(chunk);
                 let h = hash(key);
-                let st = self.held[self.stripes.of(h)].as_ref().expect("held");
+                let st = self.stripe_ref(self.stripes.of(h));
                 let found = st.index.find(h, |l| item::key(self.slabs.chunk(l)) == key);
                 assert_eq!(found, Some(loc), "item indexed in its key's stripe");
                 live += 1;

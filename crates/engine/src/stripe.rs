@@ -1,42 +1,46 @@
 //! Index stripes and the engine's lock protocol (issue 10).
 //!
-//! The index is split into stripes, each behind its own mutex, chosen by a
-//! remix of the key's hash (the index itself uses the hash's top bits for
-//! the bucket). Two locks exist on the request path:
+//! The index is split into stripes chosen by a remix of the key's hash (the
+//! index itself routes by the hash's top bits). Two kinds of lock exist on
+//! the request path:
 //!
 //! - the **engine lock** (`crate::Cache`'s mutex around [`crate::Engine`]):
 //!   slabs, eviction policy, rebalancer, page moves, counters. Every change
-//!   to the cache takes it;
-//! - a **stripe lock**: its part of the index and the items linked in it.
-//!   A GET takes only this one ([`crate::Cache::get`]); it never takes
-//!   another lock while holding it, and never holds it across I/O.
+//!   to the cache takes it, and only its holder ever *writes* a stripe;
+//! - each stripe's **reader-writer lock**, distributed: a GET
+//!   ([`crate::Cache::get`]) announces "reading stripe s" in a slot of its
+//!   own thread ([`Stripes::read`]), checks that no writer holds the stripe,
+//!   reads, and clears its slot. The engine takes a stripe for writing
+//!   ([`Stripes::acquire`]) by raising the stripe's writer flag and waiting
+//!   until no reader slot names the stripe. A GET therefore writes only its
+//!   thread's slot line (never shared with another core) and, at most once
+//!   per CLOCK revolution or second, its item's access byte and time: the
+//!   issue's "a hit writes no shared cache line except the item's own access
+//!   bit". This is the big-reader lock of Linux's brlock and of
+//!   percpu-rwsem, with one writer at a time (the engine lock's holder).
 //!
-//! Order: engine lock, then any number of stripe locks (only the engine
-//! lock's holder ever holds two stripes, so there is no cycle). The engine
-//! takes the stripe of every item whose bytes it reads whole or writes
-//! (its own key's, a victim's, a drained page's items), blocking: a GET holds
-//! a stripe for a lookup and a copy, never waiting for anything.
+//! Order: engine lock, then stripes for writing (in any order: one holder).
+//! A reader never waits for anything while it holds its slot, and a writer
+//! waits only for readers to leave, so there is no cycle.
 //!
 //! What may touch an item's bytes:
-//! - bytes written only by a holder of the engine lock **and** the item's
-//!   stripe (or of the engine lock alone while the chunk is linked in no
-//!   stripe): everything, except
+//! - written only by the engine lock's holder with the item's stripe
+//!   acquired (or while the chunk is linked in no stripe): everything, except
 //! - the access byte (bits: REF, FETCHED, ...) and the access time (bytes 5
-//!   and 13), which a GET sets under its stripe alone: they are read and
-//!   written atomically ([`crate::arena::Arena::atomic`]) by anyone who does
-//!   not hold the stripe, and CLOCK's hand clears REF with an atomic AND
-//!   without it;
+//!   and 13), which a GET sets while reading: everyone but the acquirer of
+//!   the stripe reads and writes them atomically
+//!   ([`crate::arena::Arena::atomic`]), and CLOCK's hand clears REF with an
+//!   atomic AND without the stripe;
 //! - GD-Wheel's trailer after the item, which only the engine lock's holder
 //!   touches and a GET never reads.
 //!
-//! So a GET under its stripe reads a consistent item (nobody else can
-//! unlink, free, move or rewrite it), and the engine, holding its lock and
-//! the stripe, has the item to itself. `Slabs::chunk` checks in debug builds
-//! that the stripe of a live item is held (`Slabs::check_held`).
+//! So a GET reads a consistent item (nobody can unlink, free, move or
+//! rewrite it while it reads), and the engine, holding its lock and the
+//! stripe, has the item to itself. `Slabs::chunk` checks in debug builds
+//! that the stripe of a live item is acquired (`Slabs::check_held`).
 
-use std::sync::Arc;
-
-use parking_lot::Mutex;
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::index::Index;
 
@@ -46,60 +50,115 @@ pub fn hash(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
 }
 
-/// Stripes by default (`-o lock_stripes=`; the server asks for four per
-/// worker thread). Each stripe is an index of its own, and a small index
-/// costs more per item than a large one: at 1.3 M items (`-m 64`, 10-byte
-/// values) one index takes 9.18 bytes per item, 16 stripes 9.26, 64 stripes
-/// 9.72 and 256 stripes 10.83 (random hashes, measured with
-/// `Index::memory_bytes`). Two threads rarely meet on one of 16.
+/// Stripes by default (`-o lock_stripes=`). Each stripe is an index of its
+/// own, and a small index costs more per item than a large one: at 1.3 M
+/// items (`-m 64`, 10-byte values) one index takes 9.18 bytes per item, 16
+/// stripes 9.26, 64 stripes 9.72 and 256 stripes 10.83 (random hashes,
+/// measured with `Index::memory_bytes`). Readers do not exclude each other,
+/// so stripes only need to be many enough that the engine's writes rarely
+/// hold up a GET.
 pub const DEFAULT_STRIPES: usize = 16;
 
-/// One stripe: its part of the index and what a GET counts under it.
+/// Threads that can read without the engine lock; more fall back to it.
+pub const MAX_READERS: usize = 128;
+
+/// One stripe: its part of the index, GET hits the engine counted in it,
+/// and the flag of its writer.
+#[repr(align(128))]
+struct Part {
+    writer: AtomicBool,
+    stripe: UnsafeCell<Stripe>,
+}
+
+/// A reader's slot: 0, or 1 + the stripe it reads. On a line (two, for the
+/// adjacent-line prefetcher) of its own.
+#[repr(align(128))]
+struct Slot(AtomicU32);
+
+/// Per reader slot, its GET hits by class, in whole lines.
+#[repr(align(64))]
+struct HitRow([AtomicU64; 8]);
+
 pub struct Stripe {
     pub index: Index,
-    /// GET hits per slab class (summed by `stats slabs`).
+    /// GET hits per slab class counted by the engine (the locked path).
     pub get_hits: Box<[u64]>,
 }
 
-/// [`Stripes::of`] with the stripes' shift.
-#[inline]
-pub fn stripe_of(h: u64, shift: u32) -> usize {
-    (h.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        .checked_shr(shift)
-        .unwrap_or(0) as usize
-}
-
-pub type StripeGuard = parking_lot::ArcMutexGuard<parking_lot::RawMutex, Stripe>;
-
 pub struct Stripes {
-    locks: Box<[Arc<Mutex<Stripe>>]>,
+    parts: Box<[Part]>,
+    slots: Box<[Slot]>,
+    /// Slots handed out (a writer checks these).
+    taken: AtomicUsize,
+    /// `rows` HitRows per slot.
+    hits: Box<[HitRow]>,
+    rows: usize,
+    /// Tells the thread-local slot cache which `Stripes` a slot is for.
+    id: usize,
     /// 64 - log2(stripes); 64 for one stripe.
     shift: u32,
+}
+
+// SAFETY: `Part::stripe` is only reached through `read` (readers, shared
+// access, while no writer holds the stripe) and through the unsafe
+// `stripe_mut`/`stripe_ref`, whose callers hold the engine lock (one
+// writer) and, to write, have acquired the stripe (no reader in it).
+unsafe impl Sync for Stripes {}
+// SAFETY: nothing in Stripes is tied to a thread.
+unsafe impl Send for Stripes {}
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
+thread_local! {
+    /// This thread's slot in the `Stripes` last read: (id, slot).
+    static MY_SLOT: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    /// Slots this thread took in other `Stripes` (rarely more than one).
+    static MY_SLOTS: std::cell::RefCell<Vec<(usize, usize)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Spin briefly, then let other threads run (the holder may be preempted).
+#[inline]
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
 }
 
 impl Stripes {
     /// `n` stripes (a power of two) for `expected_items` items in all.
     pub fn new(n: usize, expected_items: usize, nclasses: usize) -> Stripes {
         assert!(n.is_power_of_two());
+        let rows = nclasses.div_ceil(8).max(1);
         Stripes {
-            locks: (0..n)
-                .map(|_| {
-                    Arc::new(Mutex::new(Stripe {
+            parts: (0..n)
+                .map(|_| Part {
+                    writer: AtomicBool::new(false),
+                    stripe: UnsafeCell::new(Stripe {
                         index: Index::with_capacity(expected_items / n),
                         get_hits: vec![0; nclasses].into_boxed_slice(),
-                    }))
+                    }),
                 })
                 .collect(),
+            slots: (0..MAX_READERS).map(|_| Slot(AtomicU32::new(0))).collect(),
+            taken: AtomicUsize::new(0),
+            hits: (0..MAX_READERS * rows)
+                .map(|_| HitRow(Default::default()))
+                .collect(),
+            rows,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             shift: 64 - n.trailing_zeros(),
         }
     }
 
     pub fn len(&self) -> usize {
-        self.locks.len()
+        self.parts.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.locks.is_empty()
+        self.parts.is_empty()
     }
 
     /// The stripe of key hash `h`: the top bits of a multiplicative remix,
@@ -113,14 +172,217 @@ impl Stripes {
         self.shift
     }
 
-    #[inline]
-    pub fn lock(&self, s: usize) -> parking_lot::MutexGuard<'_, Stripe> {
-        self.locks[s].lock()
+    /// Memory of the reader slots and their hit counters.
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.parts)
+            + std::mem::size_of_val(&*self.slots)
+            + std::mem::size_of_val(&*self.hits)
     }
 
-    /// A guard the engine can keep in itself.
+    /// This thread's reader slot, taken on first use; None when all are.
     #[inline]
-    pub fn lock_arc(&self, s: usize) -> StripeGuard {
-        self.locks[s].lock_arc()
+    fn my_slot(&self) -> Option<usize> {
+        let (id, slot) = MY_SLOT.get();
+        if id == self.id {
+            return Some(slot);
+        }
+        let slot = MY_SLOTS.with_borrow_mut(|mine| {
+            if let Some(&(_, s)) = mine.iter().find(|(i, _)| *i == self.id) {
+                return Some(s);
+            }
+            let s = self.taken.fetch_add(1, Ordering::SeqCst);
+            if s >= MAX_READERS {
+                self.taken.store(MAX_READERS, Ordering::SeqCst);
+                return None;
+            }
+            mine.push((self.id, s));
+            Some(s)
+        })?;
+        MY_SLOT.set((self.id, slot));
+        Some(slot)
+    }
+
+    /// Read stripe `s`: waits while the engine writes it; None if this
+    /// thread has no reader slot (the caller takes the engine lock).
+    #[inline]
+    pub fn read(&self, s: usize) -> Option<ReadGuard<'_>> {
+        let slot = self.my_slot()?;
+        let mine = &self.slots[slot].0;
+        let writer = &self.parts[s].writer;
+        let mut spins = 0;
+        loop {
+            // Dekker with the writer (`acquire`): announce, then look. With
+            // both sides SeqCst, a reader and a writer cannot both miss the
+            // other's store.
+            mine.store(s as u32 + 1, Ordering::SeqCst);
+            if !writer.load(Ordering::SeqCst) {
+                return Some(ReadGuard {
+                    stripes: self,
+                    slot,
+                    s,
+                });
+            }
+            mine.store(0, Ordering::Release);
+            while writer.load(Ordering::Relaxed) {
+                backoff(&mut spins);
+            }
+        }
+    }
+
+    /// Take stripe `s` for writing: raise its flag, wait for its readers.
+    /// The engine lock's holder only (one writer at a time).
+    pub(crate) fn acquire(&self, s: usize) {
+        self.parts[s].writer.store(true, Ordering::SeqCst);
+        let n = self.taken.load(Ordering::SeqCst).min(MAX_READERS);
+        let want = s as u32 + 1;
+        for slot in &self.slots[..n] {
+            let mut spins = 0;
+            while slot.0.load(Ordering::SeqCst) == want {
+                backoff(&mut spins);
+            }
+        }
+    }
+
+    /// Let readers into stripe `s` again (after `acquire`).
+    pub(crate) fn release(&self, s: usize) {
+        self.parts[s].writer.store(false, Ordering::Release);
+    }
+
+    /// Stripe `s`, to change.
+    ///
+    /// # Safety
+    /// The caller holds the engine lock, has acquired `s` and holds no
+    /// other reference to it.
+    #[allow(clippy::mut_from_ref)]
+    #[inline]
+    pub(crate) unsafe fn stripe_mut(&self, s: usize) -> &mut Stripe {
+        // SAFETY: no reader is in the stripe (acquired) and the engine lock
+        // makes the caller its only writer.
+        unsafe { &mut *self.parts[s].stripe.get() }
+    }
+
+    /// Stripe `s`, to read.
+    ///
+    /// # Safety
+    /// The caller holds the engine lock (so nobody writes the stripe unless
+    /// through this caller, which holds no `stripe_mut` of it meanwhile).
+    #[inline]
+    pub(crate) unsafe fn stripe_ref(&self, s: usize) -> &Stripe {
+        // SAFETY: readers only read; the only writer is the caller.
+        unsafe { &*self.parts[s].stripe.get() }
+    }
+
+    /// GET hits of `class` counted by readers (all threads).
+    pub fn reader_hits(&self, class: usize) -> u64 {
+        let n = self.taken.load(Ordering::Acquire).min(MAX_READERS);
+        (0..n)
+            .map(|slot| {
+                self.hits[slot * self.rows + class / 8].0[class % 8].load(Ordering::Relaxed)
+            })
+            .sum()
+    }
+
+    /// Zero the readers' hit counters (`stats reset`; a hit counted at the
+    /// same instant may survive it).
+    pub fn reset_reader_hits(&self) {
+        for row in self.hits.iter() {
+            for c in &row.0 {
+                c.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// A GET's hold on a stripe: shared with other readers, none writing.
+pub struct ReadGuard<'a> {
+    stripes: &'a Stripes,
+    slot: usize,
+    s: usize,
+}
+
+impl ReadGuard<'_> {
+    /// Count a GET hit of `class` (this thread's own counter).
+    #[inline]
+    pub fn hit(&self, class: usize) {
+        if let Some(row) = self
+            .stripes
+            .hits
+            .get(self.slot * self.stripes.rows + class / 8)
+        {
+            let c = &row.0[class % 8];
+            // One writer per slot: no read-modify-write needed.
+            c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl std::ops::Deref for ReadGuard<'_> {
+    type Target = Stripe;
+    #[inline]
+    fn deref(&self) -> &Stripe {
+        // SAFETY: our slot names the stripe and its writer flag was down
+        // after we announced it, so no writer changes it until we leave.
+        unsafe { &*self.stripes.parts[self.s].stripe.get() }
+    }
+}
+
+impl Drop for ReadGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.stripes.slots[self.slot].0.store(0, Ordering::Release);
+    }
+}
+
+/// [`Stripes::of`] with the stripes' shift.
+#[inline]
+pub fn stripe_of(h: u64, shift: u32) -> usize {
+    (h.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .checked_shr(shift)
+        .unwrap_or(0) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A writer never changes a stripe a reader is in: readers check that
+    /// two words the writer keeps equal are equal.
+    #[test]
+    fn readers_never_see_a_write_in_progress() {
+        let st = Arc::new(Stripes::new(2, 0, 2));
+        let stop = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let (st, stop) = (st.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut reads = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let g = st.read(reads as usize % 2).expect("slot");
+                        let (a, b) = (g.get_hits[0], g.get_hits[1]);
+                        assert_eq!(a, b, "torn read");
+                        g.hit(0);
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        for i in 0..20_000u64 {
+            let s = (i % 2) as usize;
+            st.acquire(s);
+            // SAFETY: single writer (this thread), stripe acquired.
+            let stripe = unsafe { st.stripe_mut(s) };
+            stripe.get_hits[0] += 1;
+            for _ in 0..(i % 50) {
+                std::hint::spin_loop();
+            }
+            stripe.get_hits[1] += 1;
+            st.release(s);
+        }
+        stop.store(true, Ordering::Relaxed);
+        let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        assert!(reads > 0);
+        assert_eq!(st.reader_hits(0), reads);
     }
 }

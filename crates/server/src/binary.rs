@@ -18,8 +18,8 @@
 
 use std::sync::atomic::AtomicU64;
 
-use cachalot_engine::engine::{Arith, ArithOutcome, DeleteOutcome};
-use cachalot_engine::{Expiry, Store, StoreMode, StoreOutcome};
+use cachalot_engine::engine::{Arith, ArithOutcome, DeleteOutcome, Lookup};
+use cachalot_engine::{Expiry, ItemRef, Store, StoreMode, StoreOutcome};
 use cachalot_protocol::binary::{
     c_int_len, parse_frame, write_error, write_response, write_response_header, Command, Header,
     Parsed, Status, StoreKind, ARITH_NO_CREATE, HEADER_LEN, REQ_MAGIC,
@@ -328,35 +328,33 @@ impl BinaryHandler {
         out: &mut Vec<u8>,
     ) {
         let expiry = touch.map(|t| ctx.cache.clock().expiry(t as i64));
-        let hit = {
-            let mut engine = ctx.cache.lock();
-            let item = match expiry {
-                Some(e) => engine.touch(key, e),
-                None => engine.get(key),
-            };
-            match item {
-                Some(it) => {
-                    let key_out: &[u8] = if with_key { key } else { &[] };
-                    let value_len = if with_value { it.value.len() } else { 0 };
-                    write_response_header(
-                        out,
-                        r.opcode,
-                        Status::NoError,
-                        r.opaque,
-                        it.cas,
-                        4,
-                        key_out.len() as u16,
-                        value_len as u32,
-                    );
-                    out.extend_from_slice(&it.flags.to_be_bytes());
-                    out.extend_from_slice(key_out);
-                    if with_value {
-                        it.value.copy_to(out);
-                    }
-                    true
+        let mut reply = |item: Option<ItemRef<'_>>| match item {
+            Some(it) => {
+                let key_out: &[u8] = if with_key { key } else { &[] };
+                let value_len = if with_value { it.value.len() } else { 0 };
+                write_response_header(
+                    out,
+                    r.opcode,
+                    Status::NoError,
+                    r.opaque,
+                    it.cas,
+                    4,
+                    key_out.len() as u16,
+                    value_len as u32,
+                );
+                out.extend_from_slice(&it.flags.to_be_bytes());
+                out.extend_from_slice(key_out);
+                if with_value {
+                    it.value.copy_to(out);
                 }
-                None => false,
+                true
             }
+            None => false,
+        };
+        let hit = match expiry {
+            Some(e) => reply(ctx.cache.lock().touch(key, e)),
+            // A GET reads its stripe only (`Cache::get`).
+            None => ctx.cache.get(key, Lookup::GET, reply),
         };
         stats_cmd::detail_record(ctx, key, DetailOp::Get { hit });
         let s = ctx.stats;
