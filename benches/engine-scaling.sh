@@ -4,7 +4,8 @@
 # over data set sizes, and the simulated cache misses per GET. The figures of
 # docs/benchmarks.md, "Engine scaling", come from here.
 #
-#   benches/engine-scaling.sh threads   # get-heavy Zipf 0.99, -m 64: 1, 2, 4, 8 threads
+#   benches/engine-scaling.sh threads   # Zipf 0.99, -m 64: 1, 2, 4, 8 threads, GET_RATIOS
+#                                       # (0.9 and 1), GETs on stripes and --locked-gets
 #   benches/engine-scaling.sh data      # GETs over SMALL_MB vs BIG_MB of data, 1 and 2 threads
 #   benches/engine-scaling.sh misses    # callgrind: D1/LL misses per GET, small vs big data
 #   benches/engine-scaling.sh layout    # huge pages on/off, multi-gets of BATCH keys with and
@@ -13,7 +14,7 @@
 # Runs alternate between the configurations, REPEAT times (3); each row is
 # the median. Environment: REPEAT, DURATION (5 s), SMALL_MB (64), BIG_MB
 # (8192), BIG_M (12288, -m for the big data set: it must hold it all),
-# BATCH (16), MISS_OPS (GETs under callgrind, 200000), MISS_SMALL_MB (8), MISS_BIG_MB
+# BATCH (16), GET_RATIOS ("0.9 1"), MISS_OPS (GETs under callgrind, 200000), MISS_SMALL_MB (8), MISS_BIG_MB
 # (1024), LL (simulated last-level cache, 33554432,16,64), LAB_BIN. Each run's
 # JSON report stays in OUT (a temporary directory).
 set -euo pipefail
@@ -30,6 +31,7 @@ MISS_SMALL_MB=${MISS_SMALL_MB:-8}
 MISS_BIG_MB=${MISS_BIG_MB:-1024}
 LL=${LL:-33554432,16,64}
 BATCH=${BATCH:-16}
+GET_RATIOS=${GET_RATIOS:-0.9 1}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 LAB=${LAB_BIN:-$BENCH_ROOT/target/release/cachalot-lab}
@@ -52,26 +54,39 @@ median() {
 }
 
 threads() {
-    local run t
-    echo "command: cachalot-lab engine-bench --warm --duration $DURATION -m 64 --dataset 32 --zipf 0.99 --get-ratio 0.9 --threads T"
+    local run t ratio path
+    echo "command: cachalot-lab engine-bench --warm --duration $DURATION -m 64 --dataset 32 --zipf 0.99 --get-ratio R --threads T [--locked-gets]"
     for run in $(seq "$REPEAT"); do
-        for t in 1 2 4 8; do
-            bench "threads-$t" "$run" -m 64 --dataset 32 --zipf 0.99 --get-ratio 0.9 --threads "$t"
+        for ratio in $GET_RATIOS; do
+            for t in 1 2 4 8; do
+                for path in stripes locked; do
+                    local extra=()
+                    [ "$path" = locked ] && extra=(--locked-gets)
+                    bench "threads-$ratio-$path-$t" "$run" -m 64 --dataset 32 --zipf 0.99 \
+                        --get-ratio "$ratio" --threads "$t" "${extra[@]}"
+                done
+            done
         done
     done
-    local one
-    one=$(median threads-1 .ops_per_s)
-    echo "| threads | ops/s | vs 1 thread | hit ratio | lock by requests / maintainer | maintainer hold max | request hold p50 / p99 | request wait p99 |"
-    echo "|---|---|---|---|---|---|---|---|"
-    for t in 1 2 4 8; do
-        local n=threads-$t
-        printf '| %s | %.0f | %.2f | %.4f | %s / %s | %.0f us | %s / %s ns | %s ns |\n' "$t" \
-            "$(median "$n" .ops_per_s)" "$(jq -n "$(median "$n" .ops_per_s) / $one")" \
-            "$(median "$n" .hit_ratio)" "$(median "$n" .lock.request_acquisitions)" \
-            "$(median "$n" .lock.maintainer_acquisitions)" \
-            "$(jq -n "$(median "$n" .lock.maintainer_hold_max_ns) / 1000")" \
-            "$(median "$n" .lock.request_hold_p50_ns)" "$(median "$n" .lock.request_hold_p99_ns)" \
-            "$(median "$n" .lock.request_wait_p99_ns)"
+    echo "| GET share | GETs | threads | ops/s | vs 1 thread | engine lock by requests / maintainer | maintainer hold max | request hold p50 / p99 | request wait p99 | GET w/o engine lock p50 / p99 |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+    for ratio in $GET_RATIOS; do
+        for path in stripes locked; do
+            local one
+            one=$(median "threads-$ratio-$path-1" .ops_per_s)
+            for t in 1 2 4 8; do
+                local n=threads-$ratio-$path-$t
+                printf '| %s | %s | %s | %.0f | %.2f | %s / %s | %.0f us | %s / %s ns | %s ns | %s / %s ns |\n' \
+                    "$ratio" "$path" "$t" \
+                    "$(median "$n" .ops_per_s)" "$(jq -n "$(median "$n" .ops_per_s) / $one")" \
+                    "$(median "$n" .lock.request_acquisitions)" \
+                    "$(median "$n" .lock.maintainer_acquisitions)" \
+                    "$(jq -n "$(median "$n" .lock.maintainer_hold_max_ns) / 1000")" \
+                    "$(median "$n" .lock.request_hold_p50_ns)" "$(median "$n" .lock.request_hold_p99_ns)" \
+                    "$(median "$n" .lock.request_wait_p99_ns)" \
+                    "$(median "$n" .lock.stripe_get_p50_ns)" "$(median "$n" .lock.stripe_get_p99_ns)"
+            done
+        done
     done
 }
 

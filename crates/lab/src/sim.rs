@@ -109,6 +109,9 @@ pub struct EngineArgs {
     /// -o hugepages=: item pages on transparent huge pages (true/false).
     #[arg(long, default_value_t = Config::default().hugepages, action = clap::ArgAction::Set)]
     pub hugepages: bool,
+    /// -o lock_stripes=: index stripes (a power of two).
+    #[arg(long, default_value_t = Config::default().lock_stripes)]
+    pub lock_stripes: usize,
 }
 
 fn parse_sas_rule(s: &str) -> Result<SasRule, String> {
@@ -148,6 +151,7 @@ impl EngineArgs {
             learn_costs: self.learn_costs,
             rebalance: self.rebalance,
             hugepages: self.hugepages,
+            lock_stripes: self.lock_stripes,
             rebalance_tuning: Tuning {
                 sas_misses: self.sas_misses,
                 sas_decay: self.sas_decay,

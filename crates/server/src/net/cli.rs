@@ -720,6 +720,17 @@ fn extended(
                 }
             }
             "no_hugepages" => s.engine.hugepages = false,
+            // Issue 10: index stripes (the GET path's reader locks).
+            "lock_stripes" => {
+                let n: usize = sub_number(key, value)?;
+                if n == 0 || n > 4096 {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        "lock_stripes must be between 1 and 4096",
+                    ));
+                }
+                s.engine.lock_stripes = n.next_power_of_two();
+            }
             // Issue 4: how pages move between slab classes (docs/cost.md,
             // "Rebalancing"); `memcached` is slab_automove's rule.
             "rebalance" => match value {
@@ -860,6 +871,8 @@ pub fn usage() -> String {
                           a GET miss and the SET that follows it
    - hugepages:           1 (default) or 0: item memory on transparent huge pages
                           (madvise; ignored where the kernel has none)
+   - lock_stripes:        index stripes, each with its own reader-writer lock
+                          (a power of two up to 4096; default 16)
    - rebalance:           how pages move between slab classes: off, memcached
                           (slab_automove's rule), sas (towards capacity misses),
                           cost-per-byte or mrc (default: towards the optimum of
@@ -1187,6 +1200,18 @@ mod tests {
         assert_eq!(
             err(&["-o", "sas_misses=x"]).message,
             "Invalid numeric argument for sas_misses"
+        );
+    }
+
+    #[test]
+    fn lock_stripes_option() {
+        let (s, _) = run(&[]).unwrap();
+        assert_eq!(s.engine.lock_stripes, 16);
+        let (s, _) = run(&["-o", "lock_stripes=100"]).unwrap();
+        assert_eq!(s.engine.lock_stripes, 128, "rounded up to a power of two");
+        assert_eq!(
+            err(&["-o", "lock_stripes=0"]).message,
+            "lock_stripes must be between 1 and 4096"
         );
     }
 
