@@ -61,8 +61,12 @@ fn check(r: &Report) {
         assert!(r.lock.stripe_gets_timed > 0, "{r:?}");
         assert!(r.lock.stripe_get_p50_ns <= r.lock.stripe_get_p99_ns);
     }
-    // The maintainer runs as soon as the workers start.
-    assert!(r.lock.maintainer_acquisitions >= 1, "{r:?}");
+    // The maintainer runs as soon as the workers start (a run of a few
+    // milliseconds may end before its thread is first scheduled).
+    assert!(
+        r.lock.maintainer_acquisitions >= 1 || r.elapsed_s < 0.1,
+        "{r:?}"
+    );
     assert!(r.lock.request_timed <= r.lock.request_acquisitions);
     assert!(r.lock.request_timed > 0 || r.sets == 0, "{r:?}");
     assert!(r.lock.request_hold_p50_ns <= r.lock.request_hold_p99_ns);
