@@ -823,7 +823,10 @@ mod tests {
             .expect("a class with capacity misses");
         assert_eq!(slabs[&format!("{class}:capacity_misses")], "10");
         assert_eq!(slabs[&format!("{class}:cost_capacity_misses")], "50");
-        assert_eq!(slabs[&format!("{class}:pages_out")], "1");
+        // The reassign's page, and any the index's growth took back from
+        // the fullest class (`Engine::enforce_budget`).
+        let out: u64 = slabs[&format!("{class}:pages_out")].parse().unwrap();
+        assert!(out >= 1, "{out}");
         assert_eq!(slabs["20:pages_in"], "1");
         let general = pairs(&s, &cache, b"");
         assert_eq!(general["rebalance_policy"], "sas");
