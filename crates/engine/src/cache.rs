@@ -47,6 +47,7 @@ struct Head {
     page: u32,
     start: usize,
     class: usize,
+    chunk_size: usize,
     buf: [u8; 24],
     header: item::Header,
     /// Where the key starts in the chunk.
@@ -86,6 +87,7 @@ impl Shared {
             page,
             start,
             class,
+            chunk_size: cs as usize,
             key_at: header.body_start() + header.flags_width(),
             buf,
             header,
@@ -133,7 +135,16 @@ impl std::ops::DerefMut for EngineGuard<'_> {
 impl Drop for EngineGuard<'_> {
     fn drop(&mut self) {
         self.0.release_stripes();
+        #[cfg(debug_assertions)]
+        ENGINE_LOCKED.set(ENGINE_LOCKED.get() - 1);
     }
+}
+
+#[cfg(debug_assertions)]
+thread_local! {
+    /// Engine guards this thread holds: a GET made meanwhile could wait
+    /// forever for a stripe its own engine guard acquired.
+    static ENGINE_LOCKED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 impl Cache {
@@ -158,7 +169,10 @@ impl Cache {
     /// values, never across socket reads or writes.
     #[inline]
     pub fn lock(&self) -> EngineGuard<'_> {
-        EngineGuard(self.engine.lock())
+        let guard = EngineGuard(self.engine.lock());
+        #[cfg(debug_assertions)]
+        ENGINE_LOCKED.set(ENGINE_LOCKED.get() + 1);
+        guard
     }
 
     pub fn clock(&self) -> &Arc<Clock> {
@@ -215,6 +229,12 @@ impl Cache {
         how: Lookup,
         f: F,
     ) -> Result<R, F> {
+        #[cfg(debug_assertions)]
+        assert_eq!(
+            ENGINE_LOCKED.get(),
+            0,
+            "Cache::get while this thread holds the engine lock"
+        );
         let sh = &self.shared;
         if !self.lock_free(how) {
             return Err(f);
@@ -247,12 +267,8 @@ impl Cache {
             return Err(f);
         };
         let hdr = head.header;
-        let cs = sh
-            .arena
-            .geometry(head.page)
-            .map_or(0, |(_, cs)| cs as usize);
         let expired = hdr.exptime != 0 && hdr.exptime <= now;
-        let chained = hdr.total_len() > cs;
+        let chained = hdr.total_len() > head.chunk_size;
         let guessed = sh.learner && hdr.bits & item::GUESSED != 0;
         if expired || chained || guessed {
             return Err(f);
