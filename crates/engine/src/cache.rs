@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::arena::Arena;
 use crate::chain::Value;
-use crate::engine::{ItemId, ItemRef, Lookup};
+use crate::engine::{ItemId, ItemRef, Lookup, LOOKUP_BATCH};
 use crate::rebalance::profile::is_sampled;
 use crate::rebalance::HitGate;
 use crate::stripe::{hash, Stripes};
@@ -99,6 +99,19 @@ impl Shared {
         // SAFETY: as in `head`: key and value bytes of a linked item are
         // written by no one while its stripe is held.
         unsafe { self.arena.bytes(head.page, head.start + at, len) }
+    }
+
+    /// Prefetch the first lines of the chunk at `loc` (header, key and the
+    /// start of the value; up to four lines). A hint: nothing is read.
+    fn prefetch_item(&self, loc: u64) {
+        let page = (loc >> self.chunk_bits) as u32;
+        let chunk = (loc & ((1 << self.chunk_bits) - 1)) as usize;
+        if let Some((_, cs)) = self.arena.geometry(page) {
+            let start = chunk * cs as usize;
+            for off in (0..cs as usize).step_by(64).take(4) {
+                crate::prefetch(self.arena.ptr(page, start + off));
+            }
+        }
     }
 
     fn key_of(&self, head: &Head) -> &[u8] {
@@ -180,11 +193,22 @@ impl Cache {
     }
 
     /// Look `key` up as [`Engine::lookup`] does and hand the item (None: a
-    /// miss) to `f`, which copies what it needs. A plain GET takes only the
-    /// key's stripe lock; anything else takes the engine lock. `f` runs
-    /// under the lock either way: it must not block.
+    /// miss) to `f`, which copies what it needs. A plain GET only reads
+    /// the key's stripe; anything else takes the engine lock. `f` runs
+    /// while the stripe is read or the lock held: it must not block, and
+    /// the thread must not hold the engine lock (`Cache::lock`) already.
     pub fn get<R>(&self, key: &[u8], how: Lookup, f: impl FnOnce(Option<ItemRef<'_>>) -> R) -> R {
-        match self.try_get(key, how, f) {
+        self.get_hashed(key, hash(key), how, f)
+    }
+
+    fn get_hashed<R>(
+        &self,
+        key: &[u8],
+        h: u64,
+        how: Lookup,
+        f: impl FnOnce(Option<ItemRef<'_>>) -> R,
+    ) -> R {
+        match self.try_get(key, h, how, f) {
             Ok(r) => r,
             Err(f) => {
                 let mut engine = self.lock();
@@ -193,10 +217,13 @@ impl Cache {
         }
     }
 
-    /// Look several keys up, as a multi-get does: each as by [`Cache::get`]
-    /// (the engine's prefetching [`Engine::lookup_batch`] under its lock
-    /// when GETs need the lock anyway). `f` gets each key's position and
-    /// may stop the batch before the next key.
+    /// Look several keys up, as a multi-get does: each as by [`Cache::get`],
+    /// with their memory loads overlapped as in [`Engine::lookup_batch`]
+    /// (MICA's batching), which does the whole batch under the engine lock
+    /// when GETs need it anyway: [`LOOKUP_BATCH`] keys at a time, every
+    /// key's index bucket is prefetched, then the item its tag points at,
+    /// then the keys are looked up in order. `f` gets each key's position
+    /// and may stop the batch before the next key.
     pub fn get_batch<'k>(
         &self,
         keys: &[&'k [u8]],
@@ -207,9 +234,30 @@ impl Cache {
             self.lock().lookup_batch(keys, how, f);
             return;
         }
-        for (i, &key) in keys.iter().enumerate() {
-            if self.get(key, how, |item| f(i, key, item)).is_break() {
-                return;
+        let sh = &self.shared;
+        let mut hashes = [0u64; LOOKUP_BATCH];
+        for (b, batch) in keys.chunks(LOOKUP_BATCH).enumerate() {
+            for (h, key) in hashes.iter_mut().zip(batch) {
+                *h = hash(key);
+                if let Some(st) = sh.stripes.read(sh.stripes.of(*h)) {
+                    st.index.prefetch(*h);
+                }
+            }
+            for &h in &hashes[..batch.len()] {
+                if let Some(st) = sh.stripes.read(sh.stripes.of(h)) {
+                    if let Some(loc) = st.index.find(h, |_| true) {
+                        sh.prefetch_item(loc);
+                    }
+                }
+            }
+            for (i, (&key, &h)) in batch.iter().zip(&hashes).enumerate() {
+                let at = b * LOOKUP_BATCH + i;
+                if self
+                    .get_hashed(key, h, how, |item| f(at, key, item))
+                    .is_break()
+                {
+                    return;
+                }
             }
         }
     }
@@ -226,6 +274,7 @@ impl Cache {
     fn try_get<R, F: FnOnce(Option<ItemRef<'_>>) -> R>(
         &self,
         key: &[u8],
+        h: u64,
         how: Lookup,
         f: F,
     ) -> Result<R, F> {
@@ -244,7 +293,6 @@ impl Cache {
         if flush != 0 && flush <= now {
             return Err(f);
         }
-        let h = hash(key);
         if let HitGate::Sampled(t) = &sh.gate {
             if is_sampled(h, t.load(Ordering::Relaxed)) {
                 return Err(f);
