@@ -23,6 +23,7 @@ use crate::chain::Value;
 use crate::engine::{ItemId, ItemRef, Lookup, LOOKUP_BATCH};
 use crate::rebalance::profile::is_sampled;
 use crate::rebalance::HitGate;
+use crate::slab::split_loc;
 use crate::stripe::{hash, Stripes};
 use crate::{item, Clock, Config, ConfigError, Engine, Expiry};
 
@@ -59,10 +60,9 @@ impl Shared {
     /// its stripe keeps linked: nobody writes these bytes meanwhile but
     /// other GETs, atomically, into the access byte and time (read so).
     fn head(&self, loc: u64) -> Option<Head> {
-        let page = (loc >> self.chunk_bits) as u32;
-        let chunk = (loc & ((1 << self.chunk_bits) - 1)) as usize;
+        let (page, chunk) = split_loc(loc, self.chunk_bits);
         let (class, cs) = self.arena.geometry(page)?;
-        let start = chunk * cs as usize;
+        let start = chunk as usize * cs as usize;
         let mut buf = [0u8; 24];
         // SAFETY: the item is linked in the stripe we read, so no writer
         // touches it (the engine acquires the stripe first), and other
@@ -99,19 +99,6 @@ impl Shared {
         // SAFETY: as in `head`: key and value bytes of a linked item are
         // written by no one while its stripe is held.
         unsafe { self.arena.bytes(head.page, head.start + at, len) }
-    }
-
-    /// Prefetch the first lines of the chunk at `loc` (header, key and the
-    /// start of the value; up to four lines). A hint: nothing is read.
-    fn prefetch_item(&self, loc: u64) {
-        let page = (loc >> self.chunk_bits) as u32;
-        let chunk = (loc & ((1 << self.chunk_bits) - 1)) as usize;
-        if let Some((_, cs)) = self.arena.geometry(page) {
-            let start = chunk * cs as usize;
-            for off in (0..cs as usize).step_by(64).take(4) {
-                crate::prefetch(self.arena.ptr(page, start + off));
-            }
-        }
     }
 
     fn key_of(&self, head: &Head) -> &[u8] {
@@ -246,7 +233,8 @@ impl Cache {
             for &h in &hashes[..batch.len()] {
                 if let Some(st) = sh.stripes.read(sh.stripes.of(h)) {
                     if let Some(loc) = st.index.find(h, |_| true) {
-                        sh.prefetch_item(loc);
+                        let (page, chunk) = split_loc(loc, sh.chunk_bits);
+                        sh.arena.prefetch_chunk(page, chunk);
                     }
                 }
             }
@@ -301,18 +289,21 @@ impl Cache {
         let Some(stripe) = sh.stripes.read(sh.stripes.of(h)) else {
             return Err(f);
         };
-        let found = stripe.index.find(h, |loc| {
-            sh.head(loc).is_some_and(|head| sh.key_of(&head) == key)
+        // The header read to compare the key is the one used below.
+        let mut matched = None;
+        let found = stripe.index.find(h, |loc| match sh.head(loc) {
+            Some(head) if sh.key_of(&head) == key => {
+                matched = Some(head);
+                true
+            }
+            _ => false,
         });
-        let Some(loc) = found else {
+        let (Some(loc), Some(head)) = (found, matched) else {
             if sh.learner {
                 return Err(f);
             }
             drop(stripe);
             return Ok(f(None));
-        };
-        let Some(head) = sh.head(loc) else {
-            return Err(f);
         };
         let hdr = head.header;
         let expired = hdr.exptime != 0 && hdr.exptime <= now;

@@ -15,6 +15,7 @@ use crate::chain::{self, Value};
 use crate::clock::{Clock, Expiry, RelTime};
 use crate::cost::Learner;
 use crate::evict::{Policy, Victim};
+use crate::index::Index;
 use crate::item;
 use crate::rebalance::Rebalancer;
 use crate::slab::{class_sizes, PageId, Slabs};
@@ -208,10 +209,9 @@ pub struct Engine {
     slabs: Slabs,
     /// The index, in stripes shared with the GET path (`crate::stripe`).
     stripes: Arc<Stripes>,
-    /// The stripes this engine has acquired for writing, by number, and
-    /// their numbers in the order taken; all released by
+    /// The stripes this engine has acquired for writing, in the order
+    /// taken (`slabs.held` marks them by number); all released by
     /// [`Engine::release_stripes`].
-    held: Vec<bool>,
     held_list: Vec<usize>,
     /// Memory of all stripes' index tables (they grow under this lock).
     index_bytes: usize,
@@ -293,9 +293,8 @@ impl Engine {
             (config.memory_limit / 256).min(1 << 20),
             sizes.len(),
         ));
-        if cfg!(debug_assertions) {
-            slabs.held = Some((stripes.shift(), vec![false; stripes.len()]));
-        }
+        slabs.held = vec![false; stripes.len()];
+        slabs.check_stripes = cfg!(debug_assertions).then_some(stripes.shift());
         let mut engine = Engine {
             memory_limit: config.memory_limit,
             rebal: Rebalancer::new(
@@ -314,7 +313,6 @@ impl Engine {
             config,
             clock,
             slabs,
-            held: vec![false; stripes.len()],
             held_list: Vec::new(),
             stripes,
             index_bytes: 0,
@@ -380,13 +378,10 @@ impl Engine {
     /// until [`Engine::release_stripes`].
     #[inline]
     fn hold(&mut self, s: usize) {
-        if !self.held[s] {
+        if !self.slabs.held[s] {
             self.stripes.acquire(s);
-            self.held[s] = true;
+            self.slabs.held[s] = true;
             self.held_list.push(s);
-            if let Some((_, h)) = &mut self.slabs.held {
-                h[s] = true;
-            }
         }
     }
 
@@ -399,6 +394,19 @@ impl Engine {
         // only shared behind it), the stripe is acquired, and the borrow of
         // self keeps this the only reference the engine makes to it.
         unsafe { self.stripes.stripe_mut(s) }
+    }
+
+    /// `f` on the index of `h`'s stripe (acquired) with the slabs to read
+    /// chunks from; the index's memory change is counted.
+    fn index_mut<R>(&mut self, h: u64, f: impl FnOnce(&mut Index, &Slabs) -> R) -> R {
+        let s = self.stripes.of(h);
+        self.hold(s);
+        // SAFETY: as in `stripe`; `slabs` is a field apart from the stripes.
+        let ix = unsafe { &mut self.stripes.stripe_mut(s).index };
+        let before = ix.memory_bytes();
+        let r = f(ix, &self.slabs);
+        self.index_bytes = self.index_bytes + ix.memory_bytes() - before;
+        r
     }
 
     /// Stripe `s`, to read (no GET writes a stripe; only this engine does).
@@ -430,10 +438,7 @@ impl Engine {
     pub fn release_stripes(&mut self) {
         for s in self.held_list.drain(..) {
             self.stripes.release(s);
-            self.held[s] = false;
-            if let Some((_, h)) = &mut self.slabs.held {
-                h[s] = false;
-            }
+            self.slabs.held[s] = false;
         }
     }
 
@@ -500,7 +505,8 @@ impl Engine {
             }
             for &h in &hashes[..batch.len()] {
                 if let Some(loc) = self.stripe(h).index.find(h, |_| true) {
-                    self.prefetch_item(loc);
+                    let (page, chunk) = self.slabs.split(loc);
+                    self.slabs.arena.prefetch_chunk(page, chunk);
                 }
             }
             for (i, (&key, &h)) in batch.iter().zip(&hashes).enumerate() {
@@ -508,19 +514,6 @@ impl Engine {
                 if f(b * LOOKUP_BATCH + i, key, item).is_break() {
                     return;
                 }
-            }
-        }
-    }
-
-    /// Prefetch the first lines of the chunk at `loc` (header, key and the
-    /// start of the value; up to four lines).
-    #[inline]
-    fn prefetch_item(&self, loc: u64) {
-        let (page, c) = self.slabs.split(loc);
-        if let Some((_, cs)) = self.slabs.arena.geometry(page) {
-            let start = c as usize * cs as usize;
-            for off in (0..cs as usize).step_by(64).take(4) {
-                crate::prefetch(self.slabs.arena.ptr(page, start + off));
             }
         }
     }
@@ -795,14 +788,9 @@ impl Engine {
             let class = self.slabs.class_of(loc);
             self.slabs.classes[class].segments += nseg as u64;
         }
-        let s = self.stripes.of(h);
-        self.hold(s);
-        let slabs = &self.slabs;
-        // SAFETY: as in `stripe`; `slabs` is a field apart from the stripes.
-        let ix = unsafe { &mut self.stripes.stripe_mut(s).index };
-        let before = ix.memory_bytes();
-        ix.insert(h, loc, &|l| hash(item::key(slabs.chunk(l))));
-        self.index_bytes = self.index_bytes + ix.memory_bytes() - before;
+        self.index_mut(h, |ix, slabs| {
+            ix.insert(h, loc, &|l| hash(item::key(slabs.chunk(l))))
+        });
         let class = self.slabs.class_of(loc);
         self.policy.link(&mut self.slabs, class, loc);
         self.rebal.stored(h, class, cost, old.is_none());
@@ -952,11 +940,7 @@ impl Engine {
     /// Remove an item from the index and the counters; its chunk is not freed.
     fn unlink(&mut self, loc: u64) {
         let h = hash(self.slabs.key_of(loc));
-        let ix = &mut self.stripe(h).index;
-        let before = ix.memory_bytes();
-        let removed = ix.remove(h, loc);
-        let after = ix.memory_bytes();
-        self.index_bytes = self.index_bytes + after - before;
+        let removed = self.index_mut(h, |ix, _| ix.remove(h, loc));
         let hdr = item::Header::read(self.slabs.chunk(loc));
         debug_assert!(removed, "unlinked item was indexed");
         let total = hdr.total_len() as u64;

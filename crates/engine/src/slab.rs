@@ -77,10 +77,22 @@ pub struct Slabs {
     /// Allocated pages that belong to no class.
     pub spare: Vec<PageId>,
     pub classes: Vec<Class>,
-    /// Debug builds: the stripe shift and which stripes the engine holds,
-    /// to check the lock protocol on every whole-chunk access (None:
-    /// slabs used alone, as in unit tests).
-    pub held: Option<(u32, Vec<bool>)>,
+    /// Which index stripes the engine has acquired (`Engine::hold`; empty
+    /// for slabs used alone, as in unit tests).
+    pub held: Vec<bool>,
+    /// Debug builds: the stripes' shift, to check the lock protocol on
+    /// every whole-chunk access against `held` (None: no check).
+    pub check_stripes: Option<u32>,
+}
+
+/// The page and chunk number of location `loc` (`Slabs::split`, for the
+/// GET path that has only the arena and `chunk_bits`).
+#[inline]
+pub fn split_loc(loc: u64, chunk_bits: u32) -> (PageId, u32) {
+    (
+        (loc >> chunk_bits) as PageId,
+        (loc & ((1 << chunk_bits) - 1)) as u32,
+    )
 }
 
 /// Compute class chunk sizes: memcached's rule (`slabs_init`), each class
@@ -134,7 +146,8 @@ impl Slabs {
             vacant: Vec::new(),
             spare: Vec::new(),
             classes,
-            held: None,
+            held: Vec::new(),
+            check_stripes: None,
         }
     }
 
@@ -154,10 +167,7 @@ impl Slabs {
 
     #[inline]
     pub fn split(&self, loc: u64) -> (PageId, u32) {
-        (
-            (loc >> self.chunk_bits) as PageId,
-            (loc & ((1 << self.chunk_bits) - 1)) as u32,
-        )
+        split_loc(loc, self.chunk_bits)
     }
 
     /// Pages holding memory (assigned to a class or spare).
@@ -211,14 +221,13 @@ impl Slabs {
     /// Whether the lock protocol lets the engine take the chunk at `loc`
     /// whole: it holds no live item, or the item's stripe is held.
     pub fn check_held(&self, loc: u64) -> bool {
-        let Some((shift, held)) = &self.held else {
+        let Some(shift) = self.check_stripes else {
             return true;
         };
         if !self.is_live(loc) {
             return true;
         }
-        let s = crate::stripe::stripe_of(crate::stripe::hash(self.key_of(loc)), *shift);
-        held[s]
+        self.held[crate::stripe::stripe_of(crate::stripe::hash(self.key_of(loc)), shift)]
     }
 
     /// The access byte of the chunk at `loc`, read atomically: a GET may

@@ -273,16 +273,12 @@ fn get(cache: &Cache, key: &[u8], locked_gets: bool, out: &mut Vec<u8>, lu: &mut
 /// `--locked-gets` under one engine lock, the keys looked up with
 /// prefetching (`lookup_batch`) or one by one; each value copied out.
 #[inline(never)]
-fn mget(
-    cache: &Cache,
-    keys: &[&[u8]],
-    (prefetch, locked_gets): (bool, bool),
-    out: &mut Vec<u8>,
-    lu: &mut LockUse,
-) -> u64 {
+fn mget(cache: &Cache, batch: &[Vec<u8>], plan: &Plan, out: &mut Vec<u8>, lu: &mut LockUse) -> u64 {
+    let keys: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+    let keys = keys.as_slice();
     out.clear();
     let mut hits = 0;
-    if !locked_gets {
+    if !plan.locked_gets {
         unlocked(lu, || {
             cache.get_batch(keys, Lookup::GET, |_, _, item| {
                 if let Some(item) = item {
@@ -295,7 +291,7 @@ fn mget(
         return hits;
     }
     locked(cache, lu, |e| {
-        if prefetch {
+        if plan.prefetch {
             e.lookup_batch(keys, Lookup::GET, |_, _, item| {
                 if let Some(item) = item {
                     item.value.copy_to(out);
@@ -392,14 +388,7 @@ fn worker(
                 // Every --time-every-th multi-get is timed.
                 lock.timed = plan.time_every != 0 && mgets.is_multiple_of(plan.time_every);
                 mgets += 1;
-                let keys: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
-                hits += mget(
-                    cache,
-                    &keys,
-                    (plan.prefetch, plan.locked_gets),
-                    &mut out,
-                    &mut lock,
-                );
+                hits += mget(cache, &batch, plan, &mut out, &mut lock);
                 gets += nbatch as u64;
                 nbatch = 0;
             }
@@ -414,14 +403,7 @@ fn worker(
     }
     // The last, partial multi-get (every drawn request is served).
     if nbatch > 0 {
-        let keys: Vec<&[u8]> = batch[..nbatch].iter().map(Vec::as_slice).collect();
-        hits += mget(
-            cache,
-            &keys,
-            (plan.prefetch, plan.locked_gets),
-            &mut out,
-            &mut lock,
-        );
+        hits += mget(cache, &batch[..nbatch], plan, &mut out, &mut lock);
         gets += nbatch as u64;
     }
     WorkerResult {

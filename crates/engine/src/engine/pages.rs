@@ -437,11 +437,7 @@ impl Engine {
         self.slabs.chunk_mut(to).copy_from_slice(&tmp);
         let h = hash(item::key(&tmp));
         self.scratch = tmp;
-        let ix = &mut self.stripe(h).index;
-        let before = ix.memory_bytes();
-        ix.relocate(h, from, to);
-        let after = ix.memory_bytes();
-        self.index_bytes = self.index_bytes + after - before;
+        self.index_mut(h, |ix, _| ix.relocate(h, from, to));
         self.policy.relocate(&mut self.slabs, class, from, to);
         item::set_bits(self.slabs.chunk_mut(from), 0);
         if chain::is_head(self.slabs.chunk(to)) {
