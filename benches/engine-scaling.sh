@@ -5,7 +5,9 @@
 # docs/benchmarks.md, "Engine scaling", come from here.
 #
 #   benches/engine-scaling.sh threads   # Zipf 0.99, -m 64: 1, 2, 4, 8 threads, GET_RATIOS
-#                                       # (0.9 and 1), GETs on stripes and --locked-gets
+#                                       # (0.9 and 1); paths: inplace (GETs on stripes, SETs
+#                                       # in place), stripes (SETs under the engine lock:
+#                                       # --in-place-sets false), locked (GETs too: --locked-gets)
 #   benches/engine-scaling.sh data      # GETs over SMALL_MB vs BIG_MB of data, 1 and 2 threads
 #   benches/engine-scaling.sh misses    # callgrind: D1/LL misses per GET, small vs big data
 #   benches/engine-scaling.sh layout    # huge pages on/off, multi-gets of BATCH keys with and
@@ -55,36 +57,41 @@ median() {
 
 threads() {
     local run t ratio path
-    echo "command: cachalot-lab engine-bench --warm --duration $DURATION -m 64 --dataset 32 --zipf 0.99 --get-ratio R --threads T [--locked-gets]"
+    echo "command: cachalot-lab engine-bench --warm --duration $DURATION -m 64 --dataset 32 --zipf 0.99 --get-ratio R --threads T [--in-place-sets false [--locked-gets]]"
     for run in $(seq "$REPEAT"); do
         for ratio in $GET_RATIOS; do
             for t in 1 2 4 8; do
-                for path in stripes locked; do
+                for path in inplace stripes locked; do
                     local extra=()
-                    [ "$path" = locked ] && extra=(--locked-gets)
+                    case $path in
+                        stripes) extra=(--in-place-sets false) ;;
+                        locked) extra=(--in-place-sets false --locked-gets) ;;
+                    esac
                     bench "threads-$ratio-$path-$t" "$run" -m 64 --dataset 32 --zipf 0.99 \
                         --get-ratio "$ratio" --threads "$t" "${extra[@]}"
                 done
             done
         done
     done
-    echo "| GET share | GETs | threads | ops/s | vs 1 thread | engine lock by requests / maintainer | maintainer hold max | request hold p50 / p99 | request wait p99 | GET w/o engine lock p50 / p99 |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
+    echo "| GET share | path | threads | ops/s | vs 1 thread | engine lock by requests / maintainer | SETs in place | maintainer hold max | request hold p50 / p99 | request wait p99 | GET w/o engine lock p50 / p99 | SET in place p50 / p99 |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
     for ratio in $GET_RATIOS; do
-        for path in stripes locked; do
+        for path in inplace stripes locked; do
             local one
             one=$(median "threads-$ratio-$path-1" .ops_per_s)
             for t in 1 2 4 8; do
                 local n=threads-$ratio-$path-$t
-                printf '| %s | %s | %s | %.0f | %.2f | %s / %s | %.0f us | %s / %s ns | %s ns | %s / %s ns |\n' \
+                printf '| %s | %s | %s | %.0f | %.2f | %s / %s | %.0f%% | %.0f us | %s / %s ns | %s ns | %s / %s ns | %s / %s ns |\n' \
                     "$ratio" "$path" "$t" \
                     "$(median "$n" .ops_per_s)" "$(jq -n "$(median "$n" .ops_per_s) / $one")" \
                     "$(median "$n" .lock.request_acquisitions)" \
                     "$(median "$n" .lock.maintainer_acquisitions)" \
+                    "$(median "$n" '.lock.in_place_sets / ([.sets, 1] | max) * 100')" \
                     "$(jq -n "$(median "$n" .lock.maintainer_hold_max_ns) / 1000")" \
                     "$(median "$n" .lock.request_hold_p50_ns)" "$(median "$n" .lock.request_hold_p99_ns)" \
                     "$(median "$n" .lock.request_wait_p99_ns)" \
-                    "$(median "$n" .lock.stripe_get_p50_ns)" "$(median "$n" .lock.stripe_get_p99_ns)"
+                    "$(median "$n" .lock.stripe_get_p50_ns)" "$(median "$n" .lock.stripe_get_p99_ns)" \
+                    "$(median "$n" .lock.stripe_set_p50_ns)" "$(median "$n" .lock.stripe_set_p99_ns)"
             done
         done
     done

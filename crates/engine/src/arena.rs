@@ -33,7 +33,7 @@
 //! or an atomic byte.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU16, AtomicU32, AtomicU8, Ordering};
 
 /// Huge page size on x86-64 and the alignment of every region.
 const HUGE: usize = 2 << 20;
@@ -269,6 +269,59 @@ impl Arena {
         // in a live mapping that outlives `&self`; concurrent accesses to
         // it are atomic by the lock protocol.
         unsafe { AtomicU8::from_ptr(self.ptr(id, offset)) }
+    }
+
+    /// The little-endian u32 at `offset` of page `id`, read atomically:
+    /// whole when aligned (an in-place SET writes it whole, `store_u32`),
+    /// else byte by byte (only chunks of an unaligned size, which are
+    /// never rewritten in place).
+    #[inline]
+    pub fn load_u32(&self, id: u32, offset: usize) -> u32 {
+        let p = self.ptr(id, offset);
+        if p.align_offset(4) == 0 {
+            assert!(offset + 4 <= self.page_size);
+            // SAFETY: aligned, inside a live mapping (assert and `ptr`);
+            // shared accesses to these bytes are atomic (crate::stripe).
+            u32::from_le(unsafe { AtomicU32::from_ptr(p.cast()) }.load(Ordering::Relaxed))
+        } else {
+            u32::from_le_bytes(std::array::from_fn(|i| {
+                self.atomic(id, offset + i).load(Ordering::Relaxed)
+            }))
+        }
+    }
+
+    /// As `load_u32`, for a u16.
+    #[inline]
+    pub fn load_u16(&self, id: u32, offset: usize) -> u16 {
+        let p = self.ptr(id, offset);
+        if p.align_offset(2) == 0 {
+            assert!(offset + 2 <= self.page_size);
+            // SAFETY: as in `load_u32`.
+            u16::from_le(unsafe { AtomicU16::from_ptr(p.cast()) }.load(Ordering::Relaxed))
+        } else {
+            u16::from_le_bytes(std::array::from_fn(|i| {
+                self.atomic(id, offset + i).load(Ordering::Relaxed)
+            }))
+        }
+    }
+
+    /// Store a little-endian u32 at the 4-aligned `offset` of page `id`
+    /// atomically (read by `load_u32`).
+    #[inline]
+    pub fn store_u32(&self, id: u32, offset: usize, v: u32) {
+        let p = self.ptr(id, offset);
+        assert!(p.align_offset(4) == 0 && offset + 4 <= self.page_size);
+        // SAFETY: as in `load_u32`.
+        unsafe { AtomicU32::from_ptr(p.cast()) }.store(v.to_le(), Ordering::Relaxed);
+    }
+
+    /// As `store_u32`, for a u16 at a 2-aligned offset.
+    #[inline]
+    pub fn store_u16(&self, id: u32, offset: usize, v: u16) {
+        let p = self.ptr(id, offset);
+        assert!(p.align_offset(2) == 0 && offset + 2 <= self.page_size);
+        // SAFETY: as in `load_u32`.
+        unsafe { AtomicU16::from_ptr(p.cast()) }.store(v.to_le(), Ordering::Relaxed);
     }
 
     /// Give a page's memory back to the kernel; it reads as zeros after.

@@ -15,12 +15,12 @@
 //! policies that count every GET (eager GD-Wheel, SAS, learned costs).
 
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::arena::Arena;
 use crate::chain::Value;
-use crate::engine::{ItemId, ItemRef, Lookup, LOOKUP_BATCH};
+use crate::engine::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome, LOOKUP_BATCH};
 use crate::rebalance::profile::is_sampled;
 use crate::rebalance::HitGate;
 use crate::slab::split_loc;
@@ -40,58 +40,145 @@ pub(crate) struct Shared {
     /// Learned costs: misses and hits of guessed items need the engine.
     pub learner: bool,
     pub cas_enabled: bool,
+    /// SETs may rewrite their item in place without the engine lock
+    /// (CLOCK, no learned costs: nothing else to update).
+    pub rewrites: bool,
+    /// The MRC profile's published sampling threshold, if it profiles: a
+    /// SET of a sampled key goes to the engine.
+    pub store_gate: Option<Arc<AtomicU64>>,
+    /// Chunk size of each class.
+    pub class_sizes: Box<[u32]>,
+    pub cas_counter: Arc<AtomicU64>,
 }
 
 /// An item's header as a GET under its stripe reads it: `buf` holds the
 /// 16 header bytes, the long length and the client flags.
-struct Head {
+pub(crate) struct Head {
     page: u32,
     start: usize,
-    class: usize,
+    pub class: usize,
     chunk_size: usize,
     buf: [u8; 24],
-    header: item::Header,
+    pub header: item::Header,
     /// Where the key starts in the chunk.
     key_at: usize,
 }
 
+/// Read the header of the item at `loc`, which the caller's hold on its
+/// stripe (reading or writing) keeps linked: nobody writes these bytes
+/// meanwhile but GETs, atomically, into the access byte and time (read so).
+pub(crate) fn read_head(arena: &Arena, chunk_bits: u32, loc: u64) -> Option<Head> {
+    let (page, chunk) = split_loc(loc, chunk_bits);
+    let (class, cs) = arena.geometry(page)?;
+    let start = chunk as usize * cs as usize;
+    let mut buf = [0u8; 24];
+    // SAFETY: the item is linked in the stripe we hold, so no writer
+    // touches it (writers acquire the stripe first), and readers write
+    // only bytes 5, 7 and 13, atomically: read so below.
+    unsafe {
+        buf[..5].copy_from_slice(arena.bytes(page, start, 5));
+        buf[6] = arena.bytes(page, start + 6, 1)[0];
+        buf[8..13].copy_from_slice(arena.bytes(page, start + 8, 5));
+        buf[14..16].copy_from_slice(arena.bytes(page, start + 14, 2));
+    }
+    for b in [5, 7, 13] {
+        buf[b] = arena.atomic(page, start + b).load(Ordering::Relaxed);
+    }
+    let long = u16::from_le_bytes([buf[14], buf[15]]) == item::LONG_VALUE as u16;
+    let extra = if long { 4 } else { 0 } + item::code_width(buf[7]);
+    // SAFETY: as above; these bytes follow the header inside the item.
+    unsafe {
+        buf[16..16 + extra].copy_from_slice(arena.bytes(page, start + 16, extra));
+    }
+    let header = item::Header::read(&buf);
+    Some(Head {
+        page,
+        start,
+        class,
+        chunk_size: cs as usize,
+        key_at: header.body_start() + header.flags_width(),
+        buf,
+        header,
+    })
+}
+
+/// What a SET that replaces its item in place writes ([`rewrite`]).
+pub(crate) struct Rewrite<'a> {
+    pub value: &'a [u8],
+    pub flags: u32,
+    pub exptime: u32,
+    /// Quantised cost.
+    pub cost: u8,
+}
+
+impl Head {
+    /// The new item's length if `new` may overwrite this item in its chunk
+    /// (`prev_chunk`: the chunk size of the class below, 0 for the first).
+    /// It must belong to the same class (memory per class stays as the
+    /// allocator would have made it) and keep everything that readers
+    /// without the stripe rely on: where the key is (flags width, long or
+    /// short length), the cost byte, the alignment of the atomics.
+    pub(crate) fn rewritable(&self, new: &Rewrite<'_>, prev_chunk: usize) -> Option<usize> {
+        let h = &self.header;
+        let total = item::total_len(h.key_len as usize, new.value.len(), new.flags);
+        let long = |n: usize| n >= item::LONG_VALUE as usize;
+        (h.total_len() <= self.chunk_size
+            && total <= self.chunk_size
+            && total > prev_chunk
+            && self.start.is_multiple_of(4)
+            && h.flags_width() == item::flags_width(new.flags)
+            && long(h.value_len as usize) == long(new.value.len())
+            && h.cost == new.cost)
+            .then_some(total)
+    }
+}
+
+/// Overwrite the item of `head` with `new` and `cas`, as if a new item of
+/// the same key had been stored: access time now, REF set (CLOCK gives a
+/// rewritten item the second chance a freshly placed one gets from where
+/// the allocator puts it, behind the hand), not fetched. The key, its
+/// length and the cost byte are not written.
+///
+/// # Safety
+/// The caller has acquired the item's stripe for writing (no reader, no
+/// other writer) and `head.rewritable(new, ..)` said yes.
+pub(crate) unsafe fn rewrite(arena: &Arena, head: &Head, new: &Rewrite<'_>, cas: u64, now: u32) {
+    let (page, at) = (head.page, head.start);
+    let vlen = new.value.len();
+    // SAFETY: bytes 0..5 (CAS), the long length, the flags and the value
+    // are read by nobody without the stripe, which the caller holds.
+    unsafe {
+        arena
+            .bytes_mut(page, at, 5)
+            .copy_from_slice(&(cas & item::CAS_MASK).to_le_bytes()[..5]);
+        let body = head.header.body_start();
+        if body > item::HEADER_LEN {
+            arena
+                .bytes_mut(page, at + item::HEADER_LEN, 4)
+                .copy_from_slice(&(vlen as u32).to_le_bytes());
+        }
+        let fw = head.header.flags_width();
+        arena
+            .bytes_mut(page, at + body, fw)
+            .copy_from_slice(&new.flags.to_le_bytes()[..fw]);
+        arena
+            .bytes_mut(page, at + head.key_at + head.header.key_len as usize, vlen)
+            .copy_from_slice(new.value);
+    }
+    // The bytes the engine reads without the stripe, atomically.
+    let [lo, hi] = item::atime_code(now).to_le_bytes();
+    arena.atomic(page, at + 5).store(lo, Ordering::Relaxed);
+    arena.atomic(page, at + 13).store(hi, Ordering::Relaxed);
+    arena.store_u32(page, at + 8, new.exptime);
+    arena.store_u16(page, at + 14, vlen.min(item::LONG_VALUE as usize) as u16);
+    let bits = (head.header.bits & item::FLAGS_WIDTH_MASK) | item::LIVE | item::REF;
+    arena.atomic(page, at + 7).store(bits, Ordering::Relaxed);
+}
+
 impl Shared {
-    /// Read the header of the item at `loc`, which the caller's hold on
-    /// its stripe keeps linked: nobody writes these bytes meanwhile but
-    /// other GETs, atomically, into the access byte and time (read so).
+    #[inline]
     fn head(&self, loc: u64) -> Option<Head> {
-        let (page, chunk) = split_loc(loc, self.chunk_bits);
-        let (class, cs) = self.arena.geometry(page)?;
-        let start = chunk as usize * cs as usize;
-        let mut buf = [0u8; 24];
-        // SAFETY: the item is linked in the stripe we read, so no writer
-        // touches it (the engine acquires the stripe first), and other
-        // readers write only bytes 5, 7 and 13, atomically: read so below.
-        unsafe {
-            buf[..5].copy_from_slice(self.arena.bytes(page, start, 5));
-            buf[6] = self.arena.bytes(page, start + 6, 1)[0];
-            buf[8..13].copy_from_slice(self.arena.bytes(page, start + 8, 5));
-            buf[14..16].copy_from_slice(self.arena.bytes(page, start + 14, 2));
-        }
-        for b in [5, 7, 13] {
-            buf[b] = self.arena.atomic(page, start + b).load(Ordering::Relaxed);
-        }
-        let long = u16::from_le_bytes([buf[14], buf[15]]) == item::LONG_VALUE as u16;
-        let extra = if long { 4 } else { 0 } + item::code_width(buf[7]);
-        // SAFETY: as above; these bytes follow the header inside the item.
-        unsafe {
-            buf[16..16 + extra].copy_from_slice(self.arena.bytes(page, start + 16, extra));
-        }
-        let header = item::Header::read(&buf);
-        Some(Head {
-            page,
-            start,
-            class,
-            chunk_size: cs as usize,
-            key_at: header.body_start() + header.flags_width(),
-            buf,
-            header,
-        })
+        read_head(&self.arena, self.chunk_bits, loc)
     }
 
     /// `len` bytes of the item of `head` from `at` (key or value).
@@ -177,6 +264,83 @@ impl Cache {
 
     pub fn clock(&self) -> &Arc<Clock> {
         &self.clock
+    }
+
+    /// [`Engine::store`]. A plain SET of a key whose item it can overwrite
+    /// in place (same slab class, see [`Head::rewritable`]) holds only the
+    /// key's stripe; anything else takes the engine lock. The thread must
+    /// not hold the engine lock already.
+    pub fn store(&self, req: &Store<'_>) -> StoreOutcome {
+        match self.try_store(req) {
+            Some(outcome) => outcome,
+            None => self.lock().store(req),
+        }
+    }
+
+    /// The in-place SET without the engine lock; None when the engine must
+    /// do it (new key, other class, expired item, sampled key, ...).
+    pub fn try_store(&self, req: &Store<'_>) -> Option<StoreOutcome> {
+        #[cfg(debug_assertions)]
+        assert_eq!(
+            ENGINE_LOCKED.get(),
+            0,
+            "Cache::store while this thread holds the engine lock"
+        );
+        let sh = &self.shared;
+        if !sh.rewrites
+            || req.mode != StoreMode::Set
+            || req.cas != 0
+            || req.new_cas.is_some()
+            || req.invalidate
+            || !self.fits(req.key.len(), req.value.len(), req.flags)
+        {
+            return None;
+        }
+        let h = hash(req.key);
+        let now = self.clock.now();
+        let flush = sh.flush_at.load(Ordering::Acquire);
+        if (flush != 0 && flush <= now)
+            || sh
+                .store_gate
+                .as_ref()
+                .is_some_and(|t| is_sampled(h, t.load(Ordering::Relaxed)))
+        {
+            return None;
+        }
+        let stripe = sh.stripes.write(sh.stripes.of(h));
+        let mut matched = None;
+        stripe.index.find(h, |loc| match sh.head(loc) {
+            Some(head) if sh.key_of(&head) == req.key => {
+                matched = Some(head);
+                true
+            }
+            _ => false,
+        })?;
+        let head = matched?;
+        let old = &head.header;
+        if old.exptime != 0 && old.exptime <= now {
+            return None;
+        }
+        let new = Rewrite {
+            value: req.value,
+            flags: req.flags,
+            exptime: crate::engine::exptime_of(req.expiry),
+            cost: item::quantize_cost(req.cost.unwrap_or(1)),
+        };
+        let prev = match head.class {
+            0 => 0,
+            c => sh.class_sizes[c - 1] as usize,
+        };
+        let total = head.rewritable(&new, prev)?;
+        let cas = item::next_cas(&sh.cas_counter);
+        // SAFETY: we hold the stripe for writing and `rewritable` agreed.
+        unsafe { rewrite(&sh.arena, &head, &new, cas, now) };
+        stripe
+            .pending()
+            .stored(head.class, total as i64 - old.total_len() as i64);
+        Some(StoreOutcome::Stored {
+            cas: if sh.cas_enabled { cas } else { 0 },
+        })
     }
 
     /// Look `key` up as [`Engine::lookup`] does and hand the item (None: a
@@ -354,5 +518,71 @@ impl Cache {
             last_access: now.saturating_sub(item::atime_age(atime, now)),
         };
         Ok(f(Some(item)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RebalancePolicy;
+
+    fn cache(rebalance: RebalancePolicy) -> Cache {
+        let config = Config {
+            memory_limit: 8 << 20,
+            rebalance,
+            ..Config::default()
+        };
+        Cache::new(config, Arc::new(Clock::new())).unwrap()
+    }
+
+    fn get(c: &Cache, key: &[u8]) -> Option<(Vec<u8>, u32, u64)> {
+        c.get(key, Lookup::GET, |it| {
+            it.map(|it| (it.value.to_vec(), it.flags, it.cas))
+        })
+    }
+
+    /// A SET of a key whose new item stays in its class rewrites it in
+    /// place without the engine lock, and reads, counters and invariants
+    /// come out as if the engine had stored it.
+    #[test]
+    fn sets_of_the_same_class_rewrite_in_place() {
+        for rebalance in [RebalancePolicy::Off, RebalancePolicy::Mrc] {
+            let c = cache(rebalance);
+            fn store(v: &[u8], flags: u32) -> Store<'_> {
+                Store {
+                    flags,
+                    ..Store::set(b"key", v)
+                }
+            }
+            assert_eq!(c.try_store(&store(b"first", 7)), None, "a new key");
+            c.lock().store(&store(b"first", 7));
+            let (_, _, cas1) = get(&c, b"key").unwrap();
+            let mut in_place = 0;
+            for (i, v) in [&b"second"[..], b"third!", b"4th"].iter().enumerate() {
+                let out = c.store(&store(v, 8 + i as u32));
+                assert!(matches!(out, StoreOutcome::Stored { cas } if cas > cas1));
+                let (value, flags, cas) = get(&c, b"key").unwrap();
+                assert_eq!((value.as_slice(), flags), (*v, 8 + i as u32));
+                assert!(cas > cas1);
+                in_place += u32::from(c.try_store(&store(v, 8 + i as u32)).is_some());
+            }
+            // The MRC profile's sampled keys go to the engine (a small
+            // cache samples them all); without a profile, none does.
+            if rebalance == RebalancePolicy::Off {
+                assert_eq!(in_place, 3);
+            }
+            // Another class, another flags width: the engine.
+            assert_eq!(c.try_store(&store(&[b'x'; 500], 9)), None);
+            assert_eq!(c.try_store(&store(b"w", 0x1_0000)), None);
+            let mut e = c.lock();
+            e.validate();
+            let s = e.stats();
+            // One new item, three stores, and the retries that went in place.
+            let stores = 4 + u64::from(in_place);
+            assert_eq!((s.curr_items, s.total_items), (1, stores));
+            let class = e.slab_stats();
+            assert_eq!(class.iter().map(|c| c.cmd_set).sum::<u64>(), stores);
+            assert_eq!(s.bytes, class.iter().map(|c| c.mem_requested).sum::<u64>());
+        }
     }
 }

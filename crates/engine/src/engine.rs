@@ -6,7 +6,7 @@
 //! server program against this API.
 
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 mod pages;
@@ -216,7 +216,8 @@ pub struct Engine {
     /// Memory of all stripes' index tables (they grow under this lock).
     index_bytes: usize,
     memory_limit: usize,
-    next_cas: u64,
+    /// The next CAS unique, shared with in-place SETs (`crate::Cache`).
+    cas_counter: Arc<AtomicU64>,
     pending_flush: Option<RelTime>,
     /// `pending_flush` for the GET path outside the lock (0: none).
     flush_at: Arc<AtomicU32>,
@@ -252,7 +253,18 @@ pub(crate) fn fits(config: &Config, key_len: usize, value_len: usize, flags: u32
             <= config.item_size_max
 }
 
+use crate::cache::{read_head, rewrite, Rewrite};
 use crate::stripe::hash;
+
+/// The expiry field of an item stored with `e`.
+pub(crate) fn exptime_of(e: Expiry) -> u32 {
+    match e {
+        Expiry::Never => 0,
+        Expiry::At(t) => t.max(1),
+        // Relative time 1 is always in the past (the clock starts at 2).
+        Expiry::Expired => 1,
+    }
+}
 
 impl Engine {
     pub fn new(config: Config, clock: Arc<Clock>) -> Result<Engine, ConfigError> {
@@ -316,7 +328,7 @@ impl Engine {
             held_list: Vec::new(),
             stripes,
             index_bytes: 0,
-            next_cas: 1,
+            cas_counter: Arc::new(AtomicU64::new(1)),
             pending_flush: None,
             flush_at: Arc::new(AtomicU32::new(0)),
             counters: Counters::default(),
@@ -382,6 +394,20 @@ impl Engine {
             self.stripes.acquire(s);
             self.slabs.held[s] = true;
             self.held_list.push(s);
+            if let Some(p) = self.stripes.take_pending(s) {
+                self.count_pending(&p);
+            }
+        }
+    }
+
+    /// Count the stores that in-place SETs made without the engine lock
+    /// (`crate::Cache::store`), as `write_new` counts its own.
+    fn count_pending(&mut self, p: &[(u64, u64)]) {
+        for (c, &(n, r)) in self.slabs.classes.iter_mut().zip(p) {
+            c.stats.cmd_set += n;
+            c.requested = c.requested.wrapping_add(r);
+            self.counters.total_items += n;
+            self.counters.bytes = self.counters.bytes.wrapping_add(r);
         }
     }
 
@@ -455,6 +481,10 @@ impl Engine {
             locked_hits: self.policy.kind() == crate::EvictionPolicy::GdWheel,
             learner: self.learner.is_some(),
             cas_enabled: self.config.cas_enabled,
+            rewrites: self.rewrites_in_place(),
+            store_gate: self.rebal.profile_gate(),
+            class_sizes: self.slabs.classes.iter().map(|c| c.chunk_size).collect(),
+            cas_counter: self.cas_counter.clone(),
         }
     }
 
@@ -605,18 +635,7 @@ impl Engine {
     }
 
     fn next_cas(&mut self) -> u64 {
-        let cas = self.next_cas;
-        self.next_cas = if cas >= item::CAS_MASK { 1 } else { cas + 1 };
-        cas
-    }
-
-    fn exptime_of(e: Expiry) -> u32 {
-        match e {
-            Expiry::Never => 0,
-            Expiry::At(t) => t.max(1),
-            // Relative time 1 is always in the past (the clock starts at 2).
-            Expiry::Expired => 1,
-        }
+        item::next_cas(&self.cas_counter)
     }
 
     pub fn store(&mut self, req: &Store<'_>) -> StoreOutcome {
@@ -662,7 +681,7 @@ impl Engine {
         // Append/prepend build the new value from the old one, keeping its
         // flags and expiry (memcached's do_store_item).
         let mut flags = req.flags;
-        let mut exptime = Self::exptime_of(req.expiry);
+        let mut exptime = exptime_of(req.expiry);
         let mut cost = req.cost;
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
@@ -710,7 +729,23 @@ impl Engine {
                     c
                 }
             });
-            match self.write_new(h, req.key, &[value], flags, exptime, cas, cost, bits, old) {
+            let rewritten = bits == item::LIVE
+                && req.mode == StoreMode::Set
+                && self.rewrites_in_place()
+                && old.is_some_and(|loc| {
+                    let new = Rewrite {
+                        value,
+                        flags,
+                        exptime,
+                        cost,
+                    };
+                    self.rewrite(h, loc, &new, cas)
+                });
+            let written = match rewritten {
+                true => Ok(()),
+                false => self.write_new(h, req.key, &[value], flags, exptime, cas, cost, bits, old),
+            };
+            match written {
                 Ok(()) => StoreOutcome::Stored {
                     cas: if self.config.cas_enabled { cas } else { 0 },
                 },
@@ -730,6 +765,42 @@ impl Engine {
         }
         self.scratch = scratch;
         outcome
+    }
+
+    /// Overwrite the live item at `loc` (key hash `h`, stripe held) in its
+    /// chunk when the new one belongs to the same class: no allocation, no
+    /// index change (`crate::cache::rewrite`). False if it cannot be.
+    fn rewrite(&mut self, h: u64, loc: u64, new: &Rewrite<'_>, cas: u64) -> bool {
+        debug_assert!(self.slabs.held[self.stripes.of(h)]);
+        let Some(head) = read_head(&self.slabs.arena, self.slabs.chunk_bits, loc) else {
+            return false;
+        };
+        let class = head.class;
+        let prev = class
+            .checked_sub(1)
+            .map_or(0, |c| self.slabs.classes[c].chunk_size as usize);
+        let Some(total) = head.rewritable(new, prev) else {
+            return false;
+        };
+        // SAFETY: the engine holds the item's stripe (found through it).
+        unsafe { rewrite(&self.slabs.arena, &head, new, cas, self.now()) };
+        let old_total = head.header.total_len() as u64;
+        self.rebal.stored(h, class, new.cost, false);
+        let c = &mut self.slabs.classes[class];
+        c.requested = c.requested + total as u64 - old_total;
+        c.stats.cmd_set += 1;
+        self.counters.total_items += 1;
+        self.counters.bytes = self.counters.bytes + total as u64 - old_total;
+        true
+    }
+
+    /// Whether stores may rewrite items in place (`-o in_place_sets`):
+    /// nothing but the item changes under CLOCK without learned costs
+    /// (GD-Wheel re-queues it, the learner re-costs it).
+    fn rewrites_in_place(&self) -> bool {
+        self.config.in_place_sets
+            && self.policy.kind() == crate::EvictionPolicy::Lru
+            && self.learner.is_none()
     }
 
     /// Allocate, write and link a new item, replacing `old` if still live.
@@ -888,6 +959,12 @@ impl Engine {
             }
             let now = self.now();
             match self.policy.victim(&mut self.slabs, class, now, protect) {
+                // An in-place SET may have renewed it since the policy
+                // looked: then it is an eviction.
+                Some(Victim::Expired(loc)) if !self.still_expired(loc, now) => {
+                    self.evict_victim(loc, class, now);
+                    return Ok(loc);
+                }
                 Some(Victim::Expired(loc)) => {
                     self.unlink(loc);
                     self.counters.reclaimed += 1;
@@ -906,6 +983,13 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Whether the live item at `loc` is expired, read with its stripe.
+    fn still_expired(&mut self, loc: u64, now: RelTime) -> bool {
+        self.hold_item(loc);
+        let exp = item::exptime(self.slabs.chunk(loc));
+        exp != 0 && exp <= now
     }
 
     fn out_of_memory(&mut self, class: usize) -> StoreOutcome {
@@ -1034,7 +1118,7 @@ impl Engine {
     pub fn touch(&mut self, key: &[u8], expiry: Expiry) -> Option<ItemRef<'_>> {
         let h = hash(key);
         let loc = self.find_live(key, h)?;
-        item::set_exptime(self.slabs.chunk_mut(loc), Self::exptime_of(expiry));
+        item::set_exptime(self.slabs.chunk_mut(loc), exptime_of(expiry));
         self.access(loc, h, Lookup::GET);
         let class = self.slabs.class_of(loc);
         self.slabs.classes[class].stats.touch_hits += 1;
@@ -1054,7 +1138,7 @@ impl Engine {
                 key,
                 &[digits.as_bytes()],
                 0,
-                Self::exptime_of(expiry),
+                exptime_of(expiry),
                 cas,
                 item::quantize_cost(1),
                 item::LIVE,
@@ -1095,7 +1179,7 @@ impl Engine {
         let digits = text.as_bytes();
         let (flags, old_len, cost) = (p.flags, p.value.len(), p.header.cost);
         let exptime = match req.new_expiry {
-            Some(e) => Self::exptime_of(e),
+            Some(e) => exptime_of(e),
             None => p.header.exptime,
         };
         let class = self.slabs.class_of(loc);
@@ -1171,7 +1255,7 @@ impl Engine {
     /// Meta helpers: change bits on a live item.
     pub fn set_expiry(&mut self, id: ItemId, expiry: Expiry) {
         if let Some(loc) = self.live_id(id) {
-            item::set_exptime(self.slabs.chunk_mut(loc), Self::exptime_of(expiry));
+            item::set_exptime(self.slabs.chunk_mut(loc), exptime_of(expiry));
         }
     }
 
@@ -1200,7 +1284,7 @@ impl Engine {
         let b = item::bits(chunk);
         item::set_bits(chunk, (b | item::STALE) & !item::WIN);
         if let Some(e) = expiry {
-            item::set_exptime(chunk, Self::exptime_of(e));
+            item::set_exptime(chunk, exptime_of(e));
         }
     }
 
@@ -1281,7 +1365,7 @@ impl Engine {
                 continue;
             }
             let exp = self.slabs.exptime(loc);
-            if exp != 0 && exp <= now {
+            if exp != 0 && exp <= now && self.still_expired(loc, now) {
                 self.counters.crawler_reclaimed += 1;
                 let class = self.slabs.class_of(loc);
                 self.slabs.classes[class].stats.crawler_reclaimed += 1;
@@ -1326,10 +1410,16 @@ impl Engine {
             expanding |= ix.is_expanding();
         }
         let c = &self.counters;
+        // In-place SETs the engine has not counted yet.
+        let (sets, requested) = self
+            .stripes
+            .pending_sum(self.slabs.classes.len())
+            .iter()
+            .fold((0, 0u64), |(n, r), &(pn, pr)| (n + pn, r.wrapping_add(pr)));
         EngineStats {
             curr_items: c.curr_items,
-            total_items: c.total_items,
-            bytes: c.bytes,
+            total_items: c.total_items + sets,
+            bytes: c.bytes.wrapping_add(requested),
             evictions: c.evictions,
             reclaimed: c.reclaimed,
             expired_unfetched: c.expired_unfetched,
@@ -1369,6 +1459,7 @@ impl Engine {
     /// One entry per slab class that has ever held a page.
     pub fn slab_stats(&self) -> Vec<SlabClassStats> {
         let now = self.now();
+        let pending = self.stripes.pending_sum(self.slabs.classes.len());
         (0..self.slabs.classes.len())
             .filter(|&c| {
                 let cl = &self.slabs.classes[c];
@@ -1376,6 +1467,8 @@ impl Engine {
             })
             .map(|c| {
                 let mut s = self.slabs.class_stats(c);
+                s.cmd_set += pending[c].0;
+                s.mem_requested = s.mem_requested.wrapping_add(pending[c].1);
                 s.get_hits = (0..self.stripes.len())
                     .map(|st| self.stripe_ref(st).get_hits[c])
                     .sum::<u64>()
@@ -1470,6 +1563,8 @@ impl Engine {
 
     /// `stats reset`: clear the resettable counters.
     pub fn reset_stats(&mut self) {
+        // First count what in-place SETs left in the stripes.
+        self.hold_all();
         let c = &mut self.counters;
         c.total_items = 0;
         c.evictions = 0;
@@ -1479,7 +1574,6 @@ impl Engine {
         c.get_expired = 0;
         c.crawler_reclaimed = 0;
         c.outofmemory = 0;
-        self.hold_all();
         for s in 0..self.stripes.len() {
             // SAFETY: as in `stripe`: every stripe is acquired.
             unsafe { self.stripes.stripe_mut(s) }.get_hits.fill(0);

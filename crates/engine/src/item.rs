@@ -45,6 +45,18 @@ pub const GUESSED: u8 = 0b1000_0000;
 /// Largest value of the 40-bit CAS field.
 pub const CAS_MASK: u64 = (1 << 40) - 1;
 
+/// Issue the next CAS unique from the shared counter: unique across
+/// threads (never 0, wrapping after 2^40 like the field).
+#[inline]
+pub fn next_cas(counter: &std::sync::atomic::AtomicU64) -> u64 {
+    loop {
+        let cas = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & CAS_MASK;
+        if cas != 0 {
+            return cas;
+        }
+    }
+}
+
 /// The 16-bit value length field's marker for a length stored after the header.
 pub const LONG_VALUE: u32 = 0xffff;
 

@@ -113,6 +113,10 @@ pub struct Config {
     /// `-o lock_stripes=N`: index stripes, each with its own lock (rounded
     /// up to a power of two, at most 4096; see `stripe`).
     pub lock_stripes: usize,
+    /// `-o in_place_sets=0|1`: a SET whose new item belongs to the slab
+    /// class of the one it replaces overwrites it in its chunk, holding
+    /// only its key's stripe (`Cache::store`; CLOCK without learned costs).
+    pub in_place_sets: bool,
 }
 
 /// Eviction within a slab class.
@@ -167,6 +171,7 @@ impl Default for Config {
             learn_costs: false,
             rebalance_tuning: rebalance::Tuning::default(),
             lock_stripes: stripe::DEFAULT_STRIPES,
+            in_place_sets: true,
         }
     }
 }

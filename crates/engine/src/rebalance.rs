@@ -266,6 +266,12 @@ impl Rebalancer {
         }
     }
 
+    /// The MRC profile's published sampling threshold, if it profiles:
+    /// stores of sampled keys must reach it (`stored`).
+    pub fn profile_gate(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicU64>> {
+        self.profile.as_ref().map(|p| p.published_threshold())
+    }
+
     /// Whether `hit` does anything (the engine skips reading the cost).
     #[inline]
     pub fn wants_hits(&self) -> bool {

@@ -257,28 +257,29 @@ impl Slabs {
         u16::from_le_bytes([lo, hi])
     }
 
-    /// Header bytes `range` of the item at `loc` that only a holder of the
-    /// engine lock and the item's stripe writes (not bytes 5, 7 or 13).
+    /// Header byte `at` of the linked item at `loc`, which nobody changes
+    /// while it is linked (the key length, the cost: `crate::stripe`).
     #[inline]
-    fn header_bytes<const N: usize>(&self, loc: u64, at: usize) -> [u8; N] {
-        debug_assert!([5, 7, 13].iter().all(|&b| b < at || b >= at + N));
+    fn fixed_byte(&self, loc: u64, at: usize) -> u8 {
+        debug_assert!(at == 6 || at == 12);
         let (p, start, _) = self.place(loc);
-        // SAFETY: under the engine lock nobody else writes these bytes (a
-        // GET writes only bytes 5, 7 and 13, excluded above).
-        let b = unsafe { self.arena.bytes(p, start + at, N) };
-        b.try_into().expect("N bytes")
+        // SAFETY: written only before the item is linked (above).
+        unsafe { self.arena.bytes(p, start + at, 1)[0] }
     }
 
-    /// The expiry of the item at `loc`, without its stripe.
+    /// The expiry of the item at `loc`, without its stripe (read
+    /// atomically: an in-place SET may be rewriting it). Read it again
+    /// with the stripe before acting on it.
     #[inline]
     pub fn exptime(&self, loc: u64) -> u32 {
-        u32::from_le_bytes(self.header_bytes(loc, 8))
+        let (p, start, _) = self.place(loc);
+        self.arena.load_u32(p, start + 8)
     }
 
     /// The cost byte of the item at `loc`, without its stripe.
     #[inline]
     pub fn cost_code(&self, loc: u64) -> u8 {
-        self.header_bytes::<1>(loc, 6)[0]
+        self.fixed_byte(loc, 6)
     }
 
     /// The key of the live item at `loc`, without its stripe: a linked
@@ -286,9 +287,9 @@ impl Slabs {
     /// engine lock's holder.
     pub fn key_of(&self, loc: u64) -> &[u8] {
         let (p, start, _) = self.place(loc);
-        let [klen] = self.header_bytes::<1>(loc, 12);
-        let [v0, v1] = self.header_bytes::<2>(loc, 14);
-        let ext = if u16::from_le_bytes([v0, v1]) == item::LONG_VALUE as u16 {
+        let klen = self.fixed_byte(loc, 12);
+        // An in-place SET may change the length, but not whether it is long.
+        let ext = if self.arena.load_u16(p, start + 14) == item::LONG_VALUE as u16 {
             4
         } else {
             0

@@ -1,43 +1,55 @@
 //! Index stripes and the engine's lock protocol (issue 10).
 //!
 //! The index is split into stripes chosen by a remix of the key's hash (the
-//! index itself routes by the hash's top bits). Two kinds of lock exist on
-//! the request path:
+//! index itself routes by the hash's top bits). Three kinds of lock exist
+//! on the request path:
 //!
 //! - the **engine lock** (`crate::Cache`'s mutex around [`crate::Engine`]):
 //!   slabs, eviction policy, rebalancer, page moves, counters. Every change
-//!   to the cache takes it, and only its holder ever *writes* a stripe;
-//! - each stripe's **reader-writer lock**, distributed: a GET
+//!   to the index (insert, remove, move) and every allocation takes it;
+//! - each stripe's **writer flag**, raised by one writer at a time
+//!   ([`Stripes::acquire`]): the engine lock's holder for the stripes its
+//!   operation touches, or a SET that rewrites an item in place without
+//!   the engine lock ([`Stripes::write`], `crate::Cache::store`);
+//! - each stripe's **reader lock**, distributed: a GET
 //!   ([`crate::Cache::get`]) announces "reading stripe s" in a slot of its
 //!   own thread ([`Stripes::read`]), checks that no writer holds the stripe,
-//!   reads, and clears its slot. The engine takes a stripe for writing
-//!   ([`Stripes::acquire`]) by raising the stripe's writer flag and waiting
+//!   reads, and clears its slot. A writer raises the stripe's flag and waits
 //!   until no reader slot names the stripe. A GET therefore writes only its
 //!   thread's slot line (never shared with another core) and, at most once
 //!   per CLOCK revolution or second, its item's access byte and time: the
 //!   issue's "a hit writes no shared cache line except the item's own access
 //!   bit". This is the big-reader lock of Linux's brlock and of
-//!   percpu-rwsem, with one writer at a time (the engine lock's holder).
+//!   percpu-rwsem.
 //!
-//! Order: engine lock, then stripes for writing (in any order: one holder).
-//! A reader never waits for anything while it holds its slot, and a writer
-//! waits only for readers to leave, so there is no cycle.
+//! Order: engine lock, then stripes for writing (in any order: only the
+//! engine lock's holder takes more than one). An in-place SET holds one
+//! stripe and waits for nothing but readers; a reader never waits for
+//! anything while it holds its slot. So there is no cycle.
 //!
 //! What may touch an item's bytes:
-//! - written only by the engine lock's holder with the item's stripe
-//!   acquired (or while the chunk is linked in no stripe): everything, except
+//! - written only by the writer of the item's stripe (or by the engine
+//!   lock's holder while the chunk is linked in no stripe): everything,
+//!   with the exceptions below;
 //! - the access byte (bits: REF, FETCHED, ...) and the access time (bytes 5
-//!   and 13), which a GET sets while reading: everyone but the acquirer of
-//!   the stripe reads and writes them atomically
+//!   and 13), which a GET sets while reading: everyone but the writer of the
+//!   stripe reads and writes them atomically
 //!   ([`crate::arena::Arena::atomic`]), and CLOCK's hand clears REF with an
 //!   atomic AND without the stripe;
+//! - the expiry and the value length, which the engine lock's holder reads
+//!   without the stripe (CLOCK's hand, the reclaimer, finding an item's
+//!   key): an in-place SET writes them atomically, and those readers read
+//!   them so (`Arena::load_u32`, `Arena::load_u16`). Such a reader takes
+//!   the stripe and reads again before it acts on an expiry;
+//! - the key, the key length and the cost byte, which the engine lock's
+//!   holder also reads without the stripe: never changed while linked;
 //! - GD-Wheel's trailer after the item, which only the engine lock's holder
-//!   touches and a GET never reads.
+//!   touches (no in-place SET under GD-Wheel).
 //!
 //! So a GET reads a consistent item (nobody can unlink, free, move or
-//! rewrite it while it reads), and the engine, holding its lock and the
-//! stripe, has the item to itself. `Slabs::chunk` checks in debug builds
-//! that the stripe of a live item is acquired (`Slabs::check_held`).
+//! rewrite it while it reads), and the writer of the stripe has its items
+//! to itself. `Slabs::chunk` checks in debug builds that the stripe of a
+//! live item is acquired (`Slabs::check_held`).
 
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -63,12 +75,57 @@ pub const DEFAULT_STRIPES: usize = 16;
 pub const MAX_READERS: usize = 128;
 
 /// One stripe: its part of the index, GET hits the engine counted in it,
-/// and the flag of its writer.
+/// the flag of its writer and what in-place SETs left for the engine.
 #[repr(align(128))]
 struct Part {
     writer: AtomicBool,
     stripe: UnsafeCell<Stripe>,
+    pending: Pending,
 }
+
+/// Counter changes of in-place SETs (`crate::Cache::store`), which do not
+/// hold the engine lock: written by the stripe's writer only, folded into
+/// the engine's counters when the engine next takes the stripe
+/// ([`Stripes::take_pending`]) and added to `stats` before that.
+pub struct Pending {
+    dirty: AtomicBool,
+    /// Per class: stores, and the change of the bytes requested (two's
+    /// complement).
+    sets: Box<[AtomicU64]>,
+    requested: Box<[AtomicU64]>,
+}
+
+impl Pending {
+    fn new(nclasses: usize) -> Pending {
+        let zeros = || (0..nclasses).map(|_| AtomicU64::new(0)).collect();
+        Pending {
+            dirty: AtomicBool::new(false),
+            sets: zeros(),
+            requested: zeros(),
+        }
+    }
+
+    /// One store to `class` that changed its requested bytes by `delta`.
+    /// The stripe's writer only, so no read-modify-write is needed.
+    #[inline]
+    pub fn stored(&self, class: usize, delta: i64) {
+        let (Some(n), Some(r)) = (self.sets.get(class), self.requested.get(class)) else {
+            return;
+        };
+        n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        r.store(
+            r.load(Ordering::Relaxed).wrapping_add(delta as u64),
+            Ordering::Relaxed,
+        );
+        if !self.dirty.load(Ordering::Relaxed) {
+            self.dirty.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Per class: stores and the change of requested bytes (wrapping) that the
+/// engine has not counted yet.
+pub type PendingCounts = Vec<(u64, u64)>;
 
 /// A reader's slot: 0, or 1 + the stripe it reads. On a line (two, for the
 /// adjacent-line prefetcher) of its own.
@@ -100,9 +157,11 @@ pub struct Stripes {
 }
 
 // SAFETY: `Part::stripe` is only reached through `read` (readers, shared
-// access, while no writer holds the stripe) and through the unsafe
-// `stripe_mut`/`stripe_ref`, whose callers hold the engine lock (one
-// writer) and, to write, have acquired the stripe (no reader in it).
+// access, while no writer holds the stripe), through `write` (shared
+// access, while its caller holds the writer flag) and through the unsafe
+// `stripe_mut`/`stripe_ref`, whose callers hold the engine lock (the only
+// maker of `&mut Stripe`) and, to write, have acquired the stripe (no
+// reader or other writer in it). `Part::pending` is atomics.
 unsafe impl Sync for Stripes {}
 // SAFETY: nothing in Stripes is tied to a thread.
 unsafe impl Send for Stripes {}
@@ -140,6 +199,7 @@ impl Stripes {
                         index: Index::with_capacity(expected_items / n),
                         get_hits: vec![0; nclasses].into_boxed_slice(),
                     }),
+                    pending: Pending::new(nclasses),
                 })
                 .collect(),
             slots: (0..MAX_READERS).map(|_| Slot(AtomicU32::new(0))).collect(),
@@ -172,11 +232,17 @@ impl Stripes {
         self.shift
     }
 
-    /// Memory of the reader slots and their hit counters.
+    /// Memory of the stripes' headers, the reader slots and the counters.
     pub fn memory_bytes(&self) -> usize {
+        let pending: usize = self
+            .parts
+            .iter()
+            .map(|p| 2 * std::mem::size_of_val(&*p.pending.sets))
+            .sum();
         std::mem::size_of_val(&*self.parts)
             + std::mem::size_of_val(&*self.slots)
             + std::mem::size_of_val(&*self.hits)
+            + pending
     }
 
     /// This thread's reader slot, taken on first use; None when all are.
@@ -229,10 +295,20 @@ impl Stripes {
         }
     }
 
-    /// Take stripe `s` for writing: raise its flag, wait for its readers.
-    /// The engine lock's holder only (one writer at a time).
+    /// Take stripe `s` for writing: raise its flag (waiting for the writer
+    /// before, if any), then wait for its readers. Any number of
+    /// stripes for the engine lock's holder, one for anyone else.
     pub(crate) fn acquire(&self, s: usize) {
-        self.parts[s].writer.store(true, Ordering::SeqCst);
+        let writer = &self.parts[s].writer;
+        let mut spins = 0;
+        while writer
+            .compare_exchange_weak(false, true, Ordering::SeqCst, Ordering::Relaxed)
+            .is_err()
+        {
+            while writer.load(Ordering::Relaxed) {
+                backoff(&mut spins);
+            }
+        }
         let n = self.taken.load(Ordering::SeqCst).min(MAX_READERS);
         let want = s as u32 + 1;
         for slot in &self.slots[..n] {
@@ -243,16 +319,56 @@ impl Stripes {
         }
     }
 
-    /// Let readers into stripe `s` again (after `acquire`).
+    /// Let readers and writers into stripe `s` again (after `acquire`).
     pub(crate) fn release(&self, s: usize) {
         self.parts[s].writer.store(false, Ordering::Release);
+    }
+
+    /// Write stripe `s` without the engine lock: the in-place SET
+    /// (`crate::Cache::store`), which must not hold the engine lock.
+    pub(crate) fn write(&self, s: usize) -> WriteGuard<'_> {
+        self.acquire(s);
+        WriteGuard { stripes: self, s }
+    }
+
+    /// The counter changes in-place SETs left in stripe `s`, zeroed; None
+    /// if there are none. The caller has acquired `s`.
+    pub(crate) fn take_pending(&self, s: usize) -> Option<PendingCounts> {
+        let p = &self.parts[s].pending;
+        if !p.dirty.load(Ordering::Relaxed) {
+            return None;
+        }
+        p.dirty.store(false, Ordering::Relaxed);
+        Some(
+            p.sets
+                .iter()
+                .zip(&*p.requested)
+                .map(|(n, r)| (n.swap(0, Ordering::Relaxed), r.swap(0, Ordering::Relaxed)))
+                .collect(),
+        )
+    }
+
+    /// Every stripe's pending counter changes, summed by class, as they
+    /// are now (for `stats`; the engine counts them for good later).
+    pub fn pending_sum(&self, nclasses: usize) -> PendingCounts {
+        let mut sum = vec![(0u64, 0u64); nclasses];
+        for p in self.parts.iter().map(|p| &p.pending) {
+            if !p.dirty.load(Ordering::Relaxed) {
+                continue;
+            }
+            for (c, (n, r)) in sum.iter_mut().zip(p.sets.iter().zip(&*p.requested)) {
+                c.0 += n.load(Ordering::Relaxed);
+                c.1 = c.1.wrapping_add(r.load(Ordering::Relaxed));
+            }
+        }
+        sum
     }
 
     /// Stripe `s`, to change.
     ///
     /// # Safety
     /// The caller holds the engine lock, has acquired `s` and holds no
-    /// other reference to it.
+    /// other reference to it (in-place SETs never make a `&mut Stripe`).
     #[allow(clippy::mut_from_ref)]
     #[inline]
     pub(crate) unsafe fn stripe_mut(&self, s: usize) -> &mut Stripe {
@@ -265,7 +381,8 @@ impl Stripes {
     ///
     /// # Safety
     /// The caller holds the engine lock (so nobody writes the stripe unless
-    /// through this caller, which holds no `stripe_mut` of it meanwhile).
+    /// through this caller, which holds no `stripe_mut` of it meanwhile;
+    /// in-place SETs only read the `Stripe`).
     #[inline]
     pub(crate) unsafe fn stripe_ref(&self, s: usize) -> &Stripe {
         // SAFETY: readers only read; the only writer is the caller.
@@ -330,6 +447,38 @@ impl Drop for ReadGuard<'_> {
     #[inline]
     fn drop(&mut self) {
         self.stripes.slots[self.slot].0.store(0, Ordering::Release);
+    }
+}
+
+/// An in-place SET's hold on a stripe: no reader, no other writer.
+pub struct WriteGuard<'a> {
+    stripes: &'a Stripes,
+    s: usize,
+}
+
+impl WriteGuard<'_> {
+    /// Where this writer leaves its counter changes.
+    #[inline]
+    pub fn pending(&self) -> &Pending {
+        &self.stripes.parts[self.s].pending
+    }
+}
+
+impl std::ops::Deref for WriteGuard<'_> {
+    type Target = Stripe;
+    #[inline]
+    fn deref(&self) -> &Stripe {
+        // SAFETY: we raised the writer flag, so the engine (the only maker
+        // of `&mut Stripe`, after raising it itself) does not change the
+        // stripe until we leave; we only read it.
+        unsafe { &*self.stripes.parts[self.s].stripe.get() }
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.stripes.release(self.s);
     }
 }
 

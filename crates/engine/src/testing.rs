@@ -717,6 +717,7 @@ fn decode_config(b: &mut Bytes) -> Option<Config> {
         // One stripe to many: the index per stripe, and the engine's
         // stripe bookkeeping (checked on every chunk access in debug).
         lock_stripes: [16, 1, 256, 4][((x ^ y) >> 3 & 3) as usize],
+        in_place_sets: (x ^ y) & 0x40 == 0,
         ..Config::default()
     })
 }

@@ -1,5 +1,6 @@
 //! The engine under threads (issue 10): GETs on the lock-free path of
-//! `Cache::get` race stores, deletes, arithmetic, touches, flushes, page
+//! `Cache::get` race stores (in place under their stripe, `Cache::store`,
+//! or through the engine), deletes, arithmetic, touches, flushes, page
 //! moves and the maintainer. Every value names its key and length and is
 //! filled with a byte derived from both, so a GET that read a chunk being
 //! reused, moved or half written would return a value that does not check
@@ -64,6 +65,13 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
         eviction,
         rebalance,
         lock_stripes: stripes,
+        // A sample table this small makes the MRC profile sample few keys
+        // (it samples all of them while they fit): the others take the
+        // lock-free paths.
+        rebalance_tuning: cachalot_engine::rebalance::Tuning {
+            mrc_bytes: 16 << 10,
+            ..Default::default()
+        },
         ..Config::default()
     };
     let clock = Arc::new(Clock::new());
@@ -71,6 +79,7 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
     let stop = Arc::new(AtomicBool::new(false));
     let bad = Arc::new(AtomicU64::new(0));
     let hits = Arc::new(AtomicU64::new(0));
+    let in_place = Arc::new(AtomicU64::new(0));
     let maintainer = {
         let (cache, stop, clock) = (cache.clone(), stop.clone(), clock.clone());
         std::thread::spawn(move || {
@@ -89,6 +98,7 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
     let workers: Vec<_> = (0..4u64)
         .map(|t| {
             let (cache, bad, hits) = (cache.clone(), bad.clone(), hits.clone());
+            let in_place = in_place.clone();
             let clock = clock.clone();
             std::thread::spawn(move || {
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t + 1) * 0x1234_5678));
@@ -125,10 +135,12 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
                             });
                         }
                         75..=91 => {
-                            // Sizes over many classes, some chained.
+                            // Sizes over many classes, some chained; a third
+                            // near one size, which SETs rewrite in place.
                             let len = match rng.next() % 64 {
                                 0 => 300_000 + (rng.next() % 300_000) as usize,
                                 1..=15 => 1000 + (rng.next() % 20_000) as usize,
+                                16..=36 => 100 + (rng.next() % 4) as usize,
                                 _ => 20 + (rng.next() % 400) as usize,
                             };
                             let mut s = Store::set(&kb, &[]);
@@ -137,7 +149,14 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
                             if rng.next().is_multiple_of(8) {
                                 s.expiry = Expiry::At(clock.now() + 2);
                             }
-                            cache.lock().store(&s);
+                            match cache.try_store(&s) {
+                                Some(_) => {
+                                    in_place.fetch_add(1, Ordering::Relaxed);
+                                }
+                                None => {
+                                    cache.lock().store(&s);
+                                }
+                            }
                         }
                         92..=95 => {
                             cache.lock().delete(&kb, 0);
@@ -187,6 +206,13 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
         hits.load(Ordering::Relaxed) > 1000,
         "{eviction:?}: GETs hit"
     );
+    // Only CLOCK without learned costs rewrites in place.
+    assert_eq!(
+        in_place.load(Ordering::Relaxed) > 100,
+        eviction == EvictionPolicy::Lru,
+        "{eviction:?}: SETs in place: {}",
+        in_place.load(Ordering::Relaxed)
+    );
     let mut e = cache.lock();
     e.validate();
     let s = e.stats();
@@ -201,6 +227,11 @@ fn gets_race_everything_else_under_clock() {
 }
 
 #[test]
+fn gets_race_everything_else_under_clock_without_a_profile() {
+    run(EvictionPolicy::Lru, RebalancePolicy::Memcached, 256);
+}
+
+#[test]
 fn gets_race_everything_else_under_lazy_gdwheel() {
     run(EvictionPolicy::GdWheelLazy, RebalancePolicy::CostPerByte, 4);
 }
@@ -209,4 +240,55 @@ fn gets_race_everything_else_under_lazy_gdwheel() {
 fn gets_race_everything_else_with_locked_hits() {
     // Eager GD-Wheel and SAS: every GET takes the engine lock.
     run(EvictionPolicy::GdWheel, RebalancePolicy::Sas, 1);
+}
+
+/// In-place SETs of a few hot keys race GETs of them: values of several
+/// lengths within one class, long enough that a copy takes a while, so a
+/// GET that read an item being rewritten would see a value that does not
+/// check out.
+#[test]
+fn in_place_sets_are_never_read_half_written() {
+    let config = Config {
+        memory_limit: 8 << 20,
+        rebalance: RebalancePolicy::Off,
+        ..Config::default()
+    };
+    let cache = Arc::new(Cache::new(config, Arc::new(Clock::new())).unwrap());
+    for k in 0..4 {
+        cache.store(&Store::set(&key(k), &value(k, 3000)));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (cache, stop) = (cache.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let (mut bad, mut hits) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    for k in 0..4 {
+                        cache.get(&key(k), Lookup::GET, |item| {
+                            let item = item.expect("never evicted");
+                            hits += 1;
+                            bad += u64::from(!check(k, &item.value.to_vec()));
+                        });
+                    }
+                }
+                (bad, hits)
+            })
+        })
+        .collect();
+    let mut in_place = 0u64;
+    for i in 0..100_000u64 {
+        let k = i % 4;
+        let v = value(k, 3000 + (i * 7 % 8) as usize);
+        in_place += u64::from(cache.try_store(&Store::set(&key(k), &v)).is_some());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (bad, hits) = readers
+        .into_iter()
+        .map(|r| r.join().unwrap())
+        .fold((0, 0), |(b, h), (b2, h2)| (b + b2, h + h2));
+    assert_eq!(in_place, 100_000, "all in place");
+    assert!(hits > 1000, "{hits} GETs");
+    assert_eq!(bad, 0, "half-written values read ({hits} GETs)");
+    cache.lock().validate();
 }

@@ -151,6 +151,8 @@ pub struct Report {
     pub batch: usize,
     pub prefetch: bool,
     pub locked_gets: bool,
+    /// `--in-place-sets` (SETs may rewrite their item under its stripe).
+    pub in_place_sets: bool,
     pub lock: LockReport,
 }
 
@@ -165,6 +167,11 @@ pub struct LockReport {
     pub stripe_gets_timed: u64,
     pub stripe_get_p50_ns: u64,
     pub stripe_get_p99_ns: u64,
+    /// SETs done in place under their stripe only (`Cache::try_store`),
+    /// and each attempt's time (the failed ones then took the engine lock).
+    pub in_place_sets: u64,
+    pub stripe_set_p50_ns: u64,
+    pub stripe_set_p99_ns: u64,
     /// Acquisitions by the maintainer thread (one per maintain slice).
     pub maintainer_acquisitions: u64,
     pub maintainer_hold_max_ns: u64,
@@ -203,6 +210,10 @@ struct LockUse {
     wait: Histogram<u64>,
     /// Lock-free GET calls (`Cache::get`), timed.
     stripe_get: Histogram<u64>,
+    /// In-place SET attempts (`Cache::try_store`), timed, and how many
+    /// succeeded (the others took the engine lock).
+    stripe_set: Histogram<u64>,
+    in_place_sets: u64,
 }
 
 impl LockUse {
@@ -213,6 +224,8 @@ impl LockUse {
             hold: metrics::histogram(3),
             wait: metrics::histogram(3),
             stripe_get: metrics::histogram(3),
+            stripe_set: metrics::histogram(3),
+            in_place_sets: 0,
         }
     }
 }
@@ -235,16 +248,15 @@ fn locked<R>(cache: &Cache, lu: &mut LockUse, f: impl FnOnce(&mut Engine) -> R) 
     r
 }
 
-/// `f` outside the engine lock, timed if asked.
+/// `f` outside the engine lock, timed into `hist` if `timed`.
 #[inline(always)]
-fn unlocked<R>(lu: &mut LockUse, f: impl FnOnce() -> R) -> R {
-    if !lu.timed {
+fn unlocked<R>(timed: bool, hist: &mut Histogram<u64>, f: impl FnOnce() -> R) -> R {
+    if !timed {
         return f();
     }
     let t0 = Instant::now();
     let r = f();
-    lu.stripe_get
-        .saturating_record(t0.elapsed().as_nanos() as u64);
+    hist.saturating_record(t0.elapsed().as_nanos() as u64);
     r
 }
 
@@ -265,7 +277,9 @@ fn get(cache: &Cache, key: &[u8], locked_gets: bool, out: &mut Vec<u8>, lu: &mut
     if locked_gets {
         locked(cache, lu, |e| copy(e.get(key)))
     } else {
-        unlocked(lu, || cache.get(key, Lookup::GET, copy))
+        unlocked(lu.timed, &mut lu.stripe_get, || {
+            cache.get(key, Lookup::GET, copy)
+        })
     }
 }
 
@@ -279,7 +293,7 @@ fn mget(cache: &Cache, batch: &[Vec<u8>], plan: &Plan, out: &mut Vec<u8>, lu: &m
     out.clear();
     let mut hits = 0;
     if !plan.locked_gets {
-        unlocked(lu, || {
+        unlocked(lu.timed, &mut lu.stripe_get, || {
             cache.get_batch(keys, Lookup::GET, |_, _, item| {
                 if let Some(item) = item {
                     item.value.copy_to(out);
@@ -311,12 +325,19 @@ fn mget(cache: &Cache, batch: &[Vec<u8>], plan: &Plan, out: &mut Vec<u8>, lu: &m
     hits
 }
 
-/// One SET as the server's text protocol does it: `fits` (no lock), then
-/// `store`.
+/// One SET as the server's text protocol does it (`Cache::store`): `fits`
+/// (no lock), the in-place rewrite under the key's stripe if it can be,
+/// else `store` under the engine lock.
 #[inline(never)]
 fn set(cache: &Cache, key: &[u8], value: &[u8], lu: &mut LockUse) {
     if cache.fits(key.len(), value.len(), 0) {
-        locked(cache, lu, |e| e.store(&Store::set(key, value)));
+        let req = Store::set(key, value);
+        match unlocked(lu.timed, &mut lu.stripe_set, || cache.try_store(&req)) {
+            Some(_) => lu.in_place_sets += 1,
+            None => {
+                locked(cache, lu, |e| e.store(&req));
+            }
+        }
     }
 }
 
@@ -541,6 +562,8 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
         let _ = lock.hold.add(&r.lock.hold);
         let _ = lock.wait.add(&r.lock.wait);
         let _ = lock.stripe_get.add(&r.lock.stripe_get);
+        let _ = lock.stripe_set.add(&r.lock.stripe_set);
+        lock.in_place_sets += r.lock.in_place_sets;
     }
     let sum = |f: fn(&WorkerResult) -> u64| results.iter().map(f).sum::<u64>();
     let (ops, gets, hits, sets) = (
@@ -583,12 +606,16 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
         batch: a.batch,
         prefetch: a.prefetch,
         locked_gets: a.locked_gets,
+        in_place_sets: a.engine.in_place_sets,
         anon_huge_mb: anon_huge_kb().map(|kb| kb >> 10),
         lock: LockReport {
             request_acquisitions: lock.acquisitions,
             stripe_gets_timed: lock.stripe_get.len(),
             stripe_get_p50_ns: lock.stripe_get.value_at_quantile(0.5),
             stripe_get_p99_ns: lock.stripe_get.value_at_quantile(0.99),
+            in_place_sets: lock.in_place_sets,
+            stripe_set_p50_ns: lock.stripe_set.value_at_quantile(0.5),
+            stripe_set_p99_ns: lock.stripe_set.value_at_quantile(0.99),
             maintainer_acquisitions: maint.0,
             maintainer_hold_max_ns: maint.1.as_nanos() as u64,
             maintainer_hold_total_ns: maint.2.as_nanos() as u64,
@@ -666,6 +693,13 @@ pub fn format_report(r: &Report) -> String {
             format!(
                 "{} / {} ns ({} timed)",
                 l.stripe_get_p50_ns, l.stripe_get_p99_ns, l.stripe_gets_timed
+            ),
+        ],
+        vec![
+            "SETs in place (stripe only), attempt p50 / p99".into(),
+            format!(
+                "{} of {}, {} / {} ns",
+                l.in_place_sets, r.sets, l.stripe_set_p50_ns, l.stripe_set_p99_ns
             ),
         ],
         vec![

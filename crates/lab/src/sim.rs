@@ -112,6 +112,10 @@ pub struct EngineArgs {
     /// -o lock_stripes=: index stripes (a power of two).
     #[arg(long, default_value_t = Config::default().lock_stripes)]
     pub lock_stripes: usize,
+    /// -o in_place_sets=: a SET of an item of the same class overwrites it
+    /// in place (true/false).
+    #[arg(long, default_value_t = Config::default().in_place_sets, action = clap::ArgAction::Set)]
+    pub in_place_sets: bool,
 }
 
 fn parse_sas_rule(s: &str) -> Result<SasRule, String> {
@@ -152,6 +156,7 @@ impl EngineArgs {
             rebalance: self.rebalance,
             hugepages: self.hugepages,
             lock_stripes: self.lock_stripes,
+            in_place_sets: self.in_place_sets,
             rebalance_tuning: Tuning {
                 sas_misses: self.sas_misses,
                 sas_decay: self.sas_decay,

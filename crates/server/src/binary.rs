@@ -430,7 +430,7 @@ impl BinaryHandler {
         } else {
             mode
         };
-        let outcome = ctx.cache.lock().store(&Store {
+        let outcome = ctx.cache.store(&Store {
             key,
             value,
             flags,

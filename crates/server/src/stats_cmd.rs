@@ -384,6 +384,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "learn_costs", yes_no(ec.learn_costs));
     stat(out, "hugepages", yes_no(ec.hugepages || ec.prealloc));
     stat(out, "lock_stripes", ec.lock_stripes);
+    stat(out, "in_place_sets", yes_no(ec.in_place_sets));
     stat(out, "rebalance", ec.rebalance.name());
     stat(
         out,

@@ -654,26 +654,24 @@ fn store(ctx: &Ctx<'_>, req: &StoreLine<'_>, after: &[u8], out: &mut Vec<u8>) ->
         invalidate: false,
     };
     let is_cas = req.kind == StoreKind::Cas;
-    let outcome = {
+    let outcome = if is_cas && req.cas_unique == 0 {
+        // The engine reads cas 0 as "no check"; memcached compares it with
+        // the item's CAS, which is never 0 unless CAS is disabled (-C).
         let mut engine = ctx.cache.lock();
-        if is_cas && req.cas_unique == 0 {
-            // The engine reads cas 0 as "no check"; memcached compares it with
-            // the item's CAS, which is never 0 unless CAS is disabled (-C).
-            if engine.config().cas_enabled {
-                match engine.lookup(req.key, Lookup::PEEK) {
-                    Some(_) => StoreOutcome::Exists,
-                    None => StoreOutcome::NotFound,
-                }
-            } else {
-                store.mode = StoreMode::Replace;
-                match engine.store(&store) {
-                    StoreOutcome::NotStored => StoreOutcome::NotFound,
-                    other => other,
-                }
+        if engine.config().cas_enabled {
+            match engine.lookup(req.key, Lookup::PEEK) {
+                Some(_) => StoreOutcome::Exists,
+                None => StoreOutcome::NotFound,
             }
         } else {
-            engine.store(&store)
+            store.mode = StoreMode::Replace;
+            match engine.store(&store) {
+                StoreOutcome::NotStored => StoreOutcome::NotFound,
+                other => other,
+            }
         }
+    } else {
+        ctx.cache.store(&store)
     };
     let s = ctx.stats;
     let msg = match outcome {

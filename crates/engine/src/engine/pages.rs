@@ -414,6 +414,11 @@ impl Engine {
                     self.unlink(v);
                     self.slabs.free(v);
                 }
+                // Renewed in place since the policy looked (`Engine::alloc`).
+                Victim::Expired(v) if !self.still_expired(v, now) => {
+                    self.evict_victim(v, class, now);
+                    return Rescue::Chunk(v);
+                }
                 Victim::Expired(v) => {
                     self.unlink(v);
                     self.counters.reclaimed += 1;

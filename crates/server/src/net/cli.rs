@@ -731,6 +731,17 @@ fn extended(
                 }
                 s.engine.lock_stripes = n.next_power_of_two();
             }
+            // Issue 10: SETs that overwrite their item in place (stripe only).
+            "in_place_sets" => {
+                s.engine.in_place_sets = match value {
+                    None | Some("1") => true,
+                    Some("0") => false,
+                    Some(_) => {
+                        return Err(CliError::new(EXIT_FAILURE, "in_place_sets must be 0 or 1"))
+                    }
+                }
+            }
+            "no_in_place_sets" => s.engine.in_place_sets = false,
             // Issue 4: how pages move between slab classes (docs/cost.md,
             // "Rebalancing"); `memcached` is slab_automove's rule.
             "rebalance" => match value {
@@ -873,6 +884,9 @@ pub fn usage() -> String {
                           (madvise; ignored where the kernel has none)
    - lock_stripes:        index stripes, each with its own reader-writer lock
                           (a power of two up to 4096; default 16)
+   - in_place_sets:       1 (default) or 0: a SET whose item stays in its slab
+                          class overwrites the old one in place, holding only
+                          its key's stripe (CLOCK eviction without learn_costs)
    - rebalance:           how pages move between slab classes: off, memcached
                           (slab_automove's rule), sas (towards capacity misses),
                           cost-per-byte or mrc (default: towards the optimum of
@@ -1212,6 +1226,18 @@ mod tests {
         assert_eq!(
             err(&["-o", "lock_stripes=0"]).message,
             "lock_stripes must be between 1 and 4096"
+        );
+    }
+
+    #[test]
+    fn in_place_sets_option() {
+        let (s, _) = run(&[]).unwrap();
+        assert!(s.engine.in_place_sets);
+        let (s, _) = run(&["-o", "in_place_sets=0"]).unwrap();
+        assert!(!s.engine.in_place_sets);
+        assert_eq!(
+            err(&["-o", "in_place_sets=2"]).message,
+            "in_place_sets must be 0 or 1"
         );
     }
 
