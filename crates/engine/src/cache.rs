@@ -18,6 +18,8 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
+
 use crate::arena::Arena;
 use crate::chain::Value;
 use crate::engine::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome, LOOKUP_BATCH};
@@ -33,7 +35,7 @@ pub(crate) struct Shared {
     pub stripes: Arc<Stripes>,
     pub chunk_bits: u32,
     /// A pending delayed flush's time (0: none).
-    pub flush_at: Arc<AtomicU32>,
+    pub flush_at: Arc<CachePadded<AtomicU32>>,
     pub gate: HitGate,
     /// Every hit needs the engine (eager GD-Wheel re-queues the item).
     pub locked_hits: bool,
@@ -48,7 +50,7 @@ pub(crate) struct Shared {
     pub store_gate: Option<Arc<AtomicU64>>,
     /// Chunk size of each class.
     pub class_sizes: Box<[u32]>,
-    pub cas_counter: Arc<AtomicU64>,
+    pub cas_counter: Arc<CachePadded<AtomicU64>>,
 }
 
 /// An item's header as a GET under its stripe reads it: `buf` holds the

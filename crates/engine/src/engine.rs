@@ -9,6 +9,8 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
+
 mod pages;
 
 use crate::chain::{self, Value};
@@ -217,10 +219,10 @@ pub struct Engine {
     index_bytes: usize,
     memory_limit: usize,
     /// The next CAS unique, shared with in-place SETs (`crate::Cache`).
-    cas_counter: Arc<AtomicU64>,
+    cas_counter: Arc<CachePadded<AtomicU64>>,
     pending_flush: Option<RelTime>,
     /// `pending_flush` for the GET path outside the lock (0: none).
-    flush_at: Arc<AtomicU32>,
+    flush_at: Arc<CachePadded<AtomicU32>>,
     counters: Counters,
     /// Background reclaimer position: (page number, chunk).
     reclaim_at: (usize, u32),
@@ -328,9 +330,9 @@ impl Engine {
             held_list: Vec::new(),
             stripes,
             index_bytes: 0,
-            cas_counter: Arc::new(AtomicU64::new(1)),
+            cas_counter: Arc::new(CachePadded::new(AtomicU64::new(1))),
             pending_flush: None,
-            flush_at: Arc::new(AtomicU32::new(0)),
+            flush_at: Arc::new(CachePadded::new(AtomicU32::new(0))),
             counters: Counters::default(),
             reclaim_at: (0, 0),
             scratch: Vec::new(),

@@ -339,11 +339,19 @@ impl Stripes {
             return None;
         }
         p.dirty.store(false, Ordering::Relaxed);
+        // Only the classes stored to are written back (no other writer now).
+        let take = |a: &AtomicU64| match a.load(Ordering::Relaxed) {
+            0 => 0,
+            v => {
+                a.store(0, Ordering::Relaxed);
+                v
+            }
+        };
         Some(
             p.sets
                 .iter()
                 .zip(&*p.requested)
-                .map(|(n, r)| (n.swap(0, Ordering::Relaxed), r.swap(0, Ordering::Relaxed)))
+                .map(|(n, r)| (take(n), take(r)))
                 .collect(),
         )
     }
