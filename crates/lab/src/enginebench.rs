@@ -95,6 +95,11 @@ pub struct EngineBenchArgs {
     /// Set every key once before timing (split over the worker threads).
     #[arg(long)]
     pub warm: bool,
+    /// With --warm: set the keys in popularity order (the most popular
+    /// first), so the hot items share pages: what perfect hot/cold
+    /// placement across pages could give (an experiment, not a policy).
+    #[arg(long, requires = "warm")]
+    pub hot_first: bool,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Requests each worker draws in advance and cycles through.
@@ -462,14 +467,19 @@ fn maintainer(cache: &Cache, stop: &AtomicBool) -> (u64, Duration, Duration) {
     (n, max, total)
 }
 
-/// Set every key once, the ids split over `threads` threads.
-fn prefill(cache: &Cache, plan: &Plan, threads: usize) {
+/// Set every key once, the ids (or with `hot_first` the popularity ranks)
+/// split over `threads` threads.
+fn prefill(cache: &Cache, plan: &Plan, threads: usize, hot_first: bool) {
     std::thread::scope(|s| {
         for t in 0..threads {
             s.spawn(move || {
                 let mut key = Vec::with_capacity(plan.key_len);
                 let mut lock = LockUse::new();
-                for id in (t as u64..plan.items).step_by(threads) {
+                for i in (t as u64..plan.items).step_by(threads) {
+                    let id = match hot_first {
+                        true => u64::from(key_id(i + 1, plan.items)),
+                        false => i,
+                    };
                     key_bytes(id, plan.key_len, &mut key);
                     set(cache, &key, &plan.value, &mut lock);
                 }
@@ -518,7 +528,7 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
 
     let t = Instant::now();
     if a.warm {
-        prefill(&cache, &plan, a.threads);
+        prefill(&cache, &plan, a.threads, a.hot_first);
     }
     let prefill_s = t.elapsed().as_secs_f64();
 
