@@ -142,5 +142,34 @@ pub fn report(pair: &Pair, seq: &Seq, diff: &Difference) -> String {
             exec::show(&d.cachalot, 2000)
         ));
     }
+    // Eviction differs by design: if either server evicted, say so.
+    for (name, addr) in [
+        ("memcached", pair.memcached.addr()),
+        ("cachalot", pair.cachalot.addr()),
+    ] {
+        s.push_str(&format!("{name} stats: {}\n", memory_stats(addr)));
+    }
     s
+}
+
+/// `curr_items`, `bytes`, `evictions` and `limit_maxbytes` of a server.
+fn memory_stats(addr: std::net::SocketAddr) -> String {
+    use std::io::Write;
+    let Ok(mut c) = std::net::TcpStream::connect(addr) else {
+        return "unreachable".into();
+    };
+    if c.write_all(b"stats\r\n").is_err() {
+        return "unreachable".into();
+    }
+    let reply = common::read_until(&mut c, b"END\r\n");
+    String::from_utf8_lossy(&reply)
+        .lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .filter(|l| {
+            ["curr_items ", "bytes ", "evictions ", "limit_maxbytes "]
+                .iter()
+                .any(|k| l.starts_with(k))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
