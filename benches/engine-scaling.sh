@@ -57,12 +57,12 @@ median() {
 
 threads() {
     local run t ratio path
-    echo "command: cachalot-lab engine-bench --warm --duration $DURATION -m 64 --dataset 32 --zipf 0.99 --get-ratio R --threads T [--in-place-sets false [--locked-gets]]"
+    echo "command: cachalot-lab engine-bench --warm --duration $DURATION -m 64 --dataset 32 --zipf 0.99 --get-ratio R --threads T --in-place-sets true|false [--locked-gets]"
     for run in $(seq "$REPEAT"); do
         for ratio in $GET_RATIOS; do
             for t in 1 2 4 8; do
                 for path in inplace stripes locked; do
-                    local extra=()
+                    local extra=(--in-place-sets true)
                     case $path in
                         stripes) extra=(--in-place-sets false) ;;
                         locked) extra=(--in-place-sets false --locked-gets) ;;

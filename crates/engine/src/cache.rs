@@ -532,6 +532,7 @@ mod tests {
         let config = Config {
             memory_limit: 8 << 20,
             rebalance,
+            in_place_sets: true,
             ..Config::default()
         };
         Cache::new(config, Arc::new(Clock::new())).unwrap()

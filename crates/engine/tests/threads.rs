@@ -65,6 +65,7 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
         eviction,
         rebalance,
         lock_stripes: stripes,
+        in_place_sets: true,
         // A sample table this small makes the MRC profile sample few keys
         // (it samples all of them while they fit): the others take the
         // lock-free paths.
@@ -251,6 +252,7 @@ fn in_place_sets_are_never_read_half_written() {
     let config = Config {
         memory_limit: 8 << 20,
         rebalance: RebalancePolicy::Off,
+        in_place_sets: true,
         ..Config::default()
     };
     let cache = Arc::new(Cache::new(config, Arc::new(Clock::new())).unwrap());

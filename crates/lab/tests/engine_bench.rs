@@ -81,8 +81,9 @@ fn check(r: &Report) {
 
 #[test]
 fn a_timed_run_reports_sane_figures() {
-    let r = run(&["--duration", "0.5"]);
+    let r = run(&["--duration", "0.5", "--in-place-sets", "true"]);
     check(&r);
+    assert!(r.lock.in_place_sets > 0, "{r:?}");
     assert!(r.elapsed_s >= 0.4 && r.elapsed_s < 3.0, "{r:?}");
     assert!(r.sets > 0, "a 0.9 get ratio gave no SETs: {r:?}");
 }

@@ -142,7 +142,8 @@ pub fn report(pair: &Pair, seq: &Seq, diff: &Difference) -> String {
             exec::show(&d.cachalot, 2000)
         ));
     }
-    // Eviction differs by design: if either server evicted, say so.
+    // Eviction differs by design: if either server evicted (or moved a
+    // page, which may evict), say so.
     for (name, addr) in [
         ("memcached", pair.memcached.addr()),
         ("cachalot", pair.cachalot.addr()),
@@ -152,7 +153,8 @@ pub fn report(pair: &Pair, seq: &Seq, diff: &Difference) -> String {
     s
 }
 
-/// `curr_items`, `bytes`, `evictions` and `limit_maxbytes` of a server.
+/// What a server holds and what it let go of (items, bytes, evictions,
+/// reclaims, page moves and what they evicted, the memory limit).
 fn memory_stats(addr: std::net::SocketAddr) -> String {
     use std::io::Write;
     let Ok(mut c) = std::net::TcpStream::connect(addr) else {
@@ -166,7 +168,16 @@ fn memory_stats(addr: std::net::SocketAddr) -> String {
         .lines()
         .filter_map(|l| l.strip_prefix("STAT "))
         .filter(|l| {
-            ["curr_items ", "bytes ", "evictions ", "limit_maxbytes "]
+            [
+                "curr_items ",
+                "bytes ",
+                "evictions ",
+                "reclaimed ",
+                "expired_unfetched ",
+                "slabs_moved ",
+                "slab_reassign_evictions_nomem ",
+                "limit_maxbytes ",
+            ]
                 .iter()
                 .any(|k| l.starts_with(k))
         })
