@@ -178,8 +178,8 @@ fn memory_stats(addr: std::net::SocketAddr) -> String {
                 "slab_reassign_evictions_nomem ",
                 "limit_maxbytes ",
             ]
-                .iter()
-                .any(|k| l.starts_with(k))
+            .iter()
+            .any(|k| l.starts_with(k))
         })
         .collect::<Vec<_>>()
         .join(", ")
