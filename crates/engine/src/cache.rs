@@ -26,7 +26,7 @@ use crate::engine::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome, LOO
 use crate::rebalance::profile::is_sampled;
 use crate::rebalance::HitGate;
 use crate::slab::split_loc;
-use crate::stripe::{hash, Stripes};
+use crate::stripe::{hash, Stripe, Stripes};
 use crate::{item, Clock, Config, ConfigError, Engine, Expiry};
 
 /// What the GET path shares with the engine ([`Engine::shared`]).
@@ -183,6 +183,30 @@ impl Shared {
         read_head(&self.arena, self.chunk_bits, loc)
     }
 
+    /// The item of `key` (hash `h`) in `stripe`, which the caller holds
+    /// (reading or writing), with its header: the one read to compare the
+    /// key, so it is read once.
+    #[inline]
+    fn find(&self, stripe: &Stripe, h: u64, key: &[u8]) -> Option<(u64, Head)> {
+        let mut matched = None;
+        let loc = stripe.index.find(h, |loc| match self.head(loc) {
+            Some(head) if self.key_of(&head) == key => {
+                matched = Some(head);
+                true
+            }
+            _ => false,
+        })?;
+        Some((loc, matched?))
+    }
+
+    /// A delayed flush is due: the engine must do it before anything is
+    /// read or written.
+    #[inline]
+    fn flush_due(&self, now: u32) -> bool {
+        let flush = self.flush_at.load(Ordering::Acquire);
+        flush != 0 && flush <= now
+    }
+
     /// `len` bytes of the item of `head` from `at` (key or value).
     fn item_bytes(&self, head: &Head, at: usize, len: usize) -> &[u8] {
         // SAFETY: as in `head`: key and value bytes of a linked item are
@@ -300,8 +324,7 @@ impl Cache {
         }
         let h = hash(req.key);
         let now = self.clock.now();
-        let flush = sh.flush_at.load(Ordering::Acquire);
-        if (flush != 0 && flush <= now)
+        if sh.flush_due(now)
             || sh
                 .store_gate
                 .as_ref()
@@ -310,15 +333,7 @@ impl Cache {
             return None;
         }
         let stripe = sh.stripes.write(sh.stripes.of(h));
-        let mut matched = None;
-        stripe.index.find(h, |loc| match sh.head(loc) {
-            Some(head) if sh.key_of(&head) == req.key => {
-                matched = Some(head);
-                true
-            }
-            _ => false,
-        })?;
-        let head = matched?;
+        let (_, head) = sh.find(&stripe, h, req.key)?;
         let old = &head.header;
         if old.exptime != 0 && old.exptime <= now {
             return None;
@@ -443,8 +458,7 @@ impl Cache {
             return Err(f);
         }
         let now = self.clock.now();
-        let flush = sh.flush_at.load(Ordering::Acquire);
-        if flush != 0 && flush <= now {
+        if sh.flush_due(now) {
             return Err(f);
         }
         if let HitGate::Sampled(t) = &sh.gate {
@@ -455,16 +469,7 @@ impl Cache {
         let Some(stripe) = sh.stripes.read(sh.stripes.of(h)) else {
             return Err(f);
         };
-        // The header read to compare the key is the one used below.
-        let mut matched = None;
-        let found = stripe.index.find(h, |loc| match sh.head(loc) {
-            Some(head) if sh.key_of(&head) == key => {
-                matched = Some(head);
-                true
-            }
-            _ => false,
-        });
-        let (Some(loc), Some(head)) = (found, matched) else {
+        let Some((loc, head)) = sh.find(&stripe, h, key) else {
             if sh.learner {
                 return Err(f);
             }

@@ -551,6 +551,18 @@ fn sub_number<T: std::str::FromStr>(name: &str, value: Option<&str>) -> Result<T
         .ok_or_else(|| CliError::new(EXIT_FAILURE, format!("Invalid numeric argument for {name}")))
 }
 
+/// A `-o name` or `-o name=0|1` switch.
+fn sub_switch(name: &str, value: Option<&str>) -> Result<bool, CliError> {
+    match value {
+        None | Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(_) => Err(CliError::new(
+            EXIT_FAILURE,
+            format!("{name} must be 0 or 1"),
+        )),
+    }
+}
+
 fn sub_float(name: &str, value: Option<&str>) -> Result<f64, CliError> {
     let v = value.ok_or_else(|| {
         CliError::new(EXIT_FAILURE, format!("Missing numeric argument for {name}"))
@@ -701,24 +713,10 @@ fn extended(
                     })?
                 }
             },
-            "learn_costs" => {
-                s.engine.learn_costs = match value {
-                    None | Some("1") => true,
-                    Some("0") => false,
-                    Some(_) => {
-                        return Err(CliError::new(EXIT_FAILURE, "learn_costs must be 0 or 1"))
-                    }
-                }
-            }
+            "learn_costs" => s.engine.learn_costs = sub_switch(key, value)?,
             "no_learn_costs" => s.engine.learn_costs = false,
             // Issue 10: item pages on transparent huge pages (Cavast 6.1).
-            "hugepages" => {
-                s.engine.hugepages = match value {
-                    None | Some("1") => true,
-                    Some("0") => false,
-                    Some(_) => return Err(CliError::new(EXIT_FAILURE, "hugepages must be 0 or 1")),
-                }
-            }
+            "hugepages" => s.engine.hugepages = sub_switch(key, value)?,
             "no_hugepages" => s.engine.hugepages = false,
             // Issue 10: index stripes (the GET path's reader locks).
             "lock_stripes" => {
@@ -732,15 +730,7 @@ fn extended(
                 s.engine.lock_stripes = n.next_power_of_two();
             }
             // Issue 10: SETs that overwrite their item in place (stripe only).
-            "in_place_sets" => {
-                s.engine.in_place_sets = match value {
-                    None | Some("1") => true,
-                    Some("0") => false,
-                    Some(_) => {
-                        return Err(CliError::new(EXIT_FAILURE, "in_place_sets must be 0 or 1"))
-                    }
-                }
-            }
+            "in_place_sets" => s.engine.in_place_sets = sub_switch(key, value)?,
             "no_in_place_sets" => s.engine.in_place_sets = false,
             // Issue 4: how pages move between slab classes (docs/cost.md,
             // "Rebalancing"); `memcached` is slab_automove's rule.
