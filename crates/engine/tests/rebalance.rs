@@ -94,6 +94,45 @@ fn a_page_drains_a_bounded_number_of_chunks_per_call() {
     }
 }
 
+/// A page that leaves a class whose other pages have room loses no item,
+/// hot or cold: they all move to free chunks, as in memcached (no
+/// `slab_reassign_evictions` while the class has memory).
+#[test]
+fn a_move_loses_nothing_while_its_class_has_room() {
+    for eviction in EVICTIONS {
+        let mut e = engine(64 << 20, eviction, RebalancePolicy::Off);
+        let n = 300_000;
+        fill_small(&mut e, n);
+        assert_eq!(e.stats().evictions, 0);
+        // Every other item goes: half of each page is free.
+        for i in (0..n).step_by(2) {
+            e.delete(&key("s", i), 0);
+        }
+        let src = busiest(&e);
+        let before = pages(&e, src);
+        assert!(before >= 3, "{before}");
+        let items = e.stats().curr_items;
+        assert_eq!(
+            e.slabs_reassign(src as i32, src as i32 + 5),
+            ReassignOutcome::Ok
+        );
+        e.validate();
+        let s = e.stats();
+        assert_eq!(pages(&e, src), before - 1);
+        assert_eq!(
+            (s.curr_items, s.slab_reassign_evictions),
+            (items, 0),
+            "{eviction:?}"
+        );
+        assert!(s.slab_reassign_rescues > 0);
+        let missing = (1..n)
+            .step_by(2)
+            .filter(|&i| e.get(&key("s", i)).is_none())
+            .count();
+        assert_eq!(missing, 0, "{eviction:?}");
+    }
+}
+
 #[test]
 fn hot_items_survive_their_page_moving() {
     for eviction in EVICTIONS {

@@ -294,3 +294,292 @@ fn in_place_sets_are_never_read_half_written() {
     assert_eq!(bad, 0, "half-written values read ({hits} GETs)");
     cache.lock().validate();
 }
+
+/// With memory to spare nothing may disappear: two clients, each with keys
+/// of its own and an exact model of which are there, store (in place or
+/// not), delete, count and touch them, and churn short-lived keys that
+/// give the maintainer expired items to reclaim; the maintainer runs
+/// without pause and time moves fast. Every long-lived key must be found
+/// exactly when the model says so.
+#[test]
+fn no_item_is_lost_with_memory_to_spare() {
+    let config = Config {
+        memory_limit: 64 << 20,
+        in_place_sets: true,
+        ..Config::default()
+    };
+    let clock = Arc::new(Clock::new());
+    let cache = Arc::new(Cache::new(config, clock.clone()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let maintainer = {
+        let (cache, stop, clock) = (cache.clone(), stop.clone(), clock.clone());
+        std::thread::spawn(move || {
+            let mut ticks = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                cache.lock().maintain(64);
+                ticks += 1;
+                if ticks.is_multiple_of(16) {
+                    clock.advance(std::time::Duration::from_secs(1));
+                }
+            }
+        })
+    };
+    let clients: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (cache, clock) = (cache.clone(), clock.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ ((t + 1) * 0x9E37_79B9));
+                // Long-lived keys: t*1M + 0..500; short-lived: t*1M + 1000..
+                let base = t * 1_000_000;
+                let mut present = vec![false; 500];
+                let mut lost = Vec::new();
+                for i in 0..100_000u64 {
+                    let k = rng.next() % 500;
+                    let kb = key(base + k);
+                    match rng.next() % 10 {
+                        0..=3 => {
+                            let len = 20 + (rng.next() % 40) as usize;
+                            let v = value(base + k, len);
+                            let mut s = Store::set(&kb, &v);
+                            if i % 2 == 1 {
+                                s.expiry = Expiry::At(clock.now() + 10_000_000);
+                            }
+                            cache.store(&s);
+                            present[k as usize] = true;
+                        }
+                        4 => {
+                            cache.lock().delete(&kb, 0);
+                            present[k as usize] = false;
+                        }
+                        5 => {
+                            let ck = key(base + 500 + k % 16);
+                            cache.lock().arith(
+                                &ck,
+                                &Arith {
+                                    incr: false,
+                                    delta: 1,
+                                    cas: 0,
+                                    autovivify: Some((7, Expiry::Never)),
+                                    new_expiry: None,
+                                },
+                            );
+                        }
+                        6 => {
+                            cache.lock().touch(&kb, Expiry::Never);
+                        }
+                        _ => {
+                            // Churn: expired at once, or soon.
+                            let ck = key(base + 1000 + i % 5000);
+                            let v = value(base + 1000 + i % 5000, 30);
+                            let mut s = Store::set(&ck, &v);
+                            s.expiry = match rng.next() % 3 {
+                                0 => Expiry::Expired,
+                                _ => Expiry::At(clock.now() + 1),
+                            };
+                            cache.store(&s);
+                        }
+                    }
+                    let found = cache.get(&kb, Lookup::GET, |it| it.is_some());
+                    if found != present[k as usize] {
+                        lost.push((i, k, present[k as usize]));
+                        present[k as usize] = found;
+                    }
+                    for c in 0..16 {
+                        let ck = key(base + 500 + c);
+                        if i > 1000 && !cache.get(&ck, Lookup::GET, |it| it.is_some()) {
+                            lost.push((i, 500 + c, true));
+                            cache.store(&Store::set(&ck, b"7"));
+                        }
+                    }
+                }
+                lost
+            })
+        })
+        .collect();
+    let lost: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    stop.store(true, Ordering::Relaxed);
+    maintainer.join().unwrap();
+    let mut e = cache.lock();
+    e.validate();
+    let s = e.stats();
+    assert!(
+        lost.iter().all(|l| l.is_empty()),
+        "items lost or found wrongly (step, key, expected): {lost:?}\n{s:?}"
+    );
+    assert_eq!(s.evictions + s.slab_reassign_evictions, 0, "{s:?}");
+}
+
+/// One client and the maintainer, as in a server with one connection: the
+/// client's every reply must match a model of the cache (memory to spare,
+/// so nothing is evicted) while the maintainer reclaims, time moves, and
+/// stores of every kind (in place, new, expired at once, chained,
+/// prepended), counters, flushes and multi-gets go on.
+#[test]
+fn one_client_beside_the_maintainer_matches_a_model() {
+    use std::collections::HashMap;
+    let config = Config {
+        memory_limit: 256 << 20,
+        in_place_sets: true,
+        ..Config::default()
+    };
+    let clock = Arc::new(Clock::new());
+    let cache = Arc::new(Cache::new(config, clock.clone()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let maintainer = {
+        let (cache, stop, clock) = (cache.clone(), stop.clone(), clock.clone());
+        std::thread::spawn(move || {
+            let mut ticks = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                cache.lock().maintain(512);
+                ticks += 1;
+                if ticks.is_multiple_of(16) {
+                    clock.advance(std::time::Duration::from_secs(1));
+                }
+            }
+        })
+    };
+    let mut rng = Rng(0x5DEE_CE66_D1CE_4E5B);
+    let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
+    let far = || Expiry::At(clock.now() + 10_000_000);
+    let mut wrong = Vec::new();
+    for i in 0..150_000u64 {
+        let k = rng.next() % 300;
+        let kb = key(k);
+        let len = match rng.next() % 1000 {
+            0..=1 => 600_000 + (rng.next() % 300_000) as usize,
+            2..=100 => 100 + (rng.next() % 3000) as usize,
+            _ => 1 + (rng.next() % 60) as usize,
+        };
+        let v: Vec<u8> = (0..len).map(|j| (i as usize + j) as u8).collect();
+        match rng.next() % 20 {
+            0..=5 => {
+                let mut s = Store::set(&kb, &v);
+                s.expiry = if rng.next().is_multiple_of(2) {
+                    Expiry::Never
+                } else {
+                    far()
+                };
+                cache.store(&s);
+                model.insert(k, v.clone());
+            }
+            6 => {
+                let mode = if rng.next().is_multiple_of(2) {
+                    cachalot_engine::engine::StoreMode::Set
+                } else {
+                    cachalot_engine::engine::StoreMode::Add
+                };
+                let s = Store {
+                    mode,
+                    expiry: Expiry::Expired,
+                    ..Store::set(&kb, &v[..len.min(20)])
+                };
+                cache.store(&s);
+                if mode == cachalot_engine::engine::StoreMode::Set || !model.contains_key(&k) {
+                    model.remove(&k);
+                }
+            }
+            7 => {
+                let s = Store {
+                    mode: cachalot_engine::engine::StoreMode::Prepend,
+                    ..Store::set(&kb, &v[..len.min(30)])
+                };
+                cache.store(&s);
+                if let Some(old) = model.get_mut(&k) {
+                    let mut new = v[..len.min(30)].to_vec();
+                    new.extend_from_slice(old);
+                    if new.len() < 1_000_000 {
+                        *old = new;
+                    }
+                }
+            }
+            8 => {
+                cache.lock().delete(&kb, 0);
+                model.remove(&k);
+            }
+            9 => {
+                let ck = 1000 + k % 8;
+                let out = cache.lock().arith(
+                    &key(ck),
+                    &Arith {
+                        incr: true,
+                        delta: 3,
+                        cas: 0,
+                        autovivify: Some((5, Expiry::Never)),
+                        new_expiry: None,
+                    },
+                );
+                let want = match model.get(&ck) {
+                    Some(v) => {
+                        std::str::from_utf8(v)
+                            .unwrap()
+                            .trim()
+                            .parse::<u64>()
+                            .unwrap()
+                            + 3
+                    }
+                    None => 5,
+                };
+                match out {
+                    cachalot_engine::engine::ArithOutcome::Value { value, .. } if value == want => {
+                    }
+                    other => wrong.push(format!("{i}: arith {ck}: {other:?}, want {want}")),
+                }
+                model.insert(ck, want.to_string().into_bytes());
+            }
+            10 => {
+                cache.lock().touch(&kb, Expiry::Never);
+            }
+            11 if rng.next().is_multiple_of(500) => {
+                if rng.next().is_multiple_of(2) {
+                    cache.lock().flush_all(None);
+                    model.clear();
+                } else {
+                    let at = clock.now() + 10_000_000;
+                    cache.lock().flush_all(Some(at));
+                }
+            }
+            12 => {
+                let keys: Vec<Vec<u8>> = (k..k + 6).map(key).collect();
+                let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+                cache.get_batch(&refs, Lookup::GET, |j, _, item| {
+                    let got = item.map(|it| it.value.to_vec());
+                    let want = model.get(&(k + j as u64));
+                    if got.as_ref() != want {
+                        wrong.push(format!(
+                            "{i}: batch key {} found {:?}, model {:?}",
+                            k + j as u64,
+                            got.map(|g| g.len()),
+                            want.map(|w| w.len())
+                        ));
+                    }
+                    ControlFlow::Continue(())
+                });
+            }
+            _ => {}
+        }
+        for kk in [k, 1000 + k % 8] {
+            let got = cache.get(&key(kk), Lookup::GET, |it| it.map(|it| it.value.to_vec()));
+            if got.as_ref() != model.get(&kk) {
+                wrong.push(format!(
+                    "{i}: key {kk} found {:?}, model {:?}",
+                    got.as_ref().map(|g| g.len()),
+                    model.get(&kk).map(|w| w.len())
+                ));
+                match got {
+                    Some(g) => model.insert(kk, g),
+                    None => model.remove(&kk),
+                };
+            }
+        }
+        if wrong.len() > 20 {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    maintainer.join().unwrap();
+    let mut e = cache.lock();
+    e.validate();
+    let s = e.stats();
+    assert!(wrong.is_empty(), "{wrong:#?}\n{s:?}");
+    assert_eq!(s.evictions + s.slab_reassign_evictions, 0, "{s:?}");
+}

@@ -49,6 +49,13 @@ fn random_sequences_match_memcached() {
                     loop {
                         let seed = next.fetch_add(1, Ordering::Relaxed);
                         if seed >= first + count {
+                            // What each server kept and let go of, for
+                            // long runs (`--nocapture`).
+                            eprintln!(
+                                "memcached: {}\ncachalot:  {}",
+                                diff::memory_stats(pair.memcached.addr()),
+                                diff::memory_stats(pair.cachalot.addr())
+                            );
                             return None;
                         }
                         let seq = diff::gen::sequence(seed);

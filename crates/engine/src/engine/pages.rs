@@ -333,8 +333,10 @@ impl Engine {
     }
 
     /// Take the live item at `loc` (class `class`, on `page`, which is being
-    /// emptied) off the page: move it if hot, else evict it. `rescue`: None
-    /// evicts everything; Some(was_hot) rescues items hot now or then.
+    /// emptied) off the page: move it to a free chunk of its class if there
+    /// is one, else to a victim's chunk if it is hot, else evict it.
+    /// `rescue`: None takes no victim; Some(was_hot): items hot now or then
+    /// may.
     /// `budget`: victims the rescue may evict on the page itself; when it
     /// runs out the item stays (false: try again later).
     fn vacate(
@@ -363,16 +365,24 @@ impl Engine {
             Some(_) if leaves_anyway => false,
             Some(was_hot) => was_hot || self.is_hot(loc, class),
         };
-        if hot {
+        // Every item that can go to a free chunk of its class goes there,
+        // as in memcached (`slab_rebalance_move`): that loses nothing. Only
+        // a hot one may take a victim's chunk instead.
+        let dst = if hot {
             match self.rescue_chunk(loc, class, page, budget) {
-                Rescue::Chunk(dst) => {
-                    self.move_item(loc, dst, class);
-                    self.counters.rescues += 1;
-                    return true;
-                }
+                Rescue::Chunk(dst) => Some(dst),
                 Rescue::Later => return false,
-                Rescue::Nowhere => {}
+                Rescue::Nowhere => None,
             }
+        } else if leaves_anyway {
+            None
+        } else {
+            self.slabs.take_free(class)
+        };
+        if let Some(dst) = dst {
+            self.move_item(loc, dst, class);
+            self.counters.rescues += 1;
+            return true;
         }
         self.counters.reassign_evictions += 1;
         self.note_evicted(loc, class);
@@ -466,9 +476,10 @@ impl Engine {
         self.rebal.evicted(h, class, size);
     }
 
-    /// Remove every item of a page now, rescuing hot items when `rescue`
-    /// (synchronous: memory shrinking, a class with no page at all). A drain
-    /// of the same page is cancelled: the page is empty afterwards.
+    /// Remove every item of a page now, as `vacate` does: to free chunks of
+    /// the class, hot ones over victims when `rescue` (synchronous: memory
+    /// shrinking, a class with no page at all). A drain of the same page is
+    /// cancelled: the page is empty afterwards.
     pub(super) fn empty_page(&mut self, page: PageId, rescue: bool) {
         let class = self.slabs.page_mut(page).class as usize - 1;
         if self.drain.as_ref().is_some_and(|d| d.page == page) {

@@ -874,7 +874,7 @@ pub fn usage() -> String {
                           (madvise; ignored where the kernel has none)
    - lock_stripes:        index stripes, each with its own reader-writer lock
                           (a power of two up to 4096; default 16)
-   - in_place_sets:       0 (default) or 1: a SET whose item stays in its slab
+   - in_place_sets:       0 or 1 (default): a SET whose item stays in its slab
                           class overwrites the old one in place, holding only
                           its key's stripe (CLOCK eviction without learn_costs)
    - rebalance:           how pages move between slab classes: off, memcached
@@ -1222,9 +1222,9 @@ mod tests {
     #[test]
     fn in_place_sets_option() {
         let (s, _) = run(&[]).unwrap();
-        assert!(!s.engine.in_place_sets);
-        let (s, _) = run(&["-o", "in_place_sets=1"]).unwrap();
         assert!(s.engine.in_place_sets);
+        let (s, _) = run(&["-o", "in_place_sets=0"]).unwrap();
+        assert!(!s.engine.in_place_sets);
         let (s, _) = run(&["-o", "in_place_sets=1", "-o", "no_in_place_sets"]).unwrap();
         assert!(!s.engine.in_place_sets);
         assert_eq!(

@@ -192,9 +192,16 @@ impl Side {
             let cas = |a| self.cas.resolve(a);
             render(&s.cmd, prefix, &cas, &mut req);
         }
+        // Every `mn` answers `MN`, with or without extra tokens: miscounting
+        // one leaves the rest of the batch running on the server after the
+        // run (a trailing `flush_all` then hits the next sequence's keys).
         let mut want_mn = 1 + steps
             .iter()
-            .filter(|s| matches!(&s.cmd, Cmd::Meta { op: "mn", .. }))
+            .filter(|s| match &s.cmd {
+                Cmd::Meta { op, .. } => *op == "mn",
+                Cmd::Line { head, .. } => head.trim_end() == "mn",
+                _ => false,
+            })
             .count();
         if binary {
             binary::request(&mut req, 0x0a, SENTINEL, 0, &[], &[], &[]);
@@ -385,6 +392,21 @@ pub fn run(
             });
         }
         earlier.push(rm);
+    }
+    // One more sentinel: nothing may come before it. Otherwise the harness
+    // lost count of a batch's replies, and its requests would still be
+    // running on the server when the next sequence starts.
+    for side in &mut sides {
+        if side.conn.is_some() {
+            let left = side.batch(&[], prefix, binary);
+            assert!(
+                left.is_empty(),
+                "seed {}: replies left after the last batch from {}: {}",
+                seq.seed,
+                side.addr,
+                show(&left, 300)
+            );
+        }
     }
     None
 }

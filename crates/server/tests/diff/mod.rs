@@ -154,8 +154,9 @@ pub fn report(pair: &Pair, seq: &Seq, diff: &Difference) -> String {
 }
 
 /// What a server holds and what it let go of (items, bytes, evictions,
-/// reclaims, page moves and what they evicted, the memory limit).
-fn memory_stats(addr: std::net::SocketAddr) -> String {
+/// reclaims, page moves and what they evicted or, in memcached, deleted
+/// for being busy, the memory limit).
+pub fn memory_stats(addr: std::net::SocketAddr) -> String {
     use std::io::Write;
     let Ok(mut c) = std::net::TcpStream::connect(addr) else {
         return "unreachable".into();
@@ -176,6 +177,7 @@ fn memory_stats(addr: std::net::SocketAddr) -> String {
                 "expired_unfetched ",
                 "slabs_moved ",
                 "slab_reassign_evictions_nomem ",
+                "slab_reassign_busy_deletes ",
                 "limit_maxbytes ",
             ]
             .iter()
