@@ -219,6 +219,30 @@ impl Shared {
     }
 }
 
+/// The cache lines a GET reads or writes that belong to the data (issue
+/// 10's "lines touched per GET", Cavast section 3): those a large data set
+/// leaves out of the CPU caches. The rest are the same few lines for every
+/// GET, so always cached: the thread's reader slot and hit counters, the
+/// stripe's writer flag and index header, the flush time and the clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Index lines read to the item's slot (to giving up, on a miss).
+    pub index: usize,
+    /// Lines of the item: its header, flags and key (compared) and its
+    /// value (copied out); for a chained item, all of its chunks (an upper
+    /// bound). 0 on a miss.
+    pub item: usize,
+}
+
+/// 64-byte lines spanned by `len` bytes from offset `at` of a page (pages
+/// are 2 MB-aligned, so offsets align as addresses do).
+fn lines(at: usize, len: usize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    (at + len - 1) / 64 - at / 64 + 1
+}
+
 /// The engine shared by all worker threads.
 pub struct Cache {
     engine: parking_lot::Mutex<Engine>,
@@ -431,6 +455,33 @@ impl Cache {
         }
     }
 
+    /// The lines a GET of `key` touches ([`Footprint`]), found as the GET
+    /// path finds them, without counting or bumping anything.
+    pub fn footprint(&self, key: &[u8]) -> Footprint {
+        let sh = &self.shared;
+        let h = hash(key);
+        let Some(stripe) = sh.stripes.read(sh.stripes.of(h)) else {
+            return Footprint::default();
+        };
+        let Some((loc, head)) = sh.find(&stripe, h, key) else {
+            return Footprint {
+                index: stripe.index.probe_lines(h, None),
+                item: 0,
+            };
+        };
+        let total = head.header.total_len();
+        let item = if total <= head.chunk_size {
+            lines(head.start, total)
+        } else {
+            // Chained: the head chunk whole, then segments of the same size.
+            total.div_ceil(head.chunk_size) * lines(0, head.chunk_size)
+        };
+        Footprint {
+            index: stripe.index.probe_lines(h, Some(loc)),
+            item,
+        }
+    }
+
     /// Whether GETs made this way may skip the engine lock at all.
     #[inline]
     fn lock_free(&self, how: Lookup) -> bool {
@@ -547,6 +598,34 @@ mod tests {
         c.get(key, Lookup::GET, |it| {
             it.map(|it| (it.value.to_vec(), it.flags, it.cas))
         })
+    }
+
+    /// A GET's lines: one index line for a key alone in its bucket, and
+    /// the lines the item spans from its chunk's start; a miss reads at
+    /// most its bucket (none while its stripe's index has no table yet).
+    #[test]
+    fn footprint_counts_the_index_and_item_lines() {
+        let c = cache(RebalancePolicy::Off);
+        let miss = c.footprint(b"none");
+        assert!(miss.index <= 1 && miss.item == 0, "{miss:?}");
+        for len in [1usize, 40, 100, 1000] {
+            let key = format!("key{len}");
+            c.store(&Store::set(key.as_bytes(), &vec![b'v'; len]));
+            let f = c.footprint(key.as_bytes());
+            assert_eq!(f.index, 1, "{len}");
+            let (start, total) = {
+                let sh = &c.shared;
+                let st = sh
+                    .stripes
+                    .read(sh.stripes.of(hash(key.as_bytes())))
+                    .unwrap();
+                let (_, head) = sh.find(&st, hash(key.as_bytes()), key.as_bytes()).unwrap();
+                (head.start, head.header.total_len())
+            };
+            assert_eq!(total, 16 + key.len() + len);
+            assert_eq!(f.item, (start + total - 1) / 64 - start / 64 + 1, "{len}");
+            assert!(f.item >= total.div_ceil(64));
+        }
     }
 
     /// A SET of a key whose new item stays in its class rewrites it in

@@ -556,10 +556,10 @@ impl Index {
     }
 }
 
-#[cfg(test)]
 impl Index {
-    /// Index lines `find(hash)` reads to reach `target` (or to give up).
-    fn probe_lines(&self, hash: u64, target: Option<Loc>) -> usize {
+    /// Index lines `find(hash)` reads to reach `target` (or to give up):
+    /// the cost model of the module doc, and `Cache::footprint`'s.
+    pub fn probe_lines(&self, hash: u64, target: Option<Loc>) -> usize {
         let (table, bucket) = self.route(hash);
         let (s, off) = table.split(bucket);
         table.segs[s].probe_lines(off, Key::of(hash), target)

@@ -44,7 +44,7 @@ pub mod stripe;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use cache::{Cache, EngineGuard};
+pub use cache::{Cache, EngineGuard, Footprint};
 pub use clock::{Clock, Expiry, RelTime};
 pub use engine::{
     ArithOutcome, DeleteOutcome, Engine, ItemId, ItemRef, Store, StoreMode, StoreOutcome,

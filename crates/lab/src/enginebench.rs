@@ -158,8 +158,15 @@ pub struct Report {
     pub locked_gets: bool,
     /// `--in-place-sets` (SETs may rewrite their item under its stripe).
     pub in_place_sets: bool,
+    /// Cache lines a GET touches in the data, averaged over
+    /// [`FOOTPRINT_SAMPLE`] keys drawn as the GETs draw them, after the
+    /// prefill (`Cache::footprint`): index lines, then item lines.
+    pub lines_per_get: (f64, f64),
     pub lock: LockReport,
 }
+
+/// GETs sampled for `Report::lines_per_get`.
+pub const FOOTPRINT_SAMPLE: usize = 10_000;
 
 /// How the engine lock was taken during the timed run.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -367,6 +374,21 @@ fn draw_ring(plan: &Plan, thread: usize, len: usize) -> Vec<u32> {
         .collect()
 }
 
+/// Mean index and item lines of [`FOOTPRINT_SAMPLE`] GETs drawn as a
+/// worker draws them (a stream of its own).
+fn footprint(cache: &Cache, plan: &Plan) -> (f64, f64) {
+    let mut key = Vec::with_capacity(plan.key_len);
+    let (mut index, mut item) = (0usize, 0usize);
+    for e in draw_ring(plan, 1 << 32, FOOTPRINT_SAMPLE) {
+        key_bytes(u64::from(e & !SET_BIT), plan.key_len, &mut key);
+        let f = cache.footprint(&key);
+        index += f.index;
+        item += f.item;
+    }
+    let n = FOOTPRINT_SAMPLE as f64;
+    (index as f64 / n, item as f64 / n)
+}
+
 /// What one worker did.
 struct WorkerResult {
     ops: u64,
@@ -531,6 +553,7 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
         prefill(&cache, &plan, a.threads, a.hot_first);
     }
     let prefill_s = t.elapsed().as_secs_f64();
+    let lines_per_get = footprint(&cache, &plan);
 
     let stop = AtomicBool::new(false);
     let start = Barrier::new(a.threads + 1);
@@ -617,6 +640,7 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
         prefetch: a.prefetch,
         locked_gets: a.locked_gets,
         in_place_sets: a.engine.in_place_sets,
+        lines_per_get,
         anon_huge_mb: anon_huge_kb().map(|kb| kb >> 10),
         lock: LockReport {
             request_acquisitions: lock.acquisitions,
@@ -672,6 +696,15 @@ pub fn format_report(r: &Report) -> String {
         vec!["ops/s".into(), format!("{:.0}", r.ops_per_s)],
         vec!["ops/s per thread".into(), per_thread.join(" ")],
         vec!["hit ratio".into(), format!("{:.4}", r.hit_ratio)],
+        vec![
+            "lines per GET: index + item".into(),
+            format!(
+                "{:.3} + {:.3} = {:.3}",
+                r.lines_per_get.0,
+                r.lines_per_get.1,
+                r.lines_per_get.0 + r.lines_per_get.1
+            ),
+        ],
         vec!["items cached".into(), r.curr_items.to_string()],
         vec![
             "multi-get batch / prefetch".into(),

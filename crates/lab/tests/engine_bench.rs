@@ -44,6 +44,11 @@ fn check(r: &Report) {
     // 1 MB of 116-byte items fits in -m 8: every key is cached, every GET hits.
     assert_eq!(r.curr_items, r.items);
     assert_eq!(r.hits, r.gets);
+    // A GET reads its bucket line, and a sub-bucket at times; its item of
+    // 16 + 16 + 100 bytes spans three lines or four.
+    let (index, item) = r.lines_per_get;
+    assert!((1.0..1.5).contains(&index), "{r:?}");
+    assert!((3.0..=4.0).contains(&item), "{r:?}");
     // Every key is cached with a value of one size, so a SET rewrites its
     // item in place under its stripe (`Cache::try_store`), unless that is
     // switched off; then it takes the engine lock once.

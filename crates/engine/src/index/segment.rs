@@ -520,7 +520,6 @@ pub(super) struct Seen {
     pub sides: Option<Vec<usize>>,
 }
 
-#[cfg(test)]
 impl Segment {
     /// Index lines a `find` for `key` reads before accepting `target` (all of
     /// them on a miss): the cost model behind the figures in the module doc.
