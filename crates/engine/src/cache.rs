@@ -413,8 +413,8 @@ impl Cache {
     /// with their memory loads overlapped as in [`Engine::lookup_batch`]
     /// (MICA's batching), which does the whole batch under the engine lock
     /// when GETs need it anyway: [`LOOKUP_BATCH`] keys at a time, every
-    /// key's index bucket is prefetched, then the item its tag points at,
-    /// then the keys are looked up in order. `f` gets each key's position
+    /// key's index bucket is prefetched, then the item its tag points at
+    /// (unless the batch is one key), then the keys are looked up in order. `f` gets each key's position
     /// and may stop the batch before the next key.
     pub fn get_batch<'k>(
         &self,
@@ -426,22 +426,14 @@ impl Cache {
             self.lock().lookup_batch(keys, how, f);
             return;
         }
-        let sh = &self.shared;
         let mut hashes = [0u64; LOOKUP_BATCH];
         for (b, batch) in keys.chunks(LOOKUP_BATCH).enumerate() {
             for (h, key) in hashes.iter_mut().zip(batch) {
                 *h = hash(key);
-                if let Some(st) = sh.stripes.read(sh.stripes.of(*h)) {
-                    st.index.prefetch(*h);
-                }
             }
-            for &h in &hashes[..batch.len()] {
-                if let Some(st) = sh.stripes.read(sh.stripes.of(h)) {
-                    if let Some(loc) = st.index.find(h, |_| true) {
-                        let (page, chunk) = split_loc(loc, sh.chunk_bits);
-                        sh.arena.prefetch_chunk(page, chunk);
-                    }
-                }
+            // One key (a plain `get`): nothing to overlap its loads with.
+            if batch.len() > 1 {
+                self.prefetch(&hashes[..batch.len()]);
             }
             for (i, (&key, &h)) in batch.iter().zip(&hashes).enumerate() {
                 let at = b * LOOKUP_BATCH + i;
@@ -450,6 +442,25 @@ impl Cache {
                     .is_break()
                 {
                     return;
+                }
+            }
+        }
+    }
+
+    /// Prefetch the index buckets of `hashes`, then the item each one's
+    /// first tag points at (`get_batch`).
+    fn prefetch(&self, hashes: &[u64]) {
+        let sh = &self.shared;
+        for &h in hashes {
+            if let Some(st) = sh.stripes.read(sh.stripes.of(h)) {
+                st.index.prefetch(h);
+            }
+        }
+        for &h in hashes {
+            if let Some(st) = sh.stripes.read(sh.stripes.of(h)) {
+                if let Some(loc) = st.index.find(h, |_| true) {
+                    let (page, chunk) = split_loc(loc, sh.chunk_bits);
+                    sh.arena.prefetch_chunk(page, chunk);
                 }
             }
         }

@@ -522,7 +522,8 @@ impl Engine {
     /// [`Engine::lookup`], and handed to `f` with their position. `f` may
     /// stop the batch before the next key (a full output buffer): keys not
     /// looked up are not counted or bumped. Batches of up to
-    /// [`LOOKUP_BATCH`] keys are prefetched at a time.
+    /// [`LOOKUP_BATCH`] keys are prefetched at a time; a batch of one key is
+    /// not (nothing to overlap).
     pub fn lookup_batch<'k>(
         &mut self,
         keys: &[&'k [u8]],
@@ -533,12 +534,17 @@ impl Engine {
         for (b, batch) in keys.chunks(LOOKUP_BATCH).enumerate() {
             for (h, key) in hashes.iter_mut().zip(batch) {
                 *h = hash(key);
-                self.stripe(*h).index.prefetch(*h);
             }
-            for &h in &hashes[..batch.len()] {
-                if let Some(loc) = self.stripe(h).index.find(h, |_| true) {
-                    let (page, chunk) = self.slabs.split(loc);
-                    self.slabs.arena.prefetch_chunk(page, chunk);
+            // One key (a plain `get`): nothing to overlap its loads with.
+            if batch.len() > 1 {
+                for &h in &hashes[..batch.len()] {
+                    self.stripe(h).index.prefetch(h);
+                }
+                for &h in &hashes[..batch.len()] {
+                    if let Some(loc) = self.stripe(h).index.find(h, |_| true) {
+                        let (page, chunk) = self.slabs.split(loc);
+                        self.slabs.arena.prefetch_chunk(page, chunk);
+                    }
                 }
             }
             for (i, (&key, &h)) in batch.iter().zip(&hashes).enumerate() {
