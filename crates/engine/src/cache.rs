@@ -414,8 +414,9 @@ impl Cache {
     /// (MICA's batching), which does the whole batch under the engine lock
     /// when GETs need it anyway: [`LOOKUP_BATCH`] keys at a time, every
     /// key's index bucket is prefetched, then the item its tag points at
-    /// (unless the batch is one key), then the keys are looked up in order. `f` gets each key's position
-    /// and may stop the batch before the next key.
+    /// (unless the batch is one key), then the keys are looked up in order.
+    /// `f` gets each key's position and may stop the batch before the next
+    /// key.
     pub fn get_batch<'k>(
         &self,
         keys: &[&'k [u8]],
