@@ -10,7 +10,7 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use cachalot_engine::engine::{Arith, Lookup, Store};
+use cachalot_engine::engine::{Arith, ArithOutcome, Lookup, Store, StoreMode};
 use cachalot_engine::{Cache, Clock, Config, EvictionPolicy, Expiry, RebalancePolicy};
 
 const KEYS: u64 = 20_000;
@@ -59,6 +59,49 @@ impl Rng {
     }
 }
 
+/// The server's maintainer, without pause: `maintain(budget)` slices, the
+/// clock a second further every `per_second` of them (time moves, so
+/// expiries and delayed flushes come due). Stops when dropped.
+struct Maintainer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Maintainer {
+    fn start(cache: &Arc<Cache>, clock: &Arc<Clock>, budget: usize, per_second: u32) -> Maintainer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (cache, clock, flag) = (cache.clone(), clock.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut ticks = 0u32;
+            while !flag.load(Ordering::Relaxed) {
+                cache.lock().maintain(budget);
+                ticks += 1;
+                if ticks.is_multiple_of(per_second) {
+                    clock.advance(std::time::Duration::from_secs(1));
+                }
+                std::thread::yield_now();
+            }
+        });
+        Maintainer {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Maintainer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            // A maintainer that panicked fails the test (unless it is
+            // already failing).
+            if t.join().is_err() && !std::thread::panicking() {
+                panic!("maintainer panicked");
+            }
+        }
+    }
+}
+
 fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
     let config = Config {
         memory_limit: 24 << 20,
@@ -77,25 +120,10 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
     };
     let clock = Arc::new(Clock::new());
     let cache = Arc::new(Cache::new(config, clock.clone()).unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
     let bad = Arc::new(AtomicU64::new(0));
     let hits = Arc::new(AtomicU64::new(0));
     let in_place = Arc::new(AtomicU64::new(0));
-    let maintainer = {
-        let (cache, stop, clock) = (cache.clone(), stop.clone(), clock.clone());
-        std::thread::spawn(move || {
-            let mut ticks = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                cache.lock().maintain(64);
-                ticks += 1;
-                if ticks.is_multiple_of(64) {
-                    // Time moves: expiries and delayed flushes come due.
-                    clock.advance(std::time::Duration::from_secs(1));
-                }
-                std::thread::yield_now();
-            }
-        })
-    };
+    let maintainer = Maintainer::start(&cache, &clock, 64, 64);
     let workers: Vec<_> = (0..4u64)
         .map(|t| {
             let (cache, bad, hits) = (cache.clone(), bad.clone(), hits.clone());
@@ -196,8 +224,7 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
     for w in workers {
         w.join().unwrap();
     }
-    stop.store(true, Ordering::Relaxed);
-    maintainer.join().unwrap();
+    drop(maintainer);
     assert_eq!(
         bad.load(Ordering::Relaxed),
         0,
@@ -310,20 +337,7 @@ fn no_item_is_lost_with_memory_to_spare() {
     };
     let clock = Arc::new(Clock::new());
     let cache = Arc::new(Cache::new(config, clock.clone()).unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
-    let maintainer = {
-        let (cache, stop, clock) = (cache.clone(), stop.clone(), clock.clone());
-        std::thread::spawn(move || {
-            let mut ticks = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                cache.lock().maintain(64);
-                ticks += 1;
-                if ticks.is_multiple_of(16) {
-                    clock.advance(std::time::Duration::from_secs(1));
-                }
-            }
-        })
-    };
+    let maintainer = Maintainer::start(&cache, &clock, 64, 16);
     let clients: Vec<_> = (0..2u64)
         .map(|t| {
             let (cache, clock) = (cache.clone(), clock.clone());
@@ -397,8 +411,7 @@ fn no_item_is_lost_with_memory_to_spare() {
         })
         .collect();
     let lost: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
-    stop.store(true, Ordering::Relaxed);
-    maintainer.join().unwrap();
+    drop(maintainer);
     let mut e = cache.lock();
     e.validate();
     let s = e.stats();
@@ -424,23 +437,9 @@ fn one_client_beside_the_maintainer_matches_a_model() {
     };
     let clock = Arc::new(Clock::new());
     let cache = Arc::new(Cache::new(config, clock.clone()).unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
-    let maintainer = {
-        let (cache, stop, clock) = (cache.clone(), stop.clone(), clock.clone());
-        std::thread::spawn(move || {
-            let mut ticks = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                cache.lock().maintain(512);
-                ticks += 1;
-                if ticks.is_multiple_of(16) {
-                    clock.advance(std::time::Duration::from_secs(1));
-                }
-            }
-        })
-    };
+    let maintainer = Maintainer::start(&cache, &clock, 512, 16);
     let mut rng = Rng(0x5DEE_CE66_D1CE_4E5B);
     let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
-    let far = || Expiry::At(clock.now() + 10_000_000);
     let mut wrong = Vec::new();
     for i in 0..150_000u64 {
         let k = rng.next() % 300;
@@ -457,16 +456,16 @@ fn one_client_beside_the_maintainer_matches_a_model() {
                 s.expiry = if rng.next().is_multiple_of(2) {
                     Expiry::Never
                 } else {
-                    far()
+                    Expiry::At(clock.now() + 10_000_000)
                 };
                 cache.store(&s);
                 model.insert(k, v.clone());
             }
             6 => {
                 let mode = if rng.next().is_multiple_of(2) {
-                    cachalot_engine::engine::StoreMode::Set
+                    StoreMode::Set
                 } else {
-                    cachalot_engine::engine::StoreMode::Add
+                    StoreMode::Add
                 };
                 let s = Store {
                     mode,
@@ -474,13 +473,13 @@ fn one_client_beside_the_maintainer_matches_a_model() {
                     ..Store::set(&kb, &v[..len.min(20)])
                 };
                 cache.store(&s);
-                if mode == cachalot_engine::engine::StoreMode::Set || !model.contains_key(&k) {
+                if mode == StoreMode::Set || !model.contains_key(&k) {
                     model.remove(&k);
                 }
             }
             7 => {
                 let s = Store {
-                    mode: cachalot_engine::engine::StoreMode::Prepend,
+                    mode: StoreMode::Prepend,
                     ..Store::set(&kb, &v[..len.min(30)])
                 };
                 cache.store(&s);
@@ -520,8 +519,7 @@ fn one_client_beside_the_maintainer_matches_a_model() {
                     None => 5,
                 };
                 match out {
-                    cachalot_engine::engine::ArithOutcome::Value { value, .. } if value == want => {
-                    }
+                    ArithOutcome::Value { value, .. } if value == want => {}
                     other => wrong.push(format!("{i}: arith {ck}: {other:?}, want {want}")),
                 }
                 model.insert(ck, want.to_string().into_bytes());
@@ -575,8 +573,7 @@ fn one_client_beside_the_maintainer_matches_a_model() {
             break;
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    maintainer.join().unwrap();
+    drop(maintainer);
     let mut e = cache.lock();
     e.validate();
     let s = e.stats();
