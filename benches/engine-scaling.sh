@@ -86,7 +86,7 @@ threads() {
                     "$(median "$n" .ops_per_s)" "$(jq -n "$(median "$n" .ops_per_s) / $one")" \
                     "$(median "$n" .lock.request_acquisitions)" \
                     "$(median "$n" .lock.maintainer_acquisitions)" \
-                    "$(median "$n" '.lock.in_place_sets / ([.sets, 1] | max) * 100')" \
+                    "$(median "$n" '.lock.unlocked_sets / ([.sets, 1] | max) * 100')" \
                     "$(jq -n "$(median "$n" .lock.maintainer_hold_max_ns) / 1000")" \
                     "$(median "$n" .lock.request_hold_p50_ns)" "$(median "$n" .lock.request_hold_p99_ns)" \
                     "$(median "$n" .lock.request_wait_p99_ns)" \

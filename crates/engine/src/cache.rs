@@ -15,7 +15,7 @@
 //! policies that count every GET (eager GD-Wheel, SAS, learned costs).
 
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
@@ -23,10 +23,11 @@ use crossbeam_utils::CachePadded;
 use crate::arena::Arena;
 use crate::chain::Value;
 use crate::engine::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome, LOOKUP_BATCH};
+use crate::magazine::Magazines;
 use crate::rebalance::profile::is_sampled;
 use crate::rebalance::HitGate;
 use crate::slab::split_loc;
-use crate::stripe::{hash, Stripe, Stripes};
+use crate::stripe::{hash, Stripe, Stripes, WriteGuard};
 use crate::{item, Clock, Config, ConfigError, Engine, Expiry};
 
 /// What the GET path shares with the engine ([`Engine::shared`]).
@@ -51,6 +52,25 @@ pub(crate) struct Shared {
     /// Chunk size of each class.
     pub class_sizes: Box<[u32]>,
     pub cas_counter: Arc<CachePadded<AtomicU64>>,
+    /// SETs of new keys may place their items in chunks reserved for
+    /// their thread (`magazine`) without the engine lock.
+    pub inserts: bool,
+    pub magazines: Arc<Magazines>,
+    /// Index growth of those inserts, for the engine to count in `-m`.
+    pub index_grown: Arc<CachePadded<AtomicUsize>>,
+}
+
+/// Why a SET needs the engine lock after all ([`Cache::try_store`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// The engine does the SET (a new key's first page, another class,
+    /// an expired item, a sampled key, a CAS, ...).
+    Engine,
+    /// A new key, but its thread has no chunk reserved in its class: the
+    /// engine reserves some for magazine `slot`, then does the SET.
+    Refill { slot: usize, class: usize },
+    /// Stored, and the index grew: the engine checks the memory limit.
+    Settle(StoreOutcome),
 }
 
 /// An item's header as a GET under its stripe reads it: `buf` holds the
@@ -243,6 +263,12 @@ fn lines(at: usize, len: usize) -> usize {
     (at + len - 1) / 64 - at / 64 + 1
 }
 
+/// Chunks of `chunk_size` bytes a refill reserves for a thread: about 16
+/// KB worth (so a thread holds back little memory), 1 to 32 chunks.
+fn refill_size(chunk_size: u32) -> usize {
+    (16384 / chunk_size as usize).clamp(1, 32)
+}
+
 /// The engine shared by all worker threads.
 pub struct Cache {
     engine: parking_lot::Mutex<Engine>,
@@ -317,19 +343,40 @@ impl Cache {
     }
 
     /// [`Engine::store`]. A plain SET of a key whose item it can overwrite
-    /// in place (same slab class, see [`Head::rewritable`]) holds only the
-    /// key's stripe; anything else takes the engine lock. The thread must
-    /// not hold the engine lock already.
+    /// in place (same slab class, see [`Head::rewritable`]), and a SET or
+    /// ADD of a new key while its thread has a chunk reserved in the item's
+    /// class (`magazine`), hold only the key's stripe; anything else takes
+    /// the engine lock. The thread must not hold the engine lock already.
     pub fn store(&self, req: &Store<'_>) -> StoreOutcome {
         match self.try_store(req) {
-            Some(outcome) => outcome,
-            None => self.lock().store(req),
+            Ok(outcome) => outcome,
+            Err(fallback) => self.finish_store(&mut self.lock(), req, fallback),
         }
     }
 
-    /// The in-place SET without the engine lock; None when the engine must
-    /// do it (new key, other class, expired item, sampled key, ...).
-    pub fn try_store(&self, req: &Store<'_>) -> Option<StoreOutcome> {
+    /// The engine's part of a SET that [`Cache::try_store`] could not do
+    /// alone, under the engine lock (`engine`, from [`Cache::lock`]).
+    pub fn finish_store(
+        &self,
+        engine: &mut Engine,
+        req: &Store<'_>,
+        fallback: Fallback,
+    ) -> StoreOutcome {
+        match fallback {
+            Fallback::Engine => engine.store(req),
+            Fallback::Refill { slot, class } => {
+                engine.refill(slot, class, refill_size(self.shared.class_sizes[class]));
+                engine.store(req)
+            }
+            Fallback::Settle(outcome) => {
+                engine.settle();
+                outcome
+            }
+        }
+    }
+
+    /// The SET without the engine lock, or why the engine must do it.
+    pub fn try_store(&self, req: &Store<'_>) -> Result<StoreOutcome, Fallback> {
         #[cfg(debug_assertions)]
         assert_eq!(
             ENGINE_LOCKED.get(),
@@ -338,13 +385,13 @@ impl Cache {
         );
         let sh = &self.shared;
         if !sh.rewrites
-            || req.mode != StoreMode::Set
+            || !matches!(req.mode, StoreMode::Set | StoreMode::Add)
             || req.cas != 0
             || req.new_cas.is_some()
             || req.invalidate
             || !self.fits(req.key.len(), req.value.len(), req.flags)
         {
-            return None;
+            return Err(Fallback::Engine);
         }
         let h = hash(req.key);
         let now = self.clock.now();
@@ -354,13 +401,15 @@ impl Cache {
                 .as_ref()
                 .is_some_and(|t| is_sampled(h, t.load(Ordering::Relaxed)))
         {
-            return None;
+            return Err(Fallback::Engine);
         }
         let stripe = sh.stripes.write(sh.stripes.of(h));
-        let (_, head) = sh.find(&stripe, h, req.key)?;
+        let Some((_, head)) = sh.find(&stripe, h, req.key) else {
+            return self.insert(stripe, h, req, now);
+        };
         let old = &head.header;
-        if old.exptime != 0 && old.exptime <= now {
-            return None;
+        if req.mode != StoreMode::Set || (old.exptime != 0 && old.exptime <= now) {
+            return Err(Fallback::Engine);
         }
         let new = Rewrite {
             value: req.value,
@@ -372,16 +421,107 @@ impl Cache {
             0 => 0,
             c => sh.class_sizes[c - 1] as usize,
         };
-        let total = head.rewritable(&new, prev)?;
+        let total = head.rewritable(&new, prev).ok_or(Fallback::Engine)?;
         let cas = item::next_cas(&sh.cas_counter);
         // SAFETY: we hold the stripe for writing and `rewritable` agreed.
         unsafe { rewrite(&sh.arena, &head, &new, cas, now) };
         stripe
             .pending()
             .stored(head.class, total as i64 - old.total_len() as i64);
-        Some(StoreOutcome::Stored {
+        Ok(StoreOutcome::Stored {
             cas: if sh.cas_enabled { cas } else { 0 },
         })
+    }
+
+    /// Store `req`'s key, which `stripe` (held) does not have, in a chunk
+    /// reserved for this thread: write the item, index it, count it in
+    /// the stripe's pending counters, then set its LIVE bit.
+    fn insert(
+        &self,
+        mut stripe: WriteGuard<'_>,
+        h: u64,
+        req: &Store<'_>,
+        now: u32,
+    ) -> Result<StoreOutcome, Fallback> {
+        let sh = &self.shared;
+        // A resizing index moves other items' entries: the engine's work.
+        if !sh.inserts || stripe.index.is_expanding() {
+            return Err(Fallback::Engine);
+        }
+        let total = item::total_len(req.key.len(), req.value.len(), req.flags);
+        let class = sh.class_sizes.partition_point(|&c| (c as usize) < total);
+        if class == sh.class_sizes.len() {
+            return Err(Fallback::Engine); // chained
+        }
+        let slot = sh.stripes.my_slot().ok_or(Fallback::Engine)?;
+        // Held until the item is linked, so the engine cannot take the
+        // chunk back half written (it waits; we wait for nothing).
+        let mut magazine = sh.magazines.try_lock(slot).ok_or(Fallback::Engine)?;
+        let loc = magazine
+            .pop(class)
+            .ok_or(Fallback::Refill { slot, class })?;
+        let cost = item::quantize_cost(req.cost.unwrap_or(1));
+        let cas = item::next_cas(&sh.cas_counter);
+        let header = item::Header {
+            cas,
+            atime: item::atime_code(now),
+            cost,
+            bits: item::LIVE,
+            exptime: crate::engine::exptime_of(req.expiry),
+            key_len: req.key.len() as u8,
+            value_len: req.value.len() as u32,
+        };
+        let (page, chunk) = split_loc(loc, sh.chunk_bits);
+        let start = chunk as usize * sh.class_sizes[class] as usize;
+        debug_assert_eq!(
+            sh.arena.geometry(page),
+            Some((class, sh.class_sizes[class]))
+        );
+        let (head, head_len) = item::head_bytes(&header, req.flags);
+        // SAFETY: the chunk was reserved for this thread (taken from its
+        // magazine, which it holds): nobody else writes it, and the engine
+        // reads only its access byte (byte 7, atomically) until LIVE is
+        // set there, which we do last.
+        unsafe {
+            sh.arena
+                .bytes_mut(page, start, 7)
+                .copy_from_slice(&head[..7]);
+            sh.arena
+                .bytes_mut(page, start + 8, head_len - 8)
+                .copy_from_slice(&head[8..head_len]);
+            let at = start + head_len;
+            sh.arena
+                .bytes_mut(page, at, req.key.len())
+                .copy_from_slice(req.key);
+            sh.arena
+                .bytes_mut(page, at + req.key.len(), req.value.len())
+                .copy_from_slice(req.value);
+        }
+        let index = stripe.index_mut();
+        let before = index.memory_bytes();
+        if !index.insert_fixed(h, loc) {
+            magazine.push(class, loc);
+            return Err(Fallback::Engine);
+        }
+        let grown = index.memory_bytes().saturating_sub(before);
+        if grown > 0 {
+            sh.index_grown.fetch_add(grown, Ordering::Relaxed);
+        }
+        stripe
+            .pending()
+            .linked(class, total as u64, item::dequantize_cost(cost) as u64);
+        sh.arena
+            .atomic(page, start + 7)
+            .store(head[7], Ordering::Release);
+        drop(magazine);
+        drop(stripe);
+        let outcome = StoreOutcome::Stored {
+            cas: if sh.cas_enabled { cas } else { 0 },
+        };
+        match grown {
+            0 => Ok(outcome),
+            _ => Err(Fallback::Settle(outcome)),
+        }
     }
 
     /// Look `key` up as [`Engine::lookup`] does and hand the item (None: a
@@ -653,7 +793,14 @@ mod tests {
                     ..Store::set(b"key", v)
                 }
             }
-            assert_eq!(c.try_store(&store(b"first", 7)), None, "a new key");
+            // A new key, and no chunk reserved: the engine reserves some
+            // (none: the class has no page yet) and stores. (The MRC
+            // profile samples every key of so small a cache: the engine.)
+            let first = c.try_store(&store(b"first", 7));
+            match rebalance {
+                RebalancePolicy::Off => assert!(matches!(first, Err(Fallback::Refill { .. }))),
+                _ => assert_eq!(first, Err(Fallback::Engine)),
+            }
             c.lock().store(&store(b"first", 7));
             let (_, _, cas1) = get(&c, b"key").unwrap();
             let mut in_place = 0;
@@ -663,7 +810,7 @@ mod tests {
                 let (value, flags, cas) = get(&c, b"key").unwrap();
                 assert_eq!((value.as_slice(), flags), (*v, 8 + i as u32));
                 assert!(cas > cas1);
-                in_place += u32::from(c.try_store(&store(v, 8 + i as u32)).is_some());
+                in_place += u32::from(c.try_store(&store(v, 8 + i as u32)).is_ok());
             }
             // The MRC profile's sampled keys go to the engine (a small
             // cache samples them all); without a profile, none does.
@@ -671,8 +818,8 @@ mod tests {
                 assert_eq!(in_place, 3);
             }
             // Another class, another flags width: the engine.
-            assert_eq!(c.try_store(&store(&[b'x'; 500], 9)), None);
-            assert_eq!(c.try_store(&store(b"w", 0x1_0000)), None);
+            assert_eq!(c.try_store(&store(&[b'x'; 500], 9)), Err(Fallback::Engine));
+            assert_eq!(c.try_store(&store(b"w", 0x1_0000)), Err(Fallback::Engine));
             let mut e = c.lock();
             e.validate();
             let s = e.stats();

@@ -6,7 +6,7 @@
 //! server program against this API.
 
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
@@ -19,10 +19,11 @@ use crate::cost::Learner;
 use crate::evict::{Policy, Victim};
 use crate::index::Index;
 use crate::item;
+use crate::magazine::Magazines;
 use crate::rebalance::Rebalancer;
 use crate::slab::{class_sizes, PageId, Slabs};
 use crate::stats::{EngineStats, SlabClassStats};
-use crate::stripe::{Stripe, Stripes};
+use crate::stripe::{Counts, Stripe, Stripes};
 use crate::{Config, ConfigError, DEFAULT_PAGE_SIZE, VALUE_MAX_LEN};
 
 /// Keys prefetched together by [`Engine::lookup_batch`]: enough loads in
@@ -202,6 +203,9 @@ struct Counters {
     rescues: u64,
     reassign_evictions: u64,
     outofmemory: u64,
+    /// GET hits per class counted here (the locked path; readers count
+    /// theirs in `Stripes`).
+    get_hits: Vec<u64>,
 }
 
 /// The engine. Not thread-safe by itself: see [`crate::Cache`].
@@ -215,8 +219,17 @@ pub struct Engine {
     /// taken (`slabs.held` marks them by number); all released by
     /// [`Engine::release_stripes`].
     held_list: Vec<usize>,
-    /// Memory of all stripes' index tables (they grow under this lock).
+    /// Memory of all stripes' index tables, as the engine counted it.
     index_bytes: usize,
+    /// Index growth by inserts without the engine lock, not yet added to
+    /// `index_bytes` (`crate::Cache::store`).
+    index_grown: Arc<CachePadded<AtomicUsize>>,
+    /// Per stripe, its index's primary buckets and whether it is resizing:
+    /// kept here because only the engine changes them, so `stats` need
+    /// not look into stripes that SETs may be inserting into.
+    index_shape: Vec<(usize, bool)>,
+    /// Chunks reserved for threads' new items (`magazine`).
+    magazines: Arc<Magazines>,
     memory_limit: usize,
     /// The next CAS unique, shared with in-place SETs (`crate::Cache`).
     cas_counter: Arc<CachePadded<AtomicU64>>,
@@ -330,14 +343,23 @@ impl Engine {
             held_list: Vec::new(),
             stripes,
             index_bytes: 0,
+            index_grown: Arc::default(),
+            index_shape: Vec::new(),
+            magazines: Arc::default(),
             cas_counter: Arc::new(CachePadded::new(AtomicU64::new(1))),
             pending_flush: None,
             flush_at: Arc::new(CachePadded::new(AtomicU32::new(0))),
-            counters: Counters::default(),
+            counters: Counters {
+                get_hits: vec![0; sizes.len()],
+                ..Counters::default()
+            },
             reclaim_at: (0, 0),
             scratch: Vec::new(),
         };
         engine.index_bytes = engine.index_memory();
+        engine.index_shape = (0..engine.stripes.len())
+            .map(|s| engine.shape_of(s))
+            .collect();
         if engine.config.prealloc {
             while engine.can_add_page() {
                 let Some(p) = engine.slabs.new_page() else {
@@ -402,14 +424,17 @@ impl Engine {
         }
     }
 
-    /// Count the stores that in-place SETs made without the engine lock
-    /// (`crate::Cache::store`), as `write_new` counts its own.
-    fn count_pending(&mut self, p: &[(u64, u64)]) {
-        for (c, &(n, r)) in self.slabs.classes.iter_mut().zip(p) {
-            c.stats.cmd_set += n;
-            c.requested = c.requested.wrapping_add(r);
-            self.counters.total_items += n;
-            self.counters.bytes = self.counters.bytes.wrapping_add(r);
+    /// Count the stores that SETs made without the engine lock
+    /// (`crate::Cache::store`), as `write_new` and `rewrite` count theirs.
+    fn count_pending(&mut self, p: &[Counts]) {
+        for (class, (c, n)) in self.slabs.classes.iter_mut().zip(p).enumerate() {
+            c.stats.cmd_set += n.sets;
+            c.requested = c.requested.wrapping_add(n.requested);
+            c.used += n.items;
+            self.counters.total_items += n.sets;
+            self.counters.curr_items += n.items;
+            self.counters.bytes = self.counters.bytes.wrapping_add(n.requested);
+            self.policy.add_live_cost(class, n.cost);
         }
     }
 
@@ -429,12 +454,30 @@ impl Engine {
     fn index_mut<R>(&mut self, h: u64, f: impl FnOnce(&mut Index, &Slabs) -> R) -> R {
         let s = self.stripes.of(h);
         self.hold(s);
+        // What inserts without the lock grew this stripe by is in
+        // `index_grown` (they record it before letting go of the stripe).
+        self.fold_index_grown();
         // SAFETY: as in `stripe`; `slabs` is a field apart from the stripes.
         let ix = unsafe { &mut self.stripes.stripe_mut(s).index };
         let before = ix.memory_bytes();
         let r = f(ix, &self.slabs);
         self.index_bytes = self.index_bytes + ix.memory_bytes() - before;
+        self.index_shape[s] = (ix.bucket_count(), ix.is_expanding());
         r
+    }
+
+    /// Add the index growth of inserts made without the engine lock.
+    fn fold_index_grown(&mut self) {
+        if self.index_grown.load(Ordering::Relaxed) != 0 {
+            self.index_bytes += self.index_grown.swap(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Stripe `s`'s index shape (`index_shape`), the stripe acquired or no
+    /// thread yet running.
+    fn shape_of(&self, s: usize) -> (usize, bool) {
+        let ix = &self.stripe_ref(s).index;
+        (ix.bucket_count(), ix.is_expanding())
     }
 
     /// Stripe `s`, to read (no GET writes a stripe; only this engine does).
@@ -487,7 +530,81 @@ impl Engine {
             store_gate: self.rebal.profile_gate(),
             class_sizes: self.slabs.classes.iter().map(|c| c.chunk_size).collect(),
             cas_counter: self.cas_counter.clone(),
+            inserts: self.inserts_without_lock(),
+            magazines: self.magazines.clone(),
+            index_grown: self.index_grown.clone(),
         }
+    }
+
+    /// Whether SETs of new keys may place their items in reserved chunks
+    /// without the engine lock (`-o lockfree_inserts`): as for in-place
+    /// SETs, and no rebalancer that counts every insertion (SAS).
+    fn inserts_without_lock(&self) -> bool {
+        self.config.lockfree_inserts && self.rewrites_in_place() && !self.rebal.counts_inserts()
+    }
+
+    /// Reserve up to `want` chunks of `class` for the thread of magazine
+    /// slot `slot` (`magazine`): free chunks, new pages within `-m`, then
+    /// CLOCK's victims, as `alloc` finds them, but never a page taken from
+    /// another class (that empties a page, which takes reserved chunks
+    /// back). Returns how many it reserved.
+    pub(crate) fn refill(&mut self, slot: usize, class: usize, want: usize) -> usize {
+        if class >= self.slabs.classes.len() || self.slabs.classes[class].pages.is_empty() {
+            return 0;
+        }
+        let mut got = Vec::with_capacity(want);
+        while got.len() < want {
+            if let Some(loc) = self.slabs.take_free(class) {
+                got.push(loc);
+                continue;
+            }
+            if let Some(p) = self.slabs.spare.pop() {
+                self.slabs.assign(p, class);
+                continue;
+            }
+            if self.can_add_page_with(self.policy.first_item_bytes(class)) {
+                if let Some(p) = self.slabs.new_page() {
+                    self.slabs.assign(p, class);
+                    continue;
+                }
+            }
+            if !self.config.evict {
+                break;
+            }
+            let now = self.now();
+            match self.policy.victim(&mut self.slabs, class, now, None) {
+                Some(Victim::Expired(loc)) if self.still_expired(loc, now) => {
+                    self.unlink(loc);
+                    self.counters.reclaimed += 1;
+                    self.slabs.classes[class].stats.reclaimed += 1;
+                    got.push(loc);
+                }
+                Some(Victim::Expired(loc) | Victim::Evicted(loc)) => {
+                    self.evict_victim(loc, class, now);
+                    got.push(loc);
+                }
+                None => break,
+            }
+        }
+        let n = got.len();
+        if let Some(mut m) = self.magazines.lock(slot) {
+            for loc in got {
+                m.push(class, loc);
+            }
+        } else {
+            for loc in got {
+                self.slabs.free(loc);
+            }
+        }
+        n
+    }
+
+    /// Take back every chunk reserved for threads (`magazine`): before a
+    /// page leaves its class or every chunk is freed at once.
+    fn take_back_reserved(&mut self) {
+        let slabs = &mut self.slabs;
+        self.magazines
+            .drain_all(self.stripes.slots_taken(), |_, loc| slabs.free(loc));
     }
 
     fn find(&mut self, key: &[u8], h: u64) -> Option<u64> {
@@ -566,7 +683,7 @@ impl Engine {
             }
             return None;
         };
-        self.access(loc, h, how);
+        self.access(loc, how);
         if how.fetch && self.rebal.wants_hits() {
             let class = self.slabs.class_of(loc);
             let cost = item::Header::read(self.slabs.chunk(loc)).cost;
@@ -580,7 +697,7 @@ impl Engine {
         self.lookup(key, Lookup::GET)
     }
 
-    fn access(&mut self, loc: u64, h: u64, how: Lookup) {
+    fn access(&mut self, loc: u64, how: Lookup) {
         let now = self.now();
         let class = self.slabs.class_of(loc);
         let chunk = self.slabs.chunk_mut(loc);
@@ -609,7 +726,7 @@ impl Engine {
             self.policy.touch(&mut self.slabs, class, loc);
         }
         if how.fetch {
-            self.stripe(h).get_hits[class] += 1;
+            self.counters.get_hits[class] += 1;
         }
     }
 
@@ -662,7 +779,6 @@ impl Engine {
                 // memcached: a failed add still counts as an access.
                 self.access(
                     loc,
-                    h,
                     Lookup {
                         bump: true,
                         fetch: false,
@@ -906,6 +1022,7 @@ impl Engine {
     /// policy's structures, the learned-cost table.
     fn aux_bytes(&self) -> usize {
         self.index_bytes
+            + self.index_grown.load(Ordering::Relaxed)
             + self.policy.memory_bytes()
             + self.learner.as_ref().map_or(0, Learner::memory_bytes)
             + self.rebal.memory_bytes()
@@ -1067,6 +1184,13 @@ impl Engine {
         self.slabs.free(loc);
     }
 
+    /// An insert without the engine lock grew the index: count it, and
+    /// keep to the memory limit.
+    pub(crate) fn settle(&mut self) {
+        self.fold_index_grown();
+        self.enforce_budget(None);
+    }
+
     /// Give pages back until items + index fit in the memory limit again.
     fn enforce_budget(&mut self, protect: Option<u64>) {
         while self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes()
@@ -1127,7 +1251,7 @@ impl Engine {
         let h = hash(key);
         let loc = self.find_live(key, h)?;
         item::set_exptime(self.slabs.chunk_mut(loc), exptime_of(expiry));
-        self.access(loc, h, Lookup::GET);
+        self.access(loc, Lookup::GET);
         let class = self.slabs.class_of(loc);
         self.slabs.classes[class].stats.touch_hits += 1;
         Some(self.view(loc))
@@ -1210,7 +1334,6 @@ impl Engine {
             item::set_exptime(chunk, exptime);
             self.access(
                 loc,
-                h,
                 Lookup {
                     bump: true,
                     fetch: false,
@@ -1327,10 +1450,13 @@ impl Engine {
     /// O(pages): every chunk becomes free by resetting the pages' cursors.
     fn flush_now(&mut self) {
         self.hold_all();
+        self.take_back_reserved();
         for s in 0..self.stripes.len() {
             // SAFETY: as in `stripe`: every stripe is acquired.
             unsafe { self.stripes.stripe_mut(s) }.index.clear();
+            self.index_shape[s] = self.shape_of(s);
         }
+        self.index_grown.store(0, Ordering::Relaxed);
         self.index_bytes = self.index_memory();
         self.slabs.clear_items();
         self.policy.clear();
@@ -1412,22 +1538,20 @@ impl Engine {
 
     pub fn stats(&self) -> EngineStats {
         let (mut buckets, mut expanding) = (0usize, false);
-        for s in 0..self.stripes.len() {
-            let ix = &self.stripe_ref(s).index;
-            buckets += 1 << ix.hash_power_level();
-            expanding |= ix.is_expanding();
+        for &(n, growing) in &self.index_shape {
+            buckets += 1 << n.ilog2();
+            expanding |= growing;
         }
         let c = &self.counters;
-        // In-place SETs the engine has not counted yet.
-        let (sets, requested) = self
-            .stripes
-            .pending_sum(self.slabs.classes.len())
-            .iter()
-            .fold((0, 0u64), |(n, r), &(pn, pr)| (n + pn, r.wrapping_add(pr)));
+        // SETs made without the engine lock that it has not counted yet.
+        let mut p = Counts::default();
+        for n in self.stripes.pending_sum(self.slabs.classes.len()) {
+            p.add(&n);
+        }
         EngineStats {
-            curr_items: c.curr_items,
-            total_items: c.total_items + sets,
-            bytes: c.bytes.wrapping_add(requested),
+            curr_items: c.curr_items + p.items,
+            total_items: c.total_items + p.sets,
+            bytes: c.bytes.wrapping_add(p.requested),
             evictions: c.evictions,
             reclaimed: c.reclaimed,
             expired_unfetched: c.expired_unfetched,
@@ -1437,7 +1561,7 @@ impl Engine {
             crawler_reclaimed: c.crawler_reclaimed,
             limit_maxbytes: self.memory_limit as u64,
             total_malloced: (self.slabs.pages_allocated() * self.slabs.page_size) as u64,
-            hash_bytes: self.index_bytes as u64,
+            hash_bytes: (self.index_bytes + self.index_grown.load(Ordering::Relaxed)) as u64,
             hash_power_level: buckets.max(1).ilog2(),
             hash_is_expanding: expanding,
             slabs_moved: c.slabs_moved,
@@ -1475,16 +1599,20 @@ impl Engine {
             })
             .map(|c| {
                 let mut s = self.slabs.class_stats(c);
-                s.cmd_set += pending[c].0;
-                s.mem_requested = s.mem_requested.wrapping_add(pending[c].1);
-                s.get_hits = (0..self.stripes.len())
-                    .map(|st| self.stripe_ref(st).get_hits[c])
-                    .sum::<u64>()
-                    + self.stripes.reader_hits(c);
+                let p = &pending[c];
+                s.cmd_set += p.sets;
+                s.mem_requested = s.mem_requested.wrapping_add(p.requested);
+                s.number += p.items;
+                s.used_chunks += p.items;
+                // Reserved chunks are free chunks a thread holds: neither
+                // counted used nor on a free list (`magazine`).
+                let reserved = self.magazines.count(self.stripes.slots_taken(), c);
+                s.free_chunks += reserved;
+                s.get_hits = self.counters.get_hits[c] + self.stripes.reader_hits(c);
                 s.age = self.hand_age(c, now) as u64;
                 s.avg_cost = match s.number {
                     0 => 0,
-                    n => (self.policy.live_cost(c) + n / 2) / n,
+                    n => (self.policy.live_cost(c) + p.cost + n / 2) / n,
                 };
                 let rc = self.rebal.counts(c);
                 s.capacity_misses = rc.capacity_misses;
@@ -1582,10 +1710,7 @@ impl Engine {
         c.get_expired = 0;
         c.crawler_reclaimed = 0;
         c.outofmemory = 0;
-        for s in 0..self.stripes.len() {
-            // SAFETY: as in `stripe`: every stripe is acquired.
-            unsafe { self.stripes.stripe_mut(s) }.get_hits.fill(0);
-        }
+        c.get_hits.fill(0);
         self.stripes.reset_reader_hits();
         for class in &mut self.slabs.classes {
             let s = &mut class.stats;
@@ -1611,6 +1736,9 @@ impl Engine {
     /// chunks.
     pub fn validate(&mut self) {
         self.hold_all();
+        // Reserved chunks are neither free nor live (`magazine`).
+        self.take_back_reserved();
+        self.fold_index_grown();
         self.slabs
             .validate(self.drain.as_ref().map(|d| (d.page, d.next)));
         let slabs = &self.slabs;
@@ -1623,6 +1751,9 @@ impl Engine {
             indexed += st.index.len();
         }
         assert_eq!(self.index_bytes, self.index_memory(), "index memory");
+        for s in 0..self.stripes.len() {
+            assert_eq!(self.index_shape[s], self.shape_of(s), "stripe {s}'s shape");
+        }
         let pages: Vec<u32> = self
             .slabs
             .classes

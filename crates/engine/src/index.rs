@@ -334,6 +334,21 @@ impl Index {
         }
     }
 
+    /// Insert as [`Index::insert`] does, but only if no resize is under
+    /// way, and never start one: a SET without the engine lock inserts so
+    /// (`crate::Cache::store`), leaving the table's shape, which the
+    /// engine reads without the stripe, to the engine's inserts. Its
+    /// segment may still grow. Returns whether it inserted.
+    pub fn insert_fixed(&mut self, hash: u64, loc: Loc) -> bool {
+        if self.next.is_some() || loc >= 1 << LOC_BITS {
+            return false;
+        }
+        let bucket = self.cur.route(hash);
+        self.put(false, bucket, hash, loc);
+        self.len += 1;
+        true
+    }
+
     fn put(&mut self, in_next: bool, bucket: usize, hash: u64, loc: Loc) {
         let limit = self.params.pool_limit;
         let table = if in_next {

@@ -353,6 +353,23 @@ pub fn value_start(chunk: &[u8]) -> usize {
     body_start(chunk) + code_width(chunk[7]) + chunk[12] as usize
 }
 
+/// What [`write`] puts before the key: the header, the long length if
+/// any and the client flags, in a buffer (the length used is returned).
+/// For writers that must store the access byte (byte 7) last and
+/// atomically (`crate::cache`).
+pub fn head_bytes(h: &Header, flags: u32) -> ([u8; 24], usize) {
+    let fw = flags_width(flags);
+    let mut buf = [0u8; 24];
+    let h = Header {
+        bits: (h.bits & !FLAGS_WIDTH_MASK) | width_code(fw),
+        ..*h
+    };
+    h.write(&mut buf);
+    let start = h.body_start();
+    buf[start..start + fw].copy_from_slice(&flags.to_le_bytes()[..fw]);
+    (buf, start + fw)
+}
+
 /// Write a whole item into `chunk`; `value` is given in pieces so append and
 /// prepend need no temporary concatenation. A value too long for the chunk
 /// is left out: `chain::write` spreads it over the head and its segments.

@@ -20,6 +20,8 @@
 //! - [`cache`]: the engine shared by threads, and the GET path outside its
 //!   lock.
 //! - [`slab`]: pages, slab classes, free chunks, page moves.
+//! - [`magazine`]: chunks reserved per thread, for SETs of new keys
+//!   without the engine lock.
 //! - [`evict`]: eviction within a slab class: CLOCK (LRU) or GD-Wheel.
 //! - [`cost`]: costs learned from the gap between a GET miss and its SET.
 //! - [`rebalance`]: which class gets the next page (memcached's automove,
@@ -37,6 +39,7 @@ pub mod engine;
 pub mod evict;
 pub mod index;
 pub mod item;
+pub mod magazine;
 pub mod rebalance;
 pub mod slab;
 pub mod stats;
@@ -119,6 +122,10 @@ pub struct Config {
     /// On by default: it never lowered a hit ratio measured
     /// (docs/benchmarks.md, "Engine scaling: SETs in place").
     pub in_place_sets: bool,
+    /// `-o lockfree_inserts=0|1`: a SET of a new key places its item in a
+    /// chunk reserved for its thread, holding only its key's stripe
+    /// (`magazine`; when in-place SETs are allowed, without SAS).
+    pub lockfree_inserts: bool,
 }
 
 /// Eviction within a slab class.
@@ -174,6 +181,7 @@ impl Default for Config {
             rebalance_tuning: rebalance::Tuning::default(),
             lock_stripes: stripe::DEFAULT_STRIPES,
             in_place_sets: true,
+            lockfree_inserts: true,
         }
     }
 }

@@ -351,6 +351,12 @@ impl Rebalancer {
         }
     }
 
+    /// Whether every new item must be reported (`stored` with `new`): SAS
+    /// counts insertions and matches them with capacity misses.
+    pub fn counts_inserts(&self) -> bool {
+        self.sas.is_some()
+    }
+
     /// An item of `class` (hash `h`, `bytes` of chunk) was evicted, by the
     /// eviction policy or because its page moved.
     #[inline]

@@ -231,11 +231,14 @@ impl Slabs {
     }
 
     /// The access byte of the chunk at `loc`, read atomically: a GET may
-    /// set REF or FETCHED in it at any time (`crate::stripe`).
+    /// set REF or FETCHED in it at any time (`crate::stripe`). Acquire: a
+    /// SET without the engine lock writes a new item whole before it sets
+    /// LIVE with a release store (`crate::cache`), so whoever sees LIVE
+    /// sees the key.
     #[inline]
     pub fn bits(&self, loc: u64) -> u8 {
         let (p, start, _) = self.place(loc);
-        self.arena.atomic(p, start + 7).load(Ordering::Relaxed)
+        self.arena.atomic(p, start + 7).load(Ordering::Acquire)
     }
 
     /// Clear bits of the access byte atomically (CLOCK's hand, without the

@@ -83,49 +83,119 @@ struct Part {
     pending: Pending,
 }
 
-/// Counter changes of in-place SETs (`crate::Cache::store`), which do not
-/// hold the engine lock: written by the stripe's writer only, folded into
-/// the engine's counters when the engine next takes the stripe
-/// ([`Stripes::take_pending`]) and added to `stats` before that.
+/// Counter changes of SETs made without the engine lock (in place, or new
+/// items in a thread's reserved chunks: `crate::Cache::store`): written by
+/// the stripe's writer only, folded into the engine's counters when the
+/// engine next takes the stripe ([`Stripes::take_pending`]) and added to
+/// `stats` before that.
 pub struct Pending {
     dirty: AtomicBool,
-    /// Per class: stores, and the change of the bytes requested (two's
-    /// complement).
-    sets: Box<[AtomicU64]>,
-    requested: Box<[AtomicU64]>,
+    /// Per class.
+    classes: Box<[ClassPending]>,
+}
+
+#[derive(Default)]
+struct ClassPending {
+    /// Stores.
+    sets: AtomicU64,
+    /// The change of the bytes requested (two's complement).
+    requested: AtomicU64,
+    /// New items linked, and the sum of their (dequantised) costs.
+    items: AtomicU64,
+    cost: AtomicU64,
+}
+
+/// What [`Pending`] holds for one class, taken out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub sets: u64,
+    /// Wrapping: a change of either sign.
+    pub requested: u64,
+    pub items: u64,
+    pub cost: u64,
+}
+
+impl Counts {
+    pub fn add(&mut self, o: &Counts) {
+        self.sets += o.sets;
+        self.requested = self.requested.wrapping_add(o.requested);
+        self.items += o.items;
+        self.cost += o.cost;
+    }
+}
+
+/// One writer adds: no read-modify-write needed.
+#[inline]
+fn bump(a: &AtomicU64, by: u64) {
+    a.store(
+        a.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
 }
 
 impl Pending {
     fn new(nclasses: usize) -> Pending {
-        let zeros = || (0..nclasses).map(|_| AtomicU64::new(0)).collect();
         Pending {
             dirty: AtomicBool::new(false),
-            sets: zeros(),
-            requested: zeros(),
+            classes: (0..nclasses).map(|_| ClassPending::default()).collect(),
         }
     }
 
-    /// One store to `class` that changed its requested bytes by `delta`.
-    /// The stripe's writer only, so no read-modify-write is needed.
     #[inline]
-    pub fn stored(&self, class: usize, delta: i64) {
-        let (Some(n), Some(r)) = (self.sets.get(class), self.requested.get(class)) else {
-            return;
-        };
-        n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        r.store(
-            r.load(Ordering::Relaxed).wrapping_add(delta as u64),
-            Ordering::Relaxed,
-        );
+    fn mark(&self) {
         if !self.dirty.load(Ordering::Relaxed) {
             self.dirty.store(true, Ordering::Relaxed);
         }
     }
+
+    /// One store to `class` that changed its requested bytes by `delta`.
+    /// The stripe's writer only.
+    #[inline]
+    pub fn stored(&self, class: usize, delta: i64) {
+        let Some(c) = self.classes.get(class) else {
+            return;
+        };
+        bump(&c.sets, 1);
+        bump(&c.requested, delta as u64);
+        self.mark();
+    }
+
+    /// One new item of `total` bytes and cost `cost` linked in `class`.
+    /// The stripe's writer only.
+    #[inline]
+    pub fn linked(&self, class: usize, total: u64, cost: u64) {
+        let Some(c) = self.classes.get(class) else {
+            return;
+        };
+        bump(&c.sets, 1);
+        bump(&c.requested, total);
+        bump(&c.items, 1);
+        bump(&c.cost, cost);
+        self.mark();
+    }
+
+    fn read(&self, take: bool) -> impl Iterator<Item = Counts> + '_ {
+        // Only the classes stored to are written back (no other writer now).
+        let get = move |a: &AtomicU64| match a.load(Ordering::Relaxed) {
+            0 => 0,
+            v => {
+                if take {
+                    a.store(0, Ordering::Relaxed);
+                }
+                v
+            }
+        };
+        self.classes.iter().map(move |c| Counts {
+            sets: get(&c.sets),
+            requested: get(&c.requested),
+            items: get(&c.items),
+            cost: get(&c.cost),
+        })
+    }
 }
 
-/// Per class: stores and the change of requested bytes (wrapping) that the
-/// engine has not counted yet.
-pub type PendingCounts = Vec<(u64, u64)>;
+/// Per class, what the engine has not counted yet.
+pub type PendingCounts = Vec<Counts>;
 
 /// A reader's slot: 0, or 1 + the stripe it reads. On a line (two, for the
 /// adjacent-line prefetcher) of its own.
@@ -138,8 +208,6 @@ struct HitRow([AtomicU64; 8]);
 
 pub struct Stripe {
     pub index: Index,
-    /// GET hits per slab class counted by the engine (the locked path).
-    pub get_hits: Box<[u64]>,
 }
 
 pub struct Stripes {
@@ -157,11 +225,10 @@ pub struct Stripes {
 }
 
 // SAFETY: `Part::stripe` is only reached through `read` (readers, shared
-// access, while no writer holds the stripe), through `write` (shared
-// access, while its caller holds the writer flag) and through the unsafe
-// `stripe_mut`/`stripe_ref`, whose callers hold the engine lock (the only
-// maker of `&mut Stripe`) and, to write, have acquired the stripe (no
-// reader or other writer in it). `Part::pending` is atomics.
+// access, while no writer holds the stripe), through `write` (its caller
+// holds the writer flag: no reader, no other writer) and through the
+// unsafe `stripe_mut`/`stripe_ref`, whose callers hold the engine lock and
+// have acquired the stripe (likewise). `Part::pending` is atomics.
 unsafe impl Sync for Stripes {}
 // SAFETY: nothing in Stripes is tied to a thread.
 unsafe impl Send for Stripes {}
@@ -197,7 +264,6 @@ impl Stripes {
                     writer: AtomicBool::new(false),
                     stripe: UnsafeCell::new(Stripe {
                         index: Index::with_capacity(expected_items / n),
-                        get_hits: vec![0; nclasses].into_boxed_slice(),
                     }),
                     pending: Pending::new(nclasses),
                 })
@@ -237,7 +303,7 @@ impl Stripes {
         let pending: usize = self
             .parts
             .iter()
-            .map(|p| 2 * std::mem::size_of_val(&*p.pending.sets))
+            .map(|p| std::mem::size_of_val(&*p.pending.classes))
             .sum();
         std::mem::size_of_val(&*self.parts)
             + std::mem::size_of_val(&*self.slots)
@@ -245,9 +311,10 @@ impl Stripes {
             + pending
     }
 
-    /// This thread's reader slot, taken on first use; None when all are.
+    /// This thread's slot (reader slot, and its chunk magazine in
+    /// `crate::magazine`), taken on first use; None when all are.
     #[inline]
-    fn my_slot(&self) -> Option<usize> {
+    pub(crate) fn my_slot(&self) -> Option<usize> {
         let (id, slot) = MY_SLOT.get();
         if id == self.id {
             return Some(slot);
@@ -339,34 +406,19 @@ impl Stripes {
             return None;
         }
         p.dirty.store(false, Ordering::Relaxed);
-        // Only the classes stored to are written back (no other writer now).
-        let take = |a: &AtomicU64| match a.load(Ordering::Relaxed) {
-            0 => 0,
-            v => {
-                a.store(0, Ordering::Relaxed);
-                v
-            }
-        };
-        Some(
-            p.sets
-                .iter()
-                .zip(&*p.requested)
-                .map(|(n, r)| (take(n), take(r)))
-                .collect(),
-        )
+        Some(p.read(true).collect())
     }
 
     /// Every stripe's pending counter changes, summed by class, as they
     /// are now (for `stats`; the engine counts them for good later).
     pub fn pending_sum(&self, nclasses: usize) -> PendingCounts {
-        let mut sum = vec![(0u64, 0u64); nclasses];
+        let mut sum = vec![Counts::default(); nclasses];
         for p in self.parts.iter().map(|p| &p.pending) {
             if !p.dirty.load(Ordering::Relaxed) {
                 continue;
             }
-            for (c, (n, r)) in sum.iter_mut().zip(p.sets.iter().zip(&*p.requested)) {
-                c.0 += n.load(Ordering::Relaxed);
-                c.1 = c.1.wrapping_add(r.load(Ordering::Relaxed));
+            for (c, n) in sum.iter_mut().zip(p.read(false)) {
+                c.add(&n);
             }
         }
         sum
@@ -388,13 +440,18 @@ impl Stripes {
     /// Stripe `s`, to read.
     ///
     /// # Safety
-    /// The caller holds the engine lock (so nobody writes the stripe unless
-    /// through this caller, which holds no `stripe_mut` of it meanwhile;
-    /// in-place SETs only read the `Stripe`).
+    /// The caller holds the engine lock and has acquired `s` (SETs without
+    /// the engine lock insert into a stripe they hold), and holds no
+    /// `stripe_mut` of it meanwhile.
     #[inline]
     pub(crate) unsafe fn stripe_ref(&self, s: usize) -> &Stripe {
         // SAFETY: readers only read; the only writer is the caller.
         unsafe { &*self.parts[s].stripe.get() }
+    }
+
+    /// Slots handed out so far (threads that have read or written).
+    pub(crate) fn slots_taken(&self) -> usize {
+        self.taken.load(Ordering::Acquire).min(MAX_READERS)
     }
 
     /// GET hits of `class` counted by readers (all threads).
@@ -465,6 +522,18 @@ pub struct WriteGuard<'a> {
 }
 
 impl WriteGuard<'_> {
+    /// The stripe's index, to insert a new item without the engine lock
+    /// (`crate::Cache::store`).
+    #[inline]
+    pub fn index_mut(&mut self) -> &mut Index {
+        // SAFETY: we raised the writer flag and waited out the readers, so
+        // nobody else reads or writes this stripe until we lower it: the
+        // engine makes references into a stripe only after acquiring it
+        // (`Engine::hold`), or into the index shapes it keeps itself. The
+        // `&mut self` borrow keeps our own `Deref` views out meanwhile.
+        unsafe { &mut (*self.stripes.parts[self.s].stripe.get()).index }
+    }
+
     /// Where this writer leaves its counter changes.
     #[inline]
     pub fn pending(&self) -> &Pending {
@@ -504,19 +573,30 @@ mod tests {
     use std::sync::Arc;
 
     /// A writer never changes a stripe a reader is in: readers check that
-    /// two words the writer keeps equal are equal.
+    /// two keys the writer inserts and removes together are both indexed
+    /// or both not.
     #[test]
     fn readers_never_see_a_write_in_progress() {
         let st = Arc::new(Stripes::new(2, 0, 2));
         let stop = Arc::new(AtomicBool::new(false));
+        // Two hashes per stripe, told apart by their locations.
+        let hashes: Vec<[u64; 2]> = (0..2)
+            .map(|s| {
+                let mut pair = (1u64..)
+                    .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                    .filter(|&h| st.of(h) == s);
+                [pair.next().unwrap(), pair.next().unwrap()]
+            })
+            .collect();
         let readers: Vec<_> = (0..3)
             .map(|_| {
-                let (st, stop) = (st.clone(), stop.clone());
+                let (st, stop, hashes) = (st.clone(), stop.clone(), hashes.clone());
                 std::thread::spawn(move || {
                     let mut reads = 0u64;
                     while !stop.load(Ordering::Relaxed) {
-                        let g = st.read(reads as usize % 2).expect("slot");
-                        let (a, b) = (g.get_hits[0], g.get_hits[1]);
+                        let s = reads as usize % 2;
+                        let g = st.read(s).expect("slot");
+                        let [a, b] = hashes[s].map(|h| g.index.find(h, |_| true).is_some());
                         assert_eq!(a, b, "torn read");
                         g.hit(0);
                         reads += 1;
@@ -525,17 +605,25 @@ mod tests {
                 })
             })
             .collect();
-        for i in 0..20_000u64 {
-            let s = (i % 2) as usize;
-            st.acquire(s);
-            // SAFETY: single writer (this thread), stripe acquired.
-            let stripe = unsafe { st.stripe_mut(s) };
-            stripe.get_hits[0] += 1;
+        let spin = |i: u64| {
             for _ in 0..(i % 50) {
                 std::hint::spin_loop();
             }
-            stripe.get_hits[1] += 1;
-            st.release(s);
+        };
+        for i in 0..20_000u64 {
+            let s = (i % 2) as usize;
+            let [h1, h2] = hashes[s];
+            let hash_of = |l: u64| if l == 1 { h1 } else { h2 };
+            let mut w = st.write(s);
+            if i % 4 < 2 {
+                w.index_mut().insert(h1, 1, &hash_of);
+                spin(i);
+                w.index_mut().insert(h2, 2, &hash_of);
+            } else {
+                w.index_mut().remove(h1, 1);
+                spin(i);
+                w.index_mut().remove(h2, 2);
+            }
         }
         stop.store(true, Ordering::Relaxed);
         let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();

@@ -179,11 +179,11 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
                                 s.expiry = Expiry::At(clock.now() + 2);
                             }
                             match cache.try_store(&s) {
-                                Some(_) => {
+                                Ok(_) => {
                                     in_place.fetch_add(1, Ordering::Relaxed);
                                 }
-                                None => {
-                                    cache.lock().store(&s);
+                                Err(f) => {
+                                    cache.finish_store(&mut cache.lock(), &s, f);
                                 }
                             }
                         }
@@ -309,7 +309,7 @@ fn in_place_sets_are_never_read_half_written() {
     for i in 0..100_000u64 {
         let k = i % 4;
         let v = value(k, 3000 + (i * 7 % 8) as usize);
-        in_place += u64::from(cache.try_store(&Store::set(&key(k), &v)).is_some());
+        in_place += u64::from(cache.try_store(&Store::set(&key(k), &v)).is_ok());
     }
     stop.store(true, Ordering::Relaxed);
     let (bad, hits) = readers

@@ -116,6 +116,10 @@ pub struct EngineArgs {
     /// in place (true/false).
     #[arg(long, default_value_t = Config::default().in_place_sets, action = clap::ArgAction::Set)]
     pub in_place_sets: bool,
+    /// -o lockfree_inserts=: a SET of a new key writes its item in a chunk
+    /// reserved for its thread, holding only its stripe (true/false).
+    #[arg(long, default_value_t = Config::default().lockfree_inserts, action = clap::ArgAction::Set)]
+    pub lockfree_inserts: bool,
 }
 
 fn parse_sas_rule(s: &str) -> Result<SasRule, String> {
@@ -157,6 +161,7 @@ impl EngineArgs {
             hugepages: self.hugepages,
             lock_stripes: self.lock_stripes,
             in_place_sets: self.in_place_sets,
+            lockfree_inserts: self.lockfree_inserts,
             rebalance_tuning: Tuning {
                 sas_misses: self.sas_misses,
                 sas_decay: self.sas_decay,

@@ -385,6 +385,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "hugepages", yes_no(ec.hugepages || ec.prealloc));
     stat(out, "lock_stripes", ec.lock_stripes);
     stat(out, "in_place_sets", yes_no(ec.in_place_sets));
+    stat(out, "lockfree_inserts", yes_no(ec.lockfree_inserts));
     stat(out, "rebalance", ec.rebalance.name());
     stat(
         out,

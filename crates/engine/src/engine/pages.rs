@@ -214,6 +214,9 @@ impl Engine {
         if self.drain.is_some() || self.slabs.classes[from].pages.is_empty() {
             return false;
         }
+        // No thread may keep a chunk of the page (`magazine`); refills
+        // take no chunk of it while it drains (it is off `with_free`).
+        self.take_back_reserved();
         let Some(page) = self.least_valuable_page(from, None) else {
             return false;
         };
@@ -481,6 +484,7 @@ impl Engine {
     /// shrinking, a class with no page at all). A drain of the same page is
     /// cancelled: the page is empty afterwards.
     pub(super) fn empty_page(&mut self, page: PageId, rescue: bool) {
+        self.take_back_reserved();
         let class = self.slabs.page_mut(page).class as usize - 1;
         if self.drain.as_ref().is_some_and(|d| d.page == page) {
             self.drain = None;

@@ -148,6 +148,15 @@ impl Policy {
         }
     }
 
+    /// Items linked without the engine lock (`crate::Cache::store`, CLOCK
+    /// only) with costs summing to `cost`.
+    pub fn add_live_cost(&mut self, class: usize, cost: u64) {
+        debug_assert!(cost == 0 || self.wheel.is_none());
+        if let Some(c) = self.live_cost.get_mut(class) {
+            *c += cost;
+        }
+    }
+
     /// Change a live item's cost byte (a guessed cost re-estimated); the
     /// next `touch` places it by the new cost.
     pub fn recost(&mut self, slabs: &mut Slabs, class: usize, loc: u64, q: u8) {

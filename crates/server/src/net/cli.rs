@@ -732,6 +732,7 @@ fn extended(
             // Issue 10: SETs that overwrite their item in place (stripe only).
             "in_place_sets" => s.engine.in_place_sets = sub_switch(key, value)?,
             "no_in_place_sets" => s.engine.in_place_sets = false,
+            "lockfree_inserts" => s.engine.lockfree_inserts = sub_switch(key, value)?,
             // Issue 4: how pages move between slab classes (docs/cost.md,
             // "Rebalancing"); `memcached` is slab_automove's rule.
             "rebalance" => match value {
@@ -877,6 +878,9 @@ pub fn usage() -> String {
    - in_place_sets:       0 or 1 (default): a SET whose item stays in its slab
                           class overwrites the old one in place, holding only
                           its key's stripe (CLOCK eviction without learn_costs)
+   - lockfree_inserts:    0 or 1 (default): a SET of a new key writes its item in
+                          a chunk reserved for its thread, holding only its key's
+                          stripe (as in_place_sets, and not with rebalance=sas)
    - rebalance:           how pages move between slab classes: off, memcached
                           (slab_automove's rule), sas (towards capacity misses),
                           cost-per-byte or mrc (default: towards the optimum of
@@ -1222,7 +1226,9 @@ mod tests {
     #[test]
     fn in_place_sets_option() {
         let (s, _) = run(&[]).unwrap();
-        assert!(s.engine.in_place_sets);
+        assert!(s.engine.in_place_sets && s.engine.lockfree_inserts);
+        let (s, _) = run(&["-o", "lockfree_inserts=0"]).unwrap();
+        assert!(!s.engine.lockfree_inserts);
         let (s, _) = run(&["-o", "in_place_sets=0"]).unwrap();
         assert!(!s.engine.in_place_sets);
         let (s, _) = run(&["-o", "in_place_sets=1", "-o", "no_in_place_sets"]).unwrap();
