@@ -10,7 +10,7 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use cachalot_engine::engine::{Arith, ArithOutcome, Lookup, Store, StoreMode};
+use cachalot_engine::engine::{Arith, ArithOutcome, Lookup, ReassignOutcome, Store, StoreMode};
 use cachalot_engine::{Cache, Clock, Config, EvictionPolicy, Expiry, RebalancePolicy};
 
 const KEYS: u64 = 20_000;
@@ -579,4 +579,102 @@ fn one_client_beside_the_maintainer_matches_a_model() {
     let s = e.stats();
     assert!(wrong.is_empty(), "{wrong:#?}\n{s:?}");
     assert_eq!(s.evictions + s.slab_reassign_evictions, 0, "{s:?}");
+}
+
+/// SETs of new keys place their items without the engine lock, in chunks
+/// reserved for their thread (`magazine`), while pages move between the
+/// two classes they fill, whole caches are flushed and the maintainer
+/// runs: a page that leaves its class, or a flush, must first take back
+/// every reserved chunk, or an item would be written into a page another
+/// class has (a GET then reads a value that does not check out, or
+/// `validate` finds the item in the wrong class or unindexed).
+#[test]
+fn new_keys_race_page_moves_and_flushes() {
+    let config = Config {
+        memory_limit: 16 << 20,
+        in_place_sets: true,
+        lockfree_inserts: true,
+        rebalance: RebalancePolicy::Off,
+        ..Config::default()
+    };
+    let clock = Arc::new(Clock::new());
+    let cache = Arc::new(Cache::new(config, clock.clone()).unwrap());
+    // Pages in both classes to move from the start.
+    for k in 200_000_000..200_030_000u64 {
+        let len = if k % 2 == 0 { 60 } else { 260 };
+        cache.store(&Store::set(&key(k), &value(k, len)));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let unlocked = Arc::new(AtomicU64::new(0));
+    let writers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (cache, stop, unlocked) = (cache.clone(), stop.clone(), unlocked.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1));
+                let (mut bad, mut i) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let k = t * 100_000_000 + i;
+                    // Two classes: about 90 and 300 bytes.
+                    let len =
+                        if rng.next() % 2 == 0 { 60 } else { 260 } + (rng.next() % 8) as usize;
+                    let (kb, v) = (key(k), value(k, len));
+                    let s = Store::set(&kb, &v);
+                    match cache.try_store(&s) {
+                        Ok(_) => {
+                            unlocked.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(f) => {
+                            cache.finish_store(&mut cache.lock(), &s, f);
+                        }
+                    }
+                    // This key, and one stored a while ago (a page move
+                    // may have evicted either: then it is a miss).
+                    for back in [0, rng.next() % (i + 1)] {
+                        let k = k - back;
+                        cache.get(&key(k), Lookup::GET, |it| {
+                            if let Some(it) = it {
+                                bad += u64::from(!check(k, &it.value.to_vec()));
+                            }
+                        });
+                    }
+                    i += 1;
+                }
+                (bad, i)
+            })
+        })
+        .collect();
+    let maintainer = Maintainer::start(&cache, &clock, 64, 1000);
+    let mut moved = 0;
+    for round in 0..400u32 {
+        std::thread::sleep(std::time::Duration::from_micros(500));
+        let mut e = cache.lock();
+        let classes: Vec<u32> = e
+            .slab_stats()
+            .iter()
+            .filter(|c| c.total_pages > 0)
+            .map(|c| c.id)
+            .collect();
+        if round % 50 == 49 {
+            e.flush_all(None);
+        } else if let Some(&dst) = classes.get(round as usize % classes.len().max(1)) {
+            // From the class with the most pages to another one.
+            moved += u32::from(e.slabs_reassign(-1, dst as i32) == ReassignOutcome::Ok);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let results: Vec<_> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    drop(maintainer);
+    let (bad, stores) = results
+        .iter()
+        .fold((0, 0), |(b, n), &(b2, n2)| (b + b2, n + n2));
+    let unlocked = unlocked.load(Ordering::Relaxed);
+    let mut e = cache.lock();
+    e.validate();
+    assert_eq!(bad, 0, "values that do not check out");
+    assert!(moved > 50, "{moved} page moves");
+    // Most new keys found a reserved chunk (a refill serves up to 32).
+    assert!(
+        unlocked * 2 > stores,
+        "{unlocked} of {stores} without the lock"
+    );
 }
