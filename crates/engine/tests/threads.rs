@@ -601,7 +601,7 @@ fn new_keys_race_page_moves_and_flushes() {
     let cache = Arc::new(Cache::new(config, clock.clone()).unwrap());
     // Pages in both classes to move from the start.
     for k in 200_000_000..200_030_000u64 {
-        let len = if k % 2 == 0 { 60 } else { 260 };
+        let len = if k.is_multiple_of(2) { 60 } else { 260 };
         cache.store(&Store::set(&key(k), &value(k, len)));
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -615,8 +615,11 @@ fn new_keys_race_page_moves_and_flushes() {
                 while !stop.load(Ordering::Relaxed) {
                     let k = t * 100_000_000 + i;
                     // Two classes: about 90 and 300 bytes.
-                    let len =
-                        if rng.next() % 2 == 0 { 60 } else { 260 } + (rng.next() % 8) as usize;
+                    let len = if rng.next().is_multiple_of(2) {
+                        60
+                    } else {
+                        260
+                    } + (rng.next() % 8) as usize;
                     let (kb, v) = (key(k), value(k, len));
                     let s = Store::set(&kb, &v);
                     match cache.try_store(&s) {
