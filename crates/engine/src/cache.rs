@@ -1,9 +1,12 @@
-//! The engine shared by all worker threads, and the GET path that does not
-//! take its lock (issue 10).
+//! The engine shared by all worker threads, and the GET and SET paths that
+//! do not take its lock (issue 10).
 //!
-//! Every change to the cache goes through [`Cache::lock`]: the engine lock,
-//! then whatever index stripes the operation touches (`crate::stripe`). A
-//! plain GET ([`Cache::get`]) only reads its key's stripe, with the
+//! Most changes to the cache go through [`Cache::lock`]: the engine lock,
+//! then whatever index stripes the operation touches (`crate::stripe`).
+//! A plain SET ([`Cache::store`]) holds only its key's stripe when it can
+//! rewrite the key's item in its chunk, or when the key is new and its
+//! thread has a chunk of the item's class reserved (`crate::magazine`),
+//! which the engine refills some dozen chunks at a time. A plain GET ([`Cache::get`]) only reads its key's stripe, with the
 //! distributed reader lock of `stripe`: it finds the item in the stripe's
 //! index, reads it in place, sets its access bits and copies the value out
 //! while its thread's slot says it is reading. GETs share only read-only

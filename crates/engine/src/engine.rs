@@ -1736,11 +1736,10 @@ impl Engine {
     /// chunks.
     pub fn validate(&mut self) {
         self.hold_all();
-        // Reserved chunks are neither free nor live (`magazine`).
-        self.take_back_reserved();
         self.fold_index_grown();
+        let reserved = self.magazines.reserved(self.stripes.slots_taken());
         self.slabs
-            .validate(self.drain.as_ref().map(|d| (d.page, d.next)));
+            .validate(self.drain.as_ref().map(|d| (d.page, d.next)), &reserved);
         let slabs = &self.slabs;
         let mut indexed = 0;
         for s in 0..self.stripes.len() {

@@ -336,9 +336,10 @@ impl Index {
 
     /// Insert as [`Index::insert`] does, but only if no resize is under
     /// way, and never start one: a SET without the engine lock inserts so
-    /// (`crate::Cache::store`), leaving the table's shape, which the
-    /// engine reads without the stripe, to the engine's inserts. Its
-    /// segment may still grow. Returns whether it inserted.
+    /// (`crate::Cache::store`), leaving resizes (which move other keys'
+    /// entries, and whose shape the engine keeps for `stats`) to the
+    /// engine's own inserts. Its segment may still grow. Returns whether
+    /// it inserted.
     pub fn insert_fixed(&mut self, hash: u64, loc: Loc) -> bool {
         if self.next.is_some() || loc >= 1 << LOC_BITS {
             return false;

@@ -6,10 +6,11 @@
 //! and index) is counted against one memory limit (`-m`).
 //!
 //! Concurrency model: the engine itself is single-threaded (`&mut Engine`); the
-//! server shares it through [`Cache`]: a mutex around the engine for every
-//! change, and index stripes with their own locks so that a GET takes only
-//! its key's stripe (`stripe` has the lock protocol). No lock is held across
-//! network I/O.
+//! server shares it through [`Cache`]: a mutex around the engine, and index
+//! stripes with their own locks, so that a GET takes only its key's stripe
+//! and so does a plain SET (in place, or a new key in a chunk reserved for
+//! its thread: `magazine`); the rest takes the mutex (`stripe` has the lock
+//! protocol). No lock is held across network I/O.
 //!
 //! Module map (see docs/ARCHITECTURE.md):
 //! - [`arena`]: the pages' memory, optionally on transparent huge pages.

@@ -88,6 +88,19 @@ impl Magazines {
         }
     }
 
+    /// Every reserved chunk of the first `slots` slots, with its class
+    /// (`Engine::validate`).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn reserved(&self, slots: usize) -> Vec<(usize, u64)> {
+        let mut all = Vec::new();
+        for m in &self.slots[..slots.min(self.slots.len())] {
+            for (class, locs) in m.lock().classes.iter().enumerate() {
+                all.extend(locs.iter().map(|&loc| (class, loc)));
+            }
+        }
+        all
+    }
+
     /// Reserved chunks of `class` over the first `slots` slots.
     pub fn count(&self, slots: usize, class: usize) -> u64 {
         self.slots[..slots.min(self.slots.len())]

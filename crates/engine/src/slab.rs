@@ -550,7 +550,26 @@ impl Slabs {
     /// which stays `listed` off its class's `with_free` so no new item lands
     /// in its free chunks (`engine/pages.rs`), and whose chunks behind the
     /// drain's cursor (the second number) are emptied without being freed.
-    pub fn validate(&self, draining: Option<(PageId, u32)>) {
+    pub fn validate(&self, draining: Option<(PageId, u32)>, reserved: &[(usize, u64)]) {
+        // Chunks reserved for threads (`crate::magazine`): distinct, of
+        // their class, handed out, neither free nor live.
+        let mut reserved_at = std::collections::HashSet::new();
+        for &(class, loc) in reserved {
+            assert!(reserved_at.insert(loc), "chunk {loc} reserved twice");
+            let (p, c) = self.split(loc);
+            let page = self.page(p);
+            assert_eq!(
+                page.class as usize,
+                class + 1,
+                "reserved chunk {loc}'s class"
+            );
+            assert!(c < page.bump, "reserved chunk {loc} past the cursor");
+            assert_eq!(
+                self.bits(loc) & item::LIVE,
+                0,
+                "reserved chunk {loc} is live"
+            );
+        }
         let mut vacant = self.vacant.clone();
         vacant.sort_unstable();
         vacant.dedup();
@@ -627,8 +646,10 @@ impl Slabs {
             };
             for (c, &f) in free.iter().enumerate().skip(drained) {
                 let chunk = &mem[c * cs..];
-                let held = item::bits(chunk) & item::LIVE != 0 || crate::chain::is_segment(chunk);
-                assert!(held || f, "page {id}: chunk {c} neither held nor free");
+                let held = item::bits(chunk) & item::LIVE != 0
+                    || crate::chain::is_segment(chunk)
+                    || reserved_at.contains(&self.loc(id, c as u32));
+                assert!(held != f, "page {id}: chunk {c} must be held or free");
             }
             let has_free = page.free_head != NONE || page.bump < page.nchunks;
             assert!(

@@ -1,16 +1,23 @@
 //! Index stripes and the engine's lock protocol (issue 10).
 //!
 //! The index is split into stripes chosen by a remix of the key's hash (the
-//! index itself routes by the hash's top bits). Three kinds of lock exist
+//! index itself routes by the hash's top bits). Four kinds of lock exist
 //! on the request path:
 //!
 //! - the **engine lock** (`crate::Cache`'s mutex around [`crate::Engine`]):
-//!   slabs, eviction policy, rebalancer, page moves, counters. Every change
-//!   to the index (insert, remove, move) and every allocation takes it;
+//!   slabs, eviction policy, rebalancer, page moves, counters. Removals
+//!   and moves in the index, resizes, every allocation and every SET that
+//!   the two paths below cannot do take it;
 //! - each stripe's **writer flag**, raised by one writer at a time
 //!   ([`Stripes::acquire`]): the engine lock's holder for the stripes its
-//!   operation touches, or a SET that rewrites an item in place without
-//!   the engine lock ([`Stripes::write`], `crate::Cache::store`);
+//!   operation touches, or a SET without the engine lock
+//!   ([`Stripes::write`], `crate::Cache::store`), which either rewrites
+//!   its key's item in place or, for a new key, writes the item into a
+//!   chunk reserved for its thread and inserts it ([`WriteGuard::index_mut`],
+//!   `Index::insert_fixed`: never a resize);
+//! - each thread's **magazine** of reserved chunks (`crate::magazine`),
+//!   which that thread only tries while it holds its key's stripe, and the
+//!   engine lock's holder locks to take the chunks back;
 //! - each stripe's **reader lock**, distributed: a GET
 //!   ([`crate::Cache::get`]) announces "reading stripe s" in a slot of its
 //!   own thread ([`Stripes::read`]), checks that no writer holds the stripe,
@@ -23,28 +30,34 @@
 //!   percpu-rwsem.
 //!
 //! Order: engine lock, then stripes for writing (in any order: only the
-//! engine lock's holder takes more than one). An in-place SET holds one
-//! stripe and waits for nothing but readers; a reader never waits for
-//! anything while it holds its slot. So there is no cycle.
+//! engine lock's holder takes more than one), then magazines. A SET
+//! without the engine lock holds one stripe, waits for nothing but readers
+//! and only tries its magazine; a reader never waits for anything while it
+//! holds its slot. So there is no cycle.
 //!
 //! What may touch an item's bytes:
 //! - written only by the writer of the item's stripe (or by the engine
-//!   lock's holder while the chunk is linked in no stripe): everything,
-//!   with the exceptions below;
-//! - the access byte (bits: REF, FETCHED, ...) and the access time (bytes 5
-//!   and 13), which a GET sets while reading: everyone but the writer of the
-//!   stripe reads and writes them atomically
+//!   lock's holder while the chunk is linked in no stripe, or by the thread
+//!   whose magazine holds the chunk): everything, with the exceptions
+//!   below;
+//! - the access byte (bits: REF, FETCHED, LIVE, ...) and the access time
+//!   (bytes 5 and 13), which a GET sets while reading: everyone but the
+//!   writer of the stripe reads and writes them atomically
 //!   ([`crate::arena::Arena::atomic`]), and CLOCK's hand clears REF with an
-//!   atomic AND without the stripe;
+//!   atomic AND without the stripe. A new item written without the engine
+//!   lock gets its access byte last, with LIVE, by a release store: the
+//!   engine, which reads that byte with acquire, sees its key once it sees
+//!   LIVE, and passes the chunk by before;
 //! - the expiry and the value length, which the engine lock's holder reads
 //!   without the stripe (CLOCK's hand, the reclaimer, finding an item's
 //!   key): an in-place SET writes them atomically, and those readers read
 //!   them so (`Arena::load_u32`, `Arena::load_u16`). Such a reader takes
 //!   the stripe and reads again before it acts on an expiry;
 //! - the key, the key length and the cost byte, which the engine lock's
-//!   holder also reads without the stripe: never changed while linked;
+//!   holder also reads without the stripe: never changed while linked
+//!   (only the engine unlinks);
 //! - GD-Wheel's trailer after the item, which only the engine lock's holder
-//!   touches (no in-place SET under GD-Wheel).
+//!   touches (no SET without the engine lock under GD-Wheel).
 //!
 //! So a GET reads a consistent item (nobody can unlink, free, move or
 //! rewrite it while it reads), and the writer of the stripe has its items
@@ -515,7 +528,8 @@ impl Drop for ReadGuard<'_> {
     }
 }
 
-/// An in-place SET's hold on a stripe: no reader, no other writer.
+/// A SET's hold on a stripe without the engine lock: no reader, no other
+/// writer.
 pub struct WriteGuard<'a> {
     stripes: &'a Stripes,
     s: usize,

@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::engine::{Arith, Lookup};
 use crate::rebalance::Tuning;
 use crate::{
-    ArithOutcome, Clock, Config, DeleteOutcome, Engine, EvictionPolicy, Expiry, RebalancePolicy,
+    ArithOutcome, Cache, Clock, Config, DeleteOutcome, EvictionPolicy, Expiry, RebalancePolicy,
     RelTime, Store, StoreMode, StoreOutcome,
 };
 
@@ -151,10 +151,13 @@ struct Entry {
     lost_at: u64,
 }
 
-/// An engine and the model it must agree with.
+/// An engine and the model it must agree with. The engine is driven as
+/// the server drives it, through [`Cache`]: stores and GETs take the paths
+/// without the engine lock where they can (in-place and new-key SETs,
+/// lock-free GETs), everything else the lock.
 pub struct Harness {
     pub clock: Arc<Clock>,
-    pub engine: Engine,
+    pub cache: Cache,
     model: HashMap<Vec<u8>, Entry>,
     /// `flush_all <delay>` not yet due.
     pending_flush: Option<RelTime>,
@@ -169,10 +172,10 @@ impl Harness {
         let clock = Arc::new(Clock::new());
         // Learned costs read the microsecond clock: drive it.
         clock.set_us(1);
-        let engine = Engine::new(config, clock.clone()).expect("valid test config");
+        let cache = Cache::new(config, clock.clone()).expect("valid test config");
         Harness {
             clock,
-            engine,
+            cache,
             model: HashMap::new(),
             pending_flush: None,
             last_cas: HashMap::new(),
@@ -183,14 +186,15 @@ impl Harness {
 
     /// Items the engine has let go of so far (evicted, or lost in a page move).
     fn lost(&self) -> u64 {
-        let s = self.engine.stats();
+        let s = self.cache.lock().stats();
         s.evictions + s.slab_reassign_evictions
     }
 
     /// Whether the engine may refuse a store for lack of memory: a small
     /// cache can have nothing left to evict in a class.
     fn may_refuse(&self) -> bool {
-        self.engine.memory_limit() < 32 << 20 || !self.engine.config().evict
+        let e = self.cache.lock();
+        e.memory_limit() < 32 << 20 || !e.config().evict
     }
 
     fn dies(&self, ttl: i64) -> Option<RelTime> {
@@ -212,7 +216,7 @@ impl Harness {
 
     /// A new CAS unique: larger than all before (when CAS is on).
     fn new_cas(&mut self, k: &[u8], cas: u64) {
-        if self.engine.config().cas_enabled {
+        if self.cache.lock().config().cas_enabled {
             assert!(cas > self.max_cas, "CAS {cas} not above {}", self.max_cas);
             self.max_cas = cas;
         }
@@ -275,10 +279,9 @@ impl Harness {
             Op::Get { key, bump } => {
                 let k = key_bytes(key);
                 let how = if bump { Lookup::GET } else { Lookup::PEEK };
-                let got = self
-                    .engine
-                    .lookup(&k, how)
-                    .map(|i| (i.value.to_vec(), i.flags, i.cas, dies_at(i.expiry)));
+                let got = self.cache.get(&k, how, |i| {
+                    i.map(|i| (i.value.to_vec(), i.flags, i.cas, dies_at(i.expiry)))
+                });
                 let lost = self.lost();
                 let m = Self::explain(&mut self.model, &k, lost, "get", |m| {
                     m.is_some() == got.is_some()
@@ -291,7 +294,7 @@ impl Harness {
             Op::Delete { key, cas } => {
                 let k = key_bytes(key);
                 let c = self.cas_arg(&k, cas);
-                let got = self.engine.delete(&k, c);
+                let got = self.cache.lock().delete(&k, c);
                 let lost = self.lost();
                 let want = |m: Option<&Entry>| match m {
                     None => DeleteOutcome::NotFound,
@@ -313,7 +316,8 @@ impl Harness {
             Op::Touch { key, ttl } => {
                 let k = key_bytes(key);
                 let got = self
-                    .engine
+                    .cache
+                    .lock()
                     .touch(&k, self.clock.expiry(ttl))
                     .map(|i| (i.value.to_vec(), i.flags, i.cas));
                 let lost = self.lost();
@@ -328,7 +332,7 @@ impl Harness {
             }
             Op::Flush { delay } => {
                 let at = delay.map(|d| now + d);
-                self.engine.flush_all(at);
+                self.cache.lock().flush_all(at);
                 match at {
                     Some(t) if t > now => self.pending_flush = Some(t),
                     _ => {
@@ -343,22 +347,23 @@ impl Harness {
                     .set_us(self.clock.now_us() + secs * 1_000_000 + 1);
             }
             Op::Maintain { budget } => {
-                self.engine.maintain(budget);
+                self.cache.lock().maintain(budget);
             }
             Op::Reassign { src, dst } => {
-                self.engine.slabs_reassign(src, dst);
+                self.cache.lock().slabs_reassign(src, dst);
             }
             Op::MovePage { from, to } => {
-                self.engine
+                self.cache
+                    .lock()
                     .start_page_move(from as usize, to.map(usize::from));
             }
             Op::Limit { mb } => {
-                let _ = self.engine.set_memory_limit(mb << 20);
+                let _ = self.cache.lock().set_memory_limit(mb << 20);
             }
         }
         // Learned costs see time pass between operations.
         self.clock.set_us(self.clock.now_us() + 137);
-        self.engine.validate();
+        self.cache.lock().validate();
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -376,7 +381,7 @@ impl Harness {
         self.writes += 1;
         let v = value_bytes(key, len, self.writes);
         let c = self.cas_arg(&k, cas);
-        let got = self.engine.store(&Store {
+        let got = self.cache.store(&Store {
             key: &k,
             value: &v,
             flags,
@@ -389,7 +394,7 @@ impl Harness {
         });
         let lost = self.lost();
         let refuse = self.may_refuse();
-        let engine = &self.engine;
+        let engine = &self.cache;
         // memcached's do_store_item, in its order of checks.
         let want = |m: Option<&Entry>| match (m, mode) {
             (None, _) if c != 0 => StoreOutcome::NotFound,
@@ -455,19 +460,32 @@ impl Harness {
     fn arith(&mut self, key: u8, incr: bool, delta: u64, cas: CasArg, vivify: Option<u64>) {
         let k = key_bytes(key);
         let c = self.cas_arg(&k, cas);
-        let got = self.engine.arith(
-            &k,
-            &Arith {
-                incr,
-                delta,
-                cas: c,
-                autovivify: vivify.map(|v| (v, Expiry::Never)),
-                new_expiry: None,
-            },
-        );
+        // The item as stored, not only the number, tells an updated item
+        // from one vivified after an eviction: both can read 0.
+        let (got, got_item, cas) = {
+            let mut e = self.cache.lock();
+            let got = e.arith(
+                &k,
+                &Arith {
+                    incr,
+                    delta,
+                    cas: c,
+                    autovivify: vivify.map(|v| (v, Expiry::Never)),
+                    new_expiry: None,
+                },
+            );
+            let (item, cas) = match got {
+                ArithOutcome::Value { id, .. } => {
+                    let i = e.item(id);
+                    ((i.value.to_vec(), i.flags, dies_at(i.expiry)), i.cas)
+                }
+                _ => ((Vec::new(), 0, None), 0),
+            };
+            (got, item, cas)
+        };
         let lost = self.lost();
         let refuse = self.may_refuse();
-        let engine = &self.engine;
+        let cache = &self.cache;
         // The new value and the item as stored: bytes (memcached pads a
         // shorter result with spaces, in place: `do_add_delta`), flags and
         // expiry; and whether it needs a new chunk. Or the outcome.
@@ -479,7 +497,8 @@ impl Harness {
             };
             // memcached's `do_add_delta` refuses empty and chained values
             // before it compares the CAS.
-            if m.value.is_empty() || engine.chained(k.len(), m.value.len(), m.flags) {
+            let chained = cache.lock().chained(k.len(), m.value.len(), m.flags);
+            if m.value.is_empty() || chained {
                 return Err(ArithOutcome::NonNumeric);
             }
             if c != 0 && c != m.cas {
@@ -497,15 +516,6 @@ impl Harness {
                 digits.resize(m.value.len(), b' ');
             }
             Ok((v, (digits, m.flags, m.dies), grows))
-        };
-        // The item as stored, not only the number, tells an updated item
-        // from one vivified after an eviction: both can read 0.
-        let (got_item, cas) = match got {
-            ArithOutcome::Value { id, .. } => {
-                let i = self.engine.item(id);
-                ((i.value.to_vec(), i.flags, dies_at(i.expiry)), i.cas)
-            }
-            _ => ((Vec::new(), 0, None), 0),
         };
         let fits = |m: Option<&Entry>| match (got, want(m)) {
             (ArithOutcome::Value { value, .. }, Ok((v, item, _))) => value == v && got_item == item,
