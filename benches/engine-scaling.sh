@@ -8,6 +8,10 @@
 #                                       # (0.9 and 1); paths: inplace (GETs on stripes, SETs
 #                                       # in place), stripes (SETs under the engine lock:
 #                                       # --in-place-sets false), locked (GETs too: --locked-gets)
+#   benches/engine-scaling.sh inserts   # a data set 4x -m (SETs of new keys evict): 1, 2, 4
+#                                       # threads, INSERT_RATIOS (0.5 and 0.9 GETs); new keys in
+#                                       # reserved chunks (lockfree) or under the engine lock
+#                                       # (--lockfree-inserts false)
 #   benches/engine-scaling.sh data      # GETs over SMALL_MB vs BIG_MB of data, 1 and 2 threads
 #   benches/engine-scaling.sh misses    # callgrind: D1/LL misses per GET, small vs big data
 #   benches/engine-scaling.sh layout    # huge pages on/off, multi-gets of BATCH keys with and
@@ -34,6 +38,7 @@ MISS_BIG_MB=${MISS_BIG_MB:-1024}
 LL=${LL:-33554432,16,64}
 BATCH=${BATCH:-16}
 GET_RATIOS=${GET_RATIOS:-0.9 1}
+INSERT_RATIOS=${INSERT_RATIOS:-0.5 0.9}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 LAB=${LAB_BIN:-$BENCH_ROOT/target/release/cachalot-lab}
@@ -91,6 +96,43 @@ threads() {
                     "$(median "$n" .lock.request_hold_p50_ns)" "$(median "$n" .lock.request_hold_p99_ns)" \
                     "$(median "$n" .lock.request_wait_p99_ns)" \
                     "$(median "$n" .lock.stripe_get_p50_ns)" "$(median "$n" .lock.stripe_get_p99_ns)" \
+                    "$(median "$n" .lock.stripe_set_p50_ns)" "$(median "$n" .lock.stripe_set_p99_ns)"
+            done
+        done
+    done
+}
+
+inserts() {
+    local run t ratio path
+    echo "command: cachalot-lab engine-bench --warm --duration $DURATION -m 64 --dataset 256 --zipf 0.99 --get-ratio R --threads T --lockfree-inserts true|false"
+    for run in $(seq "$REPEAT"); do
+        for ratio in $INSERT_RATIOS; do
+            for t in 1 2 4; do
+                for path in lockfree engine; do
+                    bench "inserts-$ratio-$path-$t" "$run" -m 64 --dataset 256 --zipf 0.99 \
+                        --get-ratio "$ratio" --threads "$t" \
+                        --lockfree-inserts "$([ $path = lockfree ] && echo true || echo false)"
+                done
+            done
+        done
+    done
+    echo "| GET share | new keys | threads | ops/s | vs 1 thread | hit ratio | engine lock by requests / SETs | SETs without it | request hold p50 / p99 / max | request wait p99 | SET attempt p50 / p99 |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    for ratio in $INSERT_RATIOS; do
+        for path in lockfree engine; do
+            local one
+            one=$(median "inserts-$ratio-$path-1" .ops_per_s)
+            for t in 1 2 4; do
+                local n=inserts-$ratio-$path-$t
+                printf '| %s | %s | %s | %.0f | %.2f | %.4f | %.3f | %.1f%% | %s / %s / %s ns | %s ns | %s / %s ns |\n' \
+                    "$ratio" "$path" "$t" \
+                    "$(median "$n" .ops_per_s)" "$(jq -n "$(median "$n" .ops_per_s) / $one")" \
+                    "$(median "$n" .hit_ratio)" \
+                    "$(median "$n" '.lock.request_acquisitions / ([.sets, 1] | max)')" \
+                    "$(median "$n" '.lock.unlocked_sets / ([.sets, 1] | max) * 100')" \
+                    "$(median "$n" .lock.request_hold_p50_ns)" "$(median "$n" .lock.request_hold_p99_ns)" \
+                    "$(median "$n" .lock.request_hold_max_ns)" \
+                    "$(median "$n" .lock.request_wait_p99_ns)" \
                     "$(median "$n" .lock.stripe_set_p50_ns)" "$(median "$n" .lock.stripe_set_p99_ns)"
             done
         done
@@ -188,11 +230,12 @@ layout() {
 
 case "${1:-}" in
 threads) threads ;;
+inserts) inserts ;;
 data) data ;;
 misses) misses ;;
 layout) layout ;;
 *)
-    echo "usage: $0 threads|data|misses|layout" >&2
+    echo "usage: $0 threads|inserts|data|misses|layout" >&2
     exit 2
     ;;
 esac

@@ -72,7 +72,8 @@ pub enum Fallback {
     /// A new key, but its thread has no chunk reserved in its class: the
     /// engine reserves some for magazine `slot`, then does the SET.
     Refill { slot: usize, class: usize },
-    /// Stored, and the index grew: the engine checks the memory limit.
+    /// Stored, and the index grew by another `SETTLE_BYTES`: the engine
+    /// checks the memory limit.
     Settle(StoreOutcome),
 }
 
@@ -265,6 +266,11 @@ fn lines(at: usize, len: usize) -> usize {
     }
     (at + len - 1) / 64 - at / 64 + 1
 }
+
+/// Index growth by SETs without the engine lock after which the engine
+/// checks the memory limit (`Fallback::Settle`): the most the index can
+/// exceed `-m` by meanwhile (it counts the growth at once).
+const SETTLE_BYTES: usize = 64 << 10;
 
 /// Chunks of `chunk_size` bytes a refill reserves for a thread: about 16
 /// KB worth (so a thread holds back little memory), 1 to 32 chunks.
@@ -506,10 +512,14 @@ impl Cache {
             magazine.push(class, loc);
             return Err(Fallback::Engine);
         }
+        // The index may have grown (a segment allocated, a pool grown):
+        // the engine counts it in `-m` from `index_grown`, and checks the
+        // limit each time another SETTLE_BYTES have piled up there.
         let grown = index.memory_bytes().saturating_sub(before);
-        if grown > 0 {
-            sh.index_grown.fetch_add(grown, Ordering::Relaxed);
-        }
+        let settle = grown > 0 && {
+            let was = sh.index_grown.fetch_add(grown, Ordering::Relaxed);
+            (was + grown) / SETTLE_BYTES != was / SETTLE_BYTES
+        };
         stripe
             .pending()
             .linked(class, total as u64, item::dequantize_cost(cost) as u64);
@@ -521,9 +531,9 @@ impl Cache {
         let outcome = StoreOutcome::Stored {
             cas: if sh.cas_enabled { cas } else { 0 },
         };
-        match grown {
-            0 => Ok(outcome),
-            _ => Err(Fallback::Settle(outcome)),
+        match settle {
+            false => Ok(outcome),
+            true => Err(Fallback::Settle(outcome)),
         }
     }
 

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cache::Fallback;
 use crate::engine::{Arith, Lookup};
 use crate::rebalance::Tuning;
 use crate::{
@@ -165,6 +166,8 @@ pub struct Harness {
     last_cas: HashMap<Vec<u8>, u64>,
     max_cas: u64,
     writes: u64,
+    /// Stores made without the engine lock (`Cache::try_store`).
+    pub unlocked_stores: u64,
 }
 
 impl Harness {
@@ -181,6 +184,7 @@ impl Harness {
             last_cas: HashMap::new(),
             max_cas: 0,
             writes: 0,
+            unlocked_stores: 0,
         }
     }
 
@@ -381,7 +385,7 @@ impl Harness {
         self.writes += 1;
         let v = value_bytes(key, len, self.writes);
         let c = self.cas_arg(&k, cas);
-        let got = self.cache.store(&Store {
+        let req = Store {
             key: &k,
             value: &v,
             flags,
@@ -391,7 +395,17 @@ impl Harness {
             new_cas: None,
             cost,
             invalidate: false,
-        });
+        };
+        // `Cache::store`, counting the stores made without the engine lock
+        // (it may have to check the memory limit after one: `Settle`).
+        let tried = self.cache.try_store(&req);
+        if matches!(tried, Ok(_) | Err(Fallback::Settle(_))) {
+            self.unlocked_stores += 1;
+        }
+        let got = match tried {
+            Ok(got) => got,
+            Err(f) => self.cache.finish_store(&mut self.cache.lock(), &req, f),
+        };
         let lost = self.lost();
         let refuse = self.may_refuse();
         let engine = &self.cache;
@@ -540,11 +554,12 @@ impl Harness {
 }
 
 /// Run `ops` on a fresh engine with `config`, checking every step.
-pub fn run(ops: &[Op], config: Config) {
+pub fn run(ops: &[Op], config: Config) -> Harness {
     let mut h = Harness::new(config);
     for op in ops {
         h.step(op);
     }
+    h
 }
 
 /// Reads the fuzzer's bytes; runs out as `None`.
@@ -728,6 +743,7 @@ fn decode_config(b: &mut Bytes) -> Option<Config> {
         // stripe bookkeeping (checked on every chunk access in debug).
         lock_stripes: [16, 1, 256, 4][((x ^ y) >> 3 & 3) as usize],
         in_place_sets: (x ^ y) & 0x40 == 0,
+        lockfree_inserts: (x ^ y) & 0x20 == 0,
         ..Config::default()
     })
 }
