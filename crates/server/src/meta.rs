@@ -194,35 +194,45 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
         || cmd.ttl.is_some()
         || cmd.vivify.is_some()
         || cmd.recache.is_some();
-    let how = if bump_item && !deferred {
-        Lookup::GET
-    } else {
-        Lookup::PEEK
-    };
     let start = out.len();
-
+    if bump_item && !deferred {
+        // A plain mg changes nothing but what a GET changes: the path of
+        // `get` without the engine lock (`Cache::get`), unless the item is
+        // stale (its first reader wins the recache, which the engine marks).
+        let done = ctx.cache.get(key, Lookup::GET, |item| match item {
+            None => Some(None),
+            Some(it) if it.stale => None,
+            Some(it) => Some(Some(mget_reply(
+                cmd, &it, false, now, None, None, None, out,
+            ))),
+        });
+        match done {
+            Some(None) => return mget_miss(ctx, cmd, start, out),
+            Some(Some(fx)) => {
+                if fx.opaque_error {
+                    out.truncate(start);
+                    out.extend_from_slice(MetaErrorKind::OpaqueTooLong.line());
+                } else {
+                    bump(&ctx.stats.cmd_get);
+                    bump(&ctx.stats.get_hits);
+                }
+                return;
+            }
+            None => {}
+        }
+    }
+    // Here the lookup only looks: a plain mg had its GET's access above
+    // (a stale item comes back here), the others bump at the end.
     let mut eng = ctx.cache.lock();
     let mut created = false;
-    let mut found = eng.lookup(key, how).map(|it| it.id);
+    let mut found = eng.lookup(key, Lookup::PEEK).map(|it| it.id);
     if found.is_none() && vivify.is_some() {
         found = vivify_empty(&mut eng, key, cmd.new_cas);
         created = found.is_some();
     }
     let Some(id) = found else {
         drop(eng);
-        bump(&ctx.stats.cmd_get);
-        bump(&ctx.stats.get_misses);
-        out.extend_from_slice(b"EN");
-        if !push_opaque_and_key(out, cmd) {
-            out.truncate(start);
-            out.extend_from_slice(MetaErrorKind::OpaqueTooLong.line());
-            return;
-        }
-        finish_line(out);
-        if cmd.has(b'q') {
-            out.truncate(start);
-        }
-        return;
+        return mget_miss(ctx, cmd, start, out);
     };
 
     let it = eng.item(id);
@@ -249,6 +259,23 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
     } else {
         bump(&ctx.stats.cmd_get);
         bump(&ctx.stats.get_hits);
+    }
+}
+
+/// The `EN` reply (nothing with `q`) of an mg that missed; `start` is where
+/// its reply begins in `out`.
+fn mget_miss(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, start: usize, out: &mut Vec<u8>) {
+    bump(&ctx.stats.cmd_get);
+    bump(&ctx.stats.get_misses);
+    out.extend_from_slice(b"EN");
+    if !push_opaque_and_key(out, cmd) {
+        out.truncate(start);
+        out.extend_from_slice(MetaErrorKind::OpaqueTooLong.line());
+        return;
+    }
+    finish_line(out);
+    if cmd.has(b'q') {
+        out.truncate(start);
     }
 }
 
@@ -359,19 +386,52 @@ fn mget_reply(
 // ---------------------------------------------------------------------------
 // ms
 
+/// An ms with a CAS (memcached's `cas`), under the engine lock: `C0`, and
+/// the invalidation mode `I`.
+fn mset_cas(ctx: &Ctx<'_>, req: &mut Store<'_>) -> StoreOutcome {
+    let mut eng = ctx.cache.lock();
+    // A stale store (ms I with a CAS older than the item's) keeps the old
+    // item's TTL and win token in memcached: the new TTL never applies, even
+    // one that has already passed.
+    let stale_of = if req.invalidate {
+        eng.lookup(req.key, Lookup::PEEK)
+            .filter(|it| req.cas < it.cas)
+            .map(|it| (it.expiry, it.win_sent))
+    } else {
+        None
+    };
+    if let Some((old_exp, _)) = stale_of {
+        req.expiry = old_exp;
+    }
+    let outcome = if req.cas == 0 {
+        // `C0` compares with 0 (the engine reads 0 as "no compare").
+        match eng.lookup(req.key, Lookup::PEEK).map(|it| it.cas) {
+            None => StoreOutcome::NotFound,
+            Some(0) => eng.store(req),
+            Some(_) => StoreOutcome::Exists,
+        }
+    } else {
+        eng.store(req)
+    };
+    if let (StoreOutcome::Stored { .. }, Some((_, true))) = (outcome, stale_of) {
+        if let Some(id) = eng.lookup(req.key, Lookup::PEEK).map(|it| it.id) {
+            eng.set_win_sent(id, true);
+        }
+    }
+    outcome
+}
+
 fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) -> MetaStep {
     let key = cmd.key();
     let len = cmd.datalen;
     let total = len + 2;
     let complete = rest.len() >= total;
 
-    let mut eng = ctx.cache.lock();
     // memcached allocates the item before reading the data, so a value that
     // can never fit is refused at once (and the old item dropped, so a stale
     // value does not outlive the failed update).
-    if !eng.fits(key.len(), len, cmd.client_flags) {
-        eng.delete(key, 0);
-        drop(eng);
+    if !ctx.cache.fits(key.len(), len, cmd.client_flags) {
+        ctx.cache.lock().delete(key, 0);
         bump(&ctx.stats.store_too_large);
         out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
         return discard(total, rest.len());
@@ -382,7 +442,6 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
     bump(&ctx.stats.cmd_set);
     let (data, end) = rest.split_at(len);
     if !end.starts_with(b"\r\n") {
-        drop(eng);
         out.extend_from_slice(b"CLIENT_ERROR bad data chunk\r\n");
         return MetaStep::Done { consumed: total };
     }
@@ -400,58 +459,34 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
         StoreMode::Add => 0,
         _ => cmd.cas.unwrap_or(0),
     };
-    let invalidate = cas_mode && cmd.has(b'I');
-    // A stale store (ms I with a CAS older than the item's) keeps the old
-    // item's TTL and win token in memcached: the new TTL never applies, even
-    // one that has already passed.
-    let stale_of = if invalidate {
-        eng.lookup(key, Lookup::PEEK)
-            .filter(|it| cas < it.cas)
-            .map(|it| (it.expiry, it.win_sent))
-    } else {
-        None
-    };
-    let req = Store {
+    let mut req = Store {
         key,
         value: data,
         flags: cmd.client_flags,
-        expiry: match stale_of {
-            Some((old_exp, _)) => old_exp,
-            None => expiry(ctx, cmd.ttl.unwrap_or(0)),
-        },
+        expiry: expiry(ctx, cmd.ttl.unwrap_or(0)),
         mode: if cas_mode { StoreMode::Set } else { mode },
         cas,
         new_cas: cmd.new_cas,
         cost: cmd.cost,
-        invalidate,
+        invalidate: cas_mode && cmd.has(b'I'),
     };
-    let outcome = if cas_mode && cas == 0 {
-        // `C0` compares with 0 (the engine reads 0 as "no compare").
-        match eng.lookup(key, Lookup::PEEK).map(|it| it.cas) {
-            None => StoreOutcome::NotFound,
-            Some(0) => eng.store(&req),
-            Some(_) => StoreOutcome::Exists,
-        }
+    let outcome = if cas_mode {
+        mset_cas(ctx, &mut req)
     } else {
-        eng.store(&req)
+        // As a text `set`: without the engine lock when it can.
+        ctx.cache.store(&req)
     };
-    if let (StoreOutcome::Stored { .. }, Some((_, true))) = (outcome, stale_of) {
-        if let Some(id) = eng.lookup(key, Lookup::PEEK).map(|it| it.id) {
-            eng.set_win_sent(id, true);
-        }
-    }
     let appending = matches!(mode, StoreMode::Append | StoreMode::Prepend);
     let outcome = match outcome {
         // memcached allocates the joined value while storing; when that
         // fails the append is just "not stored" and the old item stays.
         StoreOutcome::TooLarge | StoreOutcome::NoMemory if appending => StoreOutcome::NotStored,
         StoreOutcome::TooLarge | StoreOutcome::NoMemory => {
-            eng.delete(key, 0);
+            ctx.cache.lock().delete(key, 0);
             outcome
         }
         other => other,
     };
-    drop(eng);
 
     if cas_mode {
         match outcome {
