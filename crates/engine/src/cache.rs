@@ -601,6 +601,20 @@ impl Cache {
         }
     }
 
+    /// Start loading the index buckets and items of `keys` into the CPU
+    /// cache for GETs that follow soon (MICA's batching across requests:
+    /// the server calls this for the single-key GETs pipelined behind the
+    /// one it serves, so their memory loads overlap). A hint only.
+    pub fn prefetch_keys(&self, keys: &[&[u8]]) {
+        let mut hashes = [0u64; LOOKUP_BATCH];
+        for batch in keys.chunks(LOOKUP_BATCH) {
+            for (h, key) in hashes.iter_mut().zip(batch) {
+                *h = hash(key);
+            }
+            self.prefetch(&hashes[..batch.len()]);
+        }
+    }
+
     /// Prefetch the index buckets of `hashes`, then the item each one's
     /// first tag points at (`get_batch`).
     fn prefetch(&self, hashes: &[u64]) {

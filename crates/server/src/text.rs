@@ -126,6 +126,40 @@ fn may_be_multiget(buf: &[u8]) -> bool {
     spaces <= MAX_LEADING_SPACES && (rest.starts_with(b"get ") || rest.starts_with(b"gets "))
 }
 
+/// The key of a `get <key>` or `gets <key>` line with exactly one key, as
+/// pipelining clients send them (anything else: None).
+fn single_get_key(line: &[u8]) -> Option<&[u8]> {
+    let rest = line
+        .strip_prefix(b"get ")
+        .or_else(|| line.strip_prefix(b"gets "))?;
+    let key = rest.strip_suffix(b"\r").unwrap_or(rest);
+    let one = !key.is_empty() && key.len() <= KEY_MAX_LENGTH && !key.contains(&b' ');
+    one.then_some(key)
+}
+
+/// Prefetch the keys of the single-key GETs among the next complete lines
+/// of `input` (at most `LOOKUP_BATCH` lines), if there are two or more:
+/// pipelined GETs then overlap their memory loads (`Cache::prefetch_keys`)
+/// as a multi-get's do. Returns where the lines looked at end.
+fn prefetch_pipelined_gets(ctx: &Ctx<'_>, input: &[u8]) -> usize {
+    let mut keys = [&b""[..]; LOOKUP_BATCH];
+    let (mut n, mut at) = (0, 0);
+    for _ in 0..LOOKUP_BATCH {
+        let Some(nl) = text::find_newline(&input[at..]) else {
+            break;
+        };
+        if let Some(key) = single_get_key(&input[at..at + nl]) {
+            keys[n] = key;
+            n += 1;
+        }
+        at += nl + 1;
+    }
+    if n > 1 {
+        ctx.cache.prefetch_keys(&keys[..n]);
+    }
+    at
+}
+
 /// Whether the first word of a line is a meta command (two letters, `m?`).
 fn is_meta(line: &[u8]) -> bool {
     let word = line.split(|&b| b == b' ').find(|w| !w.is_empty());
@@ -136,6 +170,8 @@ impl Handler for AsciiHandler {
     fn step(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut Vec<u8>) -> Step {
         let mut pos = 0;
         let mut handled = 0usize;
+        // Input up to here has had its pipelined GETs prefetched.
+        let mut prefetched = 0;
         let budget = ctx.settings.reqs_per_event.max(1);
         self.kept = out.len();
         loop {
@@ -174,6 +210,9 @@ impl Handler for AsciiHandler {
                 // Let other connections of this worker run (memcached's -R).
                 bump(&ctx.stats.conn_yields);
                 return progress(pos);
+            }
+            if pos >= prefetched {
+                prefetched = pos + prefetch_pipelined_gets(ctx, &input[pos..]);
             }
             let rest = &input[pos..];
             let Some(nl) = text::find_newline(rest) else {
@@ -871,6 +910,54 @@ mod tests {
             r.ask(b"set z 0 0 0\r\n\r\nget z\r\n"),
             "STORED\r\nVALUE z 0 0\r\n\r\nEND\r\n"
         );
+    }
+
+    /// Pipelined single-key GETs are prefetched together, a hint only: the
+    /// replies and the counts are those of the same lines fed one byte at
+    /// a time (no line is complete ahead of the one served: no prefetch).
+    #[test]
+    fn pipelined_single_gets_are_prefetched_without_side_effects() {
+        assert_eq!(single_get_key(b"get abc\r"), Some(&b"abc"[..]));
+        assert_eq!(single_get_key(b"gets k"), Some(&b"k"[..]));
+        let long = [b"get ".as_slice(), &[b'k'; 251]].concat();
+        for line in [
+            &b"get a b"[..],
+            b"get ",
+            b"gat 0 a",
+            b"set a 0 0 1",
+            b"get  a",
+            &long,
+        ] {
+            assert_eq!(
+                single_get_key(line),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        let mut input = Vec::new();
+        for i in 0..40 {
+            if i % 3 != 0 {
+                input.extend_from_slice(format!("set k{i} {i} 0 2\r\nv{}\r\n", i % 10).as_bytes());
+            }
+        }
+        for i in 0..60 {
+            let line = match i % 7 {
+                0 => format!("gets k{i}\r\n"),
+                1 => format!("get k{i} k{}\r\n", i + 1),
+                2 => "version\r\n".to_string(),
+                _ => format!("get k{i}\n"),
+            };
+            input.extend_from_slice(line.as_bytes());
+        }
+        let whole = Rig::new();
+        let bytewise = Rig::new();
+        let (a, _) = whole.run(&input);
+        let (b, _) = bytewise.run_chunked(&mut AsciiHandler::new(), &input, 1);
+        assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
+        for stat in ["get_hits", "get_misses", "cmd_get"] {
+            assert_eq!(whole.stat(stat), bytewise.stat(stat), "{stat}");
+        }
     }
 
     /// Found by the differential test: incr/decr read a stored value as
