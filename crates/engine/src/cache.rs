@@ -6,10 +6,11 @@
 //! A plain SET ([`Cache::store`]) holds only its key's stripe when it can
 //! rewrite the key's item in its chunk, or when the key is new and its
 //! thread has a chunk of the item's class reserved (`crate::magazine`),
-//! which the engine refills some dozen chunks at a time. A plain GET ([`Cache::get`]) only reads its key's stripe, with the
-//! distributed reader lock of `stripe`: it finds the item in the stripe's
-//! index, reads it in place, sets its access bits and copies the value out
-//! while its thread's slot says it is reading. GETs share only read-only
+//! which the engine refills up to 32 chunks at a time. A plain GET
+//! ([`Cache::get`]) only reads its key's stripe, with the distributed
+//! reader lock of `stripe`: it finds the item in the stripe's index, reads
+//! it in place, sets its access bits and copies the value out while its
+//! thread's slot says it is reading. GETs share only read-only
 //! lines: a hit writes its thread's slot and hit counter and, the first time
 //! after the CLOCK hand passed (or once a second), the item's access byte
 //! and time. What needs the engine's structures goes to the locked
