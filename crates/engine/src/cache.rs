@@ -822,8 +822,8 @@ mod tests {
                 }
             }
             // A new key, and no chunk reserved: the engine reserves some
-            // (none: the class has no page yet) and stores. (The MRC
-            // profile samples every key of so small a cache: the engine.)
+            // and stores. (The MRC profile samples every key of so small a
+            // cache: the engine.)
             let first = c.try_store(&store(b"first", 7));
             match rebalance {
                 RebalancePolicy::Off => assert!(matches!(first, Err(Fallback::Refill { .. }))),

@@ -544,57 +544,21 @@ impl Engine {
     }
 
     /// Reserve up to `want` chunks of `class` for the thread of magazine
-    /// slot `slot` (`magazine`): free chunks, new pages within `-m`, then
-    /// CLOCK's victims, as `alloc` finds them, but never a page taken from
-    /// another class (that empties a page, which takes reserved chunks
-    /// back). Returns how many it reserved.
+    /// slot `slot` (`magazine`), found as `alloc` finds one but never by
+    /// taking a page from another class (that empties a page, which takes
+    /// reserved chunks back). Returns how many it reserved.
     pub(crate) fn refill(&mut self, slot: usize, class: usize, want: usize) -> usize {
-        if class >= self.slabs.classes.len() || self.slabs.classes[class].pages.is_empty() {
-            return 0;
-        }
         let mut got = Vec::with_capacity(want);
-        while got.len() < want {
-            if let Some(loc) = self.slabs.take_free(class) {
-                got.push(loc);
-                continue;
-            }
-            if let Some(p) = self.slabs.spare.pop() {
-                self.slabs.assign(p, class);
-                continue;
-            }
-            if self.can_add_page_with(self.policy.first_item_bytes(class)) {
-                if let Some(p) = self.slabs.new_page() {
-                    self.slabs.assign(p, class);
-                    continue;
-                }
-            }
-            if !self.config.evict {
-                break;
-            }
-            let now = self.now();
-            match self.policy.victim(&mut self.slabs, class, now, None) {
-                Some(Victim::Expired(loc)) if self.still_expired(loc, now) => {
-                    self.unlink(loc);
-                    self.counters.reclaimed += 1;
-                    self.slabs.classes[class].stats.reclaimed += 1;
-                    got.push(loc);
-                }
-                Some(Victim::Expired(loc) | Victim::Evicted(loc)) => {
-                    self.evict_victim(loc, class, now);
-                    got.push(loc);
-                }
+        while got.len() < want && class < self.slabs.classes.len() {
+            match self.chunk_of_class(class, None) {
+                Some(loc) => got.push(loc),
                 None => break,
             }
         }
         let n = got.len();
-        if let Some(mut m) = self.magazines.lock(slot) {
-            for loc in got {
-                m.push(class, loc);
-            }
-        } else {
-            for loc in got {
-                self.slabs.free(loc);
-            }
+        match self.magazines.lock(slot) {
+            Some(mut m) => got.into_iter().for_each(|loc| m.push(class, loc)),
+            None => got.into_iter().for_each(|loc| self.slabs.free(loc)),
         }
         n
     }
@@ -1052,12 +1016,30 @@ impl Engine {
     }
 
     /// A chunk for an item of `size` bytes: a free chunk, a new page, or an
-    /// evicted item's chunk. `protect` is never evicted.
+    /// evicted item's chunk, else a page taken from another class.
+    /// `protect` is never evicted.
     fn alloc(&mut self, size: usize, protect: Option<u64>) -> Result<u64, StoreOutcome> {
         let class = self.slabs.class_for(size).ok_or(StoreOutcome::TooLarge)?;
         loop {
-            if let Some(loc) = self.slabs.take_free(class) {
+            if let Some(loc) = self.chunk_of_class(class, protect) {
                 return Ok(loc);
+            }
+            // A class with no page, or nothing to evict, takes a page from
+            // the largest class instead of failing (memcached needs
+            // slab_reassign for the first case).
+            if !self.config.evict || !self.steal_page_for(class, protect) {
+                return Err(self.out_of_memory(class));
+            }
+        }
+    }
+
+    /// A chunk of `class` without taking a page from another class: a free
+    /// chunk, a spare or new page (within `-m`), or the chunk of the
+    /// eviction policy's victim (`protect` never is). None if none is left.
+    fn chunk_of_class(&mut self, class: usize, protect: Option<u64>) -> Option<u64> {
+        loop {
+            if let Some(loc) = self.slabs.take_free(class) {
+                return Some(loc);
             }
             if let Some(p) = self.slabs.spare.pop() {
                 self.slabs.assign(p, class);
@@ -1072,41 +1054,23 @@ impl Engine {
                 }
             }
             if !self.config.evict {
-                return Err(self.out_of_memory(class));
-            }
-            // A class with no memory at all takes a page from the largest
-            // class instead of failing (memcached needs slab_reassign for this).
-            if self.slabs.classes[class].pages.is_empty() {
-                if self.steal_page_for(class, protect) {
-                    continue;
-                }
-                return Err(self.out_of_memory(class));
+                return None;
             }
             let now = self.now();
-            match self.policy.victim(&mut self.slabs, class, now, protect) {
+            return match self.policy.victim(&mut self.slabs, class, now, protect)? {
                 // An in-place SET may have renewed it since the policy
                 // looked: then it is an eviction.
-                Some(Victim::Expired(loc)) if !self.still_expired(loc, now) => {
-                    self.evict_victim(loc, class, now);
-                    return Ok(loc);
-                }
-                Some(Victim::Expired(loc)) => {
+                Victim::Expired(loc) if self.still_expired(loc, now) => {
                     self.unlink(loc);
                     self.counters.reclaimed += 1;
                     self.slabs.classes[class].stats.reclaimed += 1;
-                    return Ok(loc);
+                    Some(loc)
                 }
-                Some(Victim::Evicted(loc)) => {
+                Victim::Expired(loc) | Victim::Evicted(loc) => {
                     self.evict_victim(loc, class, now);
-                    return Ok(loc);
+                    Some(loc)
                 }
-                None => {
-                    if self.steal_page_for(class, protect) {
-                        continue;
-                    }
-                    return Err(self.out_of_memory(class));
-                }
-            }
+            };
         }
     }
 
