@@ -548,12 +548,13 @@ impl Engine {
     /// taking a page from another class (that empties a page, which takes
     /// reserved chunks back). Returns how many it reserved.
     pub(crate) fn refill(&mut self, slot: usize, class: usize, want: usize) -> usize {
+        debug_assert!(class < self.slabs.classes.len());
         let mut got = Vec::with_capacity(want);
-        while got.len() < want && class < self.slabs.classes.len() {
-            match self.chunk_of_class(class, None) {
-                Some(loc) => got.push(loc),
-                None => break,
-            }
+        while got.len() < want {
+            let Some(loc) = self.chunk_of_class(class, None) else {
+                break;
+            };
+            got.push(loc);
         }
         let n = got.len();
         match self.magazines.lock(slot) {
