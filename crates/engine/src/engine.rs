@@ -12,6 +12,9 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 
 mod pages;
+mod repartition;
+
+pub use repartition::RepartitionStats;
 
 use crate::chain::{self, Value};
 use crate::clock::{Clock, Expiry, RelTime};
@@ -239,6 +242,9 @@ pub struct Engine {
     counters: Counters,
     /// Background reclaimer position: (page number, chunk).
     reclaim_at: (usize, u32),
+    /// Hot/cold re-partitioning within pages (`-o repartition=1` under
+    /// CLOCK), which also does the reclaimer's work.
+    repartition: Option<Box<repartition::Repartition>>,
     /// Page moves between classes: the rule (`rebalance`) and the page in
     /// transit (`engine/pages.rs`).
     rebal: Rebalancer,
@@ -322,6 +328,10 @@ impl Engine {
         ));
         slabs.held = vec![false; stripes.len()];
         slabs.check_stripes = cfg!(debug_assertions).then_some(stripes.shift());
+        // Only CLOCK keeps no per-chunk state outside the chunk
+        // (`engine/repartition.rs`).
+        let repartition = (config.repartition && config.eviction == crate::EvictionPolicy::Lru)
+            .then(Box::default);
         let mut engine = Engine {
             memory_limit: config.memory_limit,
             rebal: Rebalancer::new(
@@ -354,6 +364,7 @@ impl Engine {
                 ..Counters::default()
             },
             reclaim_at: (0, 0),
+            repartition,
             scratch: Vec::new(),
         };
         engine.index_bytes = engine.index_memory();
@@ -1437,6 +1448,26 @@ impl Engine {
     /// visited and drained.
     pub fn maintain(&mut self, budget: usize) -> usize {
         self.check_flush();
+        let visited = match self.repartitions() {
+            true => self.repartition_step(budget),
+            false => self.reclaim_step(budget),
+        };
+        visited + self.rebalance_step(budget)
+    }
+
+    /// How many `maintain` slices a maintainer runs per period (200 ms in
+    /// the server) while each finds work: the reclaimer's walk needs few;
+    /// re-partitioning settles a page sooner the more it gets, at a few
+    /// percent of one core (docs/benchmarks.md, "Cavast's layout").
+    pub fn maintain_slices(&self) -> usize {
+        match self.repartitions() {
+            true => 256,
+            false => 8,
+        }
+    }
+
+    /// The expiry reclaimer: walk `budget` chunks on from where it stopped.
+    fn reclaim_step(&mut self, budget: usize) -> usize {
         let now = self.now();
         let mut visited = 0;
         let npages = self.slabs.pages.len();
@@ -1460,25 +1491,31 @@ impl Engine {
             self.reclaim_at = (p, c + 1);
             visited += 1;
             let loc = self.slabs.loc(p as PageId, c);
-            if self.slabs.bits(loc) & item::LIVE == 0 {
-                continue;
-            }
-            let exp = self.slabs.exptime(loc);
-            if exp != 0 && exp <= now && self.still_expired(loc, now) {
-                self.counters.crawler_reclaimed += 1;
-                let class = self.slabs.class_of(loc);
-                self.slabs.classes[class].stats.crawler_reclaimed += 1;
-                self.remove(loc);
-                continue;
-            }
-            // Keep the 16-bit access time from wrapping around.
-            if item::atime_age(self.slabs.atime(loc), now) > item::ATIME_SATURATE {
-                self.hold_item(loc);
-                let code = item::atime_code(now).wrapping_sub(item::ATIME_SATURATE as u16);
-                item::set_atime(self.slabs.chunk_mut(loc), code);
+            if self.slabs.bits(loc) & item::LIVE != 0 {
+                self.reclaim_or_age(loc, now);
             }
         }
-        visited + self.rebalance_step(budget)
+        visited
+    }
+
+    /// The reclaimer's work on the live item at `loc`: remove it if it
+    /// expired (returns true), else keep its access time from wrapping.
+    fn reclaim_or_age(&mut self, loc: u64, now: RelTime) -> bool {
+        let exp = self.slabs.exptime(loc);
+        if exp != 0 && exp <= now && self.still_expired(loc, now) {
+            self.counters.crawler_reclaimed += 1;
+            let class = self.slabs.class_of(loc);
+            self.slabs.classes[class].stats.crawler_reclaimed += 1;
+            self.remove(loc);
+            return true;
+        }
+        // Keep the 16-bit access time from wrapping around.
+        if item::atime_age(self.slabs.atime(loc), now) > item::ATIME_SATURATE {
+            self.hold_item(loc);
+            let code = item::atime_code(now).wrapping_sub(item::ATIME_SATURATE as u16);
+            item::set_atime(self.slabs.chunk_mut(loc), code);
+        }
+        false
     }
 
     /// `cache_memlimit`: change `-m` at run time. Shrinking frees pages.
@@ -1550,6 +1587,7 @@ impl Engine {
             rebalance_decisions: self.rebal.decisions,
             rebalance_bytes: self.rebal.memory_bytes() as u64,
             ghost_capacity: self.rebal.ghost_capacity() as u64,
+            repartition: self.repartition.as_ref().map(|r| r.stats),
         }
     }
 
@@ -1675,6 +1713,9 @@ impl Engine {
         c.get_expired = 0;
         c.crawler_reclaimed = 0;
         c.outofmemory = 0;
+        if let Some(r) = &mut self.repartition {
+            r.stats = Default::default();
+        }
         c.get_hits.fill(0);
         self.stripes.reset_reader_hits();
         for class in &mut self.slabs.classes {

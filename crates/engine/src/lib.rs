@@ -51,7 +51,8 @@ pub mod testing;
 pub use cache::{Cache, EngineGuard, Footprint};
 pub use clock::{Clock, Expiry, RelTime};
 pub use engine::{
-    ArithOutcome, DeleteOutcome, Engine, ItemId, ItemRef, Store, StoreMode, StoreOutcome,
+    ArithOutcome, DeleteOutcome, Engine, ItemId, ItemRef, RepartitionStats, Store, StoreMode,
+    StoreOutcome,
 };
 pub use stats::{EngineStats, SlabClassStats};
 
@@ -127,6 +128,11 @@ pub struct Config {
     /// chunk reserved for its thread, holding only its key's stripe
     /// (`magazine`; when in-place SETs are allowed, without SAS).
     pub lockfree_inserts: bool,
+    /// `-o repartition=0|1`: the maintainer sorts each page's items into
+    /// columns by temperature, hottest first, and reclaims expired items on
+    /// the way (Cavast sections 4.1, 4.4 and 6.1; `engine/repartition.rs`;
+    /// CLOCK only). Off by default: docs/benchmarks.md, "Cavast's layout".
+    pub repartition: bool,
 }
 
 /// Eviction within a slab class.
@@ -183,6 +189,7 @@ impl Default for Config {
             lock_stripes: stripe::DEFAULT_STRIPES,
             in_place_sets: true,
             lockfree_inserts: true,
+            repartition: false,
         }
     }
 }

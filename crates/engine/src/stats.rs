@@ -57,6 +57,8 @@ pub struct EngineStats {
     pub rebalance_decisions: u64,
     /// Bytes of the rebalancer's ghost set and tables (inside `limit_maxbytes`).
     pub rebalance_bytes: u64,
+    /// Hot/cold re-partitioning (`-o repartition=1`), if on.
+    pub repartition: Option<crate::RepartitionStats>,
     /// Evicted keys the ghost set can hold.
     pub ghost_capacity: u64,
 }

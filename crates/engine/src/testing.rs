@@ -744,6 +744,7 @@ fn decode_config(b: &mut Bytes) -> Option<Config> {
         lock_stripes: [16, 1, 256, 4][((x ^ y) >> 3 & 3) as usize],
         in_place_sets: (x ^ y) & 0x40 == 0,
         lockfree_inserts: (x ^ y) & 0x20 == 0,
+        repartition: (x ^ y) & 0x80 != 0,
         ..Config::default()
     })
 }

@@ -51,25 +51,37 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// (eviction, learn_costs, rebalance): the engine must behave the same
+/// (eviction, learn_costs, rebalance, repartition): the engine must behave the same
 /// under each. Without a rebalancer that samples or counts keys, plain
 /// SETs go without the engine lock (`Cache::store`, in place or into
 /// reserved chunks).
-const POLICIES: [(EvictionPolicy, bool, RebalancePolicy); 5] = [
-    (EvictionPolicy::Lru, false, RebalancePolicy::Off),
-    (EvictionPolicy::Lru, false, RebalancePolicy::Sas),
-    (EvictionPolicy::Lru, false, RebalancePolicy::Mrc),
-    (EvictionPolicy::GdWheel, false, RebalancePolicy::CostPerByte),
-    (EvictionPolicy::GdWheelLazy, true, RebalancePolicy::Mrc),
+/// The last flag turns Cavast's re-partitioning within pages on.
+const POLICIES: [(EvictionPolicy, bool, RebalancePolicy, bool); 5] = [
+    (EvictionPolicy::Lru, false, RebalancePolicy::Off, false),
+    (EvictionPolicy::Lru, false, RebalancePolicy::Sas, false),
+    (EvictionPolicy::Lru, false, RebalancePolicy::Mrc, true),
+    (
+        EvictionPolicy::GdWheel,
+        false,
+        RebalancePolicy::CostPerByte,
+        false,
+    ),
+    (
+        EvictionPolicy::GdWheelLazy,
+        true,
+        RebalancePolicy::Mrc,
+        false,
+    ),
 ];
 
 /// Run `test` once per policy with a default config using it.
 fn each_policy(test: impl Fn(Config)) {
-    for (eviction, learn_costs, rebalance) in POLICIES {
+    for (eviction, learn_costs, rebalance, repartition) in POLICIES {
         test(Config {
             eviction,
             learn_costs,
             rebalance,
+            repartition,
             ..Config::default()
         });
     }

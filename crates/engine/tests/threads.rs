@@ -102,13 +102,14 @@ impl Drop for Maintainer {
     }
 }
 
-fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
+fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize, repartition: bool) {
     let config = Config {
         memory_limit: 24 << 20,
         eviction,
         rebalance,
         lock_stripes: stripes,
         in_place_sets: true,
+        repartition,
         // A sample table this small makes the MRC profile sample few keys
         // (it samples all of them while they fit): the others take the
         // lock-free paths.
@@ -131,7 +132,16 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
             let clock = clock.clone();
             std::thread::spawn(move || {
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t + 1) * 0x1234_5678));
-                for i in 0..60_000u32 {
+                for i in 0..3_000_000u32 {
+                    // With re-partitioning, go on until items have traded
+                    // chunks (the maintainer may get little CPU).
+                    if i >= 60_000
+                        && (!repartition
+                            || i.is_multiple_of(1000)
+                                && cache.lock().stats().repartition.unwrap().swaps > 100)
+                    {
+                        break;
+                    }
                     // Skewed keys, so threads meet on the same items.
                     let r = rng.next();
                     let k = (r % KEYS) * (r >> 60) / 16;
@@ -247,27 +257,45 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize) {
     assert!(s.evictions > 0, "{eviction:?}: memory was short: {s:?}");
     // A few dozen classes share 22 pages: some stores find none.
     assert!(s.outofmemory < s.total_items / 4, "{eviction:?}: {s:?}");
+    // Items traded chunks under the readers' feet.
+    assert_eq!(
+        s.repartition.is_some_and(|r| r.swaps > 100),
+        repartition,
+        "{:?}",
+        s.repartition
+    );
 }
 
 #[test]
 fn gets_race_everything_else_under_clock() {
-    run(EvictionPolicy::Lru, RebalancePolicy::Mrc, 16);
+    run(EvictionPolicy::Lru, RebalancePolicy::Mrc, 16, false);
+}
+
+#[test]
+fn gets_race_items_trading_chunks() {
+    // Cavast's re-partitioning swaps items within pages meanwhile.
+    run(EvictionPolicy::Lru, RebalancePolicy::Memcached, 16, true);
 }
 
 #[test]
 fn gets_race_everything_else_under_clock_without_a_profile() {
-    run(EvictionPolicy::Lru, RebalancePolicy::Memcached, 256);
+    run(EvictionPolicy::Lru, RebalancePolicy::Memcached, 256, false);
 }
 
 #[test]
 fn gets_race_everything_else_under_lazy_gdwheel() {
-    run(EvictionPolicy::GdWheelLazy, RebalancePolicy::CostPerByte, 4);
+    run(
+        EvictionPolicy::GdWheelLazy,
+        RebalancePolicy::CostPerByte,
+        4,
+        false,
+    );
 }
 
 #[test]
 fn gets_race_everything_else_with_locked_hits() {
     // Eager GD-Wheel and SAS: every GET takes the engine lock.
-    run(EvictionPolicy::GdWheel, RebalancePolicy::Sas, 1);
+    run(EvictionPolicy::GdWheel, RebalancePolicy::Sas, 1, false);
 }
 
 /// In-place SETs of a few hot keys race GETs of them: values of several
@@ -320,6 +348,86 @@ fn in_place_sets_are_never_read_half_written() {
     assert!(hits > 1000, "{hits} GETs");
     assert_eq!(bad, 0, "half-written values read ({hits} GETs)");
     cache.lock().validate();
+}
+
+/// Cavast's re-partitioning swaps items between chunks while GETs read
+/// them without the engine lock. Every round makes a random quarter of the
+/// keys hot, lets a pass read the temperatures while the readers wait (a
+/// GET warms its item up), then lets the readers loose while the pass
+/// trades the hot items into their pages' first columns. A GET that read a
+/// chunk being swapped would see a value that does not check out, or no
+/// item.
+#[test]
+fn swaps_are_never_seen_half_done() {
+    let config = Config {
+        memory_limit: 8 << 20,
+        rebalance: RebalancePolicy::Off,
+        repartition: true,
+        lock_stripes: 16,
+        ..Config::default()
+    };
+    let clock = Arc::new(Clock::new());
+    let cache = Arc::new(Cache::new(config, clock.clone()).unwrap());
+    // Few keys and long values: readers often meet a swap under way.
+    const N: u64 = 64;
+    for k in 0..N {
+        cache.store(&Store::set(&key(k), &value(k, 20_000)));
+    }
+    let gate = Arc::new(std::sync::RwLock::new(()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (cache, stop, reads, gate) =
+                (cache.clone(), stop.clone(), reads.clone(), gate.clone());
+            std::thread::spawn(move || {
+                let mut bad = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let _open = gate.read().unwrap();
+                    for k in 0..N {
+                        cache.get(&key(k), Lookup::GET, |item| {
+                            bad += u64::from(!item.is_some_and(|i| check(k, &i.value.to_vec())));
+                        });
+                    }
+                    reads.fetch_add(N, Ordering::Relaxed);
+                }
+                bad
+            })
+        })
+        .collect();
+    let mut rng = Rng(0x5EED);
+    for _ in 0..300 {
+        let closed = gate.write().unwrap();
+        clock.advance(std::time::Duration::from_secs(1));
+        let mut e = cache.lock();
+        for _ in 0..N / 4 {
+            let k = key(rng.next() % N);
+            // The second fetch refreshes the access time (memcached's rule).
+            e.lookup(&k, Lookup::GET);
+            e.lookup(&k, Lookup::GET);
+        }
+        e.release_stripes();
+        let pages = e.stats().repartition.unwrap().pages;
+        while !e.repartition_is_placing() && e.stats().repartition.unwrap().pages == pages {
+            e.maintain(1);
+            e.release_stripes();
+        }
+        drop(e);
+        drop(closed);
+        // Small slices, so the readers run between them.
+        while cache.lock().stats().repartition.unwrap().pages == pages {
+            cache.lock().maintain(8);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let bad: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    let reads = reads.load(Ordering::Relaxed);
+    let e = &mut cache.lock();
+    let swaps = e.stats().repartition.unwrap().swaps;
+    assert!(swaps > 1000, "{swaps} swaps");
+    assert!(reads > 10_000, "{reads} GETs");
+    assert_eq!(bad, 0, "{bad} of {reads} GETs read a swap half done");
+    e.validate();
 }
 
 /// With memory to spare nothing may disappear: two clients, each with keys

@@ -39,7 +39,7 @@ use serde::Serialize;
 
 use crate::metrics;
 use crate::mrc::parse_megabytes;
-use crate::sim::{EngineArgs, MAINTAIN_BUDGET, MAINTAIN_PERIOD_US, MAINTAIN_SLICES};
+use crate::sim::{EngineArgs, MAINTAIN_BUDGET, MAINTAIN_PERIOD_US};
 use crate::trace::key_bytes;
 use crate::values::{value_bytes, ValueKind};
 use crate::workload::dist::{Rng, Zipf};
@@ -471,7 +471,8 @@ fn maintainer(cache: &Cache, stop: &AtomicBool) -> (u64, Duration, Duration) {
     let (mut n, mut max, mut total) = (0u64, Duration::ZERO, Duration::ZERO);
     while !stop.load(Ordering::Relaxed) {
         cache.clock().tick();
-        for _ in 0..MAINTAIN_SLICES {
+        let slices = cache.lock().maintain_slices();
+        for _ in 0..slices {
             let mut engine = cache.lock();
             let t = Instant::now();
             let visited = engine.maintain(MAINTAIN_BUDGET);

@@ -42,10 +42,10 @@ use crate::workload::Source;
 /// memcached's longest key; `replay` cuts longer model keys the same way.
 const KEY_MAX: usize = 250;
 
-/// The server's maintainer: every 200 ms, up to 8 slices of 512 chunks.
+/// The server's maintainer: every 200 ms, up to `Engine::maintain_slices`
+/// slices of 512 chunks.
 pub(crate) const MAINTAIN_PERIOD_US: u64 = 200_000;
 pub(crate) const MAINTAIN_BUDGET: usize = 512;
-pub(crate) const MAINTAIN_SLICES: usize = 8;
 
 /// After a gap in the trace longer than this many maintainer periods, the
 /// rest of the gap is skipped in one step (the reclaimer has swept every page
@@ -120,6 +120,10 @@ pub struct EngineArgs {
     /// reserved for its thread, holding only its stripe (true/false).
     #[arg(long, default_value_t = Config::default().lockfree_inserts, action = clap::ArgAction::Set)]
     pub lockfree_inserts: bool,
+    /// -o repartition=: the maintainer sorts each page's items into
+    /// columns by temperature, hottest first (Cavast; true/false).
+    #[arg(long, default_value_t = Config::default().repartition, action = clap::ArgAction::Set)]
+    pub repartition: bool,
 }
 
 fn parse_sas_rule(s: &str) -> Result<SasRule, String> {
@@ -162,6 +166,7 @@ impl EngineArgs {
             lock_stripes: self.lock_stripes,
             in_place_sets: self.in_place_sets,
             lockfree_inserts: self.lockfree_inserts,
+            repartition: self.repartition,
             rebalance_tuning: Tuning {
                 sas_misses: self.sas_misses,
                 sas_decay: self.sas_decay,
@@ -296,7 +301,7 @@ impl Sim {
                 self.next_maintain_us = last;
             }
             self.set_clock(self.next_maintain_us);
-            for _ in 0..MAINTAIN_SLICES {
+            for _ in 0..self.engine.maintain_slices() {
                 if self.engine.maintain(MAINTAIN_BUDGET) < MAINTAIN_BUDGET {
                     break;
                 }

@@ -393,7 +393,8 @@ fn clock_thread(clock: &Clock, shared: &Shared, stop: &AtomicBool) {
 /// request never waits long for the engine lock.
 fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
     while !stopping(stop, shared) {
-        for _ in 0..8 {
+        let slices = cache.lock().maintain_slices();
+        for _ in 0..slices {
             let visited = cache.lock().maintain(MAINTAIN_BUDGET);
             if visited < MAINTAIN_BUDGET || stopping(stop, shared) {
                 break;

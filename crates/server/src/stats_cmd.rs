@@ -272,6 +272,13 @@ fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "cost_capacity_misses", e.cost_capacity_misses);
     stat(out, "rebalance_decisions", e.rebalance_decisions);
     stat(out, "rebalance_bytes", e.rebalance_bytes);
+    // Cavast's re-partitioning within pages (`-o repartition=1`): pages
+    // passed over, chunks read, items that traded chunks.
+    if let Some(r) = e.repartition {
+        stat(out, "repartition_pages", r.pages);
+        stat(out, "repartition_scanned", r.scanned);
+        stat(out, "repartition_swaps", r.swaps);
+    }
 }
 
 /// `stats settings`, in memcached's order, plus `cachalot_version` at the end.
@@ -386,6 +393,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "lock_stripes", ec.lock_stripes);
     stat(out, "in_place_sets", yes_no(ec.in_place_sets));
     stat(out, "lockfree_inserts", yes_no(ec.lockfree_inserts));
+    stat(out, "repartition", yes_no(ec.repartition));
     stat(out, "rebalance", ec.rebalance.name());
     stat(
         out,

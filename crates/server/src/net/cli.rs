@@ -733,6 +733,8 @@ fn extended(
             "in_place_sets" => s.engine.in_place_sets = sub_switch(key, value)?,
             "no_in_place_sets" => s.engine.in_place_sets = false,
             "lockfree_inserts" => s.engine.lockfree_inserts = sub_switch(key, value)?,
+            // Cavast's hot/cold re-partitioning within pages.
+            "repartition" => s.engine.repartition = sub_switch(key, value)?,
             // Issue 4: how pages move between slab classes (docs/cost.md,
             // "Rebalancing"); `memcached` is slab_automove's rule.
             "rebalance" => match value {
@@ -881,6 +883,10 @@ pub fn usage() -> String {
    - lockfree_inserts:    0 or 1 (default): a SET of a new key writes its item in
                           a chunk reserved for its thread, holding only its key's
                           stripe (as in_place_sets, and not with rebalance=sas)
+   - repartition:         0 (default) or 1: the maintainer sorts each page's
+                          items into 16 columns by last access, hottest first,
+                          reclaiming expired ones on the way (Cavast; CLOCK
+                          eviction only)
    - rebalance:           how pages move between slab classes: off, memcached
                           (slab_automove's rule), sas (towards capacity misses),
                           cost-per-byte or mrc (default: towards the optimum of
@@ -1229,6 +1235,9 @@ mod tests {
         assert!(s.engine.in_place_sets && s.engine.lockfree_inserts);
         let (s, _) = run(&["-o", "lockfree_inserts=0"]).unwrap();
         assert!(!s.engine.lockfree_inserts);
+        assert!(!s.engine.repartition);
+        let (s, _) = run(&["-o", "repartition=1"]).unwrap();
+        assert!(s.engine.repartition);
         let (s, _) = run(&["-o", "in_place_sets=0"]).unwrap();
         assert!(!s.engine.in_place_sets);
         let (s, _) = run(&["-o", "in_place_sets=1", "-o", "no_in_place_sets"]).unwrap();
