@@ -16,11 +16,15 @@
 #   benches/engine-scaling.sh misses    # callgrind: D1/LL misses per GET, small vs big data
 #   benches/engine-scaling.sh layout    # huge pages on/off, multi-gets of BATCH keys with and
 #                                       # without prefetching, SMALL_MB and BIG_MB of data
+#   benches/engine-scaling.sh repartition  # Cavast's re-partitioning within pages on/off, after
+#                                       # SETTLE s (BIG_SETTLE for BIG_MB) of the same load,
+#                                       # SMALL_MB and BIG_MB of data, GET_RATIOS, 1 thread
 #
 # Runs alternate between the configurations, REPEAT times (3); each row is
 # the median. Environment: REPEAT, DURATION (5 s), SMALL_MB (64), BIG_MB
 # (8192), BIG_M (12288, -m for the big data set: it must hold it all),
-# BATCH (16), GET_RATIOS ("0.9 1"), MISS_OPS (GETs under callgrind, 200000), MISS_SMALL_MB (8), MISS_BIG_MB
+# BATCH (16), GET_RATIOS ("0.9 1"), SETTLE (10), BIG_SETTLE (150), SIZES
+# (repartition: "SMALL_MB BIG_MB"), MISS_OPS (GETs under callgrind, 200000), MISS_SMALL_MB (8), MISS_BIG_MB
 # (1024), LL (simulated last-level cache, 33554432,16,64), LAB_BIN. Each run's
 # JSON report stays in OUT (a temporary directory).
 set -euo pipefail
@@ -39,6 +43,9 @@ LL=${LL:-33554432,16,64}
 BATCH=${BATCH:-16}
 GET_RATIOS=${GET_RATIOS:-0.9 1}
 INSERT_RATIOS=${INSERT_RATIOS:-0.5 0.9}
+SETTLE=${SETTLE:-10}
+BIG_SETTLE=${BIG_SETTLE:-150}
+SIZES=${SIZES:-$SMALL_MB $BIG_MB}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 LAB=${LAB_BIN:-$BENCH_ROOT/target/release/cachalot-lab}
@@ -228,14 +235,50 @@ layout() {
     done
 }
 
+# Cavast's hot/cold re-partitioning within pages (sections 4.1, 6.1), on
+# and off, after the same untimed load has let it converge: 1 thread, the
+# maintainer beside it as in the server.
+repartition() {
+    local run mb ratio on
+    echo "command: cachalot-lab engine-bench --warm --settle <SETTLE or BIG_SETTLE> --duration $DURATION --zipf 0.99 --get-ratio R --threads 1 -m <2 x MB, BIG_M for BIG_MB> --dataset <MB> --repartition true|false"
+    for run in $(seq "$REPEAT"); do
+        for mb in $SIZES; do
+            local m=$((mb * 2)) settle=$SETTLE
+            [ "$mb" != "$BIG_MB" ] || { m=$BIG_M; settle=$BIG_SETTLE; }
+            for ratio in $GET_RATIOS; do
+                for on in true false; do
+                    bench "repartition-$mb-$ratio-$on" "$run" -m "$m" --dataset "$mb" --settle "$settle" \
+                        --get-ratio "$ratio" --threads 1 --repartition "$on"
+                done
+            done
+        done
+    done
+    echo "| data | GET share | ops/s on | ops/s off | on / off | hit ratio on / off | swaps / s | chunks read / s | maintainer hold max on / off |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    for mb in $SIZES; do
+        for ratio in $GET_RATIOS; do
+            local a=repartition-$mb-$ratio-true b=repartition-$mb-$ratio-false
+            printf '| %s MB | %s | %.0f | %.0f | %.3f | %.4f / %.4f | %.0f | %.0f | %s / %s us |\n' "$mb" "$ratio" \
+                "$(median "$a" .ops_per_s)" "$(median "$b" .ops_per_s)" \
+                "$(jq -n "$(median "$a" .ops_per_s) / $(median "$b" .ops_per_s)")" \
+                "$(median "$a" .hit_ratio)" "$(median "$b" .hit_ratio)" \
+                "$(median "$a" '.repartition.swaps / .elapsed_s')" \
+                "$(median "$a" '.repartition.scanned / .elapsed_s')" \
+                "$(jq -n "$(median "$a" .lock.maintainer_hold_max_ns) / 1000 | floor")" \
+                "$(jq -n "$(median "$b" .lock.maintainer_hold_max_ns) / 1000 | floor")"
+        done
+    done
+}
+
 case "${1:-}" in
 threads) threads ;;
+repartition) repartition ;;
 inserts) inserts ;;
 data) data ;;
 misses) misses ;;
 layout) layout ;;
 *)
-    echo "usage: $0 threads|inserts|data|misses|layout" >&2
+    echo "usage: $0 threads|inserts|data|misses|layout|repartition" >&2
     exit 2
     ;;
 esac

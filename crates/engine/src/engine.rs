@@ -1457,13 +1457,10 @@ impl Engine {
 
     /// How many `maintain` slices a maintainer runs per period (200 ms in
     /// the server) while each finds work: the reclaimer's walk needs few;
-    /// re-partitioning settles a page sooner the more it gets, at a few
-    /// percent of one core (docs/benchmarks.md, "Cavast's layout").
+    /// re-partitioning gets more until a sweep over all pages finds little
+    /// to trade (docs/benchmarks.md, "Cavast's layout").
     pub fn maintain_slices(&self) -> usize {
-        match self.repartitions() {
-            true => 256,
-            false => 8,
-        }
+        self.repartition_slices().unwrap_or(8)
     }
 
     /// The expiry reclaimer: walk `budget` chunks on from where it stopped.

@@ -396,7 +396,11 @@ fn swaps_are_never_seen_half_done() {
         })
         .collect();
     let mut rng = Rng(0x5EED);
-    for _ in 0..300 {
+    let mut rounds = 0;
+    // Enough rounds, and enough reads among them however the threads are
+    // scheduled.
+    while rounds < 300 || reads.load(Ordering::Relaxed) < 20_000 && rounds < 100_000 {
+        rounds += 1;
         let closed = gate.write().unwrap();
         clock.advance(std::time::Duration::from_secs(1));
         let mut e = cache.lock();

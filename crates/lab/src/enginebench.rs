@@ -100,6 +100,10 @@ pub struct EngineBenchArgs {
     /// placement across pages could give (an experiment, not a policy).
     #[arg(long, requires = "warm")]
     pub hot_first: bool,
+    /// Run the same requests this many seconds before timing, untimed, so
+    /// that background work that converges (re-partitioning) has done so.
+    #[arg(long, default_value_t = 0.0)]
+    pub settle: f64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Requests each worker draws in advance and cycles through.
@@ -124,6 +128,14 @@ pub struct EngineBenchArgs {
     /// Write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+/// Pages re-partitioned, chunks scanned and items swapped in a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RepartitionReport {
+    pub pages: u64,
+    pub scanned: u64,
+    pub swaps: u64,
 }
 
 /// What one run measured.
@@ -162,6 +174,8 @@ pub struct Report {
     /// [`FOOTPRINT_SAMPLE`] keys drawn as the GETs draw them, after the
     /// prefill (`Cache::footprint`): index lines, then item lines.
     pub lines_per_get: (f64, f64),
+    /// Re-partitioning during the timed run (`-o repartition=1`).
+    pub repartition: Option<RepartitionReport>,
     pub lock: LockReport,
 }
 
@@ -557,37 +571,26 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
     let prefill_s = t.elapsed().as_secs_f64();
     let lines_per_get = footprint(&cache, &plan);
 
-    let stop = AtomicBool::new(false);
-    let start = Barrier::new(a.threads + 1);
-    let quota = |t: usize| {
-        a.ops.map(|n| {
-            let k = a.threads as u64;
-            n / k + u64::from((t as u64) < n % k)
-        })
-    };
-    let (results, maint) = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..a.threads)
-            .map(|t| {
-                let (cache, plan, start, stop) = (&cache, &plan, &start, &stop);
-                s.spawn(move || worker(cache, plan, t, quota(t), start, stop))
+    if a.settle > 0.0 {
+        run_workers(&cache, &plan, a.threads, Some(a.settle), |_| None);
+    }
+    let repartition_before = cache.lock().stats().repartition.unwrap_or_default();
+    let (results, maint) = run_workers(
+        &cache,
+        &plan,
+        a.threads,
+        a.ops.is_none().then_some(a.duration),
+        |t| {
+            a.ops.map(|n| {
+                let k = a.threads as u64;
+                n / k + u64::from((t as u64) < n % k)
             })
-            .collect();
-        let maint = s.spawn(|| maintainer(&cache, &stop));
-        start.wait();
-        if a.ops.is_none() {
-            std::thread::sleep(Duration::from_secs_f64(a.duration.max(0.0)));
-            stop.store(true, Ordering::Relaxed);
-        }
-        let results: Vec<WorkerResult> = workers
-            .into_iter()
-            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect();
-        stop.store(true, Ordering::Relaxed);
-        maint.thread().unpark();
-        let maint = maint
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (results, maint)
+        },
+    );
+    let repartition = cache.lock().stats().repartition.map(|r| RepartitionReport {
+        pages: r.pages - repartition_before.pages,
+        scanned: r.scanned - repartition_before.scanned,
+        swaps: r.swaps - repartition_before.swaps,
     });
 
     let mut lock = LockUse::new();
@@ -643,6 +646,7 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
         locked_gets: a.locked_gets,
         in_place_sets: a.engine.in_place_sets,
         lines_per_get,
+        repartition,
         anon_huge_mb: anon_huge_kb().map(|kb| kb >> 10),
         lock: LockReport {
             request_acquisitions: lock.acquisitions,
@@ -662,6 +666,43 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
             request_wait_p99_ns: lock.wait.value_at_quantile(0.99),
             request_wait_max_ns: lock.wait.max(),
         },
+    })
+}
+
+/// Run `threads` workers with the maintainer beside them, for `duration`
+/// seconds or until each has done its `quota`.
+fn run_workers(
+    cache: &Cache,
+    plan: &Plan,
+    threads: usize,
+    duration: Option<f64>,
+    quota: impl Fn(usize) -> Option<u64>,
+) -> (Vec<WorkerResult>, (u64, Duration, Duration)) {
+    let stop = AtomicBool::new(false);
+    let start = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (start, stop, quota) = (&start, &stop, quota(t));
+                s.spawn(move || worker(cache, plan, t, quota, start, stop))
+            })
+            .collect();
+        let maint = s.spawn(|| maintainer(cache, &stop));
+        start.wait();
+        if let Some(d) = duration {
+            std::thread::sleep(Duration::from_secs_f64(d.max(0.0)));
+            stop.store(true, Ordering::Relaxed);
+        }
+        let results: Vec<WorkerResult> = workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect();
+        stop.store(true, Ordering::Relaxed);
+        maint.thread().unpark();
+        let maint = maint
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (results, maint)
     })
 }
 
@@ -708,6 +749,12 @@ pub fn format_report(r: &Report) -> String {
             ),
         ],
         vec!["items cached".into(), r.curr_items.to_string()],
+        vec![
+            "re-partitioning: pages / chunks read / swaps".into(),
+            r.repartition.as_ref().map_or("off".into(), |p| {
+                format!("{} / {} / {}", p.pages, p.scanned, p.swaps)
+            }),
+        ],
         vec![
             "multi-get batch / prefetch".into(),
             format!("{} / {}", r.batch, r.prefetch),

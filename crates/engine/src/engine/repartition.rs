@@ -33,9 +33,9 @@ use crate::stripe::hash;
 /// are 1 MB, so a column is 64 KB).
 pub const ZONES: u32 = 16;
 
-/// Budget units a swap costs (two chunk copies, two index updates),
-/// against one per chunk scanned.
-const SWAP_COST: usize = 4;
+/// Budget units a swap costs (two chunk copies, two index updates, two
+/// stripes taken and let go), against one per chunk scanned.
+const SWAP_COST: usize = 16;
 
 /// Where the re-partitioner is.
 #[derive(Default)]
@@ -46,7 +46,19 @@ pub(crate) struct Repartition {
     /// Second copy buffer for swaps (the engine's `scratch` is the first).
     scratch: Vec<u8>,
     pub(crate) stats: RepartitionStats,
+    /// `stats.swaps` when the current sweep over all pages began, and the
+    /// pages it has done.
+    sweep_began_at: u64,
+    sweep_pages: u64,
+    /// The last sweep found little to trade: sweep at the reclaimer's
+    /// pace until one finds more (`Engine::maintain_slices`).
+    settled: bool,
 }
+
+/// Maintainer slices per period while re-partitioning is under way, and
+/// once a sweep found little to trade (the reclaimer's pace).
+const EAGER_SLICES: usize = 256;
+const SETTLED_SLICES: usize = 8;
 
 /// Counters for `stats`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -119,13 +131,22 @@ fn temperature(age: u32) -> u8 {
 /// Which column each live item should be in: ranked by temperature (ties
 /// in chunk order), the i-th hottest takes the i-th live chunk's column.
 fn targets(seen: &[(u8, u32)], nchunks: u32) -> Vec<u8> {
-    let mut ranked: Vec<usize> = (0..seen.len()).collect();
-    // Stable: equal temperatures keep their chunk order, so they stay put.
-    ranked.sort_by_key(|&i| seen[i].0);
+    // A counting sort (temperatures are below 33): linear, so a page of
+    // 32 768 items ranks within one bounded slice, and stable, so equal
+    // temperatures keep their chunk order and stay put.
+    let mut first = [0usize; 34];
+    for &(t, _) in seen {
+        first[t as usize + 1] += 1;
+    }
+    for t in 1..first.len() {
+        first[t] += first[t - 1];
+    }
     let mut want = vec![NOWHERE; nchunks as usize];
-    for (rank, &i) in ranked.iter().enumerate() {
-        let slot = seen[rank].1; // `seen` is in chunk order: the rank-th live chunk
-        want[seen[i].1 as usize] = zone_of(slot, nchunks) as u8;
+    for &(t, c) in seen {
+        let rank = first[t as usize];
+        first[t as usize] += 1;
+        // `seen` is in chunk order: the rank-th live chunk's column.
+        want[c as usize] = zone_of(seen[rank].1, nchunks) as u8;
     }
     want
 }
@@ -134,6 +155,17 @@ impl Engine {
     /// Whether pages are re-partitioned (`-o repartition=1` under CLOCK).
     pub(super) fn repartitions(&self) -> bool {
         self.repartition.is_some()
+    }
+
+    /// How many `maintain` slices a maintainer runs per period (see
+    /// `Engine::maintain_slices`).
+    pub(super) fn repartition_slices(&self) -> Option<usize> {
+        let r = self.repartition.as_ref()?;
+        Some(if r.settled {
+            SETTLED_SLICES
+        } else {
+            EAGER_SLICES
+        })
     }
 
     /// Whether a page's temperatures are read and its items are being
@@ -162,6 +194,14 @@ impl Engine {
         let npages = self.slabs.pages.len();
         while used < budget && pages_seen <= npages {
             let Some(mut w) = r.work.take() else {
+                if r.next_page >= npages {
+                    // A sweep is over: go on at full pace only if it traded
+                    // at least once per 16 pages.
+                    let swaps = r.stats.swaps.saturating_sub(r.sweep_began_at);
+                    r.settled = swaps * 16 < r.sweep_pages;
+                    r.sweep_began_at = r.stats.swaps;
+                    r.sweep_pages = 0;
+                }
                 pages_seen += 1;
                 r.work = self.begin_page(&mut r.next_page);
                 if r.work.is_none() {
@@ -214,6 +254,7 @@ impl Engine {
             };
             if done {
                 r.stats.pages += 1;
+                r.sweep_pages += 1;
             } else {
                 r.work = Some(w);
             }
@@ -428,6 +469,36 @@ mod tests {
             e.release_stripes();
         }
         assert_eq!(e.repartition.as_ref().unwrap().stats.swaps, 100);
+    }
+
+    #[test]
+    fn a_sweep_with_little_to_trade_slows_down() {
+        let (mut e, clock) = engine(true);
+        for k in 0..3000 {
+            e.store(&Store::set(&key(k), &value(k)));
+        }
+        assert_eq!(e.maintain_slices(), EAGER_SLICES);
+        let sweeps = |e: &mut Engine, n: u64| {
+            let start = e.repartition.as_ref().unwrap().stats.pages;
+            let pages = e.slabs.pages.len() as u64;
+            while e.repartition.as_ref().unwrap().stats.pages < start + n * pages + 1 {
+                e.maintain(1000);
+                e.release_stripes();
+            }
+        };
+        // All equally cold: nothing to trade.
+        sweeps(&mut e, 2);
+        assert_eq!(e.maintain_slices(), SETTLED_SLICES);
+        // A hot key on every 10th: trades again, at full pace.
+        clock.advance(Duration::from_secs(100));
+        for k in (0..3000).step_by(10) {
+            e.get(&key(k));
+            e.get(&key(k));
+        }
+        e.release_stripes();
+        sweeps(&mut e, 1);
+        assert!(e.repartition.as_ref().unwrap().stats.swaps > 0);
+        assert_eq!(e.maintain_slices(), EAGER_SLICES);
     }
 
     #[test]
