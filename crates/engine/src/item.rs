@@ -319,6 +319,24 @@ pub fn stored_len(chunk: &[u8]) -> usize {
     body_start(chunk) + code_width(chunk[7]) + chunk[12] as usize + value_len(chunk) as usize
 }
 
+/// Whether `image` is exactly one whole item (header, flags, key, value),
+/// checked before anything in it is trusted: for item images read back
+/// from a compressed block.
+pub fn is_whole(image: &[u8]) -> bool {
+    if image.len() < HEADER_LEN || image[12] == 0 {
+        return false;
+    }
+    let long = u16::from_le_bytes([image[14], image[15]]) as u32 == LONG_VALUE;
+    if long && image.len() < HEADER_LEN + 4 {
+        return false;
+    }
+    let len = body_start(image) as u64
+        + code_width(image[7]) as u64
+        + image[12] as u64
+        + value_len(image) as u64;
+    len == image.len() as u64
+}
+
 /// The one-byte quantised cost of a stored item.
 #[inline]
 pub fn cost_code(chunk: &[u8]) -> u8 {

@@ -17,6 +17,8 @@
 //! - [`clock`]: the coarse server clock and memcached's exptime rules.
 //! - [`item`]: the 16-byte item header and item layout inside a chunk.
 //! - [`chain`]: items larger than the largest chunk, over several chunks.
+//! - [`codec`]: block compression (zstd with trained dictionaries, LZ4)
+//!   and the entropy test that skips incompressible blocks.
 //! - [`index`]: the hash index (Cavast section 4.3), in [`stripe`]s.
 //! - [`cache`]: the engine shared by threads, and the GET path outside its
 //!   lock.
@@ -27,6 +29,7 @@
 //! - [`cost`]: costs learned from the gap between a GET miss and its SET.
 //! - [`rebalance`]: which class gets the next page (memcached's automove,
 //!   SAS with a ghost set, GD-Wheel's cost per byte).
+//! - [`zzone`]: the compressed Z-zone's parts (blocks, filters).
 //! - [`engine`]: the operations (get/store/delete/arith/touch/flush) on top.
 //! - `testing` (feature `testing`): the reference model the property tests
 //!   and the fuzzer check the engine against; `validate()` on every structure.
@@ -35,6 +38,7 @@ pub mod arena;
 pub mod cache;
 pub mod chain;
 pub mod clock;
+pub mod codec;
 pub mod cost;
 pub mod engine;
 pub mod evict;
@@ -47,6 +51,7 @@ pub mod stats;
 pub mod stripe;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod zzone;
 
 pub use cache::{Cache, EngineGuard, Footprint};
 pub use clock::{Clock, Expiry, RelTime};

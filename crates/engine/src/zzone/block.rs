@@ -1,0 +1,285 @@
+//! The uncompressed form of a Z-zone block (zExpander §3.2).
+//!
+//! A block holds the items of one trie leaf, sorted by key hash, as the
+//! N-zone stores them (header, flags, key, value: `crate::item`), so an
+//! item moves between the zones without being re-encoded and keeps its
+//! CAS, expiry, flags and cost. An offset index of up to [`INDEX_SLOTS`]
+//! evenly spaced entries lets a lookup skip to the few items that could
+//! match, as zExpander's does:
+//!
+//! ```text
+//! u16 item count   u8 index entries (n)
+//! n × (u32 hash, u32 offset of the entry it names)
+//! entries, by (hash, key): u32 hash (the key hash's high 32 bits)
+//!                          u32 item length, then the item
+//! ```
+//!
+//! Parsing trusts nothing: a block that does not parse is an error (the
+//! zone treats it as a miss), never a panic.
+
+use crate::item;
+
+/// Most offset-index entries per block (zExpander: up to 8).
+pub const INDEX_SLOTS: usize = 8;
+
+/// Bytes of block header before the index.
+const HEAD: usize = 3;
+/// Bytes of an index entry, and of an entry's header.
+const SLOT: usize = 8;
+const ENTRY_HEAD: usize = 8;
+
+/// The 32 bits of a 64-bit key hash an entry keeps: the high ones, the
+/// trie's path, so that a block's order is the trie's order.
+#[inline]
+pub fn short_hash(h: u64) -> u32 {
+    (h >> 32) as u32
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("malformed Z-zone block")]
+pub struct Malformed;
+
+/// Build a block from `(key hash, item image)` pairs (any order; keys
+/// distinct) into `out` (cleared first).
+pub fn build(items: &mut [(u64, &[u8])], out: &mut Vec<u8>) {
+    items.sort_unstable_by(|a, b| {
+        (short_hash(a.0), item::key(a.1)).cmp(&(short_hash(b.0), item::key(b.1)))
+    });
+    let n = items.len();
+    assert!(n <= u16::MAX as usize, "{n} items in one block");
+    let slots = n.min(INDEX_SLOTS);
+    out.clear();
+    out.extend_from_slice(&(n as u16).to_le_bytes());
+    out.push(slots as u8);
+    let index_at = out.len();
+    out.resize(index_at + slots * SLOT, 0);
+    let mut slot = 0;
+    for (i, (h, image)) in items.iter().enumerate() {
+        // Slot s names entry s * n / slots: evenly spaced, the first one 0.
+        if slot < slots && i == slot * n / slots {
+            let at = index_at + slot * SLOT;
+            out[at..at + 4].copy_from_slice(&short_hash(*h).to_le_bytes());
+            let here = out.len() as u32;
+            out[at + 4..at + 8].copy_from_slice(&here.to_le_bytes());
+            slot += 1;
+        }
+        out.extend_from_slice(&short_hash(*h).to_le_bytes());
+        out.extend_from_slice(&(image.len() as u32).to_le_bytes());
+        out.extend_from_slice(image);
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> Result<u32, Malformed> {
+    let bytes = b.get(at..at + 4).ok_or(Malformed)?;
+    Ok(u32::from_le_bytes(bytes.try_into().map_err(|_| Malformed)?))
+}
+
+/// The block's item count and where its entries start.
+fn head(block: &[u8]) -> Result<(usize, usize, usize), Malformed> {
+    let count = u16::from_le_bytes(
+        block
+            .get(0..2)
+            .ok_or(Malformed)?
+            .try_into()
+            .map_err(|_| Malformed)?,
+    );
+    let slots = *block.get(2).ok_or(Malformed)? as usize;
+    if slots > INDEX_SLOTS || slots > count as usize {
+        return Err(Malformed);
+    }
+    let entries = HEAD + slots * SLOT;
+    if entries > block.len() {
+        return Err(Malformed);
+    }
+    Ok((count as usize, slots, entries))
+}
+
+/// The entries of a block, in order: (short hash, item image).
+pub struct Entries<'a> {
+    block: &'a [u8],
+    at: usize,
+    left: usize,
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = Result<(u32, &'a [u8]), Malformed>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            // Bytes after the last entry: malformed, said once.
+            let trailing = self.at != self.block.len();
+            self.at = self.block.len();
+            return trailing.then_some(Err(Malformed));
+        }
+        self.left -= 1;
+        let e = self.entry();
+        if e.is_err() {
+            // Nothing after a bad entry can be found.
+            self.left = 0;
+            self.at = self.block.len();
+        }
+        Some(e)
+    }
+}
+
+impl<'a> Entries<'a> {
+    fn entry(&mut self) -> Result<(u32, &'a [u8]), Malformed> {
+        let h = u32_at(self.block, self.at)?;
+        let len = u32_at(self.block, self.at + 4)? as usize;
+        let start = self.at + ENTRY_HEAD;
+        let image = self
+            .block
+            .get(start..start.checked_add(len).ok_or(Malformed)?)
+            .ok_or(Malformed)?;
+        if !item::is_whole(image) {
+            return Err(Malformed);
+        }
+        self.at = start + len;
+        Ok((h, image))
+    }
+}
+
+/// Every entry of `block`; an error ends the walk (a block whose bytes
+/// outlast its count is malformed too).
+pub fn entries(block: &[u8]) -> Result<Entries<'_>, Malformed> {
+    let (count, _, at) = head(block)?;
+    Ok(Entries {
+        block,
+        at,
+        left: count,
+    })
+}
+
+/// The item of `key` (hash `h`) in `block`, if there: the index gives the
+/// last named entry before the key's hash; the walk goes on from there
+/// while hashes are not past it.
+pub fn find<'a>(block: &'a [u8], h: u64, key: &[u8]) -> Result<Option<&'a [u8]>, Malformed> {
+    let (count, slots, first) = head(block)?;
+    let want = short_hash(h);
+    // Slot 0 names the first entry; start from the last slot whose hash
+    // is below the key's (entries of an equal hash may begin before a slot
+    // that names one of them).
+    let (mut at, mut from) = (first, 0);
+    for s in 1..slots {
+        if u32_at(block, HEAD + s * SLOT)? >= want {
+            break;
+        }
+        at = u32_at(block, HEAD + s * SLOT + 4)? as usize;
+        from = s * count / slots;
+    }
+    if at < first || at > block.len() {
+        return Err(Malformed);
+    }
+    let mut walk = Entries {
+        block,
+        at,
+        left: count - from,
+    };
+    while walk.left > 0 {
+        walk.left -= 1;
+        let (sh, image) = walk.entry()?;
+        if sh > want {
+            return Ok(None);
+        }
+        if sh == want && item::key(image) == key {
+            return Ok(Some(image));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stripe::hash;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn image(key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut v = vec![0u8; item::total_len(key.len(), value.len(), 0)];
+        item::write(&mut v, 1, 0, 0, item::LIVE, 0, 0, key, &[value]);
+        v
+    }
+
+    fn block_of(model: &BTreeMap<Vec<u8>, Vec<u8>>) -> Vec<u8> {
+        let images: Vec<(u64, Vec<u8>)> =
+            model.iter().map(|(k, v)| (hash(k), image(k, v))).collect();
+        let mut refs: Vec<(u64, &[u8])> = images.iter().map(|(h, i)| (*h, i.as_slice())).collect();
+        let mut out = Vec::new();
+        build(&mut refs, &mut out);
+        out
+    }
+
+    proptest! {
+        /// Every stored key is found with its item, in hash order, and
+        /// absent keys are not found.
+        #[test]
+        fn a_block_finds_what_it_holds(
+            model in proptest::collection::btree_map(
+                proptest::collection::vec(any::<u8>(), 1..12),
+                proptest::collection::vec(any::<u8>(), 0..64),
+                0..40),
+            absent in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..12), 0..10),
+        ) {
+            let b = block_of(&model);
+            for (k, v) in &model {
+                let got = find(&b, hash(k), k).unwrap().expect("stored key found");
+                prop_assert_eq!(item::parts(got).value, v.as_slice());
+            }
+            for k in absent.iter().filter(|k| !model.contains_key(*k)) {
+                prop_assert_eq!(find(&b, hash(k), k).unwrap(), None);
+            }
+            let all: Vec<(u32, &[u8])> = entries(&b).unwrap().collect::<Result<_, _>>().unwrap();
+            prop_assert_eq!(all.len(), model.len());
+            prop_assert!(all.windows(2).all(|w| w[0].0 <= w[1].0));
+        }
+
+        /// Damaged bytes never panic, and what parses is whole items.
+        #[test]
+        fn damaged_blocks_do_not_panic(
+            model in proptest::collection::btree_map(
+                proptest::collection::vec(any::<u8>(), 1..12),
+                proptest::collection::vec(any::<u8>(), 0..64),
+                1..20),
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+            cut in any::<usize>(),
+        ) {
+            let mut b = block_of(&model);
+            for (at, x) in flips {
+                let i = at % b.len();
+                b[i] ^= x;
+            }
+            b.truncate(b.len() - cut % 8);
+            if let Ok(walk) = entries(&b) {
+                for (_, image) in walk.flatten() {
+                    prop_assert!(item::is_whole(image));
+                }
+            }
+            for k in model.keys() {
+                if let Ok(Some(image)) = find(&b, hash(k), k) {
+                    prop_assert!(item::is_whole(image));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn equal_short_hashes_are_all_found() {
+        // Keys forced onto one short hash (a crafted h), more than the
+        // index names: every one must still be found.
+        let keys: Vec<Vec<u8>> = (0..30).map(|i| format!("k{i}").into_bytes()).collect();
+        let images: Vec<Vec<u8>> = keys.iter().map(|k| image(k, b"v")).collect();
+        let h = |i: usize| (7u64 << 32) | i as u64;
+        let mut refs: Vec<(u64, &[u8])> = images
+            .iter()
+            .enumerate()
+            .map(|(i, im)| (h(i), im.as_slice()))
+            .collect();
+        let mut b = Vec::new();
+        build(&mut refs, &mut b);
+        for (i, k) in keys.iter().enumerate() {
+            assert!(find(&b, h(i), k).unwrap().is_some(), "{i}");
+        }
+        assert_eq!(find(&b, 8 << 32, b"k1").unwrap(), None);
+    }
+}
