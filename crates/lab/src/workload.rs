@@ -292,6 +292,14 @@ pub struct GenArgs {
     /// zExpander's Table 2.
     #[arg(long)]
     pub compression_report: bool,
+    /// Instead of a trace, print the ratio and speed of the Z-zone's codecs
+    /// (LZ4, zstd, zstd with a trained dictionary) on each value model in
+    /// blocks of `--block` bytes.
+    #[arg(long)]
+    pub codec_report: bool,
+    /// Block size for `--codec-report`.
+    #[arg(long, default_value_t = 2048)]
+    pub block: usize,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -385,6 +393,15 @@ pub fn progress(len: u64, quiet: bool) -> indicatif::ProgressBar {
 }
 
 pub fn run_gen(args: GenArgs) -> anyhow::Result<()> {
+    if args.codec_report {
+        let rows = crate::values::codec_report(20_000, args.block, 16 << 10, 0.5)?;
+        print!("{}", crate::values::format_codec_report(&rows, args.block));
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_vec_pretty(&rows)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        return Ok(());
+    }
     if args.compression_report {
         let rows = crate::values::compression_report(2_000);
         print!("{}", crate::values::format_report(&rows));
