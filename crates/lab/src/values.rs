@@ -601,24 +601,26 @@ pub fn individual_ratio(values: &[Vec<u8>]) -> f64 {
 /// `container` bytes (a value that does not fit starts the next container),
 /// each container compressed as one block, as zExpander's Z-zone does.
 pub fn container_ratio(values: &[Vec<u8>], container: usize) -> f64 {
-    let mut raw = 0usize;
-    let mut packed = 0usize;
-    let mut buf: Vec<u8> = Vec::with_capacity(container);
-    let mut flush = |buf: &mut Vec<u8>| {
-        if !buf.is_empty() {
-            raw += buf.len();
-            packed += lz4_flex::block::compress(buf).len();
-            buf.clear();
-        }
-    };
-    for v in values {
-        if !buf.is_empty() && buf.len() + v.len() > container {
-            flush(&mut buf);
-        }
-        buf.extend_from_slice(v);
-    }
-    flush(&mut buf);
+    let blocks = pack(values.iter().map(Vec::as_slice), container);
+    let raw: usize = blocks.iter().map(Vec::len).sum();
+    let packed: usize = blocks
+        .iter()
+        .map(|b| lz4_flex::block::compress(b).len())
+        .sum();
     raw as f64 / packed.max(1) as f64
+}
+
+/// Values packed whole, in order, into containers of `container` bytes (a
+/// value that does not fit starts the next one; none is empty).
+fn pack<'a>(values: impl Iterator<Item = &'a [u8]>, container: usize) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for v in values {
+        match out.last_mut() {
+            Some(last) if last.len() + v.len() <= container => last.extend_from_slice(v),
+            _ => out.push(v.to_vec()),
+        }
+    }
+    out
 }
 
 /// The report over `n` natural-size values of each kind.
@@ -626,13 +628,7 @@ pub fn compression_report(n: u64) -> Vec<ReportRow> {
     ValueKind::ALL
         .iter()
         .map(|&kind| {
-            let values: Vec<Vec<u8>> = (0..n)
-                .map(|k| {
-                    let mut v = Vec::new();
-                    value_bytes(kind, k, natural_size(kind, k), &mut v);
-                    v
-                })
-                .collect();
+            let values = natural_values(kind, 0, n);
             let mean = values.iter().map(|v| v.len()).sum::<usize>() as f64 / n.max(1) as f64;
             let mut ratios = vec![individual_ratio(&values)];
             ratios.extend(CONTAINERS.iter().map(|&c| container_ratio(&values, c)));
@@ -708,20 +704,15 @@ pub struct CodecRow {
     pub dict_bytes: usize,
 }
 
-/// Values of `kind` at their natural sizes, keys `from..from + n`, packed
-/// whole into blocks of `block` bytes.
-fn blocks_of(kind: ValueKind, from: u64, n: u64, block: usize) -> Vec<Vec<u8>> {
-    let mut out = vec![Vec::new()];
-    let mut v = Vec::new();
-    for k in from..from + n {
-        value_bytes(kind, k, natural_size(kind, k), &mut v);
-        let last = out.last_mut().expect("one block");
-        if !last.is_empty() && last.len() + v.len() > block {
-            out.push(Vec::new());
-        }
-        out.last_mut().expect("one block").extend_from_slice(&v);
-    }
-    out
+/// `n` values of `kind` at their natural sizes, keys `from..`.
+fn natural_values(kind: ValueKind, from: u64, n: u64) -> Vec<Vec<u8>> {
+    (from..from + n)
+        .map(|k| {
+            let mut v = Vec::new();
+            value_bytes(kind, k, natural_size(kind, k), &mut v);
+            v
+        })
+        .collect()
 }
 
 /// Seconds per pass of `f`, repeated for at least `min_secs`.
@@ -748,15 +739,10 @@ pub fn codec_report(
     use cachalot_engine::codec::{train_dictionary, Codec, Coder, Dictionary};
     let mut rows = Vec::new();
     for kind in ValueKind::ALL {
-        let blocks = blocks_of(kind, 0, n, block);
+        let values = natural_values(kind, 0, n);
+        let blocks = pack(values.iter().map(Vec::as_slice), block);
         let raw: usize = blocks.iter().map(Vec::len).sum();
-        let samples: Vec<Vec<u8>> = (1_000_000..1_002_000)
-            .map(|k| {
-                let mut v = Vec::new();
-                value_bytes(kind, k, natural_size(kind, k), &mut v);
-                v
-            })
-            .collect();
+        let samples = natural_values(kind, 1_000_000, 2_000);
         let dict = train_dictionary(&samples, dict_bytes).map(|d| Dictionary::new(1, d));
         let mut configs = vec![("lz4", Codec::Lz4, None), ("zstd", Codec::Zstd, None)];
         if let Some(d) = &dict {
