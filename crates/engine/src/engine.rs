@@ -14,6 +14,9 @@ use crossbeam_utils::CachePadded;
 mod pages;
 mod repartition;
 
+/// `maintain` slices per maintainer period for the reclaimer's walk.
+const RECLAIM_SLICES: usize = 8;
+
 pub use repartition::RepartitionStats;
 
 use crate::chain::{self, Value};
@@ -1460,7 +1463,7 @@ impl Engine {
     /// re-partitioning gets more until a sweep over all pages finds little
     /// to trade (docs/benchmarks.md, "Cavast's layout").
     pub fn maintain_slices(&self) -> usize {
-        self.repartition_slices().unwrap_or(8)
+        self.repartition_slices().unwrap_or(RECLAIM_SLICES)
     }
 
     /// The expiry reclaimer: walk `budget` chunks on from where it stopped.

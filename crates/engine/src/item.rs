@@ -330,11 +330,7 @@ pub fn is_whole(image: &[u8]) -> bool {
     if long && image.len() < HEADER_LEN + 4 {
         return false;
     }
-    let len = body_start(image) as u64
-        + code_width(image[7]) as u64
-        + image[12] as u64
-        + value_len(image) as u64;
-    len == image.len() as u64
+    stored_len(image) == image.len()
 }
 
 /// The one-byte quantised cost of a stored item.

@@ -55,10 +55,10 @@ pub(crate) struct Repartition {
     settled: bool,
 }
 
-/// Maintainer slices per period while re-partitioning is under way, and
-/// once a sweep found little to trade (the reclaimer's pace).
+/// Maintainer slices per period while re-partitioning is under way; once
+/// a sweep found little to trade, the reclaimer's pace.
 const EAGER_SLICES: usize = 256;
-const SETTLED_SLICES: usize = 8;
+const SETTLED_SLICES: usize = super::RECLAIM_SLICES;
 
 /// Counters for `stats`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -107,6 +107,24 @@ struct Placing {
 }
 
 const NOWHERE: u8 = u8::MAX;
+
+impl Placing {
+    /// From the scan's (temperature, chunk) of the live items, in chunk
+    /// order, of a page of `n` chunks.
+    fn new(seen: &[(u8, u32)], n: u32) -> Placing {
+        let mut temp = vec![NOWHERE; n as usize];
+        for &(t, c) in seen {
+            temp[c as usize] = t;
+        }
+        Placing {
+            want: targets(seen, n),
+            temp,
+            zone: 0,
+            resident: 0,
+            incomer: zone_start(1, n),
+        }
+    }
+}
 
 /// The column of chunk `c` in a page of `n` chunks.
 #[inline]
@@ -222,7 +240,7 @@ impl Engine {
                         .as_ref()
                         .map_or(0, |p| p.bump);
                     while *at < bump && used < budget {
-                        let loc = self.slabs.loc(w.page, *at);
+                        let loc = self.slabs.loc(page, *at);
                         *at += 1;
                         used += 1;
                         r.stats.scanned += 1;
@@ -236,17 +254,7 @@ impl Engine {
                     } else if !w.arrange || seen.len() < 2 {
                         true
                     } else {
-                        let mut temp = vec![NOWHERE; w.nchunks as usize];
-                        for &(t, c) in seen.iter() {
-                            temp[c as usize] = t;
-                        }
-                        w.phase = Phase::Place(Placing {
-                            want: targets(seen, w.nchunks),
-                            temp,
-                            zone: 0,
-                            resident: 0,
-                            incomer: zone_start(1, w.nchunks),
-                        });
+                        w.phase = Phase::Place(Placing::new(seen, nchunks));
                         false
                     }
                 }

@@ -210,15 +210,21 @@ mod tests {
         out
     }
 
+    /// Keys of 1 to 11 bytes with values of up to 63, `items` of them.
+    fn model(items: std::ops::Range<usize>) -> impl Strategy<Value = BTreeMap<Vec<u8>, Vec<u8>>> {
+        proptest::collection::btree_map(
+            proptest::collection::vec(any::<u8>(), 1..12),
+            proptest::collection::vec(any::<u8>(), 0..64),
+            items,
+        )
+    }
+
     proptest! {
         /// Every stored key is found with its item, in hash order, and
         /// absent keys are not found.
         #[test]
         fn a_block_finds_what_it_holds(
-            model in proptest::collection::btree_map(
-                proptest::collection::vec(any::<u8>(), 1..12),
-                proptest::collection::vec(any::<u8>(), 0..64),
-                0..40),
+            model in model(0..40),
             absent in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..12), 0..10),
         ) {
             let b = block_of(&model);
@@ -237,10 +243,7 @@ mod tests {
         /// Damaged bytes never panic, and what parses is whole items.
         #[test]
         fn damaged_blocks_do_not_panic(
-            model in proptest::collection::btree_map(
-                proptest::collection::vec(any::<u8>(), 1..12),
-                proptest::collection::vec(any::<u8>(), 0..64),
-                1..20),
+            model in model(1..20),
             flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
             cut in any::<usize>(),
         ) {
