@@ -238,7 +238,12 @@ pub struct Recognizer {
     min_ratio: f64,
     window: u32,
     seen: u32,
+    /// Blocks refused so far (for probes).
+    refused: u32,
 }
+
+/// One refused block in this many is compressed anyway, to learn from.
+pub const PROBE: u32 = 8;
 
 impl Recognizer {
     /// For blocks of about `block_bytes`, accepting ratios above
@@ -252,12 +257,21 @@ impl Recognizer {
             min_ratio,
             window: window.max(1),
             seen: 0,
+            refused: 0,
         }
     }
 
-    /// Whether a block of this entropy is worth compressing.
-    pub fn worth_trying(&self, entropy: f64) -> bool {
-        entropy < self.threshold
+    /// Whether a block of this entropy is worth compressing. One block in
+    /// [`PROBE`] above the threshold is tried anyway: Algorithm 2 only
+    /// learns from blocks it compresses, so without probes a threshold
+    /// set by an early block could never rise to admit a block of higher
+    /// entropy that still compresses acceptably.
+    pub fn worth_trying(&mut self, entropy: f64) -> bool {
+        if entropy < self.threshold {
+            return true;
+        }
+        self.refused += 1;
+        self.refused.is_multiple_of(PROBE)
     }
 
     /// A block of `entropy` was compressed from `raw` to `stored` bytes.
@@ -389,7 +403,9 @@ mod tests {
         assert_eq!(r.threshold, 0.6);
         r.record(0.55, 2000, 1900); // 1.05x: below the minimum, ignored
         assert_eq!(r.threshold, 0.6);
-        assert!(!r.worth_trying(0.7));
+        // Above the threshold: refused, except one probe in PROBE.
+        let tried = (0..PROBE).filter(|_| r.worth_trying(0.7)).count();
+        assert_eq!(tried, 1);
         r.record(0.58, 2000, 1000); // the window ends: back to the start
         assert_eq!(r.threshold, start);
     }

@@ -1,15 +1,1068 @@
 //! The Z-zone: items evicted from the N-zone (the slab engine), packed by
-//! key hash into blocks of about 2 KB and compressed as a whole
-//! (zExpander, `../shared/seeds/000_*`; issue 11).
+//! key hash into blocks and compressed as a whole (zExpander,
+//! `../shared/seeds/000_*`; issue 11).
 //!
 //! - [`block`]: a block's uncompressed form: items sorted by key hash,
 //!   with an offset index (§3.2).
 //! - [`filter`]: the 16-byte content and access Bloom filters (§3.2).
 //! - [`trie`]: the hashed binary trie of blocks, reached through two-level
 //!   pointer segments (§3.1).
+//! - [`log`]: the 1 MB pages the compressed blocks are appended to.
 //!
+//! [`Zone`] puts them together: a lookup goes from the key hash to its
+//! leaf, answers from the content filter when it can, else decompresses
+//! the block; a demotion rewrites the key's block with the item added
+//! (splitting it when it outgrows its capacity); a removal is deferred
+//! (§3.3.2): it is noted by key hash and done when the block is next
+//! rewritten, by a demotion or by the replacement sweep (§3.2), which
+//! evicts the cheaper half of each block's items that were not read since
+//! it last passed.
+//!
+//! Items keep their N-zone form (header, flags, key, value), so they move
+//! between the zones with their CAS, expiry, flags and cost unchanged.
 //! Codecs and the compressibility test are in [`crate::codec`].
 
 pub mod block;
 pub mod filter;
+pub mod log;
 pub mod trie;
+
+use std::collections::BTreeMap;
+
+use crate::codec::{normalized_entropy, Codec, Coder, Recognizer};
+use crate::item;
+use crate::stripe::hash;
+use filter::Filter;
+use log::{Log, NOWHERE};
+use trie::{Node, Trie, MAX_DEPTH};
+
+/// Share of the zone's pages that live blocks may fill before the sweep
+/// evicts: the rest is garbage for compaction to reclaim, so compacting a
+/// page always gains at least a tenth of it.
+const FILL: f64 = 0.9;
+
+/// Unforced sweeps a demotion may run to make room before it evicts
+/// regardless of the access filters, and the bound on both together.
+const GENTLE_SWEEPS: usize = 64;
+const MAX_SWEEPS: usize = 512;
+
+/// The Z-zone's settings.
+#[derive(Clone, Copy, Debug)]
+pub struct ZoneConfig {
+    /// Bytes a block holds once compressed (zExpander: 2 KB). A block's
+    /// raw capacity is this times the running compression ratio.
+    pub block_bytes: usize,
+    pub codec: Codec,
+    pub page_size: usize,
+}
+
+/// A block: where its bytes are, how to decode them, its filters and its
+/// two most recent reads (§3.3.2).
+#[derive(Clone, Copy, Debug, Default)]
+struct Desc {
+    /// Log location ([`NOWHERE`] for an empty block).
+    loc: u32,
+    /// Stored and decoded lengths.
+    stored: u32,
+    raw: u32,
+    count: u16,
+    codec: u8,
+    content: Filter,
+    access: Filter,
+    /// (short key hash, time) of the last two reads of items in the block.
+    reuse: [(u32, u32); 2],
+}
+
+fn codec_code(c: Codec) -> u8 {
+    match c {
+        Codec::Raw => 0,
+        Codec::Lz4 => 1,
+        Codec::Zstd => 2,
+    }
+}
+
+fn codec_of(c: u8) -> Codec {
+    match c {
+        1 => Codec::Lz4,
+        2 => Codec::Zstd,
+        _ => Codec::Raw,
+    }
+}
+
+/// The zone's counters (`stats zzone`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZoneStats {
+    /// Items in blocks, less those removed but not yet dropped.
+    pub items: u64,
+    /// Leaf blocks.
+    pub blocks: u64,
+    /// Bytes of items in blocks, decoded and stored.
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    pub pages: u64,
+    /// Memory held: pages and metadata.
+    pub memory_bytes: u64,
+    /// Metadata: trie, descriptors, pending removals.
+    pub metadata_bytes: u64,
+    pub hits: u64,
+    /// Lookups answered without decompressing (filter or pending removal).
+    pub filtered: u64,
+    /// Lookups that decompressed a block and found nothing.
+    pub false_positives: u64,
+    pub promotions: u64,
+    pub demotions: u64,
+    /// Demotions the zone had no room for (the item was evicted).
+    pub refused: u64,
+    /// Items the replacement sweep evicted.
+    pub evictions: u64,
+    pub expired: u64,
+    pub splits: u64,
+    pub compactions: u64,
+    pub sweeps: u64,
+    /// Block writes by codec: (count, decoded bytes, stored bytes).
+    pub written: [(u64, u64, u64); 3],
+    pub decompressions: u64,
+    /// Blocks that failed to decode (their items are lost, never misread).
+    pub corrupt: u64,
+}
+
+/// An entry being rebuilt: key hash and its place in `Zone::work`.
+#[derive(Clone, Copy)]
+struct Entry {
+    h: u64,
+    at: u32,
+    len: u32,
+}
+
+pub struct Zone {
+    cfg: ZoneConfig,
+    trie: Trie,
+    descs: Vec<Desc>,
+    free_descs: Vec<u32>,
+    log: Log,
+    /// Removals not yet done, by key hash: whether the item was seen
+    /// there (then already subtracted from `stats.items`).
+    pending: BTreeMap<u64, bool>,
+    /// Pages the zone may hold (the adaptive split sets it).
+    pub target_pages: usize,
+    /// The replacement sweep's position in hash order.
+    hand: u64,
+    /// Running compression ratio (decoded / stored).
+    ratio: f64,
+    coder: Coder,
+    recognizer: Recognizer,
+    /// Scratch: a decoded block, a block being built, the entries being
+    /// rebuilt, and the item a lookup found.
+    raw: Vec<u8>,
+    packed: Vec<u8>,
+    work: Vec<u8>,
+    entries: Vec<Entry>,
+    found: Vec<u8>,
+    stats: ZoneStats,
+}
+
+/// The last hash of leaf `n`'s range.
+fn range_end(n: Node) -> u64 {
+    if n.depth == 0 {
+        u64::MAX
+    } else {
+        (n.prefix << (64 - n.depth)) | (u64::MAX >> n.depth)
+    }
+}
+
+fn range_start(n: Node) -> u64 {
+    if n.depth == 0 {
+        0
+    } else {
+        n.prefix << (64 - n.depth)
+    }
+}
+
+impl Zone {
+    pub fn new(cfg: ZoneConfig) -> Zone {
+        Zone {
+            trie: Trie::new(0),
+            descs: vec![Desc {
+                loc: NOWHERE,
+                ..Desc::default()
+            }],
+            free_descs: Vec::new(),
+            log: Log::new(cfg.page_size),
+            pending: BTreeMap::new(),
+            target_pages: 0,
+            hand: 0,
+            ratio: 2.0,
+            coder: Coder::default(),
+            recognizer: Recognizer::new(cfg.block_bytes * 2, 1.1, 1024),
+            raw: Vec::new(),
+            packed: Vec::new(),
+            work: Vec::new(),
+            entries: Vec::new(),
+            found: Vec::new(),
+            stats: ZoneStats::default(),
+            cfg,
+        }
+    }
+
+    pub fn config(&self) -> &ZoneConfig {
+        &self.cfg
+    }
+
+    /// Everything the zone holds in memory (counted in `-m`).
+    pub fn memory_bytes(&self) -> usize {
+        self.log.memory_bytes() + self.metadata_bytes()
+    }
+
+    /// The zone's metadata: trie, block descriptors, pending removals.
+    pub fn metadata_bytes(&self) -> usize {
+        self.trie.memory_bytes()
+            + self.descs.capacity() * std::mem::size_of::<Desc>()
+            + self.free_descs.capacity() * 4
+            // A BTreeMap entry: key, value and about a third of a node's
+            // overhead.
+            + self.pending.len() * 24
+            + self.raw.capacity()
+            + self.packed.capacity()
+            + self.work.capacity()
+            + self.entries.capacity() * std::mem::size_of::<Entry>()
+            + self.found.capacity()
+    }
+
+    pub fn pages(&self) -> usize {
+        self.log.pages()
+    }
+
+    pub fn items(&self) -> u64 {
+        self.stats.items
+    }
+
+    pub fn stats(&self) -> ZoneStats {
+        let mut s = self.stats;
+        s.blocks = self.trie.leaves() as u64;
+        s.pages = self.log.pages() as u64;
+        s.memory_bytes = self.memory_bytes() as u64;
+        s.metadata_bytes = self.metadata_bytes() as u64;
+        s
+    }
+
+    pub fn reset_stats(&mut self) {
+        let keep = ZoneStats {
+            items: self.stats.items,
+            raw_bytes: self.stats.raw_bytes,
+            stored_bytes: self.stats.stored_bytes,
+            ..ZoneStats::default()
+        };
+        self.stats = keep;
+    }
+
+    /// The item a successful [`Zone::get`] found (its N-zone image).
+    pub fn found(&self) -> &[u8] {
+        &self.found
+    }
+
+    /// A block's decoded capacity: the stored size times the running ratio.
+    fn raw_capacity(&self) -> usize {
+        (self.cfg.block_bytes as f64 * self.ratio) as usize
+    }
+
+    /// Decode block `id` into `raw`. False (and the block emptied, its
+    /// items counted lost) if it does not decode.
+    fn load(&mut self, id: u32) -> bool {
+        let d = self.descs[id as usize];
+        self.raw.clear();
+        if d.count == 0 {
+            return true;
+        }
+        self.stats.decompressions += 1;
+        let src = self.log.read(d.loc, d.stored as usize);
+        let ok = self
+            .coder
+            .decompress(codec_of(d.codec), None, src, d.raw as usize, &mut self.raw)
+            .is_ok()
+            && block::entries(&self.raw).is_ok_and(|mut e| e.all(|x| x.is_ok()));
+        if !ok {
+            debug_assert!(false, "Z-zone block {id} does not decode");
+            self.stats.corrupt += 1;
+            self.raw.clear();
+        }
+        ok
+    }
+
+    /// Look `key` up. On a hit the item's image is in [`Zone::found`] and
+    /// the answer says whether to promote it: its reuse time (since the
+    /// last read of its key in this block) is below `bench`, the N-zone's
+    /// locality benchmark (§3.3.2). `read`: a client read (recorded in the
+    /// access filter and reuse records), else a peek.
+    pub fn get(&mut self, h: u64, key: &[u8], now: u32, bench: u32, read: bool) -> Option<bool> {
+        let (_, id) = self.trie.leaf_of(h);
+        let d = &self.descs[id as usize];
+        if !d.content.may_contain(h) || self.pending.contains_key(&h) {
+            self.stats.filtered += 1;
+            return None;
+        }
+        if !self.load(id) {
+            return None;
+        }
+        let image = match block::find(&self.raw, h, key) {
+            Ok(Some(image)) => image,
+            _ => {
+                self.stats.false_positives += 1;
+                return None;
+            }
+        };
+        let exp = item::exptime(image);
+        if exp != 0 && exp <= now {
+            self.stats.expired += 1;
+            self.stats.items -= 1;
+            self.pending.insert(h, true);
+            return None;
+        }
+        self.found.clear();
+        self.found.extend_from_slice(image);
+        if !read {
+            return Some(false);
+        }
+        self.stats.hits += 1;
+        let d = &mut self.descs[id as usize];
+        d.access.insert(h);
+        let sh = block::short_hash(h);
+        let promote = match d.reuse.iter_mut().find(|r| r.0 == sh && r.1 != 0) {
+            Some(r) => {
+                let reuse = now.saturating_sub(r.1);
+                r.1 = now;
+                bench > reuse
+            }
+            None => {
+                let older = if d.reuse[0].1 <= d.reuse[1].1 { 0 } else { 1 };
+                d.reuse[older] = (sh, now);
+                false
+            }
+        };
+        Some(promote)
+    }
+
+    /// Note that the zone's copy of `h` (if any) is gone: it moved to the
+    /// N-zone (`known`: it was found there, so it is subtracted from the
+    /// count now) or was replaced or deleted there. Done when the block is
+    /// next rewritten (§3.3.2).
+    pub fn remove(&mut self, h: u64, known: bool) {
+        let (_, id) = self.trie.leaf_of(h);
+        if !self.descs[id as usize].content.may_contain(h) {
+            return;
+        }
+        let seen = self.pending.entry(h).or_insert(false);
+        if known && !*seen {
+            *seen = true;
+            self.stats.items -= 1;
+        }
+    }
+
+    /// Demote `image` (key hash `h`) from the N-zone. False if the zone
+    /// has no room for it (then it is evicted).
+    pub fn insert(&mut self, h: u64, image: &[u8], now: u32) -> bool {
+        debug_assert!(item::is_whole(image));
+        let (_, id) = self.trie.leaf_of(h);
+        // Room first (it may sweep this very leaf): the new block(s) will
+        // take at most the old block's decoded bytes, the item, and two
+        // block headers.
+        let need = self.descs[id as usize].raw as usize + image.len() + 4 * 96;
+        if !self.make_room(need, now) {
+            self.stats.refused += 1;
+            return false;
+        }
+        let (node, id) = self.trie.leaf_of(h);
+        self.work.clear();
+        self.work.extend_from_slice(image);
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.clear();
+        entries.push(Entry {
+            h,
+            at: 0,
+            len: image.len() as u32,
+        });
+        self.gather(node, id, now, &mut entries);
+        self.stats.items += 1;
+        self.stats.demotions += 1;
+        self.write_leaf(node, id, &mut entries, None);
+        self.entries = entries;
+        true
+    }
+
+    /// Add block `id`'s surviving entries to `entries` (after those already
+    /// there, which replace entries of the same key), copying them into
+    /// `work`: pending removals in its range are done, expired items
+    /// dropped. The block's bytes are freed.
+    fn gather(&mut self, node: Node, id: u32, now: u32, entries: &mut Vec<Entry>) {
+        let fresh = entries.len();
+        if self.load(id) {
+            let raw = std::mem::take(&mut self.raw);
+            // `load` checked every entry.
+            for (_, image) in block::entries(&raw).into_iter().flatten().flatten() {
+                let key = item::key(image);
+                let h = hash(key);
+                if let Some(known) = self.pending.remove(&h) {
+                    if !known {
+                        self.stats.items -= 1;
+                    }
+                    continue;
+                }
+                if entries[..fresh]
+                    .iter()
+                    .any(|e| e.h == h && item::key(self.entry(*e)) == key)
+                {
+                    self.stats.items -= 1;
+                    continue;
+                }
+                let exp = item::exptime(image);
+                if exp != 0 && exp <= now {
+                    self.stats.items -= 1;
+                    self.stats.expired += 1;
+                    continue;
+                }
+                entries.push(Entry {
+                    h,
+                    at: self.work.len() as u32,
+                    len: image.len() as u32,
+                });
+                self.work.extend_from_slice(image);
+            }
+            self.raw = raw;
+        } else {
+            let d = self.descs[id as usize];
+            self.stats.items -= d.count as u64;
+        }
+        // Removals of keys the block did not hold (filter false positives).
+        let range = range_start(node)..=range_end(node);
+        let stale: Vec<u64> = self.pending.range(range).map(|(&h, _)| h).collect();
+        for h in stale {
+            self.pending.remove(&h);
+        }
+        self.free_block(id);
+    }
+
+    fn entry(&self, e: Entry) -> &[u8] {
+        &self.work[e.at as usize..(e.at + e.len) as usize]
+    }
+
+    /// Forget block `id`'s bytes (its descriptor stays, empty).
+    fn free_block(&mut self, id: u32) {
+        let d = &mut self.descs[id as usize];
+        if d.loc != NOWHERE {
+            self.log.kill(d.loc, d.stored as usize);
+            self.stats.raw_bytes -= d.raw as u64;
+            self.stats.stored_bytes -= d.stored as u64;
+        }
+        let access = d.access;
+        let reuse = d.reuse;
+        *d = Desc {
+            loc: NOWHERE,
+            access,
+            reuse,
+            ..Desc::default()
+        };
+    }
+
+    fn new_desc(&mut self) -> u32 {
+        let d = Desc {
+            loc: NOWHERE,
+            ..Desc::default()
+        };
+        match self.free_descs.pop() {
+            Some(id) => {
+                self.descs[id as usize] = d;
+                id
+            }
+            None => {
+                self.descs.push(d);
+                (self.descs.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Decoded size of a block of `entries`.
+    fn block_len(entries: &[Entry]) -> usize {
+        3 + 8 * entries.len().min(block::INDEX_SLOTS)
+            + entries.iter().map(|e| 8 + e.len as usize).sum::<usize>()
+    }
+
+    /// Write `entries` as leaf `node`'s block (id `id`, empty). A demotion
+    /// (`over` None) appends it, splitting the leaf on the next hash bit
+    /// while the block is over capacity; it made room at the log's head for
+    /// the entries' decoded size first. A sweep (`over`: the block's old
+    /// location and length) writes it over its old place, where it fits
+    /// unless compression did worse than before: then its items are
+    /// evicted.
+    fn write_leaf(
+        &mut self,
+        node: Node,
+        id: u32,
+        entries: &mut Vec<Entry>,
+        over: Option<(u32, usize)>,
+    ) {
+        if over.is_none()
+            && Self::block_len(entries) > self.raw_capacity()
+            && entries.len() > 1
+            && node.depth < MAX_DEPTH
+        {
+            let right = self.new_desc();
+            let (ln, rn) = node.children();
+            let bit = 63 - node.depth;
+            let (mut l, mut r): (Vec<Entry>, Vec<Entry>) =
+                entries.iter().partition(|e| e.h >> bit & 1 == 0);
+            // Both halves inherit the reads the sweep has not seen yet.
+            let parent = self.descs[id as usize];
+            self.descs[right as usize].access = parent.access;
+            self.descs[right as usize].reuse = parent.reuse;
+            self.trie.split(node, id, right);
+            self.stats.splits += 1;
+            self.write_leaf(ln, id, &mut l, None);
+            self.write_leaf(rn, right, &mut r, None);
+            return;
+        }
+        // At the deepest level a block that outgrows a page gives up its
+        // largest items.
+        while Self::block_len(entries) + log::ALIGN > self.log.page_size() {
+            let (i, _) = entries
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, e)| e.len)
+                .expect("an oversized block has entries");
+            entries.swap_remove(i);
+            self.drop_items(1);
+        }
+        let mut content = Filter::default();
+        for e in entries.iter() {
+            content.insert(e.h);
+        }
+        let d = &mut self.descs[id as usize];
+        d.content = content;
+        d.count = entries.len() as u16;
+        if entries.is_empty() {
+            return;
+        }
+        let codec = self.encode(entries);
+        let loc = match over {
+            None => self.log.append(id, &self.packed),
+            Some((loc, len)) if log::round(self.packed.len()) <= log::round(len) => {
+                self.log.revive(loc, &self.packed);
+                Some(loc)
+            }
+            Some(_) => None,
+        };
+        let d = &mut self.descs[id as usize];
+        let Some(loc) = loc else {
+            // Compression did worse than the block's old bytes (a sweep),
+            // or the split made more blocks than room was made for (a
+            // demotion): the items go.
+            d.count = 0;
+            d.content = Filter::default();
+            self.drop_items(entries.len() as u64);
+            return;
+        };
+        d.loc = loc;
+        d.codec = codec;
+        d.stored = self.packed.len() as u32;
+        d.raw = self.raw.len() as u32;
+        self.stats.raw_bytes += d.raw as u64;
+        self.stats.stored_bytes += d.stored as u64;
+    }
+
+    /// `n` items leave the cache from the zone.
+    fn drop_items(&mut self, n: u64) {
+        self.stats.items -= n;
+        self.stats.evictions += n;
+    }
+
+    /// Build `entries` into a block in `raw`, and store it in `packed`:
+    /// compressed, or as it is when its entropy says compression will not
+    /// pay (SlimCache's recognizer) or it did not. Returns the codec used.
+    fn encode(&mut self, entries: &[Entry]) -> u8 {
+        let mut items: Vec<(u64, &[u8])> = entries
+            .iter()
+            .map(|e| (e.h, &self.work[e.at as usize..(e.at + e.len) as usize]))
+            .collect();
+        block::build(&mut items, &mut self.raw);
+        drop(items);
+        let codec = self.cfg.codec;
+        let entropy = normalized_entropy(&self.raw);
+        let tried = codec != Codec::Raw && self.recognizer.worth_trying(entropy);
+        let packed = tried
+            && self
+                .coder
+                .compress(codec, None, &self.raw, &mut self.packed);
+        if tried {
+            let stored = if packed {
+                self.packed.len()
+            } else {
+                self.raw.len()
+            };
+            self.recognizer.record(entropy, self.raw.len(), stored);
+        }
+        let used = if packed { codec } else { Codec::Raw };
+        if !packed {
+            self.packed.clear();
+            self.packed.extend_from_slice(&self.raw);
+        }
+        let c = codec_code(used);
+        let w = &mut self.stats.written[c as usize];
+        w.0 += 1;
+        w.1 += self.raw.len() as u64;
+        w.2 += self.packed.len() as u64;
+        // The running ratio sizes the next blocks: zExpander's fixed 2 KB
+        // container, here counted after compression.
+        let r = self.raw.len() as f64 / self.packed.len().max(1) as f64;
+        self.ratio = (self.ratio * 63.0 + r.clamp(1.0, 8.0)) / 64.0;
+        c
+    }
+
+    /// Make `need` bytes of room at the log's head: a new page while the
+    /// zone is below its target, else compaction of the page with the most
+    /// garbage, after the sweep has brought the live bytes under [`FILL`]
+    /// of the pages. False if it cannot (no pages allowed).
+    fn make_room(&mut self, need: usize, now: u32) -> bool {
+        let need = log::round(need);
+        if need + log::ALIGN > self.log.page_size() {
+            return false;
+        }
+        for round in 0..MAX_SWEEPS {
+            if self.log.head_room() >= need {
+                return true;
+            }
+            if self.log.pages() < self.target_pages {
+                self.log.add_page();
+                continue;
+            }
+            if self.log.pages() == 0 {
+                return false;
+            }
+            let allowed = (FILL * (self.log.pages() * self.log.page_size()) as f64) as usize;
+            if self.log.live_bytes() + need <= allowed {
+                if let Some((p, live)) = self.log.emptiest() {
+                    if self.log.page_size() - live >= need {
+                        self.compact(p);
+                        continue;
+                    }
+                }
+            }
+            if self.stats.items == 0 && self.pending.is_empty() {
+                // Nothing to evict: only garbage, all of it in the head.
+                let p = self.log.emptiest().map(|(p, _)| p);
+                match p {
+                    Some(p) => self.compact(p),
+                    None => return false,
+                }
+                continue;
+            }
+            self.sweep_one(now, round >= GENTLE_SWEEPS);
+        }
+        false
+    }
+
+    /// Compact log page `p` in place; it becomes the head.
+    fn compact(&mut self, p: u32) {
+        self.stats.compactions += 1;
+        let descs = &self.descs;
+        let moved = self.log.compact(p, |id, loc| {
+            let d = descs.get(id as usize)?;
+            (d.loc == loc).then_some(d.stored as usize)
+        });
+        for (id, loc) in moved {
+            self.descs[id as usize].loc = loc;
+        }
+    }
+
+    /// The replacement sweep's next step (§3.2): at the leaf under the
+    /// hand, do its pending removals, drop expired items, and evict the
+    /// cheaper half of the items the access filter does not name (all of
+    /// them when `force`), then clear the filter and move on.
+    pub fn sweep_one(&mut self, now: u32, force: bool) {
+        self.stats.sweeps += 1;
+        let (node, id) = self.trie.leaf_of(self.hand);
+        self.hand = range_end(node).wrapping_add(1);
+        let d = self.descs[id as usize];
+        if d.count == 0 {
+            self.descs[id as usize].access.clear();
+            return;
+        }
+        self.work.clear();
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.clear();
+        self.gather(node, id, now, &mut entries);
+        let mut cold: Vec<(u8, usize)> = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| force || !d.access.may_contain(e.h))
+            .map(|(i, e)| (item::cost_code(self.entry(*e)), i))
+            .collect();
+        // The cheaper half first (GreedyDual's order, learned or client
+        // costs), at least one.
+        cold.sort_unstable();
+        let evict = cold.len().div_ceil(2);
+        let mut gone: Vec<usize> = cold[..evict].iter().map(|c| c.1).collect();
+        gone.sort_unstable_by(|a, b| b.cmp(a));
+        for i in gone {
+            entries.swap_remove(i);
+        }
+        self.drop_items(evict as u64);
+        self.descs[id as usize].access.clear();
+        self.write_leaf(node, id, &mut entries, Some((d.loc, d.stored as usize)));
+        self.entries = entries;
+    }
+
+    /// Shrink towards `target_pages` (the split moved towards the N-zone):
+    /// sweep until the live bytes fit in one page fewer, then move the
+    /// emptiest page's blocks to the others and give it back. At most
+    /// `budget` steps; returns the steps taken.
+    pub fn shrink(&mut self, now: u32, budget: usize) -> usize {
+        let mut steps = 0;
+        while self.log.pages() > self.target_pages && steps < budget {
+            steps += 1;
+            let page = self.log.page_size();
+            let keep = self.log.pages() - 1;
+            let allowed = (FILL * (keep * page) as f64) as usize;
+            if self.log.live_bytes() > allowed && self.stats.items > 0 {
+                self.sweep_one(now, steps > GENTLE_SWEEPS);
+                continue;
+            }
+            let Some((p, _)) = self.log.emptiest() else {
+                // One page left: the head.
+                if self.log.live_bytes() == 0 || self.stats.items == 0 {
+                    self.clear();
+                }
+                break;
+            };
+            self.evacuate(p);
+        }
+        steps
+    }
+
+    /// Move page `p`'s blocks to the head (compacting other pages for
+    /// room), then give `p` back.
+    fn evacuate(&mut self, p: u32) {
+        let descs = &self.descs;
+        let blocks = self.log.blocks_of(p, |id, loc| {
+            let d = descs.get(id as usize)?;
+            (d.loc == loc).then_some(d.stored as usize)
+        });
+        for (id, len) in blocks {
+            if self.log.head_room() < log::round(len) {
+                let other = self
+                    .log
+                    .emptiest_except(p)
+                    .filter(|&(_, live)| self.log.page_size() - live >= log::round(len));
+                match other {
+                    Some((q, _)) => self.compact(q),
+                    None => {
+                        // No room anywhere: the block's items go.
+                        let d = self.descs[id as usize];
+                        self.log.kill(d.loc, len);
+                        self.stats.raw_bytes -= d.raw as u64;
+                        self.stats.stored_bytes -= d.stored as u64;
+                        self.drop_items(d.count as u64);
+                        let dd = &mut self.descs[id as usize];
+                        dd.count = 0;
+                        dd.loc = NOWHERE;
+                        dd.content = Filter::default();
+                        continue;
+                    }
+                }
+            }
+            let d = self.descs[id as usize];
+            let bytes = self.log.read(d.loc, len).to_vec();
+            self.log.kill(d.loc, len);
+            let loc = self.log.append(id, &bytes).expect("room was made");
+            self.descs[id as usize].loc = loc;
+        }
+        self.log.release(p);
+    }
+
+    /// `flush_all`: everything goes.
+    pub fn clear(&mut self) {
+        let target = self.target_pages;
+        let cfg = self.cfg;
+        let stats = self.stats;
+        *self = Zone::new(cfg);
+        self.target_pages = target;
+        self.stats = ZoneStats {
+            items: 0,
+            raw_bytes: 0,
+            stored_bytes: 0,
+            ..stats
+        };
+    }
+
+    /// The zone's invariants: the trie partitions the hash space, every
+    /// leaf's block decodes to its recorded count of items, each in the
+    /// right leaf and named by the content filter, the log's counts agree
+    /// with the blocks, and the item count is the blocks' less the pending
+    /// removals known to hit.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn validate(&mut self) {
+        self.trie.validate();
+        let leaves = self.trie.leaves_in_order();
+        let mut located = Vec::new();
+        let (mut items, mut raw, mut stored) = (0u64, 0u64, 0u64);
+        let mut seen_ids = std::collections::HashSet::new();
+        for &(node, id) in &leaves {
+            assert!(seen_ids.insert(id), "block {id} in two leaves");
+            let d = self.descs[id as usize];
+            if d.count == 0 {
+                assert_eq!(d.loc, NOWHERE, "an empty block has no bytes");
+                continue;
+            }
+            located.push((d.loc, d.stored as usize));
+            raw += d.raw as u64;
+            stored += d.stored as u64;
+            assert!(self.load(id), "block {id} decodes");
+            let mut n = 0;
+            for e in block::entries(&self.raw).expect("block parses") {
+                let (_, image) = e.expect("entry parses");
+                let h = hash(item::key(image));
+                assert!(
+                    (range_start(node)..=range_end(node)).contains(&h),
+                    "item in its leaf"
+                );
+                assert!(d.content.may_contain(h), "content filter names its items");
+                n += 1;
+                if self.pending.get(&h) != Some(&true) {
+                    items += 1;
+                }
+            }
+            assert_eq!(n, d.count as usize, "block {id}'s count");
+        }
+        assert_eq!(items, self.stats.items, "zone item count");
+        assert_eq!(raw, self.stats.raw_bytes);
+        assert_eq!(stored, self.stats.stored_bytes);
+        self.log.validate(&located);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// The N-zone evicts key `k` (stored with a value of `len` bytes
+        /// of pattern `fill`, and `ttl` seconds to live, 0: none).
+        Demote {
+            k: u16,
+            len: usize,
+            fill: u8,
+            ttl: u32,
+        },
+        Get {
+            k: u16,
+        },
+        /// A read that moves the item to the N-zone.
+        Promote {
+            k: u16,
+        },
+        /// A SET or DELETE in the N-zone.
+        Remove {
+            k: u16,
+        },
+        Sweep {
+            force: bool,
+        },
+        Advance {
+            secs: u32,
+        },
+        Target {
+            pages: usize,
+        },
+        Clear,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            8 => (0..300u16, 0..1500usize, 0..4u8, prop_oneof![Just(0u32), 1..20u32])
+                .prop_map(|(k, len, fill, ttl)| Op::Demote { k, len, fill, ttl }),
+            6 => (0..300u16).prop_map(|k| Op::Get { k }),
+            2 => (0..300u16).prop_map(|k| Op::Promote { k }),
+            2 => (0..300u16).prop_map(|k| Op::Remove { k }),
+            1 => any::<bool>().prop_map(|force| Op::Sweep { force }),
+            1 => (1..10u32).prop_map(|secs| Op::Advance { secs }),
+            1 => (0..6usize).prop_map(|pages| Op::Target { pages }),
+            1 => Just(Op::Clear),
+        ]
+    }
+
+    fn key(k: u16) -> Vec<u8> {
+        format!("key:{k}").into_bytes()
+    }
+
+    /// An item image: a value of `len` bytes, text-like (`fill` 0..3) or
+    /// pseudo-random (3), so blocks both compress and do not.
+    fn image(k: u16, len: usize, fill: u8, exptime: u32, cas: u64) -> Vec<u8> {
+        let key = key(k);
+        let mut x = (k as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ cas;
+        let value: Vec<u8> = (0..len)
+            .map(|i| match fill {
+                3 => {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                }
+                f => {
+                    let pat = b"{\"name\":\"user\",\"id\":12345,\"ok\":true}";
+                    pat[(i + f as usize) % pat.len()]
+                }
+            })
+            .collect();
+        let mut v = vec![0u8; item::total_len(key.len(), len, 7)];
+        item::write(
+            &mut v,
+            cas,
+            0,
+            (k % 5) as u8,
+            item::LIVE,
+            exptime,
+            7,
+            &key,
+            &[&value],
+        );
+        v
+    }
+
+    fn zone(codec: Codec) -> Zone {
+        let mut z = Zone::new(ZoneConfig {
+            block_bytes: 512,
+            codec,
+            page_size: 64 << 10,
+        });
+        z.target_pages = 3;
+        z
+    }
+
+    /// The zone against a map: what it returns is exactly the last image
+    /// demoted under the key (never an older one, never damaged), unless
+    /// the key was removed, expired, or could have been evicted (the
+    /// zone's evictions moved since it was demoted); after every step the
+    /// zone validates.
+    fn run(codec: Codec, ops: &[Op]) {
+        let mut z = zone(codec);
+        let mut model: HashMap<u16, (Vec<u8>, u64)> = HashMap::new();
+        let mut now = 10u32;
+        let mut cas = 0u64;
+        let lost = |z: &Zone| z.stats().evictions + z.stats().refused;
+        for op in ops {
+            match *op {
+                Op::Demote { k, len, fill, ttl } => {
+                    cas += 1;
+                    let exp = if ttl == 0 { 0 } else { now + ttl };
+                    let im = image(k, len, fill, exp, cas);
+                    let h = hash(&key(k));
+                    // The key was in the N-zone: its old copy is gone.
+                    z.remove(h, false);
+                    if z.insert(h, &im, now) {
+                        model.insert(k, (im, lost(&z)));
+                    } else {
+                        model.remove(&k);
+                    }
+                }
+                Op::Get { k } | Op::Promote { k } => {
+                    let h = hash(&key(k));
+                    let got = z.get(h, &key(k), now, 5, true).map(|_| z.found().to_vec());
+                    let want = model.get(&k).filter(|(im, _)| {
+                        let e = item::exptime(im);
+                        e == 0 || e > now
+                    });
+                    match (&got, want) {
+                        (Some(g), Some((w, _))) => assert_eq!(g, w, "key {k}"),
+                        (None, Some((_, at))) => {
+                            assert!(lost(&z) > *at, "key {k} lost without an eviction")
+                        }
+                        (Some(_), None) => panic!("key {k} came back"),
+                        (None, None) => {}
+                    }
+                    if got.is_none() {
+                        model.remove(&k);
+                    }
+                    if matches!(op, Op::Promote { .. }) && got.is_some() {
+                        z.remove(h, true);
+                        model.remove(&k);
+                    }
+                }
+                Op::Remove { k } => {
+                    z.remove(hash(&key(k)), false);
+                    model.remove(&k);
+                }
+                Op::Sweep { force } => z.sweep_one(now, force),
+                Op::Advance { secs } => now += secs,
+                Op::Target { pages } => {
+                    z.target_pages = pages;
+                    z.shrink(now, 10_000);
+                    assert!(z.pages() <= pages.max(1), "shrunk to its target");
+                }
+                Op::Clear => {
+                    z.clear();
+                    model.clear();
+                }
+            }
+            z.validate();
+            let live = model
+                .values()
+                .filter(|(im, _)| {
+                    let e = item::exptime(im);
+                    e == 0 || e > now
+                })
+                .count() as u64;
+            // Expired items still count until found or swept.
+            assert!(
+                z.items() >= live || lost(&z) > 0,
+                "count {} < {live}",
+                z.items()
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn zone_agrees_with_a_map_lz4(ops in proptest::collection::vec(op(), 1..400)) {
+            run(Codec::Lz4, &ops);
+        }
+
+        #[test]
+        fn zone_agrees_with_a_map_zstd(ops in proptest::collection::vec(op(), 1..400)) {
+            run(Codec::Zstd, &ops);
+        }
+    }
+
+    /// Filling a zone far past its pages: it splits, compacts and sweeps,
+    /// keeps to its pages, and what it returns is always right.
+    #[test]
+    fn fills_past_capacity() {
+        let mut z = zone(Codec::Lz4);
+        let mut last = HashMap::new();
+        for i in 0..20_000u32 {
+            let k = (i % 3000) as u16;
+            let im = image(k, 100 + (i as usize % 200), (i % 3) as u8, 0, i as u64 + 1);
+            let h = hash(&key(k));
+            z.remove(h, false);
+            if z.insert(h, &im, 10) {
+                last.insert(k, im);
+            }
+            assert!(z.pages() <= 3);
+        }
+        z.validate();
+        let s = z.stats();
+        assert!(
+            s.splits > 0 && s.compactions > 0 && s.evictions > 0,
+            "{s:?}"
+        );
+        let mut hits = 0;
+        for (k, im) in &last {
+            if z.get(hash(&key(*k)), &key(*k), 10, 0, true).is_some() {
+                assert_eq!(z.found(), &im[..]);
+                hits += 1;
+            }
+        }
+        // 192 KB of pages hold far more than 192 KB / 300 B of items.
+        assert!(hits > 1000, "{hits} hits, {s:?}");
+    }
+}

@@ -1,0 +1,293 @@
+//! Where the Z-zone's compressed blocks live: 1 MB pages written as a log.
+//!
+//! zExpander allocates each block with malloc (§3.2); a block's size
+//! changes with every rewrite, so malloc's free lists fragment, and what
+//! the process holds can drift far above what the zone counts. Here a
+//! block is appended at the head page's cursor (16-byte aligned) and its
+//! old copy becomes garbage; when the head is full, the page with the
+//! most garbage is compacted in place (its live blocks slid to its start)
+//! and becomes the head. The zone keeps its live bytes below a share of
+//! its pages (`Zone`), so a compaction always gains room. Memory is whole
+//! pages, counted exactly, and a page given back is unmapped at once.
+//!
+//! A block's location is one `u32`: page number × 2^16 + offset / 16.
+
+/// Blocks start on this alignment (and their sizes are rounded up to it).
+pub const ALIGN: usize = 16;
+
+/// A location no block has (an empty block has no bytes).
+pub const NOWHERE: u32 = u32::MAX;
+
+struct Page {
+    buf: Box<[u8]>,
+    /// Bytes appended so far.
+    cursor: u32,
+    /// Bytes of live blocks in the page.
+    live: u32,
+    /// Blocks appended since the page was last compacted, in offset order:
+    /// (block id, offset). An entry is stale once its block moved; the
+    /// zone tells which are live.
+    blocks: Vec<(u32, u32)>,
+}
+
+pub struct Log {
+    page_size: usize,
+    pages: Vec<Option<Page>>,
+    /// Unused page numbers.
+    vacant: Vec<u32>,
+    /// The page blocks are appended to.
+    head: Option<u32>,
+    count: usize,
+    live: usize,
+}
+
+#[inline]
+pub fn round(len: usize) -> usize {
+    len.div_ceil(ALIGN) * ALIGN
+}
+
+impl Log {
+    pub fn new(page_size: usize) -> Log {
+        assert!(page_size / ALIGN <= 1 << 16, "offsets fit in 16 bits");
+        Log {
+            page_size,
+            pages: Vec::new(),
+            vacant: Vec::new(),
+            head: None,
+            count: 0,
+            live: 0,
+        }
+    }
+
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Pages held.
+    pub fn pages(&self) -> usize {
+        self.count
+    }
+
+    /// Bytes of live blocks (rounded to [`ALIGN`]).
+    pub fn live_bytes(&self) -> usize {
+        self.live
+    }
+
+    /// Memory held: the pages, and the bookkeeping (counted in `-m`).
+    pub fn memory_bytes(&self) -> usize {
+        self.count * self.page_size
+            + self.pages.capacity() * std::mem::size_of::<Option<Page>>()
+            + self
+                .pages
+                .iter()
+                .flatten()
+                .map(|p| p.blocks.capacity() * 8)
+                .sum::<usize>()
+    }
+
+    fn split(loc: u32) -> (usize, usize) {
+        ((loc >> 16) as usize, (loc & 0xffff) as usize * ALIGN)
+    }
+
+    fn page(&self, p: usize) -> &Page {
+        self.pages[p].as_ref().expect("a block's page is held")
+    }
+
+    fn page_mut(&mut self, p: usize) -> &mut Page {
+        self.pages[p].as_mut().expect("a block's page is held")
+    }
+
+    /// The page a block is in.
+    pub fn page_of(loc: u32) -> u32 {
+        loc >> 16
+    }
+
+    /// The `len` bytes at `loc`.
+    pub fn read(&self, loc: u32, len: usize) -> &[u8] {
+        let (p, off) = Self::split(loc);
+        &self.page(p).buf[off..off + len]
+    }
+
+    /// Append block `id`'s bytes at the head, if they fit there.
+    pub fn append(&mut self, id: u32, data: &[u8]) -> Option<u32> {
+        let cap = round(data.len());
+        let p = self.head? as usize;
+        let page_size = self.page_size;
+        let page = self.page_mut(p);
+        let off = page.cursor as usize;
+        if off + cap > page_size {
+            return None;
+        }
+        page.buf[off..off + data.len()].copy_from_slice(data);
+        page.cursor += cap as u32;
+        page.live += cap as u32;
+        page.blocks.push((id, off as u32));
+        self.live += cap;
+        Some(((p as u32) << 16) | (off / ALIGN) as u32)
+    }
+
+    /// The room left at the head.
+    pub fn head_room(&self) -> usize {
+        self.head.map_or(0, |p| {
+            self.page_size - self.page(p as usize).cursor as usize
+        })
+    }
+
+    /// A new, empty page becomes the head.
+    pub fn add_page(&mut self) {
+        let page = Page {
+            // A zeroed allocation this large is its own mapping, touched
+            // (resident) only as blocks are written into it.
+            buf: vec![0u8; self.page_size].into_boxed_slice(),
+            cursor: 0,
+            live: 0,
+            blocks: Vec::new(),
+        };
+        let p = match self.vacant.pop() {
+            Some(p) => {
+                self.pages[p as usize] = Some(page);
+                p
+            }
+            None => {
+                self.pages.push(Some(page));
+                (self.pages.len() - 1) as u32
+            }
+        };
+        self.count += 1;
+        self.head = Some(p);
+    }
+
+    /// The block of `len` bytes at `loc` is dead.
+    pub fn kill(&mut self, loc: u32, len: usize) {
+        let cap = round(len) as u32;
+        let (p, _) = Self::split(loc);
+        let page = self.page_mut(p);
+        debug_assert!(page.live >= cap);
+        page.live -= cap;
+        self.live -= cap as usize;
+    }
+
+    /// The page with the fewest live bytes other than the head, and its
+    /// live bytes.
+    pub fn emptiest(&self) -> Option<(u32, usize)> {
+        self.emptiest_except(u32::MAX)
+    }
+
+    /// [`Log::emptiest`], also passing over page `skip`.
+    pub fn emptiest_except(&self, skip: u32) -> Option<(u32, usize)> {
+        self.pages
+            .iter()
+            .enumerate()
+            .map(|(p, pg)| (p as u32, pg))
+            .filter(|&(p, _)| Some(p) != self.head && p != skip)
+            .filter_map(|(p, pg)| pg.as_ref().map(|pg| (p, pg.live as usize)))
+            .min_by_key(|&(_, live)| live)
+    }
+
+    /// Write `data` at `loc`, where a block that was killed lay and which
+    /// it fits (a block rewritten smaller in place).
+    pub fn revive(&mut self, loc: u32, data: &[u8]) {
+        let cap = round(data.len());
+        let (p, off) = Self::split(loc);
+        let page = self.page_mut(p);
+        debug_assert!(off + cap <= page.cursor as usize);
+        page.buf[off..off + data.len()].copy_from_slice(data);
+        page.live += cap as u32;
+        self.live += cap;
+    }
+
+    /// Slide page `p`'s live blocks to its start, in order, and make it the
+    /// head. `live(id, loc)` gives the length of block `id` if it still
+    /// lives at `loc`. Returns the blocks that moved, with their new
+    /// locations.
+    pub fn compact(&mut self, p: u32, live: impl Fn(u32, u32) -> Option<usize>) -> Vec<(u32, u32)> {
+        let page = self.pages[p as usize]
+            .as_mut()
+            .expect("compacting a held page");
+        let blocks = std::mem::take(&mut page.blocks);
+        let mut cursor = 0usize;
+        let mut kept = Vec::with_capacity(blocks.len());
+        let mut moved = Vec::new();
+        for (id, off) in blocks {
+            let loc = (p << 16) | (off / ALIGN as u32);
+            let Some(len) = live(id, loc) else { continue };
+            let cap = round(len);
+            let off = off as usize;
+            if off != cursor {
+                page.buf.copy_within(off..off + cap, cursor);
+                moved.push((id, (p << 16) | (cursor / ALIGN) as u32));
+            }
+            kept.push((id, cursor as u32));
+            cursor += cap;
+        }
+        debug_assert_eq!(cursor, page.live as usize, "live bytes match");
+        page.cursor = cursor as u32;
+        page.blocks = kept;
+        self.head = Some(p);
+        moved
+    }
+
+    /// The blocks of page `p` that `live` says are there, with lengths.
+    pub fn blocks_of(&self, p: u32, live: impl Fn(u32, u32) -> Option<usize>) -> Vec<(u32, usize)> {
+        self.page(p as usize)
+            .blocks
+            .iter()
+            .filter_map(|&(id, off)| live(id, (p << 16) | (off / ALIGN as u32)).map(|l| (id, l)))
+            .collect()
+    }
+
+    /// Give page `p` back (it holds no live block).
+    pub fn release(&mut self, p: u32) {
+        let page = self.pages[p as usize]
+            .take()
+            .expect("releasing a held page");
+        debug_assert_eq!(page.live, 0, "released page holds no live block");
+        self.vacant.push(p);
+        self.count -= 1;
+        if self.head == Some(p) {
+            self.head = None;
+        }
+    }
+
+    /// Every page given back.
+    pub fn clear(&mut self) {
+        self.pages.clear();
+        self.vacant.clear();
+        self.head = None;
+        self.count = 0;
+        self.live = 0;
+    }
+
+    /// Check the log's own counts against the blocks the zone says are
+    /// live: `(loc, len)` of each.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn validate(&self, blocks: &[(u32, usize)]) {
+        let mut live = vec![0usize; self.pages.len()];
+        for &(loc, len) in blocks {
+            let (p, off) = Self::split(loc);
+            let page = self.page(p);
+            assert!(
+                off + round(len) <= page.cursor as usize,
+                "block within its page"
+            );
+            assert!(
+                page.blocks.iter().any(|&(_, o)| o as usize == off),
+                "block listed in its page"
+            );
+            live[p] += round(len);
+        }
+        let mut total = 0;
+        for (p, page) in self.pages.iter().enumerate() {
+            match page {
+                Some(pg) => {
+                    assert_eq!(pg.live as usize, live[p], "page {p}'s live bytes");
+                    assert!(pg.cursor as usize <= self.page_size);
+                    total += live[p];
+                }
+                None => assert_eq!(live[p], 0),
+            }
+        }
+        assert_eq!(total, self.live, "live bytes");
+        assert_eq!(self.pages.iter().flatten().count(), self.count);
+    }
+}
