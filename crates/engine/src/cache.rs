@@ -62,6 +62,8 @@ pub(crate) struct Shared {
     pub magazines: Arc<Magazines>,
     /// Index growth of those inserts, for the engine to count in `-m`.
     pub index_grown: Arc<CachePadded<AtomicUsize>>,
+    /// A Z-zone is on: a GET that misses the N-zone asks the engine.
+    pub zone: bool,
 }
 
 /// Why a SET needs the engine lock after all ([`Cache::try_store`]).
@@ -558,7 +560,7 @@ impl Cache {
             Ok(r) => r,
             Err(f) => {
                 let mut engine = self.lock();
-                f(engine.lookup(key, how))
+                f(engine.read(key, how))
             }
         }
     }
@@ -701,7 +703,8 @@ impl Cache {
             return Err(f);
         };
         let Some((loc, head)) = sh.find(&stripe, h, key) else {
-            if sh.learner {
+            // Learned costs count the miss; the Z-zone may hold the key.
+            if sh.learner || sh.zone {
                 return Err(f);
             }
             drop(stripe);

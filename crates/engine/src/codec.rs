@@ -231,13 +231,14 @@ fn random_entropy(len: usize) -> f64 {
 pub struct Recognizer {
     /// Compress only below this normalized entropy.
     pub threshold: f64,
-    start: f64,
     /// The lowest acceptable ratio seen this window (original / stored).
     worst_ok: f64,
     /// Ratios at or below this are not worth compressing.
     min_ratio: f64,
     window: u32,
     seen: u32,
+    /// The threshold this window has learned so far.
+    learned: f64,
     /// Blocks refused so far (for probes).
     refused: u32,
 }
@@ -252,11 +253,11 @@ impl Recognizer {
         let start = random_entropy(block_bytes);
         Recognizer {
             threshold: start,
-            start,
             worst_ok: f64::INFINITY,
             min_ratio,
             window: window.max(1),
             seen: 0,
+            learned: start,
             refused: 0,
         }
     }
@@ -275,20 +276,33 @@ impl Recognizer {
     }
 
     /// A block of `entropy` was compressed from `raw` to `stored` bytes.
+    /// Algorithm 2's choice (the entropy of the block with the lowest
+    /// acceptable ratio) is learned over a window and applied for the next
+    /// one: applied at once, the first acceptable block would set it, and
+    /// every block of higher entropy would go uncompressed until a probe
+    /// happened to raise it.
     pub fn record(&mut self, entropy: f64, raw: usize, stored: usize) {
         let ratio = raw as f64 / stored.max(1) as f64;
         if ratio > self.min_ratio && ratio < self.worst_ok {
-            self.threshold = entropy;
+            self.learned = entropy;
             self.worst_ok = ratio;
         }
         self.seen += 1;
         if self.seen == self.window {
             self.seen = 0;
-            self.threshold = self.start;
+            // Nothing compressed acceptably: only blocks below the
+            // entropies seen are tried (and probes).
+            self.threshold = match self.worst_ok.is_finite() {
+                true => self.learned + MARGIN,
+                false => self.learned.min(self.threshold),
+            };
             self.worst_ok = f64::INFINITY;
         }
     }
 }
+
+/// Blocks up to this much above the learned entropy are still tried.
+const MARGIN: f64 = 0.01;
 
 #[cfg(test)]
 mod tests {
@@ -392,22 +406,31 @@ mod tests {
     }
 
     #[test]
-    fn the_recognizer_learns_a_threshold_and_starts_again() {
+    fn the_recognizer_learns_a_threshold_per_window() {
         let mut r = Recognizer::new(2048, 1.1, 4);
         let start = r.threshold;
         assert!(start > 0.85 && start < 1.0, "{start}");
         assert!(r.worth_trying(0.6));
         r.record(0.6, 2000, 500); // 4x: acceptable, the worst so far
-        assert_eq!(r.threshold, 0.6);
         r.record(0.5, 2000, 400); // better than the worst: no change
-        assert_eq!(r.threshold, 0.6);
         r.record(0.55, 2000, 1900); // 1.05x: below the minimum, ignored
-        assert_eq!(r.threshold, 0.6);
+        assert_eq!(r.threshold, start, "learned, applied at the window's end");
+        r.record(0.58, 2000, 1000); // 2x: the worst acceptable; window ends
+        assert_eq!(r.threshold, 0.58 + MARGIN);
         // Above the threshold: refused, except one probe in PROBE.
         let tried = (0..PROBE).filter(|_| r.worth_trying(0.7)).count();
         assert_eq!(tried, 1);
-        r.record(0.58, 2000, 1000); // the window ends: back to the start
-        assert_eq!(r.threshold, start);
+        // A probe that compressed acceptably raises it for the next window.
+        r.record(0.7, 2000, 1500);
+        for _ in 0..3 {
+            r.record(0.4, 2000, 200);
+        }
+        assert_eq!(r.threshold, 0.7 + MARGIN);
+        // A window where nothing compressed acceptably lowers it.
+        for _ in 0..4 {
+            r.record(0.65, 2000, 1990);
+        }
+        assert!(r.threshold <= 0.7 + MARGIN);
     }
 
     proptest! {

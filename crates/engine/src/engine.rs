@@ -13,11 +13,13 @@ use crossbeam_utils::CachePadded;
 
 mod pages;
 mod repartition;
+mod zone;
 
 /// `maintain` slices per maintainer period for the reclaimer's walk.
 const RECLAIM_SLICES: usize = 8;
 
 pub use repartition::RepartitionStats;
+pub use zone::{ZzoneStats, WINDOW_OPS as ZZONE_WINDOW_OPS};
 
 use crate::chain::{self, Value};
 use crate::clock::{Clock, Expiry, RelTime};
@@ -260,6 +262,8 @@ pub struct Engine {
     policy: Policy,
     /// Recent GET misses, to learn costs (`-o learn_costs=1`), see `cost`.
     learner: Option<Learner>,
+    /// The compressed Z-zone (`-o zzone=1`), see `engine/zone.rs`.
+    zone: Option<Box<zone::Zzone>>,
 }
 
 impl Drop for Engine {
@@ -335,7 +339,9 @@ impl Engine {
         // (`engine/repartition.rs`).
         let repartition = (config.repartition && config.eviction == crate::EvictionPolicy::Lru)
             .then(Box::default);
+        let zone = zone::Zzone::new(&config, page_size);
         let mut engine = Engine {
+            zone,
             memory_limit: config.memory_limit,
             rebal: Rebalancer::new(
                 config.rebalance,
@@ -547,6 +553,7 @@ impl Engine {
             inserts: self.inserts_without_lock(),
             magazines: self.magazines.clone(),
             index_grown: self.index_grown.clone(),
+            zone: self.zone.is_some(),
         }
     }
 
@@ -554,7 +561,11 @@ impl Engine {
     /// without the engine lock (`-o lockfree_inserts`): as for in-place
     /// SETs, and no rebalancer that counts every insertion (SAS).
     fn inserts_without_lock(&self) -> bool {
-        self.config.lockfree_inserts && self.rewrites_in_place() && !self.rebal.counts_inserts()
+        // A new key's Z-zone copy must be removed, under the engine lock.
+        self.config.lockfree_inserts
+            && self.rewrites_in_place()
+            && !self.rebal.counts_inserts()
+            && self.zone.is_none()
     }
 
     /// Reserve up to `want` chunks of `class` for the thread of magazine
@@ -607,8 +618,16 @@ impl Engine {
     }
 
     /// Find a live item (expired ones are removed on the way).
+    /// An item found in the Z-zone is moved to the N-zone first, so the
+    /// item's id can be used to change it.
     pub fn lookup(&mut self, key: &[u8], how: Lookup) -> Option<ItemRef<'_>> {
-        self.lookup_hashed(key, hash(key), how)
+        self.lookup_hashed(key, hash(key), how, true)
+    }
+
+    /// [`Engine::lookup`] for a read that only copies the item out: one in
+    /// the Z-zone may be served from there, its id then naming no item.
+    pub fn read(&mut self, key: &[u8], how: Lookup) -> Option<ItemRef<'_>> {
+        self.lookup_hashed(key, hash(key), how, false)
     }
 
     /// Look up several keys, as a multi-get does, with their memory loads
@@ -644,7 +663,7 @@ impl Engine {
                 }
             }
             for (i, (&key, &h)) in batch.iter().zip(&hashes).enumerate() {
-                let item = self.lookup_hashed(key, h, how);
+                let item = self.lookup_hashed(key, h, how, false);
                 if f(b * LOOKUP_BATCH + i, key, item).is_break() {
                     return;
                 }
@@ -652,8 +671,26 @@ impl Engine {
         }
     }
 
-    fn lookup_hashed(&mut self, key: &[u8], h: u64, how: Lookup) -> Option<ItemRef<'_>> {
-        let Some(loc) = self.find_live(key, h) else {
+    fn lookup_hashed(
+        &mut self,
+        key: &[u8],
+        h: u64,
+        how: Lookup,
+        promote: bool,
+    ) -> Option<ItemRef<'_>> {
+        let mut found = self.find_live(key, h);
+        if found.is_none() && self.zone.is_some() {
+            if promote {
+                found = self.find_any(key, h);
+            } else {
+                match self.read_zone(key, h, how.bump && how.fetch) {
+                    Some(Some(loc)) => found = Some(loc),
+                    Some(None) => return Some(self.view_image()),
+                    None => {}
+                }
+            }
+        }
+        let Some(loc) = found else {
             if how.fetch {
                 if let Some(l) = &mut self.learner {
                     l.miss(h, self.clock.now_us());
@@ -733,6 +770,31 @@ impl Engine {
         }
     }
 
+    /// A view of the item a Z-zone read left in the zone (its id names no
+    /// N-zone item).
+    fn view_image(&self) -> ItemRef<'_> {
+        let image = self.zone_found();
+        let h = item::Header::read(image);
+        ItemRef {
+            id: ItemId(u64::MAX),
+            key: item::key(image),
+            value: Value::flat(&image[item::value_start(image)..]),
+            flags: item::flags(image),
+            cas: if self.config.cas_enabled { h.cas } else { 0 },
+            expiry: match h.exptime {
+                0 => Expiry::Never,
+                t => Expiry::At(t),
+            },
+            cost: item::dequantize_cost(h.cost),
+            fetched: h.bits & item::FETCHED != 0,
+            stale: h.bits & item::STALE != 0,
+            win_sent: h.bits & item::WIN != 0,
+            last_access: self
+                .now()
+                .saturating_sub(item::atime_age(h.atime, self.now())),
+        }
+    }
+
     /// View an item found earlier (valid until the next mutation).
     pub fn item(&self, id: ItemId) -> ItemRef<'_> {
         self.view(id.0)
@@ -749,7 +811,12 @@ impl Engine {
             self.drain_on_store();
         }
         let h = hash(req.key);
-        let old = self.find_live(req.key, h);
+        // A plain SET needs nothing of a Z-zone copy: it is only removed.
+        let plain = req.mode == StoreMode::Set && req.cas == 0;
+        let old = match plain {
+            true => self.find_live(req.key, h),
+            false => self.find_any(req.key, h),
+        };
         let mut stale = false;
         if let Some(loc) = old {
             let class = self.slabs.class_of(loc);
@@ -845,11 +912,11 @@ impl Engine {
                     self.rewrite(h, loc, &new, cas)
                 });
             let written = match rewritten {
-                true => Ok(()),
+                true => Ok(0),
                 false => self.write_new(h, req.key, &[value], flags, exptime, cas, cost, bits, old),
             };
             match written {
-                Ok(()) => StoreOutcome::Stored {
+                Ok(_) => StoreOutcome::Stored {
                     cas: if self.config.cas_enabled { cas } else { 0 },
                 },
                 Err(e) => {
@@ -906,7 +973,8 @@ impl Engine {
             && self.learner.is_none()
     }
 
-    /// Allocate, write and link a new item, replacing `old` if still live.
+    /// Allocate, write and link a new item, replacing `old` if still live;
+    /// returns its location. A new key's Z-zone copy, if any, goes.
     #[allow(clippy::too_many_arguments)]
     fn write_new(
         &mut self,
@@ -919,7 +987,7 @@ impl Engine {
         cost: u8,
         bits: u8,
         old: Option<u64>,
-    ) -> Result<(), StoreOutcome> {
+    ) -> Result<u64, StoreOutcome> {
         let vlen: usize = value.iter().map(|v| v.len()).sum();
         let total = item::total_len(key.len(), vlen, flags);
         let largest = self.largest_chunk();
@@ -975,8 +1043,11 @@ impl Engine {
         self.counters.curr_items += 1;
         self.counters.total_items += 1;
         self.counters.bytes += total as u64;
+        if old.is_none() {
+            self.zone_forget(h, false);
+        }
         self.enforce_budget(Some(loc));
-        Ok(())
+        Ok(loc)
     }
 
     /// The largest chunk: items above it are chained.
@@ -1005,6 +1076,7 @@ impl Engine {
             + self.policy.memory_bytes()
             + self.learner.as_ref().map_or(0, Learner::memory_bytes)
             + self.rebal.memory_bytes()
+            + self.zone_memory()
     }
 
     /// The cost of an item stored without one, and whether it is a guess:
@@ -1043,6 +1115,10 @@ impl Engine {
             // the largest class instead of failing (memcached needs
             // slab_reassign for the first case).
             if !self.config.evict || !self.steal_page_for(class, protect) {
+                // The Z-zone gives the N-zone a page before a store fails.
+                if self.zone_yield_page() {
+                    continue;
+                }
                 return Err(self.out_of_memory(class));
             }
         }
@@ -1109,6 +1185,9 @@ impl Engine {
         self.hold_item(loc);
         let hdr = item::Header::read(self.slabs.chunk(loc));
         let cost = self.policy.cost_of(self.slabs.chunk(loc)) as u64;
+        // Per class: items leaving the class's pages (demoted or not, what
+        // the rebalancers compare); the totals: items leaving the cache.
+        let demoted = self.note_evicted(loc, class);
         let s = &mut self.slabs.classes[class].stats;
         s.evicted += 1;
         s.evicted_cost += cost;
@@ -1118,10 +1197,13 @@ impl Engine {
         s.evicted_time = item::atime_age(hdr.atime, now) as u64;
         if hdr.bits & item::FETCHED == 0 {
             s.evicted_unfetched += 1;
-            self.counters.evicted_unfetched += 1;
+            if !demoted {
+                self.counters.evicted_unfetched += 1;
+            }
         }
-        self.counters.evictions += 1;
-        self.note_evicted(loc, class);
+        if !demoted {
+            self.counters.evictions += 1;
+        }
         self.unlink(loc);
     }
 
@@ -1213,8 +1295,9 @@ impl Engine {
     }
 
     pub fn delete(&mut self, key: &[u8], cas: u64) -> DeleteOutcome {
-        let Some(loc) = self.find_live(key, hash(key)) else {
-            return DeleteOutcome::NotFound;
+        let h = hash(key);
+        let Some(loc) = self.find_live(key, h) else {
+            return self.delete_in_zone(key, h, cas);
         };
         if cas != 0 && item::Header::read(self.slabs.chunk(loc)).cas != cas {
             return DeleteOutcome::Exists;
@@ -1228,7 +1311,7 @@ impl Engine {
     /// Change an item's expiry (touch/gat); returns the item if it exists.
     pub fn touch(&mut self, key: &[u8], expiry: Expiry) -> Option<ItemRef<'_>> {
         let h = hash(key);
-        let loc = self.find_live(key, h)?;
+        let loc = self.find_any(key, h)?;
         item::set_exptime(self.slabs.chunk_mut(loc), exptime_of(expiry));
         self.access(loc, Lookup::GET);
         let class = self.slabs.class_of(loc);
@@ -1238,7 +1321,7 @@ impl Engine {
 
     pub fn arith(&mut self, key: &[u8], req: &Arith) -> ArithOutcome {
         let h = hash(key);
-        let Some(loc) = self.find_live(key, h) else {
+        let Some(loc) = self.find_any(key, h) else {
             let Some((initial, expiry)) = req.autovivify else {
                 return ArithOutcome::NotFound;
             };
@@ -1255,7 +1338,7 @@ impl Engine {
                 item::LIVE,
                 None,
             ) {
-                Ok(()) => match self.find(key, h) {
+                Ok(_) => match self.find(key, h) {
                     Some(loc) => ArithOutcome::Value {
                         value: initial,
                         id: ItemId(loc),
@@ -1335,7 +1418,7 @@ impl Engine {
             item::LIVE,
             Some(loc),
         ) {
-            Ok(()) => match self.find(key, h) {
+            Ok(_) => match self.find(key, h) {
                 Some(l) => ArithOutcome::Value {
                     value,
                     id: ItemId(l),
@@ -1443,6 +1526,9 @@ impl Engine {
         self.counters.bytes = 0;
         self.rebal.flushed();
         self.drain_after_flush();
+        if let Some(z) = self.zone.as_mut() {
+            z.zone.clear();
+        }
     }
 
     /// Background work: pending delayed flush, reclaiming expired items (at most
@@ -1455,7 +1541,7 @@ impl Engine {
             true => self.repartition_step(budget),
             false => self.reclaim_step(budget),
         };
-        visited + self.rebalance_step(budget)
+        visited + self.rebalance_step(budget) + self.zone_step(budget)
     }
 
     /// How many `maintain` slices a maintainer runs per period (200 ms in
@@ -1545,16 +1631,17 @@ impl Engine {
             expanding |= growing;
         }
         let c = &self.counters;
+        let zs = self.zone_stats();
         // SETs made without the engine lock that it has not counted yet.
         let mut p = Counts::default();
         for n in self.stripes.pending_sum(self.slabs.classes.len()) {
             p.add(&n);
         }
         EngineStats {
-            curr_items: c.curr_items + p.items,
+            curr_items: c.curr_items + p.items + zs.map_or(0, |z| z.zone.items),
             total_items: c.total_items + p.sets,
             bytes: c.bytes.wrapping_add(p.requested),
-            evictions: c.evictions,
+            evictions: c.evictions + zs.map_or(0, |z| z.zone.evictions),
             reclaimed: c.reclaimed,
             expired_unfetched: c.expired_unfetched,
             evicted_unfetched: c.evicted_unfetched,
@@ -1588,6 +1675,7 @@ impl Engine {
             rebalance_bytes: self.rebal.memory_bytes() as u64,
             ghost_capacity: self.rebal.ghost_capacity() as u64,
             repartition: self.repartition.as_ref().map(|r| r.stats),
+            zzone: zs,
         }
     }
 
@@ -1702,6 +1790,9 @@ impl Engine {
 
     /// `stats reset`: clear the resettable counters.
     pub fn reset_stats(&mut self) {
+        if let Some(z) = self.zone.as_mut() {
+            z.reset_stats();
+        }
         // First count what in-place SETs left in the stripes.
         self.hold_all();
         let c = &mut self.counters;
@@ -1766,6 +1857,9 @@ impl Engine {
             .map(|c| c.pages.len() as u32)
             .collect();
         self.rebal.validate(&pages);
+        if let Some(z) = self.zone.as_mut() {
+            z.zone.validate();
+        }
         let mut live = 0u64;
         let mut bytes = 0u64;
         let (mut chained_segments, mut marked_segments) = (0u64, 0u64);

@@ -138,6 +138,18 @@ pub struct Config {
     /// the way (Cavast sections 4.1, 4.4 and 6.1; `engine/repartition.rs`;
     /// CLOCK only). Off by default: docs/benchmarks.md, "Cavast's layout".
     pub repartition: bool,
+    /// `-o zzone=0|1`: items the N-zone (the slab engine) evicts go to a
+    /// compressed Z-zone in the same memory, and GETs that miss look there
+    /// (zExpander; `zzone`). Off by default while it is being built.
+    pub zzone: bool,
+    /// `-o zzone_block=N`: bytes a Z-zone block holds once compressed.
+    pub zzone_block: usize,
+    /// `-o zzone_codec=lz4|zstd|none`.
+    pub zzone_codec: codec::Codec,
+    /// `-o zzone_target=P`: the share (percent) of the expensive
+    /// operations the adaptive split wants served by the N-zone
+    /// (zExpander §3.3.1: 90); 0 lets the Z-zone take all it can.
+    pub zzone_target: u8,
 }
 
 /// Eviction within a slab class.
@@ -195,6 +207,10 @@ impl Default for Config {
             in_place_sets: true,
             lockfree_inserts: true,
             repartition: false,
+            zzone: false,
+            zzone_block: 2048,
+            zzone_codec: codec::Codec::Zstd,
+            zzone_target: 90,
         }
     }
 }

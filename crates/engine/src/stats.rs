@@ -59,6 +59,8 @@ pub struct EngineStats {
     pub rebalance_bytes: u64,
     /// Hot/cold re-partitioning (`-o repartition=1`), if on.
     pub repartition: Option<crate::RepartitionStats>,
+    /// The compressed Z-zone (`-o zzone=1`), if on.
+    pub zzone: Option<crate::engine::ZzoneStats>,
     /// Evicted keys the ghost set can hold.
     pub ghost_capacity: u64,
 }

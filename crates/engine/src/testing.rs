@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::Fallback;
+use crate::codec::Codec;
 use crate::engine::{Arith, Lookup};
 use crate::rebalance::Tuning;
 use crate::{
@@ -745,6 +746,10 @@ fn decode_config(b: &mut Bytes) -> Option<Config> {
         in_place_sets: (x ^ y) & 0x40 == 0,
         lockfree_inserts: (x ^ y) & 0x20 == 0,
         repartition: (x ^ y) & 0x80 != 0,
+        zzone: (x ^ y) & 0x04 != 0,
+        // Small blocks: more of them, so splits and sweeps come early.
+        zzone_block: [2048, 256][((x ^ y) & 1) as usize],
+        zzone_codec: [Codec::Zstd, Codec::Lz4][((x ^ y) >> 1 & 1) as usize],
         ..Config::default()
     })
 }

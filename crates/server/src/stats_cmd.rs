@@ -56,6 +56,8 @@ pub fn collect(ctx: &Ctx<'_>, group: &[u8]) -> Option<Pairs> {
         b"slabs" => slabs(ctx, &mut out),
         b"sizes" => sizes(ctx, &mut out),
         b"conns" => conns(ctx, &mut out),
+        // cachalot's own group, with `-o zzone=1`.
+        b"zzone" => zzone(ctx, &mut out)?,
         _ => return None,
     }
     Some(out)
@@ -281,6 +283,49 @@ fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
     }
 }
 
+/// `stats zzone`: the compressed Z-zone (`-o zzone=1`; None without it,
+/// memcached's answer to a group it does not know).
+fn zzone(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
+    let z = ctx.cache.lock().stats().zzone?;
+    let s = &z.zone;
+    stat(out, "zzone_items", s.items);
+    stat(out, "zzone_blocks", s.blocks);
+    stat(out, "zzone_pages", s.pages);
+    stat(out, "zzone_target_pages", z.target_pages);
+    stat(out, "zzone_share_percent", z.share_percent);
+    stat(out, "zzone_benchmark_seconds", z.benchmark);
+    stat(out, "zzone_bytes_in", s.raw_bytes);
+    stat(out, "zzone_bytes_out", s.stored_bytes);
+    stat(out, "zzone_memory_bytes", s.memory_bytes);
+    stat(out, "zzone_metadata_bytes", s.metadata_bytes);
+    stat(out, "zzone_hits", s.hits);
+    stat(out, "zzone_filtered", s.filtered);
+    stat(out, "zzone_false_positives", s.false_positives);
+    stat(out, "zzone_promotions", s.promotions);
+    stat(out, "zzone_demotions", s.demotions);
+    stat(out, "zzone_refused", s.refused);
+    stat(out, "zzone_evictions", s.evictions);
+    stat(out, "zzone_expired", s.expired);
+    stat(out, "zzone_splits", s.splits);
+    stat(out, "zzone_compactions", s.compactions);
+    stat(out, "zzone_sweeps", s.sweeps);
+    stat(out, "zzone_decompressions", s.decompressions);
+    stat(out, "zzone_corrupt", s.corrupt);
+    // Blocks written per codec: count, bytes in, bytes out, ratio.
+    for (name, (n, raw, stored)) in ["raw", "lz4", "zstd"].iter().zip(s.written) {
+        stat(out, format!("zzone_{name}_blocks"), n);
+        stat(out, format!("zzone_{name}_bytes_in"), raw);
+        stat(out, format!("zzone_{name}_bytes_out"), stored);
+        let ratio = if stored == 0 {
+            0.0
+        } else {
+            raw as f64 / stored as f64
+        };
+        stat(out, format!("zzone_{name}_ratio"), format!("{ratio:.2}"));
+    }
+    Some(())
+}
+
 /// `stats settings`, in memcached's order, plus `cachalot_version` at the end.
 fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     let s = ctx.settings;
@@ -394,6 +439,18 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "in_place_sets", yes_no(ec.in_place_sets));
     stat(out, "lockfree_inserts", yes_no(ec.lockfree_inserts));
     stat(out, "repartition", yes_no(ec.repartition));
+    stat(out, "zzone", yes_no(ec.zzone));
+    stat(out, "zzone_block", ec.zzone_block);
+    stat(
+        out,
+        "zzone_codec",
+        match ec.zzone_codec {
+            cachalot_engine::codec::Codec::Raw => "none",
+            cachalot_engine::codec::Codec::Lz4 => "lz4",
+            cachalot_engine::codec::Codec::Zstd => "zstd",
+        },
+    );
+    stat(out, "zzone_target", ec.zzone_target);
     stat(out, "rebalance", ec.rebalance.name());
     stat(
         out,

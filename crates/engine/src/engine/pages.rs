@@ -387,8 +387,9 @@ impl Engine {
             self.counters.rescues += 1;
             return true;
         }
-        self.counters.reassign_evictions += 1;
-        self.note_evicted(loc, class);
+        if !self.note_evicted(loc, class) {
+            self.counters.reassign_evictions += 1;
+        }
         self.unlink(loc);
         true
     }
@@ -422,8 +423,9 @@ impl Engine {
                 }
                 Victim::Evicted(v) if self.slabs.split(v).0 == page => {
                     *budget -= 1;
-                    self.counters.reassign_evictions += 1;
-                    self.note_evicted(v, class);
+                    if !self.note_evicted(v, class) {
+                        self.counters.reassign_evictions += 1;
+                    }
                     self.unlink(v);
                     self.slabs.free(v);
                 }
@@ -466,8 +468,10 @@ impl Engine {
     }
 
     /// Tell the rebalancer that the item at `loc` leaves by eviction (the
-    /// ghost set remembers its key). Call before unlinking it.
-    pub(super) fn note_evicted(&mut self, loc: u64, class: usize) {
+    /// ghost set remembers its key), and demote it to the Z-zone if there
+    /// is one: true if it is kept there (then it is no eviction from the
+    /// cache). Call before unlinking it.
+    pub(super) fn note_evicted(&mut self, loc: u64, class: usize) -> bool {
         self.hold_item(loc);
         let chunk = self.slabs.chunk(loc);
         let size = chunk.len();
@@ -477,6 +481,7 @@ impl Engine {
             0
         };
         self.rebal.evicted(h, class, size);
+        self.demote(loc)
     }
 
     /// Remove every item of a page now, as `vacate` does: to free chunks of
@@ -511,8 +516,9 @@ impl Engine {
     /// (whose head is elsewhere): the item is evicted, all its chunks freed.
     fn evict_owner(&mut self, seg: u64, class: usize) {
         let head = chain::owner(self.slabs.chunk(seg));
-        self.counters.reassign_evictions += 1;
-        self.note_evicted(head, class);
+        if !self.note_evicted(head, class) {
+            self.counters.reassign_evictions += 1;
+        }
         self.unlink(head);
         self.slabs.free(head);
     }

@@ -255,6 +255,11 @@ impl Zone {
         self.stats = keep;
     }
 
+    /// The item [`Zone::get`] found was moved to the N-zone.
+    pub fn note_promotion(&mut self) {
+        self.stats.promotions += 1;
+    }
+
     /// The item a successful [`Zone::get`] found (its N-zone image).
     pub fn found(&self) -> &[u8] {
         &self.found
@@ -798,6 +803,8 @@ impl Zone {
     /// removals known to hit.
     #[cfg(any(test, feature = "testing"))]
     pub fn validate(&mut self) {
+        // Validating reads every block: not counted.
+        let decompressions = self.stats.decompressions;
         self.trie.validate();
         let leaves = self.trie.leaves_in_order();
         let mut located = Vec::new();
@@ -834,6 +841,7 @@ impl Zone {
         assert_eq!(raw, self.stats.raw_bytes);
         assert_eq!(stored, self.stats.stored_bytes);
         self.log.validate(&located);
+        self.stats.decompressions = decompressions;
     }
 }
 

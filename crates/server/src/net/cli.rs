@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 
 use crate::settings::{ProtocolChoice, Settings};
+use cachalot_engine::codec::Codec;
 
 /// sysexits.h codes memcached uses.
 pub const EX_USAGE: i32 = 64;
@@ -735,6 +736,41 @@ fn extended(
             "lockfree_inserts" => s.engine.lockfree_inserts = sub_switch(key, value)?,
             // Cavast's hot/cold re-partitioning within pages.
             "repartition" => s.engine.repartition = sub_switch(key, value)?,
+            // Issue 11: zExpander's compressed Z-zone.
+            "zzone" => s.engine.zzone = sub_switch(key, value)?,
+            "zzone_block" => {
+                let n: u32 = sub_number(key, value)?;
+                if !(256..=65536).contains(&n) {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        "zzone_block must be between 256 and 65536",
+                    ));
+                }
+                s.engine.zzone_block = n as usize;
+            }
+            "zzone_codec" => {
+                s.engine.zzone_codec = match value {
+                    Some("lz4") => Codec::Lz4,
+                    Some("zstd") => Codec::Zstd,
+                    Some("none") => Codec::Raw,
+                    _ => {
+                        return Err(CliError::new(
+                            EXIT_FAILURE,
+                            "zzone_codec must be lz4, zstd or none",
+                        ))
+                    }
+                }
+            }
+            "zzone_target" => {
+                let n: u32 = sub_number(key, value)?;
+                if n > 100 {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        "zzone_target must be between 0 and 100",
+                    ));
+                }
+                s.engine.zzone_target = n as u8;
+            }
             // Issue 4: how pages move between slab classes (docs/cost.md,
             // "Rebalancing"); `memcached` is slab_automove's rule.
             "rebalance" => match value {
@@ -887,6 +923,14 @@ pub fn usage() -> String {
                           items into 16 columns by last access, hottest first,
                           reclaiming expired ones on the way (Cavast; CLOCK
                           eviction only)
+   - zzone:               0 (default) or 1: items the slab engine evicts go to a
+                          compressed Z-zone in the same memory, where GETs
+                          that miss find them (zExpander)
+   - zzone_block:         bytes a Z-zone block holds compressed (default 2048)
+   - zzone_codec:         zstd (default), lz4 or none
+   - zzone_target:        percent of the expensive operations the adaptive
+                          split keeps in the uncompressed zone (default 90;
+                          0: the Z-zone takes all it can)
    - rebalance:           how pages move between slab classes: off, memcached
                           (slab_automove's rule), sas (towards capacity misses),
                           cost-per-byte or mrc (default: towards the optimum of
@@ -1238,6 +1282,19 @@ mod tests {
         assert!(!s.engine.repartition);
         let (s, _) = run(&["-o", "repartition=1"]).unwrap();
         assert!(s.engine.repartition);
+        assert!(!s.engine.zzone);
+        let (s, _) = run(&[
+            "-o",
+            "zzone=1,zzone_codec=lz4,zzone_block=4096,zzone_target=0",
+        ])
+        .unwrap();
+        assert!(s.engine.zzone);
+        assert_eq!(s.engine.zzone_codec, Codec::Lz4);
+        assert_eq!(s.engine.zzone_block, 4096);
+        assert_eq!(s.engine.zzone_target, 0);
+        for bad in ["zzone_codec=gzip", "zzone_block=100", "zzone_target=101"] {
+            assert!(run(&["-o", bad]).is_err(), "{bad}");
+        }
         let (s, _) = run(&["-o", "in_place_sets=0"]).unwrap();
         assert!(!s.engine.in_place_sets);
         let (s, _) = run(&["-o", "in_place_sets=1", "-o", "no_in_place_sets"]).unwrap();

@@ -1,0 +1,300 @@
+//! The N-zone and the Z-zone as one cache (zExpander §3; issue 11).
+//!
+//! The slab engine is the N-zone. With `-o zzone=1`:
+//! - an item the N-zone evicts (CLOCK's or GD-Wheel's victim, or an item
+//!   of a page leaving its class) is *demoted*: its image goes into its
+//!   key's Z-zone block, and only items the Z-zone itself lets go count as
+//!   evictions;
+//! - a GET that misses the N-zone looks in the Z-zone, and is served from
+//!   the block without moving the item unless its reuse time beats the
+//!   N-zone's locality benchmark (§3.3.2), when it is *promoted*;
+//! - every other command (CAS, append, incr, touch, meta...) promotes the
+//!   item first and then acts on it in the N-zone, so each behaves exactly
+//!   as it does there;
+//! - a key written to the N-zone has its Z-zone copy removed, deferred
+//!   until the block is next rewritten (§3.3.2); `flush_all` empties both.
+//!
+//! The benchmark is the age (time since last access) of the items the
+//! N-zone demotes, averaged: the time an item that is not read again
+//! survives there. zExpander measures it with marker items it SETs and
+//! watches being evicted; the engine sees its own evictions, so it needs
+//! no markers.
+//!
+//! The split (§3.3.1): the zones share `-m`, the Z-zone's pages counted
+//! beside the index. Each window of [`WINDOW_OPS`] operations, the share of
+//! expensive operations served by the N-zone (GET hits and stores there;
+//! Z-zone hits, promotions and demotions) is compared with the target
+//! (`-o zzone_target`, 90%): below it the Z-zone gives up 3% of memory,
+//! above it takes 3% more.
+
+use super::{DeleteOutcome, Engine};
+use crate::item;
+use crate::stripe::hash;
+use crate::zzone::{Zone, ZoneConfig, ZoneStats};
+use crate::{chain, Config};
+
+/// Operations per adaptation window (zExpander: one minute).
+pub const WINDOW_OPS: u64 = 100_000;
+/// The split moves by this share of memory per window (zExpander: 3%).
+const STEP: f64 = 0.03;
+/// Within this of the target, the split stays.
+const SLACK: f64 = 0.02;
+/// The Z-zone's share of memory at start, and the most it may take.
+const START_SHARE: f64 = 0.5;
+const MAX_SHARE: f64 = 0.9;
+
+pub(super) struct Zzone {
+    pub zone: Zone,
+    /// Share of `-m` the Z-zone may hold.
+    share: f64,
+    /// The N-zone's locality benchmark: mean age of demoted items, seconds.
+    bench: f64,
+    /// N-served and Z-served operations when the window began.
+    window: (u64, u64),
+    /// A promoted item's image, copied out of the zone.
+    image: Vec<u8>,
+}
+
+/// The Z-zone's part of `stats`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ZzoneStats {
+    pub zone: ZoneStats,
+    /// The Z-zone's share of memory now (percent).
+    pub share_percent: u32,
+    pub target_pages: u64,
+    /// The N-zone's locality benchmark, seconds.
+    pub benchmark: u32,
+}
+
+impl Zzone {
+    pub(super) fn new(config: &Config, page_size: usize) -> Option<Box<Zzone>> {
+        if !config.zzone || !config.evict {
+            return None;
+        }
+        let mut z = Box::new(Zzone {
+            zone: Zone::new(ZoneConfig {
+                block_bytes: config.zzone_block,
+                codec: config.zzone_codec,
+                page_size,
+            }),
+            share: if config.zzone_target == 0 {
+                MAX_SHARE
+            } else {
+                START_SHARE
+            },
+            bench: 0.0,
+            window: (0, 0),
+            image: Vec::new(),
+        });
+        z.retarget(config.memory_limit);
+        Some(z)
+    }
+
+    /// `stats reset`: the zone's counters, and a new window.
+    pub(super) fn reset_stats(&mut self) {
+        self.zone.reset_stats();
+        self.window = (0, 0);
+    }
+
+    /// Pages for the Z-zone: its share of the memory the rest of the engine
+    /// (index, policy, rebalancer) leaves.
+    fn retarget(&mut self, available: usize) {
+        let page = self.zone.config().page_size;
+        self.zone.target_pages = (self.share * available as f64) as usize / page;
+    }
+}
+
+impl Engine {
+    /// The item at `loc` (its stripe held) leaves the N-zone: demote it.
+    /// False if it is not kept (no Z-zone, chained, expired, or no room).
+    pub(super) fn demote(&mut self, loc: u64) -> bool {
+        let now = self.now();
+        let Some(z) = self.zone.as_mut() else {
+            return false;
+        };
+        let chunk = self.slabs.chunk(loc);
+        if chain::is_head(chunk) {
+            return false;
+        }
+        let hdr = item::Header::read(chunk);
+        if hdr.exptime != 0 && hdr.exptime <= now {
+            return false;
+        }
+        let age = item::atime_age(hdr.atime, now) as f64;
+        z.bench = (z.bench * 255.0 + age) / 256.0;
+        let image = &chunk[..item::stored_len(chunk)];
+        z.zone.insert(hash(item::key(image)), image, now)
+    }
+
+    /// The live item of `key` in either zone: the N-zone's, else the
+    /// Z-zone's, promoted (for commands that act on the item).
+    pub(super) fn find_any(&mut self, key: &[u8], h: u64) -> Option<u64> {
+        if let Some(loc) = self.find_live(key, h) {
+            return Some(loc);
+        }
+        let now = self.now();
+        let z = self.zone.as_mut()?;
+        z.zone.get(h, key, now, 0, false)?;
+        self.promote(h)
+    }
+
+    /// Move the item a zone lookup just found into the N-zone, with its
+    /// header unchanged (CAS, expiry, flags, cost); its Z-zone copy goes.
+    fn promote(&mut self, h: u64) -> Option<u64> {
+        let z = self.zone.as_mut()?;
+        let mut image = std::mem::take(&mut z.image);
+        image.clear();
+        image.extend_from_slice(z.zone.found());
+        // Removed first, so a sweep that runs while the N-zone makes room
+        // for it cannot count it gone twice.
+        z.zone.remove(h, true);
+        z.zone.note_promotion();
+        let hdr = item::Header::read(&image);
+        let flags = item::flags(&image);
+        let value = &image[item::value_start(&image)..];
+        let bits = (hdr.bits & !item::FLAGS_WIDTH_MASK) | item::LIVE | item::REF;
+        let key = item::key(&image);
+        let written = self.write_new(
+            h,
+            key,
+            &[value],
+            flags,
+            hdr.exptime,
+            hdr.cas,
+            hdr.cost,
+            bits,
+            None,
+        );
+        let loc = match written {
+            Ok(loc) => Some(loc),
+            Err(_) => {
+                // No chunk for it: it leaves the cache.
+                self.counters.evictions += 1;
+                None
+            }
+        };
+        if let Some(z) = self.zone.as_mut() {
+            z.image = image;
+        }
+        loc
+    }
+
+    /// A read that missed the N-zone: the Z-zone's copy, if any, promoted
+    /// when its reuse time beats the benchmark, else left where it is
+    /// (`Some(None)`: the image is in `zone.found()`).
+    pub(super) fn read_zone(&mut self, key: &[u8], h: u64, bump: bool) -> Option<Option<u64>> {
+        let now = self.now();
+        let z = self.zone.as_mut()?;
+        let bench = z.bench.round() as u32;
+        let promote = z.zone.get(h, key, now, bench, bump)?;
+        if promote {
+            if let Some(loc) = self.promote(h) {
+                return Some(Some(loc));
+            }
+            return None;
+        }
+        Some(None)
+    }
+
+    /// The image a [`Engine::read_zone`] left in the zone.
+    pub(super) fn zone_found(&self) -> &[u8] {
+        self.zone.as_ref().map_or(&[], |z| z.zone.found())
+    }
+
+    /// A key was written to the N-zone: its Z-zone copy, if any, is stale.
+    pub(super) fn zone_forget(&mut self, h: u64, known: bool) {
+        if let Some(z) = self.zone.as_mut() {
+            z.zone.remove(h, known);
+        }
+    }
+
+    /// Background work: adapt the split once per window, and shrink the
+    /// Z-zone towards its target by up to `budget` steps.
+    pub(super) fn zone_step(&mut self, budget: usize) -> usize {
+        let now = self.now();
+        // GET hits (the engine's and the readers') and stores, N-zone side.
+        let classes = self.slabs.classes.len();
+        let served_n = self.counters.get_hits.iter().sum::<u64>()
+            + (0..classes)
+                .map(|c| self.stripes.reader_hits(c))
+                .sum::<u64>()
+            + self.counters.total_items;
+        let available = self
+            .memory_limit
+            .saturating_sub(self.aux_bytes() - self.zone_memory());
+        let target = self.config.zzone_target;
+        let Some(z) = self.zone.as_mut() else {
+            return 0;
+        };
+        let zs = z.zone.stats();
+        let served_z = zs.hits + zs.demotions + zs.promotions;
+        let (n0, z0) = z.window;
+        let (dn, dz) = (served_n.saturating_sub(n0), served_z.saturating_sub(z0));
+        if dn + dz >= WINDOW_OPS {
+            z.window = (served_n, served_z);
+            let at_n = dn as f64 / (dn + dz) as f64;
+            let want = target as f64 / 100.0;
+            if target == 0 || at_n > want + SLACK {
+                z.share = (z.share + STEP).min(MAX_SHARE);
+            } else if at_n < want - SLACK {
+                z.share = (z.share - STEP).max(0.0);
+            }
+            z.retarget(available);
+        }
+        z.zone.shrink(now, budget)
+    }
+
+    /// The N-zone needs a page it cannot find: the Z-zone gives one back
+    /// (and its share drops to match). False if it has none.
+    pub(super) fn zone_yield_page(&mut self) -> bool {
+        let now = self.now();
+        let memory_limit = self.memory_limit;
+        let Some(z) = self.zone.as_mut() else {
+            return false;
+        };
+        let pages = z.zone.pages();
+        if pages == 0 {
+            return false;
+        }
+        z.zone.target_pages = pages - 1;
+        let page = z.zone.config().page_size;
+        z.share = z
+            .share
+            .min(((pages - 1) * page) as f64 / memory_limit as f64);
+        z.zone.shrink(now, usize::MAX);
+        z.zone.pages() < pages
+    }
+
+    pub(super) fn zone_memory(&self) -> usize {
+        self.zone.as_ref().map_or(0, |z| z.zone.memory_bytes())
+    }
+
+    pub(super) fn zone_stats(&self) -> Option<ZzoneStats> {
+        let z = self.zone.as_ref()?;
+        Some(ZzoneStats {
+            zone: z.zone.stats(),
+            share_percent: (z.share * 100.0).round() as u32,
+            target_pages: z.zone.target_pages as u64,
+            benchmark: z.bench.round() as u32,
+        })
+    }
+}
+
+impl Engine {
+    /// `delete` of a key the N-zone does not hold: its Z-zone copy, if any,
+    /// is removed (deferred), after the CAS check.
+    pub(super) fn delete_in_zone(&mut self, key: &[u8], h: u64, cas: u64) -> DeleteOutcome {
+        let now = self.now();
+        let Some(z) = self.zone.as_mut() else {
+            return DeleteOutcome::NotFound;
+        };
+        if z.zone.get(h, key, now, 0, false).is_none() {
+            return DeleteOutcome::NotFound;
+        }
+        if cas != 0 && item::Header::read(z.zone.found()).cas != cas {
+            return DeleteOutcome::Exists;
+        }
+        z.zone.remove(h, true);
+        DeleteOutcome::Deleted
+    }
+}
