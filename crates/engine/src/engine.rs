@@ -683,7 +683,10 @@ impl Engine {
             if promote {
                 found = self.find_any(key, h);
             } else {
-                match self.read_zone(key, h, how.bump && how.fetch) {
+                let read = self.read_zone(key, h, how.bump && how.fetch);
+                // A read may note an expired item's removal.
+                self.enforce_budget(None);
+                match read {
                     Some(Some(loc)) => found = Some(loc),
                     Some(None) => return Some(self.view_image()),
                     None => {}
@@ -1262,20 +1265,22 @@ impl Engine {
                 continue;
             }
             // The largest class gives a page, one that does not hold the
-            // item just stored if any can; else that item goes too (the
-            // memory limit comes first: a GD-Wheel side array or the index
-            // may have just grown past it).
+            // item just stored if any can; else the Z-zone gives one; else
+            // that item goes too (the memory limit comes first: a GD-Wheel
+            // side array or the index may have just grown past it).
             let keep = protect.map_or_else(Vec::new, |l| self.pages_of_item(l));
-            let classes = 0..self.slabs.classes.len();
-            let pick = classes
-                .clone()
-                .filter_map(|c| self.pick_page(c, &keep).map(|p| (c, p)))
-                .max_by_key(|&(c, _)| self.slabs.classes[c].pages.len())
-                .or_else(|| {
-                    classes
-                        .filter_map(|c| self.pick_page(c, &[]).map(|p| (c, p)))
-                        .max_by_key(|&(c, _)| self.slabs.classes[c].pages.len())
-                });
+            let largest = |e: &Engine, keep: &[PageId]| {
+                (0..e.slabs.classes.len())
+                    .filter_map(|c| e.pick_page(c, keep).map(|p| (c, p)))
+                    .max_by_key(|&(c, _)| e.slabs.classes[c].pages.len())
+            };
+            let mut pick = largest(self, &keep);
+            if pick.is_none() {
+                if self.zone_yield_page() {
+                    continue;
+                }
+                pick = largest(self, &[]);
+            }
             let Some((donor, page)) = pick else { return };
             // Items that find no other chunk are evictions for lack of
             // memory, as memcached counts them (curr_items + evictions
@@ -1297,7 +1302,9 @@ impl Engine {
     pub fn delete(&mut self, key: &[u8], cas: u64) -> DeleteOutcome {
         let h = hash(key);
         let Some(loc) = self.find_live(key, h) else {
-            return self.delete_in_zone(key, h, cas);
+            let outcome = self.delete_in_zone(key, h, cas);
+            self.enforce_budget(None);
+            return outcome;
         };
         if cas != 0 && item::Header::read(self.slabs.chunk(loc)).cas != cas {
             return DeleteOutcome::Exists;

@@ -241,7 +241,10 @@ impl Engine {
             }
             z.retarget(available);
         }
-        z.zone.shrink(now, budget)
+        let steps = z.zone.shrink(now, budget);
+        // Demotions while the maintainer evicted may have grown the zone.
+        self.enforce_budget(None);
+        steps
     }
 
     /// The N-zone needs a page it cannot find: the Z-zone gives one back
