@@ -664,6 +664,18 @@ impl Cache {
         }
     }
 
+    /// Train a Z-zone dictionary if one is due: the samples are taken and
+    /// the dictionary installed under the engine lock, the training (tens
+    /// of milliseconds) runs without it. For the maintainer thread.
+    pub fn train_zone(&self) {
+        let Some(samples) = self.lock().zone_samples() else {
+            return;
+        };
+        if let Some(d) = crate::codec::train_dictionary(&samples, crate::zzone::DICT_BYTES) {
+            self.lock().zone_install_dictionary(d);
+        }
+    }
+
     /// Whether GETs made this way may skip the engine lock at all.
     #[inline]
     fn lock_free(&self, how: Lookup) -> bool {

@@ -150,6 +150,9 @@ pub struct Config {
     /// operations the adaptive split wants served by the N-zone
     /// (zExpander §3.3.1: 90); 0 lets the Z-zone take all it can.
     pub zzone_target: u8,
+    /// Demoted items sampled before a dictionary is trained (and between
+    /// two trainings): `zzone::SAMPLES`; the tests take fewer.
+    pub zzone_dict_samples: usize,
 }
 
 /// Eviction within a slab class.
@@ -211,6 +214,7 @@ impl Default for Config {
             zzone_block: 2048,
             zzone_codec: codec::Codec::Zstd,
             zzone_target: 90,
+            zzone_dict_samples: zzone::SAMPLES,
         }
     }
 }

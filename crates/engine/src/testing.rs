@@ -353,6 +353,7 @@ impl Harness {
             }
             Op::Maintain { budget } => {
                 self.cache.lock().maintain(budget);
+                self.cache.train_zone();
             }
             Op::Reassign { src, dst } => {
                 self.cache.lock().slabs_reassign(src, dst);
@@ -750,6 +751,8 @@ fn decode_config(b: &mut Bytes) -> Option<Config> {
         // Small blocks: more of them, so splits and sweeps come early.
         zzone_block: [2048, 256][((x ^ y) & 1) as usize],
         zzone_codec: [Codec::Zstd, Codec::Lz4][((x ^ y) >> 1 & 1) as usize],
+        // Dictionaries trained early, so sequences this short meet them.
+        zzone_dict_samples: 128,
         ..Config::default()
     })
 }

@@ -500,6 +500,7 @@ fn maintainer(cache: &Cache, stop: &AtomicBool) -> (u64, Duration, Duration) {
             }
             std::thread::yield_now();
         }
+        cache.train_zone();
         std::thread::park_timeout(Duration::from_micros(MAINTAIN_PERIOD_US));
     }
     (n, max, total)

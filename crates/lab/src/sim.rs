@@ -28,6 +28,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cachalot_engine::codec::Codec;
+use cachalot_engine::engine::Lookup;
 use cachalot_engine::rebalance::{SasRule, Tuning};
 use cachalot_engine::{
     Clock, Config, DeleteOutcome, Engine, EvictionPolicy, RebalancePolicy, Store, StoreOutcome,
@@ -124,6 +126,28 @@ pub struct EngineArgs {
     /// columns by temperature, hottest first (Cavast; true/false).
     #[arg(long, default_value_t = Config::default().repartition, action = clap::ArgAction::Set)]
     pub repartition: bool,
+    /// -o zzone=: the compressed Z-zone (zExpander; true/false).
+    #[arg(long, default_value_t = Config::default().zzone, action = clap::ArgAction::Set)]
+    pub zzone: bool,
+    /// -o zzone_target=: percent of expensive operations the split keeps in
+    /// the N-zone (0: the Z-zone takes all it can).
+    #[arg(long, default_value_t = Config::default().zzone_target)]
+    pub zzone_target: u8,
+    /// -o zzone_block=: bytes a Z-zone block holds compressed.
+    #[arg(long, default_value_t = Config::default().zzone_block)]
+    pub zzone_block: usize,
+    /// -o zzone_codec=: zstd, lz4 or none.
+    #[arg(long, default_value = "zstd", value_parser = parse_codec)]
+    pub zzone_codec: Codec,
+}
+
+fn parse_codec(s: &str) -> Result<Codec, String> {
+    match s {
+        "zstd" => Ok(Codec::Zstd),
+        "lz4" => Ok(Codec::Lz4),
+        "none" => Ok(Codec::Raw),
+        _ => Err(format!("unknown codec {s} (zstd, lz4, none)")),
+    }
 }
 
 fn parse_sas_rule(s: &str) -> Result<SasRule, String> {
@@ -167,6 +191,10 @@ impl EngineArgs {
             in_place_sets: self.in_place_sets,
             lockfree_inserts: self.lockfree_inserts,
             repartition: self.repartition,
+            zzone: self.zzone,
+            zzone_target: self.zzone_target,
+            zzone_block: self.zzone_block,
+            zzone_codec: self.zzone_codec,
             rebalance_tuning: Tuning {
                 sas_misses: self.sas_misses,
                 sas_decay: self.sas_decay,
@@ -306,6 +334,7 @@ impl Sim {
                     break;
                 }
             }
+            self.engine.train_zone_now();
             self.next_maintain_us += MAINTAIN_PERIOD_US;
             ticks += 1;
         }
@@ -319,7 +348,8 @@ impl Sim {
         key_bytes(r.key, (r.key_size as usize).min(KEY_MAX), &mut self.key);
         match r.op {
             Op::Get => {
-                let hit = self.engine.get(&self.key).is_some();
+                // As a server GET does (`Cache::get`): a Z-zone hit may stay there.
+                let hit = self.engine.read(&self.key, Lookup::GET).is_some();
                 rec.get(at, hit, r.value_size, r.cost);
                 if !hit {
                     if self.backend_delay == BackendDelay::Cost {
@@ -464,6 +494,32 @@ fn fill_meta(meta: &mut RunMeta, cfg: &SimConfig, sim: &Sim) {
     for (k, v) in stats {
         meta.server_stats.insert(k.to_string(), v.to_string());
     }
+    if let Some(z) = st.zzone {
+        let zs = z.zone;
+        let zstats = [
+            ("zzone_items", zs.items),
+            ("zzone_pages", zs.pages),
+            ("zzone_share_percent", z.share_percent as u64),
+            ("zzone_benchmark", z.benchmark),
+            ("zzone_hits", zs.hits),
+            ("zzone_promotions", zs.promotions),
+            ("zzone_demotions", zs.demotions),
+            ("zzone_evictions", zs.evictions),
+            ("zzone_bytes_in", zs.raw_bytes),
+            ("zzone_bytes_out", zs.stored_bytes),
+            ("zzone_metadata_bytes", zs.metadata_bytes),
+            ("zzone_pending", zs.pending),
+            ("zzone_trie_bytes", zs.trie_bytes),
+            ("zzone_descriptor_bytes", zs.descriptor_bytes),
+            ("zzone_blocks", zs.blocks),
+            ("zzone_raw_blocks", zs.written[0].0),
+            ("zzone_lz4_blocks", zs.written[1].0),
+            ("zzone_zstd_blocks", zs.written[2].0),
+        ];
+        for (k, v) in zstats {
+            meta.server_stats.insert(k.to_string(), v.to_string());
+        }
+    }
     let pages: Vec<String> = sim
         .engine
         .slab_stats()
@@ -512,6 +568,34 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         get("slabs_moved"),
         get("slab_pages")
     );
+    if st.contains_key("zzone_items") {
+        println!(
+            "zzone: {} items in {} pages ({}% of memory), {} hits, {} promotions, {} demotions, \
+             {} evictions, {} bytes in, {} out, {} metadata, benchmark {} demotions",
+            get("zzone_items"),
+            get("zzone_pages"),
+            get("zzone_share_percent"),
+            get("zzone_hits"),
+            get("zzone_promotions"),
+            get("zzone_demotions"),
+            get("zzone_evictions"),
+            get("zzone_bytes_in"),
+            get("zzone_bytes_out"),
+            get("zzone_metadata_bytes"),
+            get("zzone_benchmark"),
+        );
+        println!(
+            "zzone metadata: {} blocks, {} pending removals, trie {} B, descriptors {} B; \
+             blocks written raw {}, lz4 {}, zstd {}",
+            get("zzone_blocks"),
+            get("zzone_pending"),
+            get("zzone_trie_bytes"),
+            get("zzone_descriptor_bytes"),
+            get("zzone_raw_blocks"),
+            get("zzone_lz4_blocks"),
+            get("zzone_zstd_blocks"),
+        );
+    }
     if let Some(path) = &args.json {
         metrics::write_json(path, &result)?;
     }

@@ -401,6 +401,7 @@ fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
             }
             std::thread::yield_now();
         }
+        cache.train_zone();
         std::thread::park_timeout(Duration::from_millis(200));
     }
 }

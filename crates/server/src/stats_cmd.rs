@@ -293,7 +293,8 @@ fn zzone(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     stat(out, "zzone_pages", s.pages);
     stat(out, "zzone_target_pages", z.target_pages);
     stat(out, "zzone_share_percent", z.share_percent);
-    stat(out, "zzone_benchmark_seconds", z.benchmark);
+    stat(out, "zzone_benchmark", z.benchmark);
+    stat(out, "zzone_merges", s.merges);
     stat(out, "zzone_bytes_in", s.raw_bytes);
     stat(out, "zzone_bytes_out", s.stored_bytes);
     stat(out, "zzone_memory_bytes", s.memory_bytes);

@@ -28,8 +28,9 @@ pub mod log;
 pub mod trie;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use crate::codec::{normalized_entropy, Codec, Coder, Recognizer};
+use crate::codec::{normalized_entropy, Codec, Coder, Dictionary, Recognizer};
 use crate::item;
 use crate::stripe::hash;
 use filter::Filter;
@@ -46,6 +47,17 @@ const FILL: f64 = 0.9;
 const GENTLE_SWEEPS: usize = 64;
 const MAX_SWEEPS: usize = 512;
 
+/// Dictionaries (zstd): one demoted item in [`SAMPLE_EVERY`] is kept as a
+/// training sample, up to [`SAMPLES`] of them; a dictionary of
+/// [`DICT_BYTES`] is trained once they are in, and again after every
+/// [`RETRAIN_DEMOTIONS`] demotions, so that it follows the data.
+pub const SAMPLE_EVERY: u64 = 8;
+pub const SAMPLES: usize = 2048;
+pub const DICT_BYTES: usize = 16 << 10;
+pub const RETRAIN_DEMOTIONS: u64 = 4 << 20;
+/// Dictionaries alive at once (blocks name theirs in a byte; 0 is none).
+const DICT_SLOTS: usize = 255;
+
 /// The Z-zone's settings.
 #[derive(Clone, Copy, Debug)]
 pub struct ZoneConfig {
@@ -54,6 +66,8 @@ pub struct ZoneConfig {
     pub block_bytes: usize,
     pub codec: Codec,
     pub page_size: usize,
+    /// Samples a dictionary is trained on ([`SAMPLES`]).
+    pub dict_samples: usize,
 }
 
 /// A block: where its bytes are, how to decode them, its filters and its
@@ -67,6 +81,8 @@ struct Desc {
     raw: u32,
     count: u16,
     codec: u8,
+    /// The dictionary it was compressed with (0: none).
+    dict: u8,
     content: Filter,
     access: Filter,
     /// (short key hash, time) of the last two reads of items in the block.
@@ -117,6 +133,13 @@ pub struct ZoneStats {
     pub evictions: u64,
     pub expired: u64,
     pub splits: u64,
+    /// Pairs of sibling leaves joined into one block.
+    pub merges: u64,
+    /// Removals waiting for their block's next rewrite.
+    pub pending: u64,
+    /// Bytes of the trie's pointer arrays and of the block descriptors.
+    pub trie_bytes: u64,
+    pub descriptor_bytes: u64,
     pub compactions: u64,
     pub sweeps: u64,
     /// Block writes by codec: (count, decoded bytes, stored bytes).
@@ -124,6 +147,10 @@ pub struct ZoneStats {
     pub decompressions: u64,
     /// Blocks that failed to decode (their items are lost, never misread).
     pub corrupt: u64,
+    /// Dictionaries trained, alive now, and their memory.
+    pub dictionaries_trained: u64,
+    pub dictionaries: u64,
+    pub dictionary_bytes: u64,
 }
 
 /// An entry being rebuilt: key hash and its place in `Zone::work`.
@@ -159,6 +186,14 @@ pub struct Zone {
     entries: Vec<Entry>,
     found: Vec<u8>,
     stats: ZoneStats,
+    /// Dictionaries by the byte blocks name them with, and how many blocks
+    /// use each; `dict` is the one new blocks use (0: none yet).
+    dicts: Vec<Option<(Arc<Dictionary>, u64)>>,
+    dict: u8,
+    /// Training samples (item images), and the demotions at the last
+    /// training.
+    samples: Vec<Vec<u8>>,
+    trained_at: u64,
 }
 
 /// The last hash of leaf `n`'s range.
@@ -200,7 +235,51 @@ impl Zone {
             entries: Vec::new(),
             found: Vec::new(),
             stats: ZoneStats::default(),
+            dicts: vec![None],
+            dict: 0,
+            samples: Vec::new(),
+            trained_at: 0,
             cfg,
+        }
+    }
+
+    /// Samples to train a dictionary on, when one is due (taken: train
+    /// outside any lock with [`crate::codec::train_dictionary`], then
+    /// [`Zone::install_dictionary`]).
+    pub fn take_samples(&mut self) -> Option<Vec<Vec<u8>>> {
+        let due = self.dict == 0 || self.stats.demotions >= self.trained_at + RETRAIN_DEMOTIONS;
+        if self.cfg.codec != Codec::Zstd || self.samples.len() < self.cfg.dict_samples || !due {
+            return None;
+        }
+        self.trained_at = self.stats.demotions;
+        Some(std::mem::take(&mut self.samples))
+    }
+
+    /// New blocks use this dictionary from now on; old ones keep theirs
+    /// until rewritten. False if all slots are taken by dictionaries old
+    /// blocks still use.
+    pub fn install_dictionary(&mut self, bytes: Vec<u8>) -> bool {
+        let free = (1..=DICT_SLOTS).find(|&i| self.dicts.get(i).is_none_or(|d| d.is_none()));
+        let Some(slot) = free else {
+            return false;
+        };
+        if slot >= self.dicts.len() {
+            self.dicts.resize_with(slot + 1, || None);
+        }
+        let old = self.dict as usize;
+        self.dicts[slot] = Some((Arc::new(Dictionary::new(slot as u32, bytes)), 0));
+        self.dict = slot as u8;
+        self.stats.dictionaries_trained += 1;
+        self.release_dict(old);
+        true
+    }
+
+    /// Drop dictionary `i` if it is not the current one and no block uses it.
+    fn release_dict(&mut self, i: usize) {
+        if i != 0 && i != self.dict as usize {
+            if let Some(Some((_, 0))) = self.dicts.get(i) {
+                self.dicts[i] = None;
+            }
         }
     }
 
@@ -221,6 +300,8 @@ impl Zone {
             // A BTreeMap entry: key, value and about a third of a node's
             // overhead.
             + self.pending.len() * 24
+            + self.dicts.iter().flatten().map(|d| d.0.memory_bytes()).sum::<usize>()
+            + self.samples.iter().map(|s| s.capacity()).sum::<usize>()
         // The scratch buffers (a block or two) are a fixed overhead, as
         // the engine's own scratch and the connections' buffers are.
     }
@@ -239,6 +320,16 @@ impl Zone {
         s.pages = self.log.pages() as u64;
         s.memory_bytes = self.memory_bytes() as u64;
         s.metadata_bytes = self.metadata_bytes() as u64;
+        s.pending = self.pending.len() as u64;
+        s.trie_bytes = self.trie.memory_bytes() as u64;
+        s.descriptor_bytes = (self.descs.capacity() * std::mem::size_of::<Desc>()) as u64;
+        s.dictionaries = self.dicts.iter().flatten().count() as u64;
+        s.dictionary_bytes = self
+            .dicts
+            .iter()
+            .flatten()
+            .map(|d| d.0.memory_bytes() as u64)
+            .sum();
         s
     }
 
@@ -277,10 +368,16 @@ impl Zone {
         }
         self.stats.decompressions += 1;
         let src = self.log.read(d.loc, d.stored as usize);
-        let ok = self
-            .coder
-            .decompress(codec_of(d.codec), None, src, d.raw as usize, &mut self.raw)
-            .is_ok()
+        let dict = self
+            .dicts
+            .get(d.dict as usize)
+            .and_then(|x| x.as_ref())
+            .map(|x| &*x.0);
+        let ok = (d.dict == 0 || dict.is_some())
+            && self
+                .coder
+                .decompress(codec_of(d.codec), dict, src, d.raw as usize, &mut self.raw)
+                .is_ok()
             && block::entries(&self.raw).is_ok_and(|mut e| e.all(|x| x.is_ok()));
         if !ok {
             debug_assert!(false, "Z-zone block {id} does not decode");
@@ -293,8 +390,12 @@ impl Zone {
     /// Look `key` up. On a hit the item's image is in [`Zone::found`] and
     /// the answer says whether to promote it: its reuse time (since the
     /// last read of its key in this block) is below `bench`, the N-zone's
-    /// locality benchmark (§3.3.2). `read`: a client read (recorded in the
-    /// access filter and reuse records), else a peek.
+    /// locality benchmark (§3.3.2). Time here is counted in demotions: an
+    /// item read again within fewer demotions than the N-zone holds items
+    /// would still be there had it been promoted (that is what zExpander's
+    /// marker items measure, in seconds; counting evictions needs no
+    /// markers and has no clock granularity). `read`: a client read
+    /// (recorded in the access filter and reuse records), else a peek.
     pub fn get(&mut self, h: u64, key: &[u8], now: u32, bench: u32, read: bool) -> Option<bool> {
         let (_, id) = self.trie.leaf_of(h);
         let d = &self.descs[id as usize];
@@ -325,12 +426,14 @@ impl Zone {
             return Some(false);
         }
         self.stats.hits += 1;
+        // Demotions so far (wrapping; 0 marks an empty record).
+        let now = (self.stats.demotions as u32).max(1);
         let d = &mut self.descs[id as usize];
         d.access.insert(h);
         let sh = block::short_hash(h);
         let promote = match d.reuse.iter_mut().find(|r| r.0 == sh && r.1 != 0) {
             Some(r) => {
-                let reuse = now.saturating_sub(r.1);
+                let reuse = now.wrapping_sub(r.1);
                 r.1 = now;
                 bench > reuse
             }
@@ -367,12 +470,18 @@ impl Zone {
         // Room first (it may sweep this very leaf): the new block(s) will
         // take at most the old block's decoded bytes, the item, and two
         // block headers.
-        let need = self.descs[id as usize].raw as usize + image.len() + 4 * 96;
+        // (A merge adds the sibling's bytes.)
+        let (node, _) = self.trie.leaf_of(h);
+        let sibling = self
+            .trie
+            .sibling_leaf(node)
+            .map_or(0, |(_, s)| self.descs[s as usize].raw as usize);
+        let need = self.descs[id as usize].raw as usize + sibling + image.len() + 4 * 96;
         if !self.make_room(need, now) {
             self.stats.refused += 1;
             return false;
         }
-        let (node, id) = self.trie.leaf_of(h);
+        let (mut node, id) = self.trie.leaf_of(h);
         self.work.clear();
         self.work.extend_from_slice(image);
         let mut entries = std::mem::take(&mut self.entries);
@@ -383,8 +492,29 @@ impl Zone {
             len: image.len() as u32,
         });
         self.gather(node, id, now, &mut entries);
+        // A leaf and its sibling that together fill under 3/4 of a block
+        // (after evictions and removals) join again: fewer, fuller blocks.
+        if let Some((sib, sid)) = self.trie.sibling_leaf(node) {
+            let d = self.descs[sid as usize];
+            if Self::block_len(&entries) + d.raw as usize <= self.raw_capacity() * 3 / 4 {
+                self.gather(sib, sid, now, &mut entries);
+                self.trie.merge(node, id);
+                self.free_descs.push(sid);
+                node = Node {
+                    depth: node.depth - 1,
+                    prefix: node.prefix >> 1,
+                };
+                self.stats.merges += 1;
+            }
+        }
         self.stats.items += 1;
         self.stats.demotions += 1;
+        if self.cfg.codec == Codec::Zstd
+            && self.samples.len() < self.cfg.dict_samples
+            && self.stats.demotions.is_multiple_of(SAMPLE_EVERY)
+        {
+            self.samples.push(image.to_vec());
+        }
         self.write_leaf(node, id, &mut entries, None);
         self.entries = entries;
         true
@@ -448,18 +578,20 @@ impl Zone {
 
     /// Forget block `id`'s bytes (its descriptor stays, empty).
     fn free_block(&mut self, id: u32) {
-        let d = &mut self.descs[id as usize];
+        let d = self.descs[id as usize];
         if d.loc != NOWHERE {
             self.log.kill(d.loc, d.stored as usize);
             self.stats.raw_bytes -= d.raw as u64;
             self.stats.stored_bytes -= d.stored as u64;
+            if let Some(Some(x)) = self.dicts.get_mut(d.dict as usize) {
+                x.1 -= 1;
+            }
+            self.release_dict(d.dict as usize);
         }
-        let access = d.access;
-        let reuse = d.reuse;
-        *d = Desc {
+        self.descs[id as usize] = Desc {
             loc: NOWHERE,
-            access,
-            reuse,
+            access: d.access,
+            reuse: d.reuse,
             ..Desc::default()
         };
     }
@@ -475,6 +607,11 @@ impl Zone {
                 id
             }
             None => {
+                // Grown by an eighth, not doubled: descriptors are most of
+                // the zone's metadata.
+                if self.descs.len() == self.descs.capacity() {
+                    self.descs.reserve_exact(self.descs.len() / 8 + 64);
+                }
                 self.descs.push(d);
                 (self.descs.len() - 1) as u32
             }
@@ -542,7 +679,7 @@ impl Zone {
         if entries.is_empty() {
             return;
         }
-        let codec = self.encode(entries);
+        let (codec, dict) = self.encode(entries);
         let loc = match over {
             None => self.log.append(id, &self.packed),
             Some((loc, len)) if log::round(self.packed.len()) <= log::round(len) => {
@@ -563,6 +700,10 @@ impl Zone {
         };
         d.loc = loc;
         d.codec = codec;
+        d.dict = dict;
+        if let Some(Some(x)) = self.dicts.get_mut(dict as usize) {
+            x.1 += 1;
+        }
         d.stored = self.packed.len() as u32;
         d.raw = self.raw.len() as u32;
         self.stats.raw_bytes += d.raw as u64;
@@ -577,8 +718,9 @@ impl Zone {
 
     /// Build `entries` into a block in `raw`, and store it in `packed`:
     /// compressed, or as it is when its entropy says compression will not
-    /// pay (SlimCache's recognizer) or it did not. Returns the codec used.
-    fn encode(&mut self, entries: &[Entry]) -> u8 {
+    /// pay (SlimCache's recognizer) or it did not. Returns the codec and
+    /// dictionary used.
+    fn encode(&mut self, entries: &[Entry]) -> (u8, u8) {
         let mut items: Vec<(u64, &[u8])> = entries
             .iter()
             .map(|e| (e.h, &self.work[e.at as usize..(e.at + e.len) as usize]))
@@ -588,10 +730,16 @@ impl Zone {
         let codec = self.cfg.codec;
         let entropy = normalized_entropy(&self.raw);
         let tried = codec != Codec::Raw && self.recognizer.worth_trying(entropy);
-        let packed = tried
-            && self
-                .coder
-                .compress(codec, None, &self.raw, &mut self.packed);
+        let dict = match codec {
+            Codec::Zstd => self.dict,
+            _ => 0,
+        };
+        let d = self
+            .dicts
+            .get(dict as usize)
+            .and_then(|x| x.as_ref())
+            .map(|x| &*x.0);
+        let packed = tried && self.coder.compress(codec, d, &self.raw, &mut self.packed);
         if tried {
             let stored = if packed {
                 self.packed.len()
@@ -614,7 +762,7 @@ impl Zone {
         // container, here counted after compression.
         let r = self.raw.len() as f64 / self.packed.len().max(1) as f64;
         self.ratio = (self.ratio * 63.0 + r.clamp(1.0, 8.0)) / 64.0;
-        c
+        (c, if packed { dict } else { 0 })
     }
 
     /// Make `need` bytes of room at the log's head: a new page while the
@@ -756,15 +904,8 @@ impl Zone {
                     Some((q, _)) => self.compact(q),
                     None => {
                         // No room anywhere: the block's items go.
-                        let d = self.descs[id as usize];
-                        self.log.kill(d.loc, len);
-                        self.stats.raw_bytes -= d.raw as u64;
-                        self.stats.stored_bytes -= d.stored as u64;
-                        self.drop_items(d.count as u64);
-                        let dd = &mut self.descs[id as usize];
-                        dd.count = 0;
-                        dd.loc = NOWHERE;
-                        dd.content = Filter::default();
+                        self.drop_items(self.descs[id as usize].count as u64);
+                        self.free_block(id);
                         continue;
                     }
                 }
@@ -835,6 +976,26 @@ impl Zone {
             assert_eq!(n, d.count as usize, "block {id}'s count");
         }
         assert_eq!(items, self.stats.items, "zone item count");
+        // Each dictionary's count of blocks, and none kept that is unused.
+        for (i, d) in self.dicts.iter().enumerate().skip(1) {
+            let using = leaves
+                .iter()
+                .filter(|&&(_, id)| {
+                    let d = self.descs[id as usize];
+                    d.count > 0 && d.dict as usize == i
+                })
+                .count() as u64;
+            match d {
+                Some((_, n)) => {
+                    assert_eq!(*n, using, "dictionary {i}'s blocks");
+                    assert!(
+                        using > 0 || i == self.dict as usize,
+                        "unused dictionary {i} kept"
+                    );
+                }
+                None => assert_eq!(using, 0, "blocks name a dropped dictionary {i}"),
+            }
+        }
         assert_eq!(raw, self.stats.raw_bytes);
         assert_eq!(stored, self.stats.stored_bytes);
         self.log.validate(&located);
@@ -878,6 +1039,10 @@ mod tests {
         Target {
             pages: usize,
         },
+        /// A dictionary trained on the images of keys from `seed` on.
+        Train {
+            seed: u16,
+        },
         Clear,
     }
 
@@ -891,6 +1056,7 @@ mod tests {
             1 => any::<bool>().prop_map(|force| Op::Sweep { force }),
             1 => (1..10u32).prop_map(|secs| Op::Advance { secs }),
             1 => (0..6usize).prop_map(|pages| Op::Target { pages }),
+            1 => any::<u16>().prop_map(|seed| Op::Train { seed }),
             1 => Just(Op::Clear),
         ]
     }
@@ -938,6 +1104,7 @@ mod tests {
             block_bytes: 512,
             codec,
             page_size: 64 << 10,
+            dict_samples: SAMPLES,
         });
         z.target_pages = 3;
         z
@@ -1003,6 +1170,22 @@ mod tests {
                     z.shrink(now, 10_000);
                     assert!(z.pages() <= pages.max(1), "shrunk to its target");
                 }
+                Op::Train { seed } => {
+                    let samples: Vec<Vec<u8>> = (0..300u16)
+                        .map(|i| {
+                            image(
+                                seed.wrapping_add(i),
+                                80 + (i as usize % 300),
+                                (i % 3) as u8,
+                                0,
+                                1,
+                            )
+                        })
+                        .collect();
+                    if let Some(d) = crate::codec::train_dictionary(&samples, 4096) {
+                        z.install_dictionary(d);
+                    }
+                }
                 Op::Clear => {
                     z.clear();
                     model.clear();
@@ -1044,9 +1227,11 @@ mod tests {
     fn fills_past_capacity() {
         let mut z = zone(Codec::Lz4);
         let mut last = HashMap::new();
-        for i in 0..20_000u32 {
-            let k = (i % 3000) as u16;
-            let im = image(k, 100 + (i as usize % 200), (i % 3) as u8, 0, i as u64 + 1);
+        for i in 0..30_000u32 {
+            // A quarter of the values random (incompressible): 15,000 keys
+            // overflow 192 KB.
+            let k = (i % 15_000) as u16;
+            let im = image(k, 100 + (i as usize % 200), (i % 4) as u8, 0, i as u64 + 1);
             let h = hash(&key(k));
             z.remove(h, false);
             if z.insert(h, &im, 10) {

@@ -182,6 +182,28 @@ impl Trie {
         true
     }
 
+    /// The other child of `n`'s parent, if it is a leaf: its node and id.
+    pub fn sibling_leaf(&self, n: Node) -> Option<(Node, u32)> {
+        if n.depth == 0 {
+            return None;
+        }
+        let s = Node {
+            depth: n.depth,
+            prefix: n.prefix ^ 1,
+        };
+        self.get(s).map(|id| (s, id))
+    }
+
+    /// Join leaf `n` and its sibling leaf into their parent, with id `id`
+    /// (the reverse of [`Trie::split`]).
+    pub fn merge(&mut self, n: Node, id: u32) {
+        debug_assert!(self.get(n).is_some() && self.sibling_leaf(n).is_some());
+        let (l, r) = n.parent().children();
+        self.put(l, None);
+        self.put(r, None);
+        self.put(n.parent(), Some(id));
+    }
+
     /// Bytes of the pointer arrays (counted in the zone's metadata).
     pub fn memory_bytes(&self) -> usize {
         self.first.capacity() * std::mem::size_of::<Option<Box<Segment>>>()
@@ -256,27 +278,45 @@ mod tests {
     proptest! {
         #[test]
         fn the_trie_finds_the_leaf_a_model_does(
-            ops in proptest::collection::vec((any::<u64>(), any::<bool>()), 1..200),
+            ops in proptest::collection::vec((any::<u64>(), 0..3u8), 1..200),
             probes in proptest::collection::vec(any::<u64>(), 1..50),
         ) {
             let mut t = Trie::new(0);
             let mut m = BTreeMap::from([(Node::ROOT, 0u32)]);
             let mut next = 1u32;
-            for (h, split) in ops {
+            for (h, op) in ops {
                 let (n, id) = t.leaf_of(h);
                 prop_assert_eq!((n, id), model_leaf(&m, h));
-                if split {
-                    if t.split(n, next, next + 1) {
-                        m.remove(&n);
-                        let (l, r) = n.children();
-                        m.insert(l, next);
-                        m.insert(r, next + 1);
-                        next += 2;
+                match op {
+                    0 => {
+                        if t.split(n, next, next + 1) {
+                            m.remove(&n);
+                            let (l, r) = n.children();
+                            m.insert(l, next);
+                            m.insert(r, next + 1);
+                            next += 2;
+                        }
                     }
-                } else {
-                    t.set(n, next);
-                    m.insert(n, next);
-                    next += 1;
+                    1 => {
+                        t.set(n, next);
+                        m.insert(n, next);
+                        next += 1;
+                    }
+                    _ => {
+                        // Join the leaf with its sibling, if that is a leaf.
+                        let sib = t.sibling_leaf(n);
+                        let model_sib = (n.depth > 0)
+                            .then(|| Node { depth: n.depth, prefix: n.prefix ^ 1 })
+                            .and_then(|s| m.get(&s).map(|&id| (s, id)));
+                        prop_assert_eq!(sib, model_sib);
+                        if let Some((s, _)) = sib {
+                            t.merge(n, next);
+                            m.remove(&n);
+                            m.remove(&s);
+                            m.insert(n.parent(), next);
+                            next += 1;
+                        }
+                    }
                 }
             }
             t.validate();
