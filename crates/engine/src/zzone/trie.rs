@@ -306,7 +306,7 @@ mod tests {
                         // Join the leaf with its sibling, if that is a leaf.
                         let sib = t.sibling_leaf(n);
                         let model_sib = (n.depth > 0)
-                            .then(|| Node { depth: n.depth, prefix: n.prefix ^ 1 })
+                            .then_some(Node { depth: n.depth, prefix: n.prefix ^ 1 })
                             .and_then(|s| m.get(&s).map(|&id| (s, id)));
                         prop_assert_eq!(sib, model_sib);
                         if let Some((s, _)) = sib {
