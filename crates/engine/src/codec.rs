@@ -16,9 +16,10 @@
 use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
 
 /// How a block's bytes are stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Codec {
     /// As they are (incompressible, or compression did not pay).
+    #[default]
     Raw,
     /// LZ4 block format.
     Lz4,

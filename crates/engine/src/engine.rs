@@ -273,6 +273,28 @@ impl Drop for Engine {
     }
 }
 
+/// A view of an item image held outside the slabs (a Z-zone copy): its id
+/// names no N-zone item.
+pub(crate) fn image_view(image: &[u8], cas_enabled: bool, now: RelTime) -> ItemRef<'_> {
+    let h = item::Header::read(image);
+    ItemRef {
+        id: ItemId(u64::MAX),
+        key: item::key(image),
+        value: Value::flat(&image[item::value_start(image)..]),
+        flags: item::flags(image),
+        cas: if cas_enabled { h.cas } else { 0 },
+        expiry: match h.exptime {
+            0 => Expiry::Never,
+            t => Expiry::At(t),
+        },
+        cost: item::dequantize_cost(h.cost),
+        fetched: h.bits & item::FETCHED != 0,
+        stale: h.bits & item::STALE != 0,
+        win_sent: h.bits & item::WIN != 0,
+        last_access: now.saturating_sub(item::atime_age(h.atime, now)),
+    }
+}
+
 /// [`Engine::fits`] from the configuration alone (`-I` and `-C` never
 /// change), so [`crate::Cache::fits`] needs no lock.
 pub(crate) fn fits(config: &Config, key_len: usize, value_len: usize, flags: u32) -> bool {
@@ -553,7 +575,7 @@ impl Engine {
             inserts: self.inserts_without_lock(),
             magazines: self.magazines.clone(),
             index_grown: self.index_grown.clone(),
-            zone: self.zone.is_some(),
+            zone: self.zone.as_ref().map(|z| z.zone.clone()),
         }
     }
 
@@ -776,26 +798,7 @@ impl Engine {
     /// A view of the item a Z-zone read left in the zone (its id names no
     /// N-zone item).
     fn view_image(&self) -> ItemRef<'_> {
-        let image = self.zone_found();
-        let h = item::Header::read(image);
-        ItemRef {
-            id: ItemId(u64::MAX),
-            key: item::key(image),
-            value: Value::flat(&image[item::value_start(image)..]),
-            flags: item::flags(image),
-            cas: if self.config.cas_enabled { h.cas } else { 0 },
-            expiry: match h.exptime {
-                0 => Expiry::Never,
-                t => Expiry::At(t),
-            },
-            cost: item::dequantize_cost(h.cost),
-            fetched: h.bits & item::FETCHED != 0,
-            stale: h.bits & item::STALE != 0,
-            win_sent: h.bits & item::WIN != 0,
-            last_access: self
-                .now()
-                .saturating_sub(item::atime_age(h.atime, self.now())),
-        }
+        image_view(self.zone_found(), self.config.cas_enabled, self.now())
     }
 
     /// View an item found earlier (valid until the next mutation).
@@ -1534,7 +1537,7 @@ impl Engine {
         self.rebal.flushed();
         self.drain_after_flush();
         if let Some(z) = self.zone.as_mut() {
-            z.zone.clear();
+            z.zone.lock().clear();
         }
     }
 
@@ -1865,7 +1868,7 @@ impl Engine {
             .collect();
         self.rebal.validate(&pages);
         if let Some(z) = self.zone.as_mut() {
-            z.zone.validate();
+            z.zone.lock().validate();
         }
         let mut live = 0u64;
         let mut bytes = 0u64;

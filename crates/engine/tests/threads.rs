@@ -103,7 +103,18 @@ impl Drop for Maintainer {
 }
 
 fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize, repartition: bool) {
+    run_with(eviction, rebalance, stripes, repartition, false);
+}
+
+fn run_with(
+    eviction: EvictionPolicy,
+    rebalance: RebalancePolicy,
+    stripes: usize,
+    repartition: bool,
+    zzone: bool,
+) {
     let config = Config {
+        zzone,
         memory_limit: 24 << 20,
         eviction,
         rebalance,
@@ -135,10 +146,14 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize, rep
                 for i in 0..3_000_000u32 {
                     // With re-partitioning, go on until items have traded
                     // chunks (the maintainer may get little CPU).
+                    // With a Z-zone, until GETs have read it.
                     if i >= 60_000
-                        && (!repartition
-                            || i.is_multiple_of(1000)
-                                && cache.lock().stats().repartition.unwrap().swaps > 100)
+                        && (!repartition && !zzone
+                            || i.is_multiple_of(1000) && {
+                                let st = cache.lock().stats();
+                                st.repartition.is_none_or(|r| r.swaps > 100)
+                                    && st.zzone.is_none_or(|z| z.zone.hits > 100)
+                            })
                     {
                         break;
                     }
@@ -218,10 +233,11 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize, rep
                             cache.lock().touch(&kb, Expiry::At(clock.now() + 3));
                         }
                         98 => {
-                            // Rarely with re-partitioning: a cache flushed
-                            // every few milliseconds of a loaded machine
-                            // leaves pages too empty for items to trade.
-                            let every = if repartition { 10_007 } else { 101 };
+                            // Rarely with re-partitioning or a Z-zone: a
+                            // cache flushed every few milliseconds of a
+                            // loaded machine leaves pages too empty for
+                            // items to trade, and little to read.
+                            let every = if repartition || zzone { 10_007 } else { 101 };
                             if i.is_multiple_of(every) {
                                 let at = clock.now() + 1;
                                 cache.lock().flush_all(Some(at));
@@ -261,6 +277,13 @@ fn run(eviction: EvictionPolicy, rebalance: RebalancePolicy, stripes: usize, rep
     assert!(s.evictions > 0, "{eviction:?}: memory was short: {s:?}");
     // A few dozen classes share 22 pages: some stores find none.
     assert!(s.outofmemory < s.total_items / 4, "{eviction:?}: {s:?}");
+    // GETs read the Z-zone while it changed.
+    assert_eq!(
+        s.zzone.is_some_and(|z| z.zone.hits > 100),
+        zzone,
+        "{:?}",
+        s.zzone
+    );
     // Items traded chunks under the readers' feet.
     assert_eq!(
         s.repartition.is_some_and(|r| r.swaps > 100),
@@ -279,6 +302,13 @@ fn gets_race_everything_else_under_clock() {
 fn gets_race_items_trading_chunks() {
     // Cavast's re-partitioning swaps items within pages meanwhile.
     run(EvictionPolicy::Lru, RebalancePolicy::Memcached, 16, true);
+}
+
+#[test]
+fn gets_race_everything_else_with_a_zzone() {
+    // GETs that miss the N-zone decode Z-zone blocks without the engine
+    // lock while demotions, sweeps and promotions rewrite them.
+    run_with(EvictionPolicy::Lru, RebalancePolicy::Mrc, 16, false, true);
 }
 
 #[test]

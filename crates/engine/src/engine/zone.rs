@@ -31,6 +31,10 @@
 //! in the lab, docs/benchmarks.md), exactly where it would help most. What
 //! the split protects is the hits' speed.
 
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
 use super::{DeleteOutcome, Engine};
 use crate::item;
 use crate::stripe::hash;
@@ -48,7 +52,9 @@ const START_SHARE: f64 = 0.5;
 const MAX_SHARE: f64 = 0.9;
 
 pub(super) struct Zzone {
-    pub zone: Zone,
+    /// The zone, shared with GETs that read it without the engine lock
+    /// (`crate::Cache::get`); the engine takes this lock inside its own.
+    pub zone: Arc<Mutex<Zone>>,
     /// Share of `-m` the Z-zone may hold.
     share: f64,
     /// N-served and Z-served operations when the window began.
@@ -74,12 +80,12 @@ impl Zzone {
             return None;
         }
         let mut z = Box::new(Zzone {
-            zone: Zone::new(ZoneConfig {
+            zone: Arc::new(Mutex::new(Zone::new(ZoneConfig {
                 block_bytes: config.zzone_block,
                 codec: config.zzone_codec,
                 page_size,
                 dict_samples: config.zzone_dict_samples,
-            }),
+            }))),
             share: if config.zzone_target == 0 {
                 MAX_SHARE
             } else {
@@ -94,15 +100,16 @@ impl Zzone {
 
     /// `stats reset`: the zone's counters, and a new window.
     pub(super) fn reset_stats(&mut self) {
-        self.zone.reset_stats();
+        self.zone.lock().reset_stats();
         self.window = (0, 0);
     }
 
     /// Pages for the Z-zone: its share of the memory the rest of the engine
     /// (index, policy, rebalancer) leaves.
     fn retarget(&mut self, available: usize) {
-        let page = self.zone.config().page_size;
-        self.zone.target_pages = (self.share * available as f64) as usize / page;
+        let mut zone = self.zone.lock();
+        let page = zone.config().page_size;
+        zone.target_pages = (self.share * available as f64) as usize / page;
     }
 }
 
@@ -123,7 +130,7 @@ impl Engine {
             return false;
         }
         let image = &chunk[..item::stored_len(chunk)];
-        z.zone.insert(hash(item::key(image)), image, now)
+        z.zone.lock().insert(hash(item::key(image)), image, now)
     }
 
     /// The live item of `key` in either zone: the N-zone's, else the
@@ -134,21 +141,28 @@ impl Engine {
         }
         let now = self.now();
         let z = self.zone.as_mut()?;
-        z.zone.get(h, key, now, 0, false)?;
+        {
+            let mut zone = z.zone.lock();
+            zone.get(h, key, now, 0, false)?;
+            z.image.clear();
+            z.image.extend_from_slice(zone.found());
+        }
         self.promote(h)
     }
 
-    /// Move the item a zone lookup just found into the N-zone, with its
-    /// header unchanged (CAS, expiry, flags, cost); its Z-zone copy goes.
+    /// Move the item a zone lookup just copied to `image` into the
+    /// N-zone, with its header unchanged (CAS, expiry, flags, cost); its
+    /// Z-zone copy goes.
     fn promote(&mut self, h: u64) -> Option<u64> {
         let z = self.zone.as_mut()?;
-        let mut image = std::mem::take(&mut z.image);
-        image.clear();
-        image.extend_from_slice(z.zone.found());
-        // Removed first, so a sweep that runs while the N-zone makes room
-        // for it cannot count it gone twice.
-        z.zone.remove(h, true);
-        z.zone.note_promotion();
+        let image = std::mem::take(&mut z.image);
+        {
+            // Removed first, so a sweep that runs while the N-zone makes
+            // room for it cannot count it gone twice.
+            let mut zone = z.zone.lock();
+            zone.remove(h, true);
+            zone.note_promotion();
+        }
         let hdr = item::Header::read(&image);
         let flags = item::flags(&image);
         let value = &image[item::value_start(&image)..];
@@ -181,12 +195,19 @@ impl Engine {
 
     /// A read that missed the N-zone: the Z-zone's copy, if any, promoted
     /// when its reuse time beats the benchmark, else left where it is
-    /// (`Some(None)`: the image is in `zone.found()`).
+    /// (`Some(None)`: the image is in [`Engine::zone_found`]).
     pub(super) fn read_zone(&mut self, key: &[u8], h: u64, bump: bool) -> Option<Option<u64>> {
         let now = self.now();
         let bench = self.counters.curr_items.min(u32::MAX as u64) as u32;
         let z = self.zone.as_mut()?;
-        let promote = z.zone.get(h, key, now, bench, bump)?;
+        let promote = {
+            let mut zone = z.zone.lock();
+            zone.bench = bench;
+            let promote = zone.get(h, key, now, bench, bump)?;
+            z.image.clear();
+            z.image.extend_from_slice(zone.found());
+            promote
+        };
         if promote {
             if let Some(loc) = self.promote(h) {
                 return Some(Some(loc));
@@ -196,15 +217,22 @@ impl Engine {
         Some(None)
     }
 
+    /// A read without the engine lock found `key` in the Z-zone and its
+    /// reuse time beats the benchmark: promote it, unless the N-zone has
+    /// the key again or the Z-zone no longer does.
+    pub fn promote_read(&mut self, key: &[u8]) {
+        self.find_any(key, hash(key));
+    }
+
     /// The image a [`Engine::read_zone`] left in the zone.
     pub(super) fn zone_found(&self) -> &[u8] {
-        self.zone.as_ref().map_or(&[], |z| z.zone.found())
+        self.zone.as_ref().map_or(&[], |z| &z.image)
     }
 
     /// A key was written to the N-zone: its Z-zone copy, if any, is stale.
     pub(super) fn zone_forget(&mut self, h: u64, known: bool) {
         if let Some(z) = self.zone.as_mut() {
-            z.zone.remove(h, known);
+            z.zone.lock().remove(h, known);
         }
     }
 
@@ -225,7 +253,7 @@ impl Engine {
         let Some(z) = self.zone.as_mut() else {
             return 0;
         };
-        let zs = z.zone.stats();
+        let zs = z.zone.lock().stats();
         let served_z = zs.hits;
         let (n0, z0) = z.window;
         let (dn, dz) = (served_n.saturating_sub(n0), served_z.saturating_sub(z0));
@@ -238,45 +266,51 @@ impl Engine {
             } else if at_n < want - SLACK {
                 z.share = (z.share - STEP).max(0.0);
             }
-            z.retarget(available);
         }
-        let steps = z.zone.shrink(now, budget);
+        // Every step, so that pages the zone gave the N-zone in a pinch
+        // come back to it.
+        z.retarget(available);
+        let steps = {
+            let mut zone = z.zone.lock();
+            zone.bench = self.counters.curr_items.min(u32::MAX as u64) as u32;
+            zone.shrink(now, budget)
+        };
         // Demotions while the maintainer evicted may have grown the zone.
         self.enforce_budget(None);
         steps
     }
 
-    /// The N-zone needs a page it cannot find: the Z-zone gives one back
-    /// (and its share drops to match). False if it has none.
+    /// The N-zone needs a page it cannot find: the Z-zone gives one back.
+    /// Its share stays: it grows back as it demotes, the N-zone giving
+    /// pages back as usual. False if it has none.
     pub(super) fn zone_yield_page(&mut self) -> bool {
         let now = self.now();
-        let memory_limit = self.memory_limit;
         let Some(z) = self.zone.as_mut() else {
             return false;
         };
-        let pages = z.zone.pages();
+        let mut zone = z.zone.lock();
+        let pages = zone.pages();
         if pages == 0 {
             return false;
         }
-        z.zone.target_pages = pages - 1;
-        let page = z.zone.config().page_size;
-        z.share = z
-            .share
-            .min(((pages - 1) * page) as f64 / memory_limit as f64);
-        z.zone.shrink(now, usize::MAX);
-        z.zone.pages() < pages
+        zone.target_pages = pages - 1;
+        zone.shrink(now, usize::MAX);
+        zone.pages() < pages
     }
 
     pub(super) fn zone_memory(&self) -> usize {
-        self.zone.as_ref().map_or(0, |z| z.zone.memory_bytes())
+        self.zone
+            .as_ref()
+            .map_or(0, |z| z.zone.lock().memory_bytes())
     }
 
     pub(super) fn zone_stats(&self) -> Option<ZzoneStats> {
         let z = self.zone.as_ref()?;
+        let zone = z.zone.lock();
         Some(ZzoneStats {
-            zone: z.zone.stats(),
+            zone: zone.stats(),
             share_percent: (z.share * 100.0).round() as u32,
-            target_pages: z.zone.target_pages as u64,
+            target_pages: zone.target_pages as u64,
             benchmark: self.counters.curr_items,
         })
     }
@@ -287,13 +321,13 @@ impl Engine {
     /// outside the engine lock, then [`Engine::zone_install_dictionary`]
     /// (as [`crate::Cache::train_zone`] does).
     pub fn zone_samples(&mut self) -> Option<Vec<Vec<u8>>> {
-        self.zone.as_mut()?.zone.take_samples()
+        self.zone.as_mut()?.zone.lock().take_samples()
     }
 
     /// New Z-zone blocks use this dictionary (its memory counts in `-m`).
     pub fn zone_install_dictionary(&mut self, bytes: Vec<u8>) {
         if let Some(z) = self.zone.as_mut() {
-            z.zone.install_dictionary(bytes);
+            z.zone.lock().install_dictionary(bytes);
             self.enforce_budget(None);
         }
     }
@@ -315,13 +349,14 @@ impl Engine {
         let Some(z) = self.zone.as_mut() else {
             return DeleteOutcome::NotFound;
         };
-        if z.zone.get(h, key, now, 0, false).is_none() {
+        let mut zone = z.zone.lock();
+        if zone.get(h, key, now, 0, false).is_none() {
             return DeleteOutcome::NotFound;
         }
-        if cas != 0 && item::Header::read(z.zone.found()).cas != cas {
+        if cas != 0 && item::Header::read(zone.found()).cas != cas {
             return DeleteOutcome::Exists;
         }
-        z.zone.remove(h, true);
+        zone.remove(h, true);
         DeleteOutcome::Deleted
     }
 }

@@ -153,6 +153,39 @@ pub struct ZoneStats {
     pub dictionary_bytes: u64,
 }
 
+/// A block copied out of the zone to be decoded without its lock
+/// ([`Zone::copy_block`]).
+#[derive(Default)]
+pub struct Copied {
+    bytes: Vec<u8>,
+    codec: Codec,
+    dict: Option<Arc<Dictionary>>,
+    raw_len: usize,
+}
+
+impl Copied {
+    /// Decode the block into `raw` with `coder`, and find `key` (hash `h`)
+    /// in it. None if it is not there, or the bytes do not decode.
+    pub fn find<'a>(
+        &self,
+        coder: &mut Coder,
+        raw: &'a mut Vec<u8>,
+        h: u64,
+        key: &[u8],
+    ) -> Option<&'a [u8]> {
+        coder
+            .decompress(
+                self.codec,
+                self.dict.as_deref(),
+                &self.bytes,
+                self.raw_len,
+                raw,
+            )
+            .ok()?;
+        block::find(raw, h, key).ok().flatten()
+    }
+}
+
 /// An entry being rebuilt: key hash and its place in `Zone::work`.
 #[derive(Clone, Copy)]
 struct Entry {
@@ -172,6 +205,9 @@ pub struct Zone {
     pending: BTreeMap<u64, bool>,
     /// Pages the zone may hold (the adaptive split sets it).
     pub target_pages: usize,
+    /// The N-zone's locality benchmark for reads that decode outside the
+    /// lock (the engine keeps it current).
+    pub bench: u32,
     /// The replacement sweep's position in hash order.
     hand: u64,
     /// Running compression ratio (decoded / stored).
@@ -225,6 +261,7 @@ impl Zone {
             log: Log::new(cfg.page_size),
             pending: BTreeMap::new(),
             target_pages: 0,
+            bench: 0,
             hand: 0,
             ratio: 2.0,
             coder: Coder::default(),
@@ -426,12 +463,18 @@ impl Zone {
             return Some(false);
         }
         self.stats.hits += 1;
+        Some(self.record_read(id, h, bench))
+    }
+
+    /// A client read of `h` in block `id`: the access filter, and the
+    /// reuse records, which say whether to promote (see [`Zone::get`]).
+    fn record_read(&mut self, id: u32, h: u64, bench: u32) -> bool {
         // Demotions so far (wrapping; 0 marks an empty record).
         let now = (self.stats.demotions as u32).max(1);
         let d = &mut self.descs[id as usize];
         d.access.insert(h);
         let sh = block::short_hash(h);
-        let promote = match d.reuse.iter_mut().find(|r| r.0 == sh && r.1 != 0) {
+        match d.reuse.iter_mut().find(|r| r.0 == sh && r.1 != 0) {
             Some(r) => {
                 let reuse = now.wrapping_sub(r.1);
                 r.1 = now;
@@ -442,8 +485,42 @@ impl Zone {
                 d.reuse[older] = (sh, now);
                 false
             }
+        }
+    }
+
+    /// The first half of a read that decodes outside the zone's lock
+    /// (`crate::Cache::get`): if `h`'s block may hold it, copy the block's
+    /// bytes and how to decode them to `out`, note a client read (`read`)
+    /// as [`Zone::get`] does, and say whether to promote the item if it is
+    /// there (against [`Zone::bench`]). Then [`Copied::find`] without the
+    /// lock, and [`Zone::note_read`].
+    pub fn copy_block(&mut self, h: u64, read: bool, out: &mut Copied) -> Option<bool> {
+        let (_, id) = self.trie.leaf_of(h);
+        let d = self.descs[id as usize];
+        if !d.content.may_contain(h) || self.pending.contains_key(&h) {
+            self.stats.filtered += 1;
+            return None;
+        }
+        self.stats.decompressions += 1;
+        out.bytes.clear();
+        out.bytes
+            .extend_from_slice(self.log.read(d.loc, d.stored as usize));
+        out.codec = codec_of(d.codec);
+        out.raw_len = d.raw as usize;
+        out.dict = match d.dict {
+            0 => None,
+            i => Some(self.dicts.get(i as usize)?.as_ref()?.0.clone()),
         };
-        Some(promote)
+        Some(read && self.record_read(id, h, self.bench))
+    }
+
+    /// The end of a read that decoded outside the lock: whether it found
+    /// the item.
+    pub fn note_read(&mut self, found: bool) {
+        match found {
+            true => self.stats.hits += 1,
+            false => self.stats.false_positives += 1,
+        }
     }
 
     /// Note that the zone's copy of `h` (if any) is gone: it moved to the
