@@ -705,10 +705,7 @@ impl Engine {
             if promote {
                 found = self.find_any(key, h);
             } else {
-                let read = self.read_zone(key, h, how.bump && how.fetch);
-                // A read may note an expired item's removal.
-                self.enforce_budget(None);
-                match read {
+                match self.read_zone(key, h, how.bump && how.fetch) {
                     Some(Some(loc)) => found = Some(loc),
                     Some(None) => return Some(self.view_image()),
                     None => {}
@@ -884,9 +881,16 @@ impl Engine {
         };
         let outcome = if !self.fits(req.key.len(), value.len(), flags) {
             // memcached drops the old item when a set fails for size, so a
-            // stale value does not outlive the failed update.
-            if let (Some(loc), StoreMode::Set) = (old, req.mode) {
-                self.remove(loc);
+            // stale value does not outlive the failed update (wherever it
+            // is: a plain SET did not look in the Z-zone).
+            if req.mode == StoreMode::Set {
+                match old {
+                    Some(loc) => self.remove(loc),
+                    None => {
+                        self.zone_forget(h, false);
+                        self.enforce_budget(None);
+                    }
+                }
             }
             StoreOutcome::TooLarge
         } else {
@@ -926,9 +930,14 @@ impl Engine {
                     cas: if self.config.cas_enabled { cas } else { 0 },
                 },
                 Err(e) => {
-                    if let (Some(loc), StoreMode::Set) = (old, req.mode) {
-                        if self.slabs.is_live(loc) {
-                            self.remove(loc);
+                    if req.mode == StoreMode::Set {
+                        match old {
+                            Some(loc) if self.slabs.is_live(loc) => self.remove(loc),
+                            Some(_) => {}
+                            None => {
+                                self.zone_forget(h, false);
+                                self.enforce_budget(None);
+                            }
                         }
                     }
                     e
@@ -1053,6 +1062,12 @@ impl Engine {
             self.zone_forget(h, false);
         }
         self.enforce_budget(Some(loc));
+        // Memory could only be kept by giving up the item itself (its page
+        // was the last one to give, the policy's tables having grown for
+        // it): the store failed for lack of memory.
+        if !self.slabs.is_live(loc) {
+            return Err(self.out_of_memory(class));
+        }
         Ok(loc)
     }
 
@@ -1932,7 +1947,12 @@ impl Engine {
         assert!(
             self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes()
                 <= self.memory_limit.max(self.slabs.page_size),
-            "memory budget"
+            "memory budget: {} pages, index {}, policy {}, rebalancer {}, zone {}",
+            self.slabs.pages_allocated(),
+            self.index_bytes + self.index_grown.load(Ordering::Relaxed),
+            self.policy.memory_bytes(),
+            self.rebal.memory_bytes(),
+            self.zone_memory(),
         );
         self.policy.validate(&self.slabs);
         self.validate_drain();

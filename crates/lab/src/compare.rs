@@ -37,6 +37,10 @@ pub struct CompareArgs {
     /// An extra flag for both servers (repeatable), e.g. --server-arg=-I --server-arg=2m.
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     pub server_args: Vec<String>,
+    /// An extra flag for cachalot only (repeatable), e.g.
+    /// --cachalot-arg=-o --cachalot-arg=zzone=1.
+    #[arg(long = "cachalot-arg", allow_hyphen_values = true)]
+    pub cachalot_args: Vec<String>,
     #[command(flatten)]
     pub drive: DriveArgs,
     /// Write every run and the summary here.
@@ -92,8 +96,12 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
                 args.memory,
                 args.threads
             );
+            let mut extra_args = args.server_args.clone();
+            if kind == ServerKind::Cachalot {
+                extra_args.extend(args.cachalot_args.iter().cloned());
+            }
             let cfg = ServerConfig {
-                extra_args: args.server_args.clone(),
+                extra_args,
                 cachalot_bin: args.cachalot_bin.clone(),
                 ..ServerConfig::new(kind, args.memory, args.threads)
             };

@@ -48,6 +48,7 @@ fn compare_runs_both_servers_alternating_and_writes_the_document() {
         repeat: 2,
         cachalot_bin: Some(replay_support::cachalot_bin()),
         server_args: vec![],
+        cachalot_args: vec![],
         drive: DriveArgs {
             protocol: Protocol::Text,
             connections: 2,

@@ -247,6 +247,13 @@ impl Engine {
     /// Drain up to `budget` chunks of the page in transit; hand it over
     /// when empty. Returns the chunks looked at.
     fn drain_some(&mut self, budget: usize) -> usize {
+        let done = self.drain_chunks(budget);
+        // Items demoted to the Z-zone may have grown it.
+        self.enforce_budget(None);
+        done
+    }
+
+    fn drain_chunks(&mut self, budget: usize) -> usize {
         let Some(mut d) = self.drain.take() else {
             return 0;
         };

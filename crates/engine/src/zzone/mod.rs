@@ -329,8 +329,15 @@ impl Zone {
         self.log.memory_bytes() + self.metadata_bytes()
     }
 
-    /// The zone's metadata: trie, block descriptors, pending removals.
+    /// The zone's metadata: trie, block descriptors, pending removals,
+    /// dictionaries and training samples. An empty zone (no pages: new or
+    /// cleared) holds only its fixed root segment and first descriptor,
+    /// counted as fixed overhead like the engine's own structure, so that
+    /// `-o zzone=1` with nothing demoted takes nothing from the N-zone.
     pub fn metadata_bytes(&self) -> usize {
+        if self.log.pages() == 0 && self.pending.is_empty() && self.samples.is_empty() {
+            return 0;
+        }
         self.trie.memory_bytes()
             + self.descs.capacity() * std::mem::size_of::<Desc>()
             + self.free_descs.capacity() * 4
@@ -450,11 +457,10 @@ impl Zone {
                 return None;
             }
         };
+        // Expired: a miss. The item goes when its block is next rewritten
+        // (a read never grows the zone's memory).
         let exp = item::exptime(image);
         if exp != 0 && exp <= now {
-            self.stats.expired += 1;
-            self.stats.items -= 1;
-            self.pending.insert(h, true);
             return None;
         }
         self.found.clear();
@@ -952,11 +958,14 @@ impl Zone {
                 continue;
             }
             let Some((p, _)) = self.log.emptiest() else {
-                // One page left: the head.
+                // One page left, the head: it goes once nothing lives in
+                // it (a target of no pages).
                 if self.log.live_bytes() == 0 || self.stats.items == 0 {
                     self.clear();
+                } else {
+                    self.sweep_one(now, true);
                 }
-                break;
+                continue;
             };
             self.evacuate(p);
         }
