@@ -281,7 +281,6 @@ fn refill_size(chunk_size: u32) -> usize {
     (16384 / chunk_size as usize).clamp(1, 32)
 }
 
-/// The engine shared by all worker threads.
 /// A thread's means to decode Z-zone blocks outside any lock.
 #[derive(Default)]
 struct ZoneReader {
@@ -294,6 +293,7 @@ thread_local! {
     static ZONE_READER: std::cell::RefCell<ZoneReader> = std::cell::RefCell::default();
 }
 
+/// The engine shared by all worker threads.
 pub struct Cache {
     engine: parking_lot::Mutex<Engine>,
     clock: Arc<Clock>,

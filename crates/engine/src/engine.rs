@@ -19,7 +19,7 @@ mod zone;
 const RECLAIM_SLICES: usize = 8;
 
 pub use repartition::RepartitionStats;
-pub use zone::{ZzoneStats, WINDOW_OPS as ZZONE_WINDOW_OPS};
+pub use zone::ZzoneStats;
 
 use crate::chain::{self, Value};
 use crate::clock::{Clock, Expiry, RelTime};
@@ -276,12 +276,24 @@ impl Drop for Engine {
 /// A view of an item image held outside the slabs (a Z-zone copy): its id
 /// names no N-zone item.
 pub(crate) fn image_view(image: &[u8], cas_enabled: bool, now: RelTime) -> ItemRef<'_> {
-    let h = item::Header::read(image);
+    let value = Value::flat(&image[item::value_start(image)..]);
+    item_view(image, ItemId(u64::MAX), value, cas_enabled, now)
+}
+
+/// The view of the item whose header, flags and key start `head`.
+fn item_view<'a>(
+    head: &'a [u8],
+    id: ItemId,
+    value: Value<'a>,
+    cas_enabled: bool,
+    now: RelTime,
+) -> ItemRef<'a> {
+    let h = item::Header::read(head);
     ItemRef {
-        id: ItemId(u64::MAX),
-        key: item::key(image),
-        value: Value::flat(&image[item::value_start(image)..]),
-        flags: item::flags(image),
+        id,
+        key: item::key(head),
+        value,
+        flags: item::flags(head),
         cas: if cas_enabled { h.cas } else { 0 },
         expiry: match h.exptime {
             0 => Expiry::Never,
@@ -769,27 +781,9 @@ impl Engine {
     }
 
     fn view(&self, loc: u64) -> ItemRef<'_> {
-        let chunk = self.slabs.chunk(loc);
-        let h = item::Header::read(chunk);
-        let flags = item::flags(chunk);
-        ItemRef {
-            id: ItemId(loc),
-            key: item::key(chunk),
-            value: Value::of(&self.slabs, loc),
-            flags,
-            cas: if self.config.cas_enabled { h.cas } else { 0 },
-            expiry: match h.exptime {
-                0 => Expiry::Never,
-                t => Expiry::At(t),
-            },
-            cost: item::dequantize_cost(h.cost),
-            fetched: h.bits & item::FETCHED != 0,
-            stale: h.bits & item::STALE != 0,
-            win_sent: h.bits & item::WIN != 0,
-            last_access: self
-                .now()
-                .saturating_sub(item::atime_age(h.atime, self.now())),
-        }
+        let value = Value::of(&self.slabs, loc);
+        let (cas_enabled, now) = (self.config.cas_enabled, self.now());
+        item_view(self.slabs.chunk(loc), ItemId(loc), value, cas_enabled, now)
     }
 
     /// A view of the item a Z-zone read left in the zone (its id names no
@@ -880,17 +874,8 @@ impl Engine {
             _ => req.value,
         };
         let outcome = if !self.fits(req.key.len(), value.len(), flags) {
-            // memcached drops the old item when a set fails for size, so a
-            // stale value does not outlive the failed update (wherever it
-            // is: a plain SET did not look in the Z-zone).
             if req.mode == StoreMode::Set {
-                match old {
-                    Some(loc) => self.remove(loc),
-                    None => {
-                        self.zone_forget(h, false);
-                        self.enforce_budget(None);
-                    }
-                }
+                self.drop_failed_set(h, old);
             }
             StoreOutcome::TooLarge
         } else {
@@ -931,14 +916,7 @@ impl Engine {
                 },
                 Err(e) => {
                     if req.mode == StoreMode::Set {
-                        match old {
-                            Some(loc) if self.slabs.is_live(loc) => self.remove(loc),
-                            Some(_) => {}
-                            None => {
-                                self.zone_forget(h, false);
-                                self.enforce_budget(None);
-                            }
-                        }
+                        self.drop_failed_set(h, old);
                     }
                     e
                 }
@@ -950,6 +928,21 @@ impl Engine {
         }
         self.scratch = scratch;
         outcome
+    }
+
+    /// memcached drops the old item when a SET fails (for size or memory),
+    /// so a stale value does not outlive the failed update: `old` if still
+    /// live (eviction while allocating may have taken it), else the key's
+    /// Z-zone copy (a plain SET did not look there).
+    fn drop_failed_set(&mut self, h: u64, old: Option<u64>) {
+        match old {
+            Some(loc) if self.slabs.is_live(loc) => self.remove(loc),
+            Some(_) => {}
+            None => {
+                self.zone_forget(h, false);
+                self.enforce_budget(None);
+            }
+        }
     }
 
     /// Overwrite the live item at `loc` (key hash `h`, stripe held) in its

@@ -39,6 +39,9 @@ pub struct Log {
     head: Option<u32>,
     count: usize,
     live: usize,
+    /// Entries the pages' block lists have room for (their memory, kept
+    /// as they change: `-m` is checked on every store).
+    listed: usize,
 }
 
 #[inline]
@@ -56,6 +59,7 @@ impl Log {
             head: None,
             count: 0,
             live: 0,
+            listed: 0,
         }
     }
 
@@ -77,12 +81,7 @@ impl Log {
     pub fn memory_bytes(&self) -> usize {
         self.count * self.page_size
             + self.pages.capacity() * std::mem::size_of::<Option<Page>>()
-            + self
-                .pages
-                .iter()
-                .flatten()
-                .map(|p| p.blocks.capacity() * 8)
-                .sum::<usize>()
+            + self.listed * std::mem::size_of::<(u32, u32)>()
     }
 
     fn split(loc: u32) -> (usize, usize) {
@@ -97,11 +96,6 @@ impl Log {
         self.pages[p].as_mut().expect("a block's page is held")
     }
 
-    /// The page a block is in.
-    pub fn page_of(loc: u32) -> u32 {
-        loc >> 16
-    }
-
     /// The `len` bytes at `loc`.
     pub fn read(&self, loc: u32, len: usize) -> &[u8] {
         let (p, off) = Self::split(loc);
@@ -113,7 +107,7 @@ impl Log {
         let cap = round(data.len());
         let p = self.head? as usize;
         let page_size = self.page_size;
-        let page = self.page_mut(p);
+        let page = self.pages[p].as_mut().expect("the head page is held");
         let off = page.cursor as usize;
         if off + cap > page_size {
             return None;
@@ -121,7 +115,9 @@ impl Log {
         page.buf[off..off + data.len()].copy_from_slice(data);
         page.cursor += cap as u32;
         page.live += cap as u32;
+        let listed = page.blocks.capacity();
         page.blocks.push((id, off as u32));
+        self.listed += page.blocks.capacity() - listed;
         self.live += cap;
         Some(((p as u32) << 16) | (off / ALIGN) as u32)
     }
@@ -205,6 +201,7 @@ impl Log {
             .as_mut()
             .expect("compacting a held page");
         let blocks = std::mem::take(&mut page.blocks);
+        let listed = blocks.capacity();
         let mut cursor = 0usize;
         let mut kept = Vec::with_capacity(blocks.len());
         let mut moved = Vec::new();
@@ -222,6 +219,7 @@ impl Log {
         }
         debug_assert_eq!(cursor, page.live as usize, "live bytes match");
         page.cursor = cursor as u32;
+        self.listed = self.listed - listed + kept.capacity();
         page.blocks = kept;
         self.head = Some(p);
         moved
@@ -242,6 +240,7 @@ impl Log {
             .take()
             .expect("releasing a held page");
         debug_assert_eq!(page.live, 0, "released page holds no live block");
+        self.listed -= page.blocks.capacity();
         self.vacant.push(p);
         self.count -= 1;
         if self.head == Some(p) {
@@ -256,6 +255,7 @@ impl Log {
         self.head = None;
         self.count = 0;
         self.live = 0;
+        self.listed = 0;
     }
 
     /// Check the log's own counts against the blocks the zone says are
@@ -288,6 +288,13 @@ impl Log {
             }
         }
         assert_eq!(total, self.live, "live bytes");
+        let listed: usize = self
+            .pages
+            .iter()
+            .flatten()
+            .map(|p| p.blocks.capacity())
+            .sum();
+        assert_eq!(listed, self.listed, "block list room");
         assert_eq!(self.pages.iter().flatten().count(), self.count);
     }
 }

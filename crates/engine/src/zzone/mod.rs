@@ -229,6 +229,8 @@ pub struct Zone {
     /// Training samples (item images), and the demotions at the last
     /// training.
     samples: Vec<Vec<u8>>,
+    /// Their bytes (kept, not summed: `-m` is checked on every store).
+    sample_bytes: usize,
     trained_at: u64,
 }
 
@@ -275,6 +277,7 @@ impl Zone {
             dicts: vec![None],
             dict: 0,
             samples: Vec::new(),
+            sample_bytes: 0,
             trained_at: 0,
             cfg,
         }
@@ -289,6 +292,7 @@ impl Zone {
             return None;
         }
         self.trained_at = self.stats.demotions;
+        self.sample_bytes = 0;
         Some(std::mem::take(&mut self.samples))
     }
 
@@ -345,7 +349,7 @@ impl Zone {
             // overhead.
             + self.pending.len() * 24
             + self.dicts.iter().flatten().map(|d| d.0.memory_bytes()).sum::<usize>()
-            + self.samples.iter().map(|s| s.capacity()).sum::<usize>()
+            + self.sample_bytes
         // The scratch buffers (a block or two) are a fixed overhead, as
         // the engine's own scratch and the connections' buffers are.
     }
@@ -597,6 +601,7 @@ impl Zone {
             && self.stats.demotions.is_multiple_of(SAMPLE_EVERY)
         {
             self.samples.push(image.to_vec());
+            self.sample_bytes += image.len();
         }
         self.write_leaf(node, id, &mut entries, None);
         self.entries = entries;
@@ -1085,6 +1090,8 @@ impl Zone {
         assert_eq!(raw, self.stats.raw_bytes);
         assert_eq!(stored, self.stats.stored_bytes);
         self.log.validate(&located);
+        let sampled: usize = self.samples.iter().map(|s| s.capacity()).sum();
+        assert_eq!(sampled, self.sample_bytes, "sample bytes");
         self.stats.decompressions = decompressions;
     }
 }

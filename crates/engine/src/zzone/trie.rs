@@ -81,6 +81,9 @@ pub struct Trie {
     /// The deepest level that has a leaf.
     depth: u32,
     leaves: usize,
+    /// Segments allocated (their memory counts in `-m`, checked on every
+    /// store, so it is kept rather than counted).
+    segments: usize,
 }
 
 impl Trie {
@@ -90,6 +93,7 @@ impl Trie {
             first: Vec::new(),
             depth: 0,
             leaves: 0,
+            segments: 0,
         };
         t.put(Node::ROOT, Some(root));
         t
@@ -122,10 +126,13 @@ impl Trie {
         let seg = match slot {
             Some(seg) => seg,
             None if id.is_none() => return,
-            None => slot.insert(Box::new(Segment {
-                ptr: [0; SEGMENT],
-                used: 0,
-            })),
+            None => {
+                self.segments += 1;
+                slot.insert(Box::new(Segment {
+                    ptr: [0; SEGMENT],
+                    used: 0,
+                }))
+            }
         };
         let was = seg.ptr[o] != 0;
         seg.ptr[o] = id.map_or(0, |v| {
@@ -142,6 +149,7 @@ impl Trie {
                 self.leaves -= 1;
                 if seg.used == 0 {
                     *slot = None;
+                    self.segments -= 1;
                 }
             }
             _ => {}
@@ -207,7 +215,7 @@ impl Trie {
     /// Bytes of the pointer arrays (counted in the zone's metadata).
     pub fn memory_bytes(&self) -> usize {
         self.first.capacity() * std::mem::size_of::<Option<Box<Segment>>>()
-            + self.first.iter().flatten().count() * std::mem::size_of::<Segment>()
+            + self.segments * std::mem::size_of::<Segment>()
     }
 
     /// Every leaf, in prefix order.
@@ -255,6 +263,11 @@ impl Trie {
             used += n as usize;
         }
         assert_eq!(used, self.leaves);
+        assert_eq!(
+            self.first.iter().flatten().count(),
+            self.segments,
+            "segment count"
+        );
     }
 }
 
