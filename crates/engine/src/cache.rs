@@ -719,6 +719,31 @@ impl Cache {
         r
     }
 
+    /// The Z-zone writer's work: pack demoted items into their blocks and
+    /// shrink the zone to its target, one block rewrite or one page step
+    /// at a time under the zone's lock alone (never the engine's), up to
+    /// `budget` steps. Returns the steps done; 0 when nothing waits.
+    pub fn flush_zone(&self, budget: usize) -> usize {
+        let Some(zone) = &self.shared.zone else {
+            return 0;
+        };
+        let mut done = 0;
+        while done < budget {
+            let now = self.clock.now();
+            if !zone.lock().background_step(now) {
+                break;
+            }
+            done += 1;
+        }
+        done
+    }
+
+    /// A thread will call [`Cache::flush_zone`] from now on: the engine
+    /// leaves shrinking the Z-zone to it. False if the Z-zone is off.
+    pub fn start_zone_writer(&self) -> bool {
+        self.shared.zone.is_some() && self.lock().zone_has_writer()
+    }
+
     /// Train a Z-zone dictionary if one is due: the samples are taken and
     /// the dictionary installed under the engine lock, the training (tens
     /// of milliseconds) runs without it. For the maintainer thread.

@@ -353,6 +353,7 @@ impl Harness {
             }
             Op::Maintain { budget } => {
                 self.cache.lock().maintain(budget);
+                self.cache.flush_zone(budget);
                 self.cache.train_zone();
             }
             Op::Reassign { src, dst } => {

@@ -75,6 +75,9 @@ impl Maintainer {
             let mut ticks = 0u32;
             while !flag.load(Ordering::Relaxed) {
                 cache.lock().maintain(budget);
+                // The Z-zone's writer, which also runs without the engine
+                // lock.
+                cache.flush_zone(8);
                 ticks += 1;
                 if ticks.is_multiple_of(per_second) {
                     clock.advance(std::time::Duration::from_secs(1));

@@ -500,6 +500,8 @@ fn maintainer(cache: &Cache, stop: &AtomicBool) -> (u64, Duration, Duration) {
             }
             std::thread::yield_now();
         }
+        // The server's Z-zone writer has a thread of its own.
+        cache.flush_zone(4096);
         cache.train_zone();
         std::thread::park_timeout(Duration::from_micros(MAINTAIN_PERIOD_US));
     }

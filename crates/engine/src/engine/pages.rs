@@ -209,7 +209,7 @@ impl Engine {
     }
 
     /// Begin moving a page of `from` to `to` (None: the unassigned pool).
-    fn start_drain(&mut self, from: usize, to: Option<usize>) -> bool {
+    pub(super) fn start_drain(&mut self, from: usize, to: Option<usize>) -> bool {
         // The rules keep a class's last page unless it is idle.
         if self.drain.is_some() || self.slabs.classes[from].pages.is_empty() {
             return false;
@@ -312,6 +312,7 @@ impl Engine {
                 self.slabs.classes[to].stats.pages_in += 1;
                 self.rebal.grew(to);
             }
+            None if self.page_for_zone(page) => {}
             None => self.slabs.spare.push(page),
         }
         self.slabs.classes[from].stats.pages_out += 1;

@@ -50,6 +50,12 @@ const SLACK: f64 = 0.02;
 /// The Z-zone's share of memory at start, and the most it may take.
 const START_SHARE: f64 = 0.5;
 const MAX_SHARE: f64 = 0.9;
+/// Demotions wait to be packed in a stage of up to 1/[`STAGE_SHARE`] of
+/// `-m`, and [`MAX_STAGE`] at most: room for a few milliseconds of
+/// demotions at any rate the server sees, so the writer, not the request
+/// that evicted, rewrites the blocks.
+const STAGE_SHARE: usize = 256;
+const MAX_STAGE: usize = 256 << 10;
 
 pub(super) struct Zzone {
     /// The zone, shared with GETs that read it without the engine lock
@@ -61,6 +67,15 @@ pub(super) struct Zzone {
     window: (u64, u64),
     /// A promoted item's image, copied out of the zone.
     image: Vec<u8>,
+    /// A writer thread packs the stage and shrinks the zone
+    /// ([`crate::Cache::flush_zone`]); without one, `maintain` shrinks it.
+    writer: bool,
+    /// Evictions are not demoted (the budget is being enforced: the items
+    /// of a whole page go at once, and demoting them would be thousands of
+    /// block rewrites under the engine lock).
+    pub(super) paused: bool,
+    /// The N-zone page being drained for the zone, if any.
+    pub(super) drain: Option<crate::slab::PageId>,
 }
 
 /// The Z-zone's part of `stats`.
@@ -85,6 +100,7 @@ impl Zzone {
                 codec: config.zzone_codec,
                 page_size,
                 dict_samples: config.zzone_dict_samples,
+                stage_bytes: (config.memory_limit / STAGE_SHARE).clamp(4 << 10, MAX_STAGE),
             }))),
             share: if config.zzone_target == 0 {
                 MAX_SHARE
@@ -93,6 +109,9 @@ impl Zzone {
             },
             window: (0, 0),
             image: Vec::new(),
+            writer: false,
+            paused: false,
+            drain: None,
         });
         z.retarget(config.memory_limit);
         Some(z)
@@ -109,16 +128,17 @@ impl Zzone {
     fn retarget(&mut self, available: usize) {
         let mut zone = self.zone.lock();
         let page = zone.config().page_size;
-        zone.target_pages = (self.share * available as f64) as usize / page;
+        zone.set_target_pages((self.share * available as f64) as usize / page);
     }
 }
 
 impl Engine {
     /// The item at `loc` (its stripe held) leaves the N-zone: demote it.
-    /// False if it is not kept (no Z-zone, chained, expired, or no room).
+    /// False if it is not kept (no Z-zone, chained, or expired); kept, it
+    /// is staged, and evicted later if the zone has no room for it.
     pub(super) fn demote(&mut self, loc: u64) -> bool {
         let now = self.now();
-        let Some(z) = self.zone.as_mut() else {
+        let Some(z) = self.zone.as_mut().filter(|z| !z.paused) else {
             return false;
         };
         let chunk = self.slabs.chunk(loc);
@@ -130,7 +150,8 @@ impl Engine {
             return false;
         }
         let image = &chunk[..item::stored_len(chunk)];
-        z.zone.lock().insert(hash(item::key(image)), image, now)
+        z.zone.lock().push(hash(item::key(image)), image, now);
+        true
     }
 
     /// The live item of `key` in either zone: the N-zone's, else the
@@ -270,14 +291,86 @@ impl Engine {
         // Every step, so that pages the zone gave the N-zone in a pinch
         // come back to it.
         z.retarget(available);
+        let writer = z.writer;
         let steps = {
             let mut zone = z.zone.lock();
             zone.bench = self.counters.curr_items.min(u32::MAX as u64) as u32;
-            zone.shrink(now, budget)
+            if writer {
+                0
+            } else {
+                zone.shrink(now, budget)
+            }
         };
-        // Demotions while the maintainer evicted may have grown the zone.
+        self.feed_zone();
         self.enforce_budget(None);
         steps
+    }
+
+    /// The Z-zone is below its target: grant it a page of free memory, or
+    /// one the N-zone has given up, else start draining one (the drain
+    /// demotes its items a few per store; the page is granted once it is
+    /// free, at a later step).
+    fn feed_zone(&mut self) {
+        let Some(z) = self.zone.as_ref() else {
+            return;
+        };
+        if !z.zone.lock().wants_page() {
+            return;
+        }
+        let page = self.slabs.page_size;
+        let free =
+            self.slabs.pages_allocated() * page + self.aux_bytes() + page <= self.memory_limit;
+        if let Some(p) = self.slabs.spare.pop() {
+            self.slabs.release_page(p);
+        } else if !free {
+            let largest = (0..self.slabs.classes.len())
+                .filter(|&c| self.slabs.classes[c].pages.len() > 1)
+                .max_by_key(|&c| self.slabs.classes[c].pages.len());
+            if let Some(c) = largest {
+                if self.drain.is_none() && self.start_drain(c, None) {
+                    let page = self.drain.as_ref().map(|d| d.page);
+                    if let Some(z) = self.zone.as_mut() {
+                        z.drain = page;
+                    }
+                }
+            }
+            return;
+        }
+        if let Some(z) = self.zone.as_ref() {
+            z.zone.lock().grant_page();
+        }
+    }
+
+    /// A drained page goes to the zone if it was drained for it (see
+    /// [`Engine::feed_zone`]). False if it was not.
+    pub(super) fn page_for_zone(&mut self, page: crate::slab::PageId) -> bool {
+        let Some(z) = self.zone.as_mut().filter(|z| z.drain == Some(page)) else {
+            return false;
+        };
+        z.drain = None;
+        let zone = z.zone.clone();
+        self.slabs.release_page(page);
+        zone.lock().grant_page();
+        true
+    }
+
+    /// While on, evicted items are not demoted (see [`Zzone::paused`]).
+    pub(super) fn pause_demotions(&mut self, on: bool) {
+        if let Some(z) = self.zone.as_mut() {
+            z.paused = on;
+        }
+    }
+
+    /// A thread packs the Z-zone's stage and shrinks it from now on
+    /// ([`crate::Cache::flush_zone`]). False if there is no Z-zone.
+    pub fn zone_has_writer(&mut self) -> bool {
+        match self.zone.as_mut() {
+            Some(z) => {
+                z.writer = true;
+                true
+            }
+            None => false,
+        }
     }
 
     /// The N-zone needs a page it cannot find: the Z-zone gives one back.
@@ -290,10 +383,15 @@ impl Engine {
         };
         let mut zone = z.zone.lock();
         let pages = zone.pages();
+        if !zone.wants_page() && pages < zone.target_pages() {
+            // A page granted but not yet added: that one.
+            zone.set_target_pages(pages);
+            return true;
+        }
         if pages == 0 {
             return false;
         }
-        zone.target_pages = pages - 1;
+        zone.set_target_pages(pages - 1);
         zone.shrink(now, usize::MAX);
         zone.pages() < pages
     }
@@ -310,7 +408,7 @@ impl Engine {
         Some(ZzoneStats {
             zone: zone.stats(),
             share_percent: (z.share * 100.0).round() as u32,
-            target_pages: zone.target_pages as u64,
+            target_pages: zone.target_pages() as u64,
             benchmark: self.counters.curr_items,
         })
     }

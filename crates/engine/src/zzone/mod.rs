@@ -25,6 +25,7 @@
 pub mod block;
 pub mod filter;
 pub mod log;
+pub mod stage;
 pub mod trie;
 
 use std::collections::BTreeMap;
@@ -35,6 +36,7 @@ use crate::item;
 use crate::stripe::hash;
 use filter::Filter;
 use log::{Log, NOWHERE};
+use stage::Stage;
 use trie::{Node, Trie, MAX_DEPTH};
 
 /// Share of the zone's pages that live blocks may fill before the sweep
@@ -68,6 +70,9 @@ pub struct ZoneConfig {
     pub page_size: usize,
     /// Samples a dictionary is trained on ([`SAMPLES`]).
     pub dict_samples: usize,
+    /// Bytes demoted items may fill waiting for their blocks' rewrite
+    /// ([`stage`]) before the demoting thread rewrites them itself.
+    pub stage_bytes: usize,
 }
 
 /// A block: where its bytes are, how to decode them, its filters and its
@@ -137,6 +142,12 @@ pub struct ZoneStats {
     pub merges: u64,
     /// Removals waiting for their block's next rewrite.
     pub pending: u64,
+    /// Demoted items waiting for theirs, and their memory.
+    pub staged: u64,
+    pub stage_bytes: u64,
+    /// Block rewrites that packed staged items, and the items they packed.
+    pub flushes: u64,
+    pub flushed: u64,
     /// Bytes of the trie's pointer arrays and of the block descriptors.
     pub trie_bytes: u64,
     pub descriptor_bytes: u64,
@@ -157,7 +168,9 @@ pub struct ZoneStats {
 /// ([`Zone::copy_block`]).
 #[derive(Default)]
 pub struct Copied {
+    /// The block's stored bytes, or a staged item's image (`staged`).
     bytes: Vec<u8>,
+    staged: bool,
     codec: Codec,
     dict: Option<Arc<Dictionary>>,
     raw_len: usize,
@@ -173,6 +186,14 @@ impl Copied {
         h: u64,
         key: &[u8],
     ) -> Option<&'a [u8]> {
+        if self.staged {
+            if item::key(&self.bytes) != key {
+                return None;
+            }
+            raw.clear();
+            raw.extend_from_slice(&self.bytes);
+            return Some(raw);
+        }
         coder
             .decompress(
                 self.codec,
@@ -204,7 +225,16 @@ pub struct Zone {
     /// there (then already subtracted from `stats.items`).
     pending: BTreeMap<u64, bool>,
     /// Pages the zone may hold (the adaptive split sets it).
-    pub target_pages: usize,
+    target_pages: usize,
+    /// A page the engine counted for the zone before it was added: the
+    /// zone grows only into memory the engine has made room for, so a
+    /// writer without the engine's lock keeps within `-m`
+    /// ([`Zone::grant_page`]).
+    spare: bool,
+    /// Demoted items not yet in their blocks, and where the writer takes
+    /// the next ones.
+    stage: Stage,
+    flush_hand: u64,
     /// The N-zone's locality benchmark for reads that decode outside the
     /// lock (the engine keeps it current).
     pub bench: u32,
@@ -263,6 +293,9 @@ impl Zone {
             log: Log::new(cfg.page_size),
             pending: BTreeMap::new(),
             target_pages: 0,
+            spare: false,
+            stage: Stage::default(),
+            flush_hand: 0,
             bench: 0,
             hand: 0,
             ratio: 2.0,
@@ -329,8 +362,52 @@ impl Zone {
     }
 
     /// Everything the zone holds in memory (counted in `-m`).
+    /// The stage counts at its full size once the zone is in use, so that
+    /// its filling and emptying never move the engine's budget.
     pub fn memory_bytes(&self) -> usize {
-        self.log.memory_bytes() + self.metadata_bytes()
+        let active = self.log.pages() > 0 || self.spare || !self.stage.is_empty();
+        self.log.memory_bytes()
+            + if self.spare { self.cfg.page_size } else { 0 }
+            + if active {
+                self.stage.bytes().max(self.cfg.stage_bytes)
+            } else {
+                0
+            }
+            + self.metadata_bytes()
+    }
+
+    /// The engine has counted one more page for the zone (it is below its
+    /// target; the page came from the N-zone or from free memory): the
+    /// zone may add it when it needs room.
+    pub fn grant_page(&mut self) {
+        if self.log.pages() < self.target_pages {
+            self.spare = true;
+        }
+    }
+
+    /// Whether the zone is below its target without a page granted.
+    /// (Pages come to it one at a time, as the N-zone gives them up, so
+    /// that the N-zone's items leave it a few at a time, demoted.)
+    pub fn wants_page(&self) -> bool {
+        !self.spare && self.log.pages() < self.target_pages
+    }
+
+    pub fn target_pages(&self) -> usize {
+        self.target_pages
+    }
+
+    /// Pages the zone may hold (the adaptive split's decision); a granted
+    /// page beyond them is given back.
+    pub fn set_target_pages(&mut self, pages: usize) {
+        self.target_pages = pages;
+        if self.log.pages() >= pages {
+            self.spare = false;
+        }
+    }
+
+    /// Items in blocks (the rest are staged).
+    fn block_items(&self) -> u64 {
+        self.stats.items - self.stage.len() as u64
     }
 
     /// The zone's metadata: trie, block descriptors, pending removals,
@@ -339,7 +416,11 @@ impl Zone {
     /// counted as fixed overhead like the engine's own structure, so that
     /// `-o zzone=1` with nothing demoted takes nothing from the N-zone.
     pub fn metadata_bytes(&self) -> usize {
-        if self.log.pages() == 0 && self.pending.is_empty() && self.samples.is_empty() {
+        if self.log.pages() == 0
+            && self.pending.is_empty()
+            && self.samples.is_empty()
+            && self.stage.is_empty()
+        {
             return 0;
         }
         self.trie.memory_bytes()
@@ -369,6 +450,8 @@ impl Zone {
         s.memory_bytes = self.memory_bytes() as u64;
         s.metadata_bytes = self.metadata_bytes() as u64;
         s.pending = self.pending.len() as u64;
+        s.staged = self.stage.len() as u64;
+        s.stage_bytes = self.stage.bytes() as u64;
         s.trie_bytes = self.trie.memory_bytes() as u64;
         s.descriptor_bytes = (self.descs.capacity() * std::mem::size_of::<Desc>()) as u64;
         s.dictionaries = self.dicts.iter().flatten().count() as u64;
@@ -446,6 +529,20 @@ impl Zone {
     /// (recorded in the access filter and reuse records), else a peek.
     pub fn get(&mut self, h: u64, key: &[u8], now: u32, bench: u32, read: bool) -> Option<bool> {
         let (_, id) = self.trie.leaf_of(h);
+        // A staged copy is the newest.
+        if let Some(image) = self.stage.get(h, key) {
+            let exp = item::exptime(image);
+            if exp != 0 && exp <= now {
+                return None;
+            }
+            self.found.clear();
+            self.found.extend_from_slice(image);
+            if !read {
+                return Some(false);
+            }
+            self.stats.hits += 1;
+            return Some(self.record_read(id, h, bench));
+        }
         let d = &self.descs[id as usize];
         if !d.content.may_contain(h) || self.pending.contains_key(&h) {
             self.stats.filtered += 1;
@@ -506,13 +603,19 @@ impl Zone {
     /// lock, and [`Zone::note_read`].
     pub fn copy_block(&mut self, h: u64, read: bool, out: &mut Copied) -> Option<bool> {
         let (_, id) = self.trie.leaf_of(h);
+        out.bytes.clear();
+        if let Some(image) = self.stage.get_hash(h) {
+            out.bytes.extend_from_slice(image);
+            out.staged = true;
+            return Some(read && self.record_read(id, h, self.bench));
+        }
+        out.staged = false;
         let d = self.descs[id as usize];
         if !d.content.may_contain(h) || self.pending.contains_key(&h) {
             self.stats.filtered += 1;
             return None;
         }
         self.stats.decompressions += 1;
-        out.bytes.clear();
         out.bytes
             .extend_from_slice(self.log.read(d.loc, d.stored as usize));
         out.codec = codec_of(d.codec);
@@ -537,7 +640,13 @@ impl Zone {
     /// N-zone (`known`: it was found there, so it is subtracted from the
     /// count now) or was replaced or deleted there. Done when the block is
     /// next rewritten (§3.3.2).
-    pub fn remove(&mut self, h: u64, known: bool) {
+    pub fn remove(&mut self, h: u64, mut known: bool) {
+        if self.stage.remove(h).is_some() {
+            // That was the copy found (the newest); an older one in the
+            // block, if any, was not counted as found.
+            self.stats.items -= 1;
+            known = false;
+        }
         let (_, id) = self.trie.leaf_of(h);
         if !self.descs[id as usize].content.may_contain(h) {
             return;
@@ -549,35 +658,111 @@ impl Zone {
         }
     }
 
-    /// Demote `image` (key hash `h`) from the N-zone. False if the zone
-    /// has no room for it (then it is evicted).
-    pub fn insert(&mut self, h: u64, image: &[u8], now: u32) -> bool {
+    /// Demote `image` (key hash `h`) from the N-zone: it is staged, and
+    /// packed into its block later ([`Zone::flush_some`]), or now, with
+    /// other staged items, if the stage is full. A demotion the zone has
+    /// no room for then evicts the items (counted in `evictions` and
+    /// `refused`).
+    pub fn push(&mut self, h: u64, image: &[u8], now: u32) {
         debug_assert!(item::is_whole(image));
-        let (_, id) = self.trie.leaf_of(h);
+        if let Some(old) = self.stage.push(h, image) {
+            // The key's older staged copy, or another key of the same hash.
+            self.stats.items -= 1;
+            if item::key(&old) != item::key(image) {
+                self.stats.evictions += 1;
+            }
+        }
+        self.stats.items += 1;
+        self.stats.demotions += 1;
+        if self.cfg.codec == Codec::Zstd
+            && self.samples.len() < self.cfg.dict_samples
+            && self.stats.demotions.is_multiple_of(SAMPLE_EVERY)
+        {
+            self.samples.push(image.to_vec());
+            self.sample_bytes += image.len();
+        }
+        while self.stage.bytes() > self.cfg.stage_bytes {
+            self.flush_some(now, 1);
+        }
+    }
+
+    /// Demotions waiting in the stage.
+    pub fn staged(&self) -> usize {
+        self.stage.len()
+    }
+
+    /// The writer's next step: give a page back if the zone is above its
+    /// target, else pack the staged items of one block. False if there was
+    /// nothing to do.
+    pub fn background_step(&mut self, now: u32) -> bool {
+        if self.log.pages() > self.target_pages {
+            return self.shrink(now, 1) > 0;
+        }
+        self.flush_some(now, 1) > 0
+    }
+
+    /// Pack staged items into their blocks: up to `budget` block rewrites,
+    /// each taking the staged items of one leaf (those of the next leaf
+    /// in hash order that has any). Returns the rewrites done.
+    pub fn flush_some(&mut self, now: u32, budget: usize) -> usize {
+        let mut done = 0;
+        while done < budget {
+            let Some(h) = self.stage.next_from(self.flush_hand) else {
+                break;
+            };
+            let (node, _) = self.trie.leaf_of(h);
+            self.flush_hand = range_end(node).wrapping_add(1);
+            self.flush_leaf(h, now);
+            done += 1;
+        }
+        done
+    }
+
+    /// Rewrite the block of hash `h` with the staged items of its leaf
+    /// (at least one; as many as a block holds).
+    fn flush_leaf(&mut self, h: u64, now: u32) {
+        let (node, id) = self.trie.leaf_of(h);
+        let hashes = self
+            .stage
+            .hashes_in(range_start(node)..=range_end(node), self.raw_capacity());
+        let fresh: usize = hashes
+            .iter()
+            .filter_map(|&x| self.stage.get_hash(x))
+            .map(|im| im.len())
+            .sum();
         // Room first (it may sweep this very leaf): the new block(s) will
-        // take at most the old block's decoded bytes, the item, and two
-        // block headers.
-        // (A merge adds the sibling's bytes.)
-        let (node, _) = self.trie.leaf_of(h);
+        // take at most the old block's decoded bytes, the sibling's (a
+        // merge), the items, and a header for each block a split makes.
         let sibling = self
             .trie
             .sibling_leaf(node)
             .map_or(0, |(_, s)| self.descs[s as usize].raw as usize);
-        let need = self.descs[id as usize].raw as usize + sibling + image.len() + 4 * 96;
-        if !self.make_room(need, now) {
-            self.stats.refused += 1;
-            return false;
-        }
-        let (mut node, id) = self.trie.leaf_of(h);
+        let need = self.descs[id as usize].raw as usize + sibling + fresh + 96 * (4 + hashes.len());
+        let room = self.make_room(need, now);
         self.work.clear();
-        self.work.extend_from_slice(image);
         let mut entries = std::mem::take(&mut self.entries);
         entries.clear();
-        entries.push(Entry {
-            h,
-            at: 0,
-            len: image.len() as u32,
-        });
+        for x in hashes {
+            let Some(im) = self.stage.remove(x) else {
+                continue;
+            };
+            entries.push(Entry {
+                h: x,
+                at: self.work.len() as u32,
+                len: im.len() as u32,
+            });
+            self.work.extend_from_slice(&im);
+        }
+        if !room {
+            self.stats.refused += entries.len() as u64;
+            self.drop_items(entries.len() as u64);
+            self.entries = entries;
+            return;
+        }
+        self.stats.flushes += 1;
+        self.stats.flushed += entries.len() as u64;
+        // (The sweep never splits or merges: the leaf is the same.)
+        let (mut node, id) = self.trie.leaf_of(h);
         self.gather(node, id, now, &mut entries);
         // A leaf and its sibling that together fill under 3/4 of a block
         // (after evictions and removals) join again: fewer, fuller blocks.
@@ -594,18 +779,8 @@ impl Zone {
                 self.stats.merges += 1;
             }
         }
-        self.stats.items += 1;
-        self.stats.demotions += 1;
-        if self.cfg.codec == Codec::Zstd
-            && self.samples.len() < self.cfg.dict_samples
-            && self.stats.demotions.is_multiple_of(SAMPLE_EVERY)
-        {
-            self.samples.push(image.to_vec());
-            self.sample_bytes += image.len();
-        }
         self.write_leaf(node, id, &mut entries, None);
         self.entries = entries;
-        true
     }
 
     /// Add block `id`'s surviving entries to `entries` (after those already
@@ -853,8 +1028,8 @@ impl Zone {
         (c, if packed { dict } else { 0 })
     }
 
-    /// Make `need` bytes of room at the log's head: a new page while the
-    /// zone is below its target, else compaction of the page with the most
+    /// Make `need` bytes of room at the log's head: a new page if one was
+    /// granted and the zone is below its target, else compaction of the page with the most
     /// garbage, after the sweep has brought the live bytes under [`FILL`]
     /// of the pages. False if it cannot (no pages allowed).
     fn make_room(&mut self, need: usize, now: u32) -> bool {
@@ -866,7 +1041,8 @@ impl Zone {
             if self.log.head_room() >= need {
                 return true;
             }
-            if self.log.pages() < self.target_pages {
+            if self.spare && self.log.pages() < self.target_pages {
+                self.spare = false;
                 self.log.add_page();
                 continue;
             }
@@ -882,7 +1058,7 @@ impl Zone {
                     }
                 }
             }
-            if self.stats.items == 0 && self.pending.is_empty() {
+            if self.block_items() == 0 && self.pending.is_empty() {
                 // Nothing to evict: only garbage, all of it in the head.
                 let p = self.log.emptiest().map(|(p, _)| p);
                 match p {
@@ -958,14 +1134,16 @@ impl Zone {
             let page = self.log.page_size();
             let keep = self.log.pages() - 1;
             let allowed = (FILL * (keep * page) as f64) as usize;
-            if self.log.live_bytes() > allowed && self.stats.items > 0 {
+            if self.log.live_bytes() > allowed && self.block_items() > 0 {
                 self.sweep_one(now, steps > GENTLE_SWEEPS);
                 continue;
             }
             let Some((p, _)) = self.log.emptiest() else {
                 // One page left, the head: it goes once nothing lives in
                 // it (a target of no pages).
-                if self.log.live_bytes() == 0 || self.stats.items == 0 {
+                if self.log.live_bytes() == 0 || self.block_items() == 0 {
+                    // Staged items go with it (the stage is memory too).
+                    self.stats.evictions += self.stage.len() as u64;
                     self.clear();
                 } else {
                     self.sweep_one(now, true);
@@ -1066,7 +1244,16 @@ impl Zone {
             }
             assert_eq!(n, d.count as usize, "block {id}'s count");
         }
+        for (h, image) in self.stage.images() {
+            assert_eq!(hash(item::key(image)), h, "staged under its key's hash");
+            assert!(item::is_whole(image), "staged image parses");
+            items += 1;
+        }
         assert_eq!(items, self.stats.items, "zone item count");
+        assert!(
+            !self.spare || self.log.pages() < self.target_pages,
+            "a granted page within the target"
+        );
         // Each dictionary's count of blocks, and none kept that is unused.
         for (i, d) in self.dicts.iter().enumerate().skip(1) {
             let using = leaves
@@ -1137,6 +1324,10 @@ mod tests {
             seed: u16,
         },
         Clear,
+        /// The writer packs staged items into `n` blocks.
+        Flush {
+            n: usize,
+        },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -1151,6 +1342,7 @@ mod tests {
             1 => (0..6usize).prop_map(|pages| Op::Target { pages }),
             1 => any::<u16>().prop_map(|seed| Op::Train { seed }),
             1 => Just(Op::Clear),
+            3 => (1..8usize).prop_map(|n| Op::Flush { n }),
         ]
     }
 
@@ -1198,8 +1390,9 @@ mod tests {
             codec,
             page_size: 64 << 10,
             dict_samples: SAMPLES,
+            stage_bytes: 2048,
         });
-        z.target_pages = 3;
+        z.set_target_pages(3);
         z
     }
 
@@ -1223,11 +1416,15 @@ mod tests {
                     let h = hash(&key(k));
                     // The key was in the N-zone: its old copy is gone.
                     z.remove(h, false);
-                    if z.insert(h, &im, now) {
-                        model.insert(k, (im, lost(&z)));
-                    } else {
-                        model.remove(&k);
-                    }
+                    // The engine counts a page for the zone, as it does
+                    // on each demotion (a sync flush may refuse the item).
+                    z.grant_page();
+                    let at = lost(&z);
+                    z.push(h, &im, now);
+                    model.insert(k, (im, at));
+                }
+                Op::Flush { n } => {
+                    z.flush_some(now, n);
                 }
                 Op::Get { k } | Op::Promote { k } => {
                     let h = hash(&key(k));
@@ -1259,7 +1456,7 @@ mod tests {
                 Op::Sweep { force } => z.sweep_one(now, force),
                 Op::Advance { secs } => now += secs,
                 Op::Target { pages } => {
-                    z.target_pages = pages;
+                    z.set_target_pages(pages);
                     z.shrink(now, 10_000);
                     assert!(z.pages() <= pages.max(1), "shrunk to its target");
                 }
@@ -1327,9 +1524,9 @@ mod tests {
             let im = image(k, 100 + (i as usize % 200), (i % 4) as u8, 0, i as u64 + 1);
             let h = hash(&key(k));
             z.remove(h, false);
-            if z.insert(h, &im, 10) {
-                last.insert(k, im);
-            }
+            z.grant_page();
+            z.push(h, &im, 10);
+            last.insert(k, im);
             assert!(z.pages() <= 3);
         }
         z.validate();
