@@ -730,9 +730,20 @@ impl Cache {
         let mut done = 0;
         while done < budget {
             let now = self.clock.now();
-            if !zone.lock().background_step(now) {
+            let job = {
+                let mut z = zone.lock();
+                if z.shrink_step(now) {
+                    done += 1;
+                    continue;
+                }
+                z.begin_flush(now)
+            };
+            let Some(mut job) = job else {
                 break;
-            }
+            };
+            // The rewrite's decoding and compression, without the lock.
+            ZONE_READER.with_borrow_mut(|r| job.run(&mut r.coder, &mut r.raw));
+            zone.lock().finish_flush(job);
             done += 1;
         }
         done

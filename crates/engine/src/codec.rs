@@ -229,6 +229,7 @@ fn random_entropy(len: usize) -> f64 {
 /// the entropy of the worst block that still compressed acceptably (its
 /// ratio above `min_ratio`). Every `window` blocks it starts again from
 /// random data's, so that it can rise when the data changes.
+#[derive(Clone, Debug)]
 pub struct Recognizer {
     /// Compress only below this normalized entropy.
     pub threshold: f64,

@@ -326,15 +326,20 @@ impl Engine {
             let largest = (0..self.slabs.classes.len())
                 .filter(|&c| self.slabs.classes[c].pages.len() > 1)
                 .max_by_key(|&c| self.slabs.classes[c].pages.len());
-            if let Some(c) = largest {
-                if self.drain.is_none() && self.start_drain(c, None) {
-                    let page = self.drain.as_ref().map(|d| d.page);
-                    if let Some(z) = self.zone.as_mut() {
-                        z.drain = page;
-                    }
-                }
+            if self.drain.is_some() {
+                // One at a time (the rebalancer's, or ours, in progress).
+                return;
             }
-            return;
+            if let Some(c) = largest.filter(|&c| self.start_drain(c, None)) {
+                let page = self.drain.as_ref().map(|d| d.page);
+                debug_assert!(page.is_some(), "class {c} drains");
+                if let Some(z) = self.zone.as_mut() {
+                    z.drain = page;
+                }
+                return;
+            }
+            // No page can drain: grant one over the budget, which
+            // enforce_budget then takes from the N-zone at once.
         }
         if let Some(z) = self.zone.as_ref() {
             z.zone.lock().grant_page();

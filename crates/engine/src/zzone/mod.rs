@@ -24,6 +24,7 @@
 
 pub mod block;
 pub mod filter;
+pub mod flush;
 pub mod log;
 pub mod stage;
 pub mod trie;
@@ -31,13 +32,13 @@ pub mod trie;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::codec::{normalized_entropy, Codec, Coder, Dictionary, Recognizer};
+use crate::codec::{Codec, Coder, Dictionary, Recognizer};
 use crate::item;
 use crate::stripe::hash;
 use filter::Filter;
 use log::{Log, NOWHERE};
 use stage::Stage;
-use trie::{Node, Trie, MAX_DEPTH};
+use trie::{Node, Trie};
 
 /// Share of the zone's pages that live blocks may fill before the sweep
 /// evicts: the rest is garbage for compaction to reclaim, so compacting a
@@ -148,6 +149,9 @@ pub struct ZoneStats {
     /// Block rewrites that packed staged items, and the items they packed.
     pub flushes: u64,
     pub flushed: u64,
+    /// Flushes dropped because their block or items changed while they
+    /// compressed without the lock (redone later).
+    pub flush_conflicts: u64,
     /// Bytes of the trie's pointer arrays and of the block descriptors.
     pub trie_bytes: u64,
     pub descriptor_bytes: u64,
@@ -235,6 +239,10 @@ pub struct Zone {
     /// the next ones.
     stage: Stage,
     flush_hand: u64,
+    /// Flush jobs begun and not finished: (ticket, the blocks they copied,
+    /// whether one of those was rewritten since), and the last ticket.
+    tickets: Vec<(u64, [u32; 2], bool)>,
+    tickets_issued: u64,
     /// The N-zone's locality benchmark for reads that decode outside the
     /// lock (the engine keeps it current).
     pub bench: u32,
@@ -296,6 +304,8 @@ impl Zone {
             spare: false,
             stage: Stage::default(),
             flush_hand: 0,
+            tickets: Vec::new(),
+            tickets_issued: 0,
             bench: 0,
             hand: 0,
             ratio: 2.0,
@@ -691,96 +701,10 @@ impl Zone {
         self.stage.len()
     }
 
-    /// The writer's next step: give a page back if the zone is above its
-    /// target, else pack the staged items of one block. False if there was
-    /// nothing to do.
-    pub fn background_step(&mut self, now: u32) -> bool {
-        if self.log.pages() > self.target_pages {
-            return self.shrink(now, 1) > 0;
-        }
-        self.flush_some(now, 1) > 0
-    }
-
-    /// Pack staged items into their blocks: up to `budget` block rewrites,
-    /// each taking the staged items of one leaf (those of the next leaf
-    /// in hash order that has any). Returns the rewrites done.
-    pub fn flush_some(&mut self, now: u32, budget: usize) -> usize {
-        let mut done = 0;
-        while done < budget {
-            let Some(h) = self.stage.next_from(self.flush_hand) else {
-                break;
-            };
-            let (node, _) = self.trie.leaf_of(h);
-            self.flush_hand = range_end(node).wrapping_add(1);
-            self.flush_leaf(h, now);
-            done += 1;
-        }
-        done
-    }
-
-    /// Rewrite the block of hash `h` with the staged items of its leaf
-    /// (at least one; as many as a block holds).
-    fn flush_leaf(&mut self, h: u64, now: u32) {
-        let (node, id) = self.trie.leaf_of(h);
-        let hashes = self
-            .stage
-            .hashes_in(range_start(node)..=range_end(node), self.raw_capacity());
-        let fresh: usize = hashes
-            .iter()
-            .filter_map(|&x| self.stage.get_hash(x))
-            .map(|im| im.len())
-            .sum();
-        // Room first (it may sweep this very leaf): the new block(s) will
-        // take at most the old block's decoded bytes, the sibling's (a
-        // merge), the items, and a header for each block a split makes.
-        let sibling = self
-            .trie
-            .sibling_leaf(node)
-            .map_or(0, |(_, s)| self.descs[s as usize].raw as usize);
-        let need = self.descs[id as usize].raw as usize + sibling + fresh + 96 * (4 + hashes.len());
-        let room = self.make_room(need, now);
-        self.work.clear();
-        let mut entries = std::mem::take(&mut self.entries);
-        entries.clear();
-        for x in hashes {
-            let Some(im) = self.stage.remove(x) else {
-                continue;
-            };
-            entries.push(Entry {
-                h: x,
-                at: self.work.len() as u32,
-                len: im.len() as u32,
-            });
-            self.work.extend_from_slice(&im);
-        }
-        if !room {
-            self.stats.refused += entries.len() as u64;
-            self.drop_items(entries.len() as u64);
-            self.entries = entries;
-            return;
-        }
-        self.stats.flushes += 1;
-        self.stats.flushed += entries.len() as u64;
-        // (The sweep never splits or merges: the leaf is the same.)
-        let (mut node, id) = self.trie.leaf_of(h);
-        self.gather(node, id, now, &mut entries);
-        // A leaf and its sibling that together fill under 3/4 of a block
-        // (after evictions and removals) join again: fewer, fuller blocks.
-        if let Some((sib, sid)) = self.trie.sibling_leaf(node) {
-            let d = self.descs[sid as usize];
-            if Self::block_len(&entries) + d.raw as usize <= self.raw_capacity() * 3 / 4 {
-                self.gather(sib, sid, now, &mut entries);
-                self.trie.merge(node, id);
-                self.free_descs.push(sid);
-                node = Node {
-                    depth: node.depth - 1,
-                    prefix: node.prefix >> 1,
-                };
-                self.stats.merges += 1;
-            }
-        }
-        self.write_leaf(node, id, &mut entries, None);
-        self.entries = entries;
+    /// The writer's step towards the zone's target: one page step if it
+    /// is above it. False if it is not.
+    pub fn shrink_step(&mut self, now: u32) -> bool {
+        self.log.pages() > self.target_pages && self.shrink(now, 1) > 0
     }
 
     /// Add block `id`'s surviving entries to `entries` (after those already
@@ -841,6 +765,9 @@ impl Zone {
 
     /// Forget block `id`'s bytes (its descriptor stays, empty).
     fn free_block(&mut self, id: u32) {
+        for t in self.tickets.iter_mut().filter(|t| t.1.contains(&id)) {
+            t.2 = true;
+        }
         let d = self.descs[id as usize];
         if d.loc != NOWHERE {
             self.log.kill(d.loc, d.stored as usize);
@@ -881,57 +808,10 @@ impl Zone {
         }
     }
 
-    /// Decoded size of a block of `entries`.
-    fn block_len(entries: &[Entry]) -> usize {
-        3 + 8 * entries.len().min(block::INDEX_SLOTS)
-            + entries.iter().map(|e| 8 + e.len as usize).sum::<usize>()
-    }
-
-    /// Write `entries` as leaf `node`'s block (id `id`, empty). A demotion
-    /// (`over` None) appends it, splitting the leaf on the next hash bit
-    /// while the block is over capacity; it made room at the log's head for
-    /// the entries' decoded size first. A sweep (`over`: the block's old
-    /// location and length) writes it over its old place, where it fits
-    /// unless compression did worse than before: then its items are
-    /// evicted.
-    fn write_leaf(
-        &mut self,
-        node: Node,
-        id: u32,
-        entries: &mut Vec<Entry>,
-        over: Option<(u32, usize)>,
-    ) {
-        if over.is_none()
-            && Self::block_len(entries) > self.raw_capacity()
-            && entries.len() > 1
-            && node.depth < MAX_DEPTH
-        {
-            let right = self.new_desc();
-            let (ln, rn) = node.children();
-            let bit = 63 - node.depth;
-            let (mut l, mut r): (Vec<Entry>, Vec<Entry>) =
-                entries.iter().partition(|e| e.h >> bit & 1 == 0);
-            // Both halves inherit the reads the sweep has not seen yet.
-            let parent = self.descs[id as usize];
-            self.descs[right as usize].access = parent.access;
-            self.descs[right as usize].reuse = parent.reuse;
-            self.trie.split(node, id, right);
-            self.stats.splits += 1;
-            self.write_leaf(ln, id, &mut l, None);
-            self.write_leaf(rn, right, &mut r, None);
-            return;
-        }
-        // At the deepest level a block that outgrows a page gives up its
-        // largest items.
-        while Self::block_len(entries) + log::ALIGN > self.log.page_size() {
-            let (i, _) = entries
-                .iter()
-                .enumerate()
-                .max_by_key(|(_, e)| e.len)
-                .expect("an oversized block has entries");
-            entries.swap_remove(i);
-            self.drop_items(1);
-        }
+    /// Write `entries` (a swept block's survivors) as block `id` (empty)
+    /// over its old place (`loc`, `len`), where it fits unless compression
+    /// did worse than before: then its items are evicted.
+    fn rewrite_in_place(&mut self, id: u32, entries: &mut [Entry], loc: u32, len: usize) {
         let mut content = Filter::default();
         for e in entries.iter() {
             content.insert(e.h);
@@ -942,25 +822,42 @@ impl Zone {
         if entries.is_empty() {
             return;
         }
-        let (codec, dict) = self.encode(entries);
-        let loc = match over {
-            None => self.log.append(id, &self.packed),
-            Some((loc, len)) if log::round(self.packed.len()) <= log::round(len) => {
-                self.log.revive(loc, &self.packed);
-                Some(loc)
-            }
-            Some(_) => None,
+        let dict = match self.cfg.codec {
+            Codec::Zstd => self.dict,
+            _ => 0,
         };
+        let dictionary = self
+            .dicts
+            .get(dict as usize)
+            .and_then(|x| x.as_ref())
+            .map(|x| x.0.clone());
+        let mut items: Vec<(u64, &[u8])> = entries
+            .iter()
+            .map(|e| (e.h, &self.work[e.at as usize..(e.at + e.len) as usize]))
+            .collect();
+        let (used, entropy, tried) = flush::encode(
+            &mut self.coder,
+            &mut self.recognizer,
+            self.cfg.codec,
+            dictionary.as_deref(),
+            &mut items,
+            &mut self.raw,
+            &mut self.packed,
+        );
+        drop(items);
+        if tried {
+            self.recognizer
+                .record(entropy, self.raw.len(), self.packed.len());
+        }
+        let (codec, dict) = (codec_code(used), if used == Codec::Zstd { dict } else { 0 });
         let d = &mut self.descs[id as usize];
-        let Some(loc) = loc else {
-            // Compression did worse than the block's old bytes (a sweep),
-            // or the split made more blocks than room was made for (a
-            // demotion): the items go.
+        if log::round(self.packed.len()) > log::round(len) {
             d.count = 0;
             d.content = Filter::default();
             self.drop_items(entries.len() as u64);
             return;
-        };
+        }
+        self.log.revive(loc, &self.packed);
         d.loc = loc;
         d.codec = codec;
         d.dict = dict;
@@ -971,6 +868,7 @@ impl Zone {
         d.raw = self.raw.len() as u32;
         self.stats.raw_bytes += d.raw as u64;
         self.stats.stored_bytes += d.stored as u64;
+        self.note_encoded(self.raw.len(), self.packed.len(), codec);
     }
 
     /// `n` items leave the cache from the zone.
@@ -979,53 +877,16 @@ impl Zone {
         self.stats.evictions += n;
     }
 
-    /// Build `entries` into a block in `raw`, and store it in `packed`:
-    /// compressed, or as it is when its entropy says compression will not
-    /// pay (SlimCache's recognizer) or it did not. Returns the codec and
-    /// dictionary used.
-    fn encode(&mut self, entries: &[Entry]) -> (u8, u8) {
-        let mut items: Vec<(u64, &[u8])> = entries
-            .iter()
-            .map(|e| (e.h, &self.work[e.at as usize..(e.at + e.len) as usize]))
-            .collect();
-        block::build(&mut items, &mut self.raw);
-        drop(items);
-        let codec = self.cfg.codec;
-        let entropy = normalized_entropy(&self.raw);
-        let tried = codec != Codec::Raw && self.recognizer.worth_trying(entropy);
-        let dict = match codec {
-            Codec::Zstd => self.dict,
-            _ => 0,
-        };
-        let d = self
-            .dicts
-            .get(dict as usize)
-            .and_then(|x| x.as_ref())
-            .map(|x| &*x.0);
-        let packed = tried && self.coder.compress(codec, d, &self.raw, &mut self.packed);
-        if tried {
-            let stored = if packed {
-                self.packed.len()
-            } else {
-                self.raw.len()
-            };
-            self.recognizer.record(entropy, self.raw.len(), stored);
-        }
-        let used = if packed { codec } else { Codec::Raw };
-        if !packed {
-            self.packed.clear();
-            self.packed.extend_from_slice(&self.raw);
-        }
-        let c = codec_code(used);
-        let w = &mut self.stats.written[c as usize];
+    /// A block was written: the codec's counts, and the running ratio,
+    /// which sizes the next blocks (zExpander's fixed 2 KB container, here
+    /// counted after compression).
+    fn note_encoded(&mut self, raw: usize, stored: usize, codec: u8) {
+        let w = &mut self.stats.written[codec as usize];
         w.0 += 1;
-        w.1 += self.raw.len() as u64;
-        w.2 += self.packed.len() as u64;
-        // The running ratio sizes the next blocks: zExpander's fixed 2 KB
-        // container, here counted after compression.
-        let r = self.raw.len() as f64 / self.packed.len().max(1) as f64;
+        w.1 += raw as u64;
+        w.2 += stored as u64;
+        let r = raw as f64 / stored.max(1) as f64;
         self.ratio = (self.ratio * 63.0 + r.clamp(1.0, 8.0)) / 64.0;
-        (c, if packed { dict } else { 0 })
     }
 
     /// Make `need` bytes of room at the log's head: a new page if one was
@@ -1119,7 +980,7 @@ impl Zone {
         }
         self.drop_items(evict as u64);
         self.descs[id as usize].access.clear();
-        self.write_leaf(node, id, &mut entries, Some((d.loc, d.stored as usize)));
+        self.rewrite_in_place(id, &mut entries, d.loc, d.stored as usize);
         self.entries = entries;
     }
 
@@ -1328,6 +1189,11 @@ mod tests {
         Flush {
             n: usize,
         },
+        /// The writer begins a flush job and leaves the lock (the ops
+        /// that follow run while it compresses)...
+        Begin,
+        /// ...and finishes it (dropped if what it copied changed).
+        Finish,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -1343,6 +1209,8 @@ mod tests {
             1 => any::<u16>().prop_map(|seed| Op::Train { seed }),
             1 => Just(Op::Clear),
             3 => (1..8usize).prop_map(|n| Op::Flush { n }),
+            3 => Just(Op::Begin),
+            3 => Just(Op::Finish),
         ]
     }
 
@@ -1407,6 +1275,8 @@ mod tests {
         let mut now = 10u32;
         let mut cas = 0u64;
         let lost = |z: &Zone| z.stats().evictions + z.stats().refused;
+        let mut job: Option<flush::Job> = None;
+        let (mut coder, mut raw) = (Coder::default(), Vec::new());
         for op in ops {
             match *op {
                 Op::Demote { k, len, fill, ttl } => {
@@ -1422,6 +1292,17 @@ mod tests {
                     let at = lost(&z);
                     z.push(h, &im, now);
                     model.insert(k, (im, at));
+                }
+                Op::Begin => {
+                    if job.is_none() {
+                        job = z.begin_flush(now);
+                    }
+                }
+                Op::Finish => {
+                    if let Some(mut j) = job.take() {
+                        j.run(&mut coder, &mut raw);
+                        z.finish_flush(j);
+                    }
                 }
                 Op::Flush { n } => {
                     z.flush_some(now, n);
@@ -1496,6 +1377,51 @@ mod tests {
                 z.items()
             );
         }
+    }
+
+    #[test]
+    fn a_flush_keeps_its_dictionary_when_a_newer_one_retires_it() {
+        use Op::*;
+        run(
+            Codec::Zstd,
+            &[
+                Demote {
+                    k: 0,
+                    len: 0,
+                    fill: 0,
+                    ttl: 0,
+                },
+                Demote {
+                    k: 261,
+                    len: 0,
+                    fill: 0,
+                    ttl: 0,
+                },
+                Demote {
+                    k: 0,
+                    len: 158,
+                    fill: 0,
+                    ttl: 0,
+                },
+                Finish,
+                Demote {
+                    k: 10,
+                    len: 552,
+                    fill: 0,
+                    ttl: 0,
+                },
+                Train { seed: 0 },
+                Demote {
+                    k: 100,
+                    len: 1054,
+                    fill: 0,
+                    ttl: 0,
+                },
+                Begin,
+                Train { seed: 0 },
+                Finish,
+            ],
+        );
     }
 
     proptest! {

@@ -20,9 +20,11 @@ const ENTRY_OVERHEAD: usize = 48;
 #[derive(Default)]
 pub struct Stage {
     /// Images by key hash (two keys with one 64-bit hash: the later one
-    /// stays).
-    items: BTreeMap<u64, Box<[u8]>>,
+    /// stays), each with the number of its push, which tells a writer
+    /// whether the image it packed is still the one staged.
+    items: BTreeMap<u64, (u64, Box<[u8]>)>,
     bytes: usize,
+    pushes: u64,
 }
 
 fn cost(image: &[u8]) -> usize {
@@ -33,7 +35,9 @@ impl Stage {
     /// Stage `image` (key hash `h`); the image it replaces, if any.
     pub fn push(&mut self, h: u64, image: &[u8]) -> Option<Box<[u8]>> {
         self.bytes += cost(image);
-        let old = self.items.insert(h, image.into());
+        self.pushes += 1;
+        let old = self.items.insert(h, (self.pushes, image.into()));
+        let old = old.map(|o| o.1);
         if let Some(o) = &old {
             self.bytes -= cost(o);
         }
@@ -42,20 +46,22 @@ impl Stage {
 
     /// The staged image of `key` (hash `h`).
     pub fn get(&self, h: u64, key: &[u8]) -> Option<&[u8]> {
-        self.items
-            .get(&h)
-            .map(|im| &im[..])
-            .filter(|im| item::key(im) == key)
+        self.get_hash(h).filter(|im| item::key(im) == key)
     }
 
     /// The staged image of hash `h` (its key unchecked).
     pub fn get_hash(&self, h: u64) -> Option<&[u8]> {
-        self.items.get(&h).map(|im| &im[..])
+        self.items.get(&h).map(|(_, im)| &im[..])
+    }
+
+    /// The push number of hash `h`'s staged image.
+    pub fn push_of(&self, h: u64) -> Option<u64> {
+        self.items.get(&h).map(|&(n, _)| n)
     }
 
     /// Drop the staged image of hash `h`, if any.
     pub fn remove(&mut self, h: u64) -> Option<Box<[u8]>> {
-        let old = self.items.remove(&h)?;
+        let (_, old) = self.items.remove(&h)?;
         self.bytes -= cost(&old);
         Some(old)
     }
@@ -69,17 +75,17 @@ impl Stage {
             .map(|(&h, _)| h)
     }
 
-    /// The staged hashes in `range`, as many as fit `budget` bytes of
-    /// images (at least one).
-    pub fn hashes_in(&self, range: RangeInclusive<u64>, budget: usize) -> Vec<u64> {
+    /// The staged items in `range` (hash, push number, image), as many as
+    /// fit `budget` bytes of images (at least one).
+    pub fn items_in(&self, range: RangeInclusive<u64>, budget: usize) -> Vec<(u64, u64, &[u8])> {
         let mut out = Vec::new();
         let mut bytes = 0;
-        for (&h, im) in self.items.range(range) {
+        for (&h, (n, im)) in self.items.range(range) {
             if !out.is_empty() && bytes + im.len() > budget {
                 break;
             }
             bytes += im.len();
-            out.push(h);
+            out.push((h, *n, &im[..]));
         }
         out
     }
@@ -100,8 +106,8 @@ impl Stage {
     /// Its images, after checking its byte count.
     #[cfg(any(test, feature = "testing"))]
     pub fn images(&self) -> impl Iterator<Item = (u64, &[u8])> {
-        let bytes: usize = self.items.values().map(|im| cost(im)).sum();
+        let bytes: usize = self.items.values().map(|(_, im)| cost(im)).sum();
         assert_eq!(bytes, self.bytes, "stage bytes");
-        self.items.iter().map(|(&h, im)| (h, &im[..]))
+        self.items.iter().map(|(&h, (_, im))| (h, &im[..]))
     }
 }

@@ -1,0 +1,553 @@
+//! Packing staged items into their block, in three steps so that the slow
+//! one holds no lock (issue 11: no slow work under a shared lock).
+//!
+//! 1. [`Zone::begin_flush`], under the zone's lock: pick a leaf with staged
+//!    items, and copy what its rewrite needs: the items, the leaf's stored
+//!    block (and its sibling's, when the two may join), the removals
+//!    pending in their range, and the codec's state.
+//! 2. [`Job::run`], without it: decode, drop removed, replaced and expired
+//!    items, merge, split on the next hash bit while over capacity, and
+//!    compress (tens of microseconds a block).
+//! 3. [`Zone::finish_flush`], under the lock again: if nothing the job
+//!    copied changed meanwhile (its blocks were not rewritten, its items
+//!    are still staged as they were, the pending removals it applied are
+//!    the same, its dictionary is still there), swap the new blocks in;
+//!    else drop the job: the items stay staged for a later one.
+//!
+//! Reads meanwhile see the old block and the staged items, which stay put
+//! until step 3. The writer thread runs the steps with the lock released
+//! between them; a demotion that finds the stage full runs all three
+//! under it.
+
+use std::sync::Arc;
+
+use super::{block, codec_code, range_end, range_start, Entry, Zone};
+use crate::codec::{normalized_entropy, Codec, Coder, Dictionary, Recognizer};
+use crate::item;
+use crate::stripe::hash;
+use crate::zzone::filter::Filter;
+use crate::zzone::log;
+use crate::zzone::trie::{Node, MAX_DEPTH};
+
+/// A stored block copied for a job.
+struct Old {
+    bytes: Vec<u8>,
+    codec: Codec,
+    /// The dictionary it names (None: none, or `missing`).
+    dict: Option<Arc<Dictionary>>,
+    missing: bool,
+    raw: usize,
+    count: u64,
+}
+
+/// A block a job made, for the leaf `node`.
+pub(super) struct Out {
+    node: Node,
+    count: u16,
+    content: Filter,
+    raw: u32,
+    packed: Vec<u8>,
+    codec: u8,
+    dict: u8,
+    entropy: f64,
+    tried: bool,
+}
+
+/// What a job removed from the zone's count, by reason.
+#[derive(Default, Clone, Copy)]
+struct Dropped {
+    /// Removed, replaced or expired (counted items).
+    items: u64,
+    expired: u64,
+    /// Lost to a block that did not decode.
+    corrupt_items: u64,
+    corrupt_blocks: u64,
+    decompressions: u64,
+}
+
+impl Dropped {
+    fn add(&mut self, o: Dropped) {
+        self.items += o.items;
+        self.expired += o.expired;
+        self.corrupt_items += o.corrupt_items;
+        self.corrupt_blocks += o.corrupt_blocks;
+        self.decompressions += o.decompressions;
+    }
+}
+
+/// One leaf's rewrite (see the module's doc).
+pub struct Job {
+    ticket: u64,
+    node: Node,
+    id: u32,
+    /// The sibling leaf, when the two may join into one block.
+    sibling: Option<(Node, u32)>,
+    old: Vec<Old>,
+    /// Staged items: (hash, push number); their images are in `work`, and
+    /// their entries first in `entries`.
+    fresh: Vec<(u64, u64)>,
+    /// Pending removals in the range of the leaf (and the sibling), by hash.
+    pending: Vec<(u64, bool)>,
+    dict_slot: u8,
+    dict: Option<Arc<Dictionary>>,
+    codec: Codec,
+    capacity: usize,
+    page_size: usize,
+    now: u32,
+    recognizer: Recognizer,
+    work: Vec<u8>,
+    entries: Vec<Entry>,
+    merged: bool,
+    out: Vec<Out>,
+    dropped: Dropped,
+    /// Items dropped because a block outgrew a page.
+    evicted: u64,
+}
+
+impl Zone {
+    /// Step 1: a job for the next leaf (in hash order from the flush hand)
+    /// that has staged items. None if nothing is staged.
+    pub fn begin_flush(&mut self, now: u32) -> Option<Job> {
+        let h = self.stage.next_from(self.flush_hand)?;
+        let (node, id) = self.trie.leaf_of(h);
+        self.flush_hand = range_end(node).wrapping_add(1);
+        let capacity = self.raw_capacity();
+        let mut work = Vec::new();
+        let mut entries = Vec::new();
+        let mut fresh = Vec::new();
+        for (x, n, im) in self
+            .stage
+            .items_in(range_start(node)..=range_end(node), capacity)
+        {
+            entries.push(Entry {
+                h: x,
+                at: work.len() as u32,
+                len: im.len() as u32,
+            });
+            work.extend_from_slice(im);
+            fresh.push((x, n));
+        }
+        let desc_raw = |z: &Zone, i: u32| z.descs[i as usize].raw as usize;
+        let sibling = self.trie.sibling_leaf(node).filter(|&(_, s)| {
+            desc_raw(self, id) + desc_raw(self, s) + work.len() <= capacity * 3 / 4
+        });
+        let span = match sibling {
+            Some(_) => Node {
+                depth: node.depth - 1,
+                prefix: node.prefix >> 1,
+            },
+            None => node,
+        };
+        let pending = self
+            .pending
+            .range(range_start(span)..=range_end(span))
+            .map(|(&h, &k)| (h, k))
+            .collect();
+        let old = std::iter::once(id)
+            .chain(sibling.map(|s| s.1))
+            .map(|i| self.copy_old(i))
+            .collect();
+        self.tickets_issued += 1;
+        let ticket = self.tickets_issued;
+        let ids = [id, sibling.map_or(id, |s| s.1)];
+        self.tickets.push((ticket, ids, false));
+        let dict = match self.cfg.codec {
+            Codec::Zstd => self.dict,
+            _ => 0,
+        };
+        Some(Job {
+            ticket,
+            node,
+            id,
+            sibling,
+            old,
+            fresh,
+            pending,
+            dict_slot: dict,
+            dict: self.dict_arc(dict),
+            codec: self.cfg.codec,
+            capacity,
+            page_size: self.log.page_size(),
+            now,
+            recognizer: self.recognizer.clone(),
+            work,
+            entries,
+            merged: false,
+            out: Vec::new(),
+            dropped: Dropped::default(),
+            evicted: 0,
+        })
+    }
+
+    fn dict_arc(&self, slot: u8) -> Option<Arc<Dictionary>> {
+        self.dicts
+            .get(slot as usize)
+            .and_then(|d| d.as_ref())
+            .map(|d| d.0.clone())
+    }
+
+    fn copy_old(&self, id: u32) -> Old {
+        let d = self.descs[id as usize];
+        let dict = self.dict_arc(d.dict);
+        Old {
+            bytes: match d.count {
+                0 => Vec::new(),
+                _ => self.log.read(d.loc, d.stored as usize).to_vec(),
+            },
+            codec: super::codec_of(d.codec),
+            missing: d.dict != 0 && dict.is_none(),
+            dict,
+            raw: d.raw as usize,
+            count: d.count as u64,
+        }
+    }
+
+    /// Step 3: swap the job's blocks in, unless what it copied changed
+    /// meanwhile. False if it was dropped (its items stay staged).
+    pub fn finish_flush(&mut self, mut job: Job) -> bool {
+        let Some(at) = self.tickets.iter().position(|t| t.0 == job.ticket) else {
+            // The zone was cleared.
+            return false;
+        };
+        let (_, _, dirty) = self.tickets.swap_remove(at);
+        let span = job.span();
+        let same = !dirty
+            && (job.dict_slot == 0
+                || match (&job.dict, self.dict_arc(job.dict_slot)) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, &b),
+                    _ => false,
+                })
+            && job
+                .fresh
+                .iter()
+                .all(|&(h, n)| self.stage.push_of(h) == Some(n))
+            && job
+                .applied_pending(span)
+                .all(|(h, k)| self.pending.get(&h) == Some(&k));
+        if !same {
+            self.stats.flush_conflicts += 1;
+            return false;
+        }
+        for &(h, _) in &job.fresh {
+            self.stage.remove(h);
+        }
+        for (h, _) in job.applied_pending(span).collect::<Vec<_>>() {
+            self.pending.remove(&h);
+        }
+        let d = job.dropped;
+        self.stats.items -= d.items + d.corrupt_items + job.evicted;
+        self.stats.expired += d.expired;
+        self.stats.corrupt += d.corrupt_blocks;
+        self.stats.decompressions += d.decompressions;
+        self.stats.evictions += job.evicted;
+        self.stats.flushes += 1;
+        self.stats.flushed += job.fresh.len() as u64;
+        // The new blocks' dictionary must outlive the old blocks' release.
+        let slot = job.dict_slot as usize;
+        if let Some(Some(x)) = self.dicts.get_mut(slot) {
+            x.1 += 1;
+        }
+        self.free_block(job.id);
+        let mut node = job.node;
+        if let (true, Some((_, sid))) = (job.merged, job.sibling) {
+            self.free_block(sid);
+            self.trie.merge(node, job.id);
+            self.free_descs.push(sid);
+            node = span;
+            self.stats.merges += 1;
+        }
+        let out = std::mem::take(&mut job.out);
+        self.install(node, job.id, &out, job.now);
+        if let Some(Some(x)) = self.dicts.get_mut(slot) {
+            x.1 -= 1;
+        }
+        self.release_dict(slot);
+        true
+    }
+
+    /// Write `out` (blocks for `node` and its descendants, in hash order)
+    /// as leaf `node` (id `id`, empty), splitting it as the job did.
+    fn install(&mut self, node: Node, id: u32, out: &[Out], now: u32) {
+        if let [o] = out {
+            if o.node == node {
+                self.write_out(id, o, now);
+                return;
+            }
+        }
+        let right = self.new_desc();
+        // Both halves inherit the reads the sweep has not seen yet.
+        let parent = self.descs[id as usize];
+        self.descs[right as usize].access = parent.access;
+        self.descs[right as usize].reuse = parent.reuse;
+        let split = self.trie.split(node, id, right);
+        debug_assert!(split, "the job split {node:?}");
+        self.stats.splits += 1;
+        let (l, r) = node.children();
+        let mid = out.partition_point(|o| range_end(o.node) <= range_end(l));
+        self.install(l, id, &out[..mid], now);
+        self.install(r, right, &out[mid..], now);
+    }
+
+    /// Store block `o` as block `id` (empty), making room for it first;
+    /// without room its items go.
+    fn write_out(&mut self, id: u32, o: &Out, now: u32) {
+        let d = &mut self.descs[id as usize];
+        d.count = 0;
+        d.content = Filter::default();
+        if o.count == 0 {
+            return;
+        }
+        let loc = match self.make_room(o.packed.len(), now) {
+            true => self.log.append(id, &o.packed),
+            false => None,
+        };
+        let Some(loc) = loc else {
+            self.stats.refused += o.count as u64;
+            self.drop_items(o.count as u64);
+            return;
+        };
+        let d = &mut self.descs[id as usize];
+        d.loc = loc;
+        d.count = o.count;
+        d.content = o.content;
+        d.codec = o.codec;
+        d.dict = o.dict;
+        d.stored = o.packed.len() as u32;
+        d.raw = o.raw;
+        if let Some(Some(x)) = self.dicts.get_mut(o.dict as usize) {
+            x.1 += 1;
+        }
+        self.stats.raw_bytes += o.raw as u64;
+        self.stats.stored_bytes += o.packed.len() as u64;
+        self.note_encoded(o.raw as usize, o.packed.len(), o.codec);
+        match o.tried {
+            true => self
+                .recognizer
+                .record(o.entropy, o.raw as usize, o.packed.len()),
+            false => {
+                self.recognizer.worth_trying(o.entropy);
+            }
+        }
+    }
+
+    /// Pack staged items into their blocks: up to `budget` block rewrites,
+    /// all under this `&mut` (a demotion that found the stage full, or a
+    /// single-threaded user). Returns the rewrites done.
+    pub fn flush_some(&mut self, now: u32, budget: usize) -> usize {
+        let mut done = 0;
+        while done < budget {
+            let Some(mut job) = self.begin_flush(now) else {
+                break;
+            };
+            job.run(&mut self.coder, &mut self.raw);
+            let ok = self.finish_flush(job);
+            debug_assert!(ok, "nothing can change a job under one lock hold");
+            done += 1;
+        }
+        done
+    }
+}
+
+impl Job {
+    /// The range the job rewrites: the leaf's, or with the sibling their
+    /// parent's.
+    fn span(&self) -> Node {
+        match (self.merged, self.sibling) {
+            (true, Some(_)) => Node {
+                depth: self.node.depth - 1,
+                prefix: self.node.prefix >> 1,
+            },
+            _ => self.node,
+        }
+    }
+
+    /// The pending removals the job applied (those in its span).
+    fn applied_pending(&self, span: Node) -> impl Iterator<Item = (u64, bool)> + '_ {
+        let range = range_start(span)..=range_end(span);
+        self.pending
+            .iter()
+            .copied()
+            .filter(move |(h, _)| range.contains(h))
+    }
+
+    /// Step 2, without the zone's lock: build the new blocks.
+    pub fn run(&mut self, coder: &mut Coder, raw: &mut Vec<u8>) {
+        let fresh = self.entries.len();
+        let mut entries = std::mem::take(&mut self.entries);
+        let leaf = self.gather(0, fresh, &mut entries, coder, raw);
+        self.dropped.add(leaf);
+        let mine = entries.len();
+        if self.old.len() > 1 {
+            let sib = self.gather(1, fresh, &mut entries, coder, raw);
+            if block_len(&entries) <= self.capacity * 3 / 4 {
+                self.merged = true;
+                self.dropped.add(sib);
+            } else {
+                entries.truncate(mine);
+            }
+        }
+        let span = self.span();
+        self.pack(span, entries, coder, raw);
+    }
+
+    /// Add old block `which`'s surviving entries to `entries`: removed
+    /// (pending), replaced (a fresh entry of the same key) and expired ones
+    /// are dropped.
+    fn gather(
+        &mut self,
+        which: usize,
+        fresh: usize,
+        entries: &mut Vec<Entry>,
+        coder: &mut Coder,
+        raw: &mut Vec<u8>,
+    ) -> Dropped {
+        let mut dropped = Dropped::default();
+        let old = &self.old[which];
+        if old.count == 0 {
+            return dropped;
+        }
+        dropped.decompressions += 1;
+        let ok = !old.missing
+            && coder
+                .decompress(old.codec, old.dict.as_deref(), &old.bytes, old.raw, raw)
+                .is_ok()
+            && block::entries(raw).is_ok_and(|mut e| e.all(|x| x.is_ok()));
+        if !ok {
+            debug_assert!(false, "a Z-zone block does not decode");
+            dropped.corrupt_blocks += 1;
+            dropped.corrupt_items += old.count;
+            return dropped;
+        }
+        for (_, image) in block::entries(raw).into_iter().flatten().flatten() {
+            let key = item::key(image);
+            let h = hash(key);
+            if let Ok(i) = self.pending.binary_search_by_key(&h, |p| p.0) {
+                if !self.pending[i].1 {
+                    dropped.items += 1;
+                }
+                continue;
+            }
+            let work = &self.work;
+            if entries[..fresh]
+                .iter()
+                .any(|e| e.h == h && item::key(entry(work, *e)) == key)
+            {
+                dropped.items += 1;
+                continue;
+            }
+            let exp = item::exptime(image);
+            if exp != 0 && exp <= self.now {
+                dropped.items += 1;
+                dropped.expired += 1;
+                continue;
+            }
+            entries.push(Entry {
+                h,
+                at: self.work.len() as u32,
+                len: image.len() as u32,
+            });
+            self.work.extend_from_slice(image);
+        }
+        dropped
+    }
+
+    /// Blocks for leaf `node` from `entries`: split on the next hash bit
+    /// while over capacity (an empty half is an empty block).
+    fn pack(&mut self, node: Node, mut entries: Vec<Entry>, coder: &mut Coder, raw: &mut Vec<u8>) {
+        if block_len(&entries) > self.capacity && entries.len() > 1 && node.depth < MAX_DEPTH {
+            let bit = 63 - node.depth;
+            let (l, r): (Vec<Entry>, Vec<Entry>) =
+                entries.iter().partition(|e| e.h >> bit & 1 == 0);
+            let (ln, rn) = node.children();
+            self.pack(ln, l, coder, raw);
+            self.pack(rn, r, coder, raw);
+            return;
+        }
+        // At the deepest level a block that outgrows a page gives up its
+        // largest items.
+        while block_len(&entries) + log::ALIGN > self.page_size {
+            let (i, _) = entries
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, e)| e.len)
+                .expect("an oversized block has entries");
+            entries.swap_remove(i);
+            self.evicted += 1;
+        }
+        let mut content = Filter::default();
+        for e in &entries {
+            content.insert(e.h);
+        }
+        let mut o = Out {
+            node,
+            count: entries.len() as u16,
+            content,
+            raw: 0,
+            packed: Vec::new(),
+            codec: 0,
+            dict: 0,
+            entropy: 0.0,
+            tried: false,
+        };
+        if !entries.is_empty() {
+            let mut items: Vec<(u64, &[u8])> = entries
+                .iter()
+                .map(|e| (e.h, entry(&self.work, *e)))
+                .collect();
+            let (used, entropy, tried) = encode(
+                coder,
+                &mut self.recognizer,
+                self.codec,
+                self.dict.as_deref(),
+                &mut items,
+                raw,
+                &mut o.packed,
+            );
+            o.raw = raw.len() as u32;
+            o.codec = codec_code(used);
+            o.dict = if used == Codec::Zstd {
+                self.dict_slot
+            } else {
+                0
+            };
+            o.entropy = entropy;
+            o.tried = tried;
+        }
+        self.out.push(o);
+    }
+}
+
+fn entry(work: &[u8], e: Entry) -> &[u8] {
+    &work[e.at as usize..(e.at + e.len) as usize]
+}
+
+/// Decoded size of a block of `entries`.
+pub(super) fn block_len(entries: &[Entry]) -> usize {
+    3 + 8 * entries.len().min(block::INDEX_SLOTS)
+        + entries.iter().map(|e| 8 + e.len as usize).sum::<usize>()
+}
+
+/// Build `items` into a block in `raw`, and store it in `packed`:
+/// compressed, or as it is when its entropy says compression will not pay
+/// (SlimCache's recognizer) or it did not. Returns the codec used, the
+/// block's entropy and whether compression was tried.
+pub(super) fn encode(
+    coder: &mut Coder,
+    recognizer: &mut Recognizer,
+    codec: Codec,
+    dict: Option<&Dictionary>,
+    items: &mut [(u64, &[u8])],
+    raw: &mut Vec<u8>,
+    packed: &mut Vec<u8>,
+) -> (Codec, f64, bool) {
+    block::build(items, raw);
+    let entropy = normalized_entropy(raw);
+    let tried = codec != Codec::Raw && recognizer.worth_trying(entropy);
+    let dict = if codec == Codec::Zstd { dict } else { None };
+    if tried && coder.compress(codec, dict, raw, packed) {
+        return (codec, entropy, true);
+    }
+    packed.clear();
+    packed.extend_from_slice(raw);
+    (Codec::Raw, entropy, tried)
+}
