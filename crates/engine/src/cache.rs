@@ -732,7 +732,7 @@ impl Cache {
             let now = self.clock.now();
             let job = {
                 let mut z = zone.lock();
-                if z.shrink_step(now) {
+                if z.shrink_step(now) || z.room_step(now) {
                     done += 1;
                     continue;
                 }

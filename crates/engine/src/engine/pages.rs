@@ -247,6 +247,11 @@ impl Engine {
     /// Drain up to `budget` chunks of the page in transit; hand it over
     /// when empty. Returns the chunks looked at.
     fn drain_some(&mut self, budget: usize) -> usize {
+        // Drained items are demoted: no faster than the Z-zone's writer
+        // packs them, or the stores would pack them under the engine lock.
+        if self.zone_stage_busy() {
+            return 0;
+        }
         let done = self.drain_chunks(budget);
         // Items demoted to the Z-zone may have grown it.
         self.enforce_budget(None);
@@ -329,7 +334,8 @@ impl Engine {
     /// Run the drain in progress to its end (`slabs reassign`, tests).
     pub(super) fn finish_drain(&mut self) {
         while self.drain.is_some() {
-            self.drain_some(usize::MAX);
+            self.drain_chunks(usize::MAX);
+            self.enforce_budget(None);
         }
     }
 

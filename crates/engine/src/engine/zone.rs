@@ -359,6 +359,14 @@ impl Engine {
         true
     }
 
+    /// Whether the Z-zone's stage is more than half full while a writer
+    /// empties it: then page drains wait (see `drain_some`).
+    pub(super) fn zone_stage_busy(&self) -> bool {
+        self.zone
+            .as_ref()
+            .is_some_and(|z| z.writer && z.zone.lock().stage_busy())
+    }
+
     /// While on, evicted items are not demoted (see [`Zzone::paused`]).
     pub(super) fn pause_demotions(&mut self, on: bool) {
         if let Some(z) = self.zone.as_mut() {

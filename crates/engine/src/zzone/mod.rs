@@ -48,6 +48,8 @@ const FILL: f64 = 0.9;
 /// Unforced sweeps a demotion may run to make room before it evicts
 /// regardless of the access filters, and the bound on both together.
 const GENTLE_SWEEPS: usize = 64;
+/// Blocks' worth of room the writer keeps ahead of its flushes.
+const ROOM_BLOCKS: usize = 4;
 const MAX_SWEEPS: usize = 512;
 
 /// Dictionaries (zstd): one demoted item in [`SAMPLE_EVERY`] is kept as a
@@ -701,10 +703,51 @@ impl Zone {
         self.stage.len()
     }
 
+    /// Whether the stage is more than half full.
+    pub fn stage_busy(&self) -> bool {
+        self.stage.bytes() * 2 > self.cfg.stage_bytes
+    }
+
     /// The writer's step towards the zone's target: one page step if it
     /// is above it. False if it is not.
     pub fn shrink_step(&mut self, now: u32) -> bool {
         self.log.pages() > self.target_pages && self.shrink(now, 1) > 0
+    }
+
+    /// The writer's step ahead of its flushes: keep room for a few blocks
+    /// at the log's head, under the fill limit, so that a flush swapping
+    /// its blocks in rarely sweeps or compacts while it holds the lock.
+    /// One sweep, one compaction or one page per call; false if there was
+    /// nothing to do.
+    pub fn room_step(&mut self, now: u32) -> bool {
+        let reserve = log::round(ROOM_BLOCKS * self.cfg.block_bytes);
+        let page = self.log.page_size();
+        if self.log.pages() == 0 || reserve + log::ALIGN > page {
+            return false;
+        }
+        let allowed = (FILL * (self.log.pages() * page) as f64) as usize;
+        let under = self.log.live_bytes() + reserve <= allowed;
+        if self.log.head_room() >= reserve && under {
+            return false;
+        }
+        if self.spare && self.log.pages() < self.target_pages {
+            self.spare = false;
+            self.log.add_page();
+            return true;
+        }
+        if under {
+            if let Some((p, live)) = self.log.emptiest() {
+                if page - live >= reserve {
+                    self.compact(p);
+                    return true;
+                }
+            }
+        }
+        if self.block_items() == 0 {
+            return false;
+        }
+        self.sweep_one(now, false);
+        true
     }
 
     /// Add block `id`'s surviving entries to `entries` (after those already
