@@ -48,6 +48,8 @@ const FILL: f64 = 0.9;
 /// Unforced sweeps a demotion may run to make room before it evicts
 /// regardless of the access filters, and the bound on both together.
 const GENTLE_SWEEPS: usize = 64;
+/// Blocks a shrinking step moves off the page it empties.
+const EVACUATE_BLOCKS: usize = 32;
 /// Blocks' worth of room the writer keeps ahead of its flushes.
 const ROOM_BLOCKS: usize = 4;
 const MAX_SWEEPS: usize = 512;
@@ -1059,15 +1061,18 @@ impl Zone {
         steps
     }
 
-    /// Move page `p`'s blocks to the head (compacting other pages for
-    /// room), then give `p` back.
+    /// Move up to [`EVACUATE_BLOCKS`] of page `p`'s blocks to the head
+    /// (compacting other pages for room); give `p` back once it is empty.
+    /// A step at a time, so that the writer holds the zone's lock for a
+    /// few blocks' copies, not a page's.
     fn evacuate(&mut self, p: u32) {
         let descs = &self.descs;
         let blocks = self.log.blocks_of(p, |id, loc| {
             let d = descs.get(id as usize)?;
             (d.loc == loc).then_some(d.stored as usize)
         });
-        for (id, len) in blocks {
+        let last = blocks.len() <= EVACUATE_BLOCKS;
+        for (id, len) in blocks.into_iter().take(EVACUATE_BLOCKS) {
             if self.log.head_room() < log::round(len) {
                 let other = self
                     .log
@@ -1089,7 +1094,9 @@ impl Zone {
             let loc = self.log.append(id, &bytes).expect("room was made");
             self.descs[id as usize].loc = loc;
         }
-        self.log.release(p);
+        if last {
+            self.log.release(p);
+        }
     }
 
     /// `flush_all`: everything goes.
