@@ -269,33 +269,24 @@ impl Server {
         }
 
         let mut background = Vec::new();
-        {
-            let (clock, shared, stop) = (clock.clone(), shared.clone(), stop.clone());
-            background.push(
-                std::thread::Builder::new()
-                    .name("clock".into())
-                    .spawn(move || clock_thread(&clock, &shared, &stop))
-                    .map_err(io_err)?,
-            );
-        }
-        {
-            let (cache, shared, stop) = (cache.clone(), shared.clone(), stop.clone());
-            background.push(
-                std::thread::Builder::new()
-                    .name("maintainer".into())
-                    .spawn(move || maintainer_thread(&cache, &shared, &stop))
-                    .map_err(io_err)?,
-            );
-        }
-
+        let spawn = |name: &str, f: fn(&Cache, &Clock, &Shared, &AtomicBool)| {
+            let (cache, clock, shared, stop) =
+                (cache.clone(), clock.clone(), shared.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || f(&cache, &clock, &shared, &stop))
+                .map_err(io_err)
+        };
+        background.push(spawn("clock", |_, clock, shared, stop| {
+            clock_thread(clock, shared, stop)
+        })?);
+        background.push(spawn("maintainer", |cache, _, shared, stop| {
+            maintainer_thread(cache, shared, stop)
+        })?);
         if cache.start_zone_writer() {
-            let (cache, shared, stop) = (cache.clone(), shared.clone(), stop.clone());
-            background.push(
-                std::thread::Builder::new()
-                    .name("zone-writer".into())
-                    .spawn(move || zone_writer_thread(&cache, &shared, &stop))
-                    .map_err(io_err)?,
-            );
+            background.push(spawn("zone-writer", |cache, _, shared, stop| {
+                zone_writer_thread(cache, shared, stop)
+            })?);
         }
 
         let acceptor = Acceptor {

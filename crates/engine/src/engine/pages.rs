@@ -249,7 +249,7 @@ impl Engine {
     fn drain_some(&mut self, budget: usize) -> usize {
         // Drained items are demoted: no faster than the Z-zone's writer
         // packs them, or the stores would pack them under the engine lock.
-        if self.zone_stage_busy() {
+        if self.drain.is_some() && self.zone_stage_busy() {
             return 0;
         }
         let done = self.drain_chunks(budget);

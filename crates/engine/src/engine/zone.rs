@@ -396,9 +396,7 @@ impl Engine {
         };
         let mut zone = z.zone.lock();
         let pages = zone.pages();
-        if !zone.wants_page() && pages < zone.target_pages() {
-            // A page granted but not yet added: that one.
-            zone.set_target_pages(pages);
+        if zone.return_grant() {
             return true;
         }
         if pages == 0 {

@@ -132,10 +132,7 @@ impl Zone {
             desc_raw(self, id) + desc_raw(self, s) + work.len() <= capacity * 3 / 4
         });
         let span = match sibling {
-            Some(_) => Node {
-                depth: node.depth - 1,
-                prefix: node.prefix >> 1,
-            },
+            Some(_) => node.parent(),
             None => node,
         };
         let pending = self
@@ -288,12 +285,9 @@ impl Zone {
         self.install(r, right, &out[mid..], now);
     }
 
-    /// Store block `o` as block `id` (empty), making room for it first;
-    /// without room its items go.
+    /// Store block `o` as block `id` (empty: freed or new), making room
+    /// for it first; without room its items go.
     fn write_out(&mut self, id: u32, o: &Out, now: u32) {
-        let d = &mut self.descs[id as usize];
-        d.count = 0;
-        d.content = Filter::default();
         if o.count == 0 {
             return;
         }
@@ -353,10 +347,7 @@ impl Job {
     /// parent's.
     fn span(&self) -> Node {
         match (self.merged, self.sibling) {
-            (true, Some(_)) => Node {
-                depth: self.node.depth - 1,
-                prefix: self.node.prefix >> 1,
-            },
+            (true, Some(_)) => self.node.parent(),
             _ => self.node,
         }
     }
@@ -517,7 +508,7 @@ impl Job {
     }
 }
 
-fn entry(work: &[u8], e: Entry) -> &[u8] {
+pub(super) fn entry(work: &[u8], e: Entry) -> &[u8] {
     &work[e.at as usize..(e.at + e.len) as usize]
 }
 

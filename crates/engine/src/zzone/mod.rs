@@ -406,6 +406,16 @@ impl Zone {
         !self.spare && self.log.pages() < self.target_pages
     }
 
+    /// Give back a page granted but not yet added (the N-zone needs it),
+    /// the target lowered to the pages held. False if none was granted.
+    pub fn return_grant(&mut self) -> bool {
+        if !self.spare {
+            return false;
+        }
+        self.set_target_pages(self.log.pages());
+        true
+    }
+
     pub fn target_pages(&self) -> usize {
         self.target_pages
     }
@@ -543,43 +553,33 @@ impl Zone {
     /// (recorded in the access filter and reuse records), else a peek.
     pub fn get(&mut self, h: u64, key: &[u8], now: u32, bench: u32, read: bool) -> Option<bool> {
         let (_, id) = self.trie.leaf_of(h);
+        self.found.clear();
         // A staged copy is the newest.
         if let Some(image) = self.stage.get(h, key) {
-            let exp = item::exptime(image);
-            if exp != 0 && exp <= now {
-                return None;
-            }
-            self.found.clear();
             self.found.extend_from_slice(image);
-            if !read {
-                return Some(false);
-            }
-            self.stats.hits += 1;
-            return Some(self.record_read(id, h, bench));
-        }
-        let d = &self.descs[id as usize];
-        if !d.content.may_contain(h) || self.pending.contains_key(&h) {
-            self.stats.filtered += 1;
-            return None;
-        }
-        if !self.load(id) {
-            return None;
-        }
-        let image = match block::find(&self.raw, h, key) {
-            Ok(Some(image)) => image,
-            _ => {
-                self.stats.false_positives += 1;
+        } else {
+            let d = &self.descs[id as usize];
+            if !d.content.may_contain(h) || self.pending.contains_key(&h) {
+                self.stats.filtered += 1;
                 return None;
             }
-        };
+            if !self.load(id) {
+                return None;
+            }
+            match block::find(&self.raw, h, key) {
+                Ok(Some(image)) => self.found.extend_from_slice(image),
+                _ => {
+                    self.stats.false_positives += 1;
+                    return None;
+                }
+            }
+        }
         // Expired: a miss. The item goes when its block is next rewritten
         // (a read never grows the zone's memory).
-        let exp = item::exptime(image);
+        let exp = item::exptime(&self.found);
         if exp != 0 && exp <= now {
             return None;
         }
-        self.found.clear();
-        self.found.extend_from_slice(image);
         if !read {
             return Some(false);
         }
@@ -752,29 +752,20 @@ impl Zone {
         true
     }
 
-    /// Add block `id`'s surviving entries to `entries` (after those already
-    /// there, which replace entries of the same key), copying them into
-    /// `work`: pending removals in its range are done, expired items
-    /// dropped. The block's bytes are freed.
+    /// Add block `id`'s surviving entries to `entries` (the sweep's; a
+    /// flush gathers in [`flush::Job`]), copying them into `work`: pending
+    /// removals in its range are done, expired items dropped. The block's
+    /// bytes are freed.
     fn gather(&mut self, node: Node, id: u32, now: u32, entries: &mut Vec<Entry>) {
-        let fresh = entries.len();
         if self.load(id) {
             let raw = std::mem::take(&mut self.raw);
             // `load` checked every entry.
             for (_, image) in block::entries(&raw).into_iter().flatten().flatten() {
-                let key = item::key(image);
-                let h = hash(key);
+                let h = hash(item::key(image));
                 if let Some(known) = self.pending.remove(&h) {
                     if !known {
                         self.stats.items -= 1;
                     }
-                    continue;
-                }
-                if entries[..fresh]
-                    .iter()
-                    .any(|e| e.h == h && item::key(self.entry(*e)) == key)
-                {
-                    self.stats.items -= 1;
                     continue;
                 }
                 let exp = item::exptime(image);
@@ -805,7 +796,7 @@ impl Zone {
     }
 
     fn entry(&self, e: Entry) -> &[u8] {
-        &self.work[e.at as usize..(e.at + e.len) as usize]
+        flush::entry(&self.work, e)
     }
 
     /// Forget block `id`'s bytes (its descriptor stays, empty).

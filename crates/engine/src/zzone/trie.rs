@@ -52,7 +52,7 @@ impl Node {
     }
 
     #[inline]
-    fn parent(self) -> Node {
+    pub fn parent(self) -> Node {
         Node {
             depth: self.depth - 1,
             prefix: self.prefix >> 1,
