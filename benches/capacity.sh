@@ -16,6 +16,8 @@
 # LOADGEN_BIN, ITEMS (1500000), MEM_MB (64), THREADS (-t, 4), VALUE_SIZES
 # ("10 100"), KEY_LEN (14), PROTO (text: set noreply | meta: ms q),
 # SERVERS ("memcached cachalot"), BENCH_NICE (priority, default 0),
+# VALUES (random | json | proto | text: the lab's value models, docs/lab.md),
+# CACHALOT_ARGS (extra cachalot flags, e.g. "-o zzone=1"),
 # OUT_DIR (raw outputs; default a new temporary directory).
 set -euo pipefail
 # shellcheck source=benches/lib.sh
@@ -27,6 +29,8 @@ THREADS=${THREADS:-4}
 VALUE_SIZES=${VALUE_SIZES:-"10 100"}
 KEY_LEN=${KEY_LEN:-14}
 PROTO=${PROTO:-text}
+VALUES=${VALUES:-random}
+CACHALOT_ARGS=${CACHALOT_ARGS:-}
 SERVERS=${SERVERS:-"memcached cachalot"}
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/cachalot-capacity.XXXXXX)}
 mkdir -p "$OUT_DIR"
@@ -38,16 +42,21 @@ ensure_loadgen
 FLAGS=(-l 127.0.0.1 -m "$MEM_MB" -t "$THREADS" -U 0 $USER_FLAG)
 machine_line
 echo "server flags: -p <free port> ${FLAGS[*]}"
-echo "fill: $ITEMS items, $KEY_LEN-byte keys, random values, pipelined ($PROTO), one connection"
+echo "fill: $ITEMS items, $KEY_LEN-byte keys, $VALUES values, pipelined ($PROTO), one connection"
+echo "cachalot's extra flags: ${CACHALOT_ARGS:-none}"
 echo "raw outputs: $OUT_DIR"
 echo
 
 for vs in $VALUE_SIZES; do
     for name in $SERVERS; do
-        start_server "$name" - "${FLAGS[@]}"
+        extra=()
+        # shellcheck disable=SC2206
+        [ "$name" = cachalot ] && extra=($CACHALOT_ARGS)
+        start_server "$name" - "${FLAGS[@]}" "${extra[@]}"
         echo "== $name, ${vs}-byte values (port $SERVER_PORT, pid $SERVER_PID)" >&2
         "${NICE[@]}" "$LOADGEN" capacity --addr "127.0.0.1:$SERVER_PORT" --pid "$SERVER_PID" \
             --items "$ITEMS" --value-size "$vs" --key-len "$KEY_LEN" --proto "$PROTO" \
+            --values "$VALUES" \
             >"$OUT_DIR/$name-$vs.txt"
         stop_server "$SERVER_PID"
     done
@@ -56,7 +65,7 @@ done
 # Table. Max RSS is the larger of the sampled VmRSS maximum and VmHWM.
 RSS_LIMIT_KB=$(( (MEM_MB + 16) * 1024 ))
 printf '%-6s %-10s %11s %11s %8s %10s %10s %9s %9s %8s\n' \
-    value server curr_items evictions x_memc max_rss_MB end_rss_MB recent10% corrupt fill_s
+    value server curr_items readable x_memc max_rss_MB end_rss_MB recent10% corrupt fill_s
 status=0
 for vs in $VALUE_SIZES; do
     base=""
@@ -69,7 +78,7 @@ for vs in $VALUE_SIZES; do
         maxrss=$(( rss > hwm ? rss : hwm ))
         ratio=$(awk -v a="$items" -v b="${base:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
         printf '%-6s %-10s %11s %11s %8s %10.1f %10.1f %9s %9s %8s\n' \
-            "${vs}B" "$name" "$items" "$(kv "$f" evictions)" "$ratio" \
+            "${vs}B" "$name" "$items" "$(kv "$f" reread_hits)" "$ratio" \
             "$(awk -v k="$maxrss" 'BEGIN { print k / 1024 }')" \
             "$(awk -v k="$(kv "$f" rss_end_kb)" 'BEGIN { print k / 1024 }')" \
             "$(kv "$f" recent_hit_pct)" "$(kv "$f" reread_corrupt)" "$(kv "$f" fill_secs)"

@@ -23,7 +23,7 @@ use cachalot_protocol::client::request::meta::{self, Flag};
 use cachalot_protocol::client::request::text::{self, Retrieve, Store, StoreOp};
 use cachalot_protocol::client::{Reply, ReplyParser};
 
-use crate::keys::{value_for, KeyMaker};
+use crate::keys::{KeyMaker, Values};
 
 /// How sets are written during the fill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,14 +70,13 @@ pub struct FillResult {
     pub first_unexpected: Vec<String>,
 }
 
-/// Writes keys `range` with `value_size`-byte values and waits until the
-/// server has processed them all.
+/// Writes keys `range` with `values` and waits until the server has
+/// processed them all.
 pub fn fill(
     addr: &str,
     keys: &KeyMaker,
     range: Range<u64>,
-    value_size: usize,
-    salt: u64,
+    values: &Values,
     proto: SetProto,
 ) -> io::Result<FillResult> {
     let mut stream = connect(addr)?;
@@ -85,11 +84,11 @@ pub fn fill(
     let reader = std::thread::spawn(move || drain_until_version(reader_stream));
     let start = Instant::now();
     let mut out = Vec::with_capacity(1 << 18);
-    let mut value = vec![0u8; value_size];
+    let mut value = Vec::with_capacity(values.size);
     let mut key = Vec::with_capacity(keys.len());
     let items = range.end.saturating_sub(range.start);
     for i in range {
-        value_for(i, salt, &mut value);
+        values.write(i, &mut value);
         key.clear();
         keys.write(i, &mut key);
         push_set(&mut out, &key, &value, proto);
@@ -150,8 +149,7 @@ pub fn reread(
     addr: &str,
     keys: &KeyMaker,
     range: Range<u64>,
-    value_size: usize,
-    salt: u64,
+    values: &Values,
     batch: usize,
     bands: usize,
 ) -> io::Result<RereadResult> {
@@ -168,7 +166,7 @@ pub fn reread(
         ((u128::from(off) * bands as u128 / u128::from(total.max(1))) as usize).min(bands - 1)
     };
     let mut p = ReplyParser::new();
-    let mut expect = vec![0u8; value_size];
+    let mut expect = Vec::with_capacity(values.size);
     let mut names = Vec::with_capacity(batch * keys.len());
     let mut req = Vec::with_capacity(batch * (keys.len() + 1) + 8);
     let mut i = range.start;
@@ -192,7 +190,7 @@ pub fn reread(
                 Reply::Value { key, data, .. } => {
                     match parse_key_index(key).filter(|k| (i..end).contains(k)) {
                         Some(k) => {
-                            value_for(k, salt, &mut expect);
+                            values.write(k, &mut expect);
                             if data == expect.as_slice() {
                                 res.bands[band_of(k)].0 += 1;
                             } else {

@@ -7,10 +7,15 @@
 //! check that what comes back is exactly what was written, and no server can
 //! shrink them by compression (random bytes carry 8 bits of entropy per byte;
 //! a repeated or lettered pattern would flatter a compressing store).
+//! `--values json|proto|text` asks for the lab's realistic contents instead,
+//! to measure what compression gains on them.
 //!
 //! The generator is SplitMix64 (Steele, Lea, Flood: "Fast splittable
 //! pseudorandom number generators", OOPSLA 2014): tiny, fast and good enough
 //! for load generation; it is not meant to be cryptographic.
+
+use cachalot_lab::values::value_bytes;
+pub use cachalot_lab::values::ValueKind;
 
 /// Prefix of every benchmark key.
 pub const KEY_PREFIX: &[u8] = b"key:";
@@ -98,6 +103,29 @@ impl KeyMaker {
         let mut out = Vec::with_capacity(self.len());
         self.write(index, &mut out);
         out
+    }
+}
+
+/// What values look like: random bytes ([`value_for`]) or one of the lab's
+/// value models (JSON rows, protobuf-like records, text; `docs/lab.md`),
+/// `size` bytes each, a pure function of the key number and the run salt
+/// so a reader can regenerate and compare them.
+#[derive(Clone, Copy, Debug)]
+pub struct Values {
+    pub kind: ValueKind,
+    pub size: usize,
+    pub salt: u64,
+}
+
+impl Values {
+    pub fn write(&self, index: u64, out: &mut Vec<u8>) {
+        match self.kind {
+            ValueKind::Random => {
+                out.resize(self.size, 0);
+                value_for(index, self.salt, out);
+            }
+            kind => value_bytes(kind, index ^ self.salt, self.size, out),
+        }
     }
 }
 

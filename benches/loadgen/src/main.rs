@@ -8,8 +8,10 @@
 //!   wait     --addr A               until A answers `version` (5 s at most)
 //!   stats    --addr A               the `stats` reply
 //!   fill     --addr A --items N --value-size V [--key-len 14] [--proto text|meta]
+//!            [--values random|json|proto|text]
 //!   capacity --addr A --pid P --items N --value-size V [--key-len 14]
 //!            [--proto text|meta] [--bands 10] [--settle-ms 1000]
+//!            [--values random|json|proto|text]
 //!   load     --addr A [--conns 50] [--threads 1] [--duration 10]
 //!            [--get-ratio 0.9] [--keys 100000] [--key-len 14]
 //!            [--value-size 32] [--depth 1] [--warm 1]
@@ -30,7 +32,7 @@ use cachalot_protocol::client::request::text;
 use cachalot_protocol::client::ReplyParser;
 
 use capacity::SetProto;
-use keys::KeyMaker;
+use keys::{KeyMaker, ValueKind, Values};
 
 /// Salt of the value generator; fixed so that runs are reproducible.
 const SALT: u64 = 0x6361_6368_616c_6f74;
@@ -85,7 +87,15 @@ fn main() -> ExitCode {
         "stats" => Opts::parse(rest, &["addr"]).and_then(|o| stats(&o)),
         "fill" => Opts::parse(
             rest,
-            &["addr", "items", "value-size", "key-len", "proto", "start"],
+            &[
+                "addr",
+                "items",
+                "value-size",
+                "key-len",
+                "proto",
+                "start",
+                "values",
+            ],
         )
         .and_then(|o| fill(&o)),
         "capacity" => Opts::parse(
@@ -99,6 +109,7 @@ fn main() -> ExitCode {
                 "proto",
                 "bands",
                 "settle-ms",
+                "values",
             ],
         )
         .and_then(|o| capacity(&o)),
@@ -193,12 +204,26 @@ fn fill(o: &Opts) -> Result<(), String> {
     let addr = o.str("addr")?;
     let start: u64 = o.num("start", Some(0))?;
     let items: u64 = o.num("items", None)?;
-    let vsize: usize = o.num("value-size", None)?;
+    let values = values(o)?;
     let keys = key_maker(o, start.saturating_add(items))?;
-    let r = capacity::fill(&addr, &keys, start..start + items, vsize, SALT, proto(o)?)
+    let r = capacity::fill(&addr, &keys, start..start + items, &values, proto(o)?)
         .map_err(|e| e.to_string())?;
     print_fill(&r);
     Ok(())
+}
+
+/// `--value-size` bytes of `--values` contents (random by default).
+fn values(o: &Opts) -> Result<Values, String> {
+    let name = o.0.get("values").map_or("random", String::as_str);
+    let kind = ValueKind::ALL
+        .into_iter()
+        .find(|k| k.name() == name)
+        .ok_or_else(|| format!("--values {name}: random, json, proto or text"))?;
+    Ok(Values {
+        kind,
+        size: o.num("value-size", None)?,
+        salt: SALT,
+    })
 }
 
 fn print_fill(r: &capacity::FillResult) {
@@ -217,25 +242,27 @@ fn capacity(o: &Opts) -> Result<(), String> {
     let addr = o.str("addr")?;
     let pid: u32 = o.num("pid", None)?;
     let items: u64 = o.num("items", None)?;
-    let vsize: usize = o.num("value-size", None)?;
+    let values = values(o)?;
+    let vsize = values.size;
     let bands: usize = o.num("bands", Some(10))?;
     let settle = Duration::from_millis(o.num("settle-ms", Some(1000))?);
     let keys = key_maker(o, items)?;
     let before = capacity::read_rss(pid).map_err(|e| format!("pid {pid}: {e}"))?;
     let sampler = capacity::RssSampler::start(pid, Duration::from_millis(10));
-    let r = capacity::fill(&addr, &keys, 0..items, vsize, SALT, proto(o)?)
-        .map_err(|e| e.to_string())?;
+    let r =
+        capacity::fill(&addr, &keys, 0..items, &values, proto(o)?).map_err(|e| e.to_string())?;
     // Let background work (memcached's LRU maintainer, any lazy frees) run
     // while we keep sampling, so "after the fill" is really after it.
     std::thread::sleep(settle);
     let st = capacity::stats(&addr).map_err(|e| e.to_string())?;
-    let rr = capacity::reread(&addr, &keys, 0..items, vsize, SALT, 100, bands)
-        .map_err(|e| e.to_string())?;
+    let rr =
+        capacity::reread(&addr, &keys, 0..items, &values, 100, bands).map_err(|e| e.to_string())?;
     let rss_max = sampler.finish();
     let after = capacity::read_rss(pid).map_err(|e| format!("pid {pid}: {e}"))?;
 
     println!("key_len={}", keys.len());
     println!("value_size={vsize}");
+    println!("values={}", values.kind.name());
     print_fill(&r);
     for name in [
         "curr_items",
@@ -295,8 +322,11 @@ fn load(o: &Opts) -> Result<(), String> {
             &cfg.addr,
             &keys,
             0..cfg.keys,
-            cfg.value_size,
-            SALT,
+            &Values {
+                kind: ValueKind::Random,
+                size: cfg.value_size,
+                salt: SALT,
+            },
             SetProto::Text,
         )
         .map_err(|e| format!("warm-up: {e}"))?;

@@ -27,10 +27,12 @@ pub enum Codec {
     Zstd,
 }
 
-/// zstd's level for blocks: its fastest standard level; higher levels
-/// gain little on 2 KB blocks with a dictionary and cost several times the
-/// CPU (docs/zzone.md once measured).
-pub const ZSTD_LEVEL: i32 = 1;
+/// zstd's level for blocks (its default): against level 1, 2-6% more
+/// compression on the lab's values in 2 KB blocks with a dictionary, for
+/// about 10% slower compression, which runs in the writer thread, off the
+/// requests' path; level 6 gains 1-2% more at a third of the speed
+/// (`cachalot-lab gen --codec-report`, docs/benchmarks.md).
+pub const ZSTD_LEVEL: i32 = 3;
 
 /// A zstd dictionary, digested once for compression and decompression.
 pub struct Dictionary {

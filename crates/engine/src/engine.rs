@@ -1077,8 +1077,12 @@ impl Engine {
     }
 
     /// Whether a new page and `extra` bytes more fit in the memory limit.
+    /// The N-zone leaves the pages the Z-zone is still to be granted
+    /// (`zone_wanted`), so that free memory goes to the zone its share.
     fn can_add_page_with(&self, extra: usize) -> bool {
-        (self.slabs.pages_allocated() + 1) * self.slabs.page_size + self.aux_bytes() + extra
+        (self.slabs.pages_allocated() + 1 + self.zone_wanted()) * self.slabs.page_size
+            + self.aux_bytes()
+            + extra
             <= self.memory_limit
     }
 

@@ -319,18 +319,24 @@ pub fn stored_len(chunk: &[u8]) -> usize {
     body_start(chunk) + code_width(chunk[7]) + chunk[12] as usize + value_len(chunk) as usize
 }
 
-/// Whether `image` is exactly one whole item (header, flags, key, value),
+/// The length of the item whose image starts `bytes`, if its header is
+/// all there and sound (a key; the long length present when named),
 /// checked before anything in it is trusted: for item images read back
-/// from a compressed block.
+/// from a compressed block, where they are stored back to back.
+pub fn image_len(bytes: &[u8]) -> Option<usize> {
+    if bytes.len() < HEADER_LEN || bytes[12] == 0 {
+        return None;
+    }
+    let long = u16::from_le_bytes([bytes[14], bytes[15]]) as u32 == LONG_VALUE;
+    if long && bytes.len() < HEADER_LEN + 4 {
+        return None;
+    }
+    Some(stored_len(bytes))
+}
+
+/// Whether `image` is exactly one whole item (header, flags, key, value).
 pub fn is_whole(image: &[u8]) -> bool {
-    if image.len() < HEADER_LEN || image[12] == 0 {
-        return false;
-    }
-    let long = u16::from_le_bytes([image[14], image[15]]) as u32 == LONG_VALUE;
-    if long && image.len() < HEADER_LEN + 4 {
-        return false;
-    }
-    stored_len(image) == image.len()
+    image_len(image) == Some(image.len())
 }
 
 /// The one-byte quantised cost of a stored item.

@@ -484,6 +484,7 @@ impl Recorder {
                         .latency
                         .as_ref()
                         .map(|h| LatencySummary::from_histogram(h, false)),
+                    zzone: None,
                 }
             })
             .collect();
@@ -600,6 +601,55 @@ pub struct IntervalResult {
     pub throughput_rps: f64,
     /// Latency of all operations in the interval (no CDF), when measured.
     pub latency: Option<LatencySummary>,
+    /// The N-zone / Z-zone split at the interval's end (`sim --zzone true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zzone: Option<ZoneInterval>,
+}
+
+/// The engine's two zones at the end of an interval and the Z-zone's work
+/// during it (`sim --zzone true`): what zExpander's Fig. 15 draws (memory
+/// of each zone over time) and what its split adapts on (the share of GET
+/// hits the N-zone serves). Memory and items are the engine's `stats` at
+/// the interval's end; hits, promotions and demotions count the interval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ZoneInterval {
+    /// The Z-zone's share of memory the split aims at, in percent (the
+    /// `share_percent` of `stats zzone`).
+    pub target_percent: u32,
+    /// `-m` in bytes.
+    pub memory_limit: u64,
+    /// Bytes of pages held by the N-zone's slab classes.
+    pub nzone_memory: u64,
+    /// Bytes the Z-zone holds: its pages and metadata.
+    pub zzone_memory: u64,
+    pub nzone_items: u64,
+    pub zzone_items: u64,
+    /// Bytes of the items each zone holds, uncompressed (header, key and
+    /// value): the "size of KV items cached" of zExpander's Figs. 6 and 15.
+    pub nzone_item_bytes: u64,
+    pub zzone_item_bytes: u64,
+    /// GET hits the Z-zone served during the interval; the rest of the
+    /// interval's hits (`counts.hits`) the N-zone served.
+    pub zzone_hits: u64,
+    pub promotions: u64,
+    pub demotions: u64,
+}
+
+impl ZoneInterval {
+    /// Share of `-m` held by the Z-zone at the interval's end.
+    pub fn zzone_share(&self) -> f64 {
+        ratio(self.zzone_memory, self.memory_limit)
+    }
+    /// Share of `-m` held by the N-zone's pages at the interval's end.
+    pub fn nzone_share(&self) -> f64 {
+        ratio(self.nzone_memory, self.memory_limit)
+    }
+    /// Share of the interval's GET hits the N-zone served (`hits`: all of
+    /// them); 0 without hits.
+    pub fn nzone_hit_share(&self, hits: u64) -> f64 {
+        ratio(hits.saturating_sub(self.zzone_hits), hits)
+    }
 }
 
 /// The document `replay` and `sim` write with `--json` (and `compare` writes
@@ -683,8 +733,14 @@ pub fn format_intervals(run: &RunResult) -> String {
     .iter()
     .map(|s| s.to_string())
     .collect()];
+    let zone = run.intervals.iter().any(|i| i.zzone.is_some());
+    if zone {
+        for h in ["N mem", "Z mem", "Z target", "N hits"] {
+            rows[0].push(h.to_string());
+        }
+    }
     for i in &run.intervals {
-        rows.push(vec![
+        let mut row = vec![
             i.index.to_string(),
             if i.unit == "seconds" {
                 format!("{}s", i.start)
@@ -701,7 +757,19 @@ pub fn format_intervals(run: &RunResult) -> String {
                 .as_ref()
                 .map(|l| fmt_us(l.p99_us))
                 .unwrap_or_else(|| "-".to_string()),
-        ]);
+        ];
+        if zone {
+            match &i.zzone {
+                Some(z) => row.extend([
+                    format!("{:.1}%", 100.0 * z.nzone_share()),
+                    format!("{:.1}%", 100.0 * z.zzone_share()),
+                    format!("{}%", z.target_percent),
+                    format!("{:.1}%", 100.0 * z.nzone_hit_share(i.counts.hits)),
+                ]),
+                None => row.extend(["-", "-", "-", "-"].map(String::from)),
+            }
+        }
+        rows.push(row);
     }
     render(&rows)
 }

@@ -1,6 +1,6 @@
 //! `cachalot-lab plot`: PNG and SVG charts from the lab's JSON results.
 //!
-//! Three kinds, each the figure the papers behind the lab use to make their
+//! Four kinds, each the figure the papers behind the lab use to make their
 //! point:
 //! - `hit-ratio-over-time`: the hit ratio (or byte / cost hit ratio) of each
 //!   interval of `replay`, `sim` or `compare` runs, one line per run, as the
@@ -10,6 +10,11 @@
 //!   size, the cost-miss ratio as a second line when costs differ from 1,
 //!   optionally the busiest slab classes' own curves), as in Carra &
 //!   Michiardi's figures.
+//! - `zone-split`: the N-zone / Z-zone split of `sim --zzone true` runs over
+//!   time (each zone's share of memory, the share of GET hits the N-zone
+//!   serves, the hit ratio, the items cached against the memory), as
+//!   zExpander's Fig. 15 shows its split adapting to a pattern switch
+//!   (`../shared/seeds/000_*` section 4.6).
 //! - `latency-cdf`: latency distributions from the runs' HDR histogram
 //!   quantiles, either as a CDF (fraction of requests against latency) or
 //!   as HdrHistogram's percentile spectrum (`--style tail`: latency against
@@ -33,10 +38,11 @@ use render::{Axis, Chart, Legend, Series, Ticks};
 
 #[derive(clap::Args, Debug, Clone)]
 #[command(
-    about = "PNG and SVG charts from JSON results: hit ratio over time, miss-ratio curves, latency CDFs",
+    about = "PNG and SVG charts from JSON results: hit ratio over time, miss-ratio curves, latency CDFs, the Z-zone split",
     long_about = "Draws a chart from the --json output of replay, sim and compare (hit ratio over \
                   time, latency CDF: one line per run) or of mrc (miss-ratio curves: one line per \
-                  file, plus the cost-miss ratio when costs vary). The output format follows the \
+                  file, plus the cost-miss ratio when costs vary), or the N-zone / Z-zone split \
+                  over time of `sim --zzone true` runs. The output format follows the \
                   file extension of --out (.png or .svg). Example:\n  \
                   cachalot-lab plot --kind hit-ratio-over-time --out hit.svg compare-etc.json"
 )]
@@ -102,6 +108,8 @@ pub enum Kind {
     HitRatioOverTime,
     Mrc,
     LatencyCdf,
+    /// `sim --zzone true`: the N-zone / Z-zone split over time.
+    ZoneSplit,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,6 +237,7 @@ pub fn build(args: &PlotArgs, inputs: &[Input]) -> anyhow::Result<Chart> {
         Kind::HitRatioOverTime => hit_ratio_chart(args, &runs_of(args, inputs)?)?,
         Kind::LatencyCdf => latency_chart(args, &runs_of(args, inputs)?)?,
         Kind::Mrc => mrc_chart(args, &mrcs_of(inputs)?)?,
+        Kind::ZoneSplit => zone_chart(args, &runs_of(args, inputs)?)?,
     };
     if let Some(t) = &args.title {
         chart.title = t.clone();
@@ -360,8 +369,10 @@ fn titled(what: &str, detail: &str) -> String {
 // ---------------------------------------------------------------------------
 // Hit ratio over time
 
-fn hit_ratio_chart(args: &PlotArgs, runs: &[Named]) -> anyhow::Result<Chart> {
-    let seconds = match args.x {
+/// Whether the x axis is in seconds: as asked, or (auto) when every run's
+/// intervals were cut in seconds.
+fn seconds_axis(x: XAxis, runs: &[Named]) -> bool {
+    match x {
         XAxis::Seconds => true,
         XAxis::Requests => false,
         XAxis::Auto => {
@@ -370,7 +381,19 @@ fn hit_ratio_chart(args: &PlotArgs, runs: &[Named]) -> anyhow::Result<Chart> {
                 .all(|i| i.unit == "seconds")
                 && runs.iter().any(|r| !r.run.intervals.is_empty())
         }
-    };
+    }
+}
+
+fn time_axis(seconds: bool) -> Axis {
+    if seconds {
+        Axis::new("time since start", Ticks::Seconds)
+    } else {
+        Axis::new("requests", Ticks::Count)
+    }
+}
+
+fn hit_ratio_chart(args: &PlotArgs, runs: &[Named]) -> anyhow::Result<Chart> {
+    let seconds = seconds_axis(args.x, runs);
     let series = runs
         .iter()
         .map(|r| Series::line(r.name.clone(), interval_points(r.run, args.metric, seconds)))
@@ -380,14 +403,11 @@ fn hit_ratio_chart(args: &PlotArgs, runs: &[Named]) -> anyhow::Result<Chart> {
         Metric::ByteHit => ("byte hit ratio", "Byte hit ratio over time"),
         Metric::CostHit => ("cost hit ratio", "Cost hit ratio over time"),
     };
-    let x = if seconds {
-        Axis::new("time since start", Ticks::Seconds)
-    } else {
-        Axis::new("requests", Ticks::Count)
-    };
     Ok(Chart {
         title: titled(what, &models(runs)),
-        x: x.from_zero().log(args.x_scale.log_or(false)),
+        x: time_axis(seconds)
+            .from_zero()
+            .log(args.x_scale.log_or(false)),
         y: Axis::new(&format!("{name} per interval"), Ticks::Ratio).log(args.y_scale.log_or(false)),
         legend: Legend::LowerRight,
         series,
@@ -399,13 +419,23 @@ fn hit_ratio_chart(args: &PlotArgs, runs: &[Named]) -> anyhow::Result<Chart> {
 /// has no denominator (no GETs, e.g. only SETs) are left out rather than
 /// drawn as a drop to 0.
 fn interval_points(run: &RunView, metric: Metric, seconds: bool) -> Vec<(f64, f64)> {
+    run.intervals
+        .iter()
+        .zip(interval_spans(run, seconds))
+        .filter_map(|(iv, (a, b))| Some(((a + b) / 2.0, interval_ratio(iv, metric)?)))
+        .collect()
+}
+
+/// Where each interval starts and ends on the x axis: in requests or in
+/// seconds, whatever unit the intervals were cut in.
+fn interval_spans(run: &RunView, seconds: bool) -> Vec<(f64, f64)> {
     let ivs = &run.intervals;
     let elapsed = run.totals.elapsed_s;
     let mut cumulative = 0.0;
     let mut out = Vec::new();
     for (i, iv) in ivs.iter().enumerate() {
         let requests = iv.counts.requests.map(|n| n as f64);
-        let (a, b) = if seconds {
+        let span = if seconds {
             if iv.unit == "seconds" {
                 // The last interval ends with the run, not at its nominal end.
                 let end = if elapsed.is_finite() && elapsed > iv.start && elapsed < iv.end {
@@ -434,9 +464,7 @@ fn interval_points(run: &RunView, metric: Metric, seconds: bool) -> Vec<(f64, f6
         } else {
             (iv.start, requests.map(|n| iv.start + n).unwrap_or(iv.end))
         };
-        if let Some(y) = interval_ratio(iv, metric) {
-            out.push(((a + b) / 2.0, y));
-        }
+        out.push(span);
     }
     out
 }
@@ -455,6 +483,110 @@ fn interval_ratio(iv: &IntervalView, metric: Metric) -> Option<f64> {
         (Some(n), Some(d)) => Some(n as f64 / d as f64),
         _ => stated.is_finite().then_some(stated),
     }
+}
+
+// ---------------------------------------------------------------------------
+// The N-zone / Z-zone split over time
+
+/// zExpander's Fig. 15 with the hit ratio of its Fig. 16, from `sim --zzone
+/// true` runs: per interval, each zone's share of `-m` and the Z-zone's
+/// target share at the interval's end, the share of the interval's GET hits
+/// the N-zone served and its hit ratio (at its middle), and the items cached
+/// (uncompressed) against `-m`, which compression lets pass 1. Runs of the
+/// `zexpander-switch` model get a vertical line where the pattern turns
+/// from uniform to zipfian (on a requests axis).
+fn zone_chart(args: &PlotArgs, runs: &[Named]) -> anyhow::Result<Chart> {
+    let seconds = seconds_axis(args.x, runs);
+    let mut series = Vec::new();
+    let mut switches = Vec::new();
+    for r in runs {
+        let prefix = if runs.len() > 1 {
+            format!("{}: ", r.name)
+        } else {
+            String::new()
+        };
+        let mut lines: [Vec<(f64, f64)>; 6] = Default::default();
+        let spans = interval_spans(r.run, seconds);
+        for (iv, &(a, b)) in r.run.intervals.iter().zip(&spans) {
+            let Some(z) = iv.zzone.as_ref().filter(|z| z.memory_limit > 0) else {
+                continue;
+            };
+            let m = z.memory_limit as f64;
+            lines[0].push((b, z.nzone_memory as f64 / m));
+            lines[1].push((b, z.zzone_memory as f64 / m));
+            lines[2].push((b, z.target_percent as f64 / 100.0));
+            if let Some(hits) = iv.counts.hits.filter(|&h| h > 0) {
+                let at_n = hits.saturating_sub(z.zzone_hits) as f64 / hits as f64;
+                lines[3].push(((a + b) / 2.0, at_n));
+            }
+            if let Some(h) = interval_ratio(iv, Metric::Hit) {
+                lines[4].push(((a + b) / 2.0, h));
+            }
+            let cached = z.nzone_item_bytes.saturating_add(z.zzone_item_bytes);
+            lines[5].push((b, cached as f64 / m));
+        }
+        if lines.iter().all(Vec::is_empty) {
+            bail!(
+                "{}: no Z-zone figures in its intervals (made by `sim --zzone true`)",
+                r.name
+            );
+        }
+        let names = [
+            "N-zone memory / -m",
+            "Z-zone memory / -m",
+            "Z-zone target share",
+            "GET hits served by the N-zone",
+            "hit ratio",
+            "items cached (uncompressed) / -m",
+        ];
+        for (i, (name, pts)) in names.iter().zip(lines).enumerate() {
+            series.push(Series {
+                thin: i == 2,
+                ..Series::line(format!("{prefix}{name}"), pts)
+            });
+        }
+        if let Some(x) = switch_at(r.run).filter(|_| !seconds) {
+            if !switches.contains(&x) {
+                switches.push(x);
+            }
+        }
+    }
+    let top = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .filter(|y| y.is_finite())
+        .fold(1.0, f64::max);
+    for x in switches {
+        series.push(Series {
+            thin: true,
+            ..Series::line("switch to zipfian".to_string(), vec![(x, 0.0), (x, top)])
+        });
+    }
+    let ylog = args.y_scale.log_or(false);
+    let y = Axis::new("share", Ticks::Number).log(ylog);
+    Ok(Chart {
+        title: titled("N-zone / Z-zone split over time", &models(runs)),
+        x: time_axis(seconds)
+            .from_zero()
+            .log(args.x_scale.log_or(false)),
+        // Headroom above the lines for the legend's rows.
+        y: if ylog { y } else { y.range(0.0, top * 1.4) },
+        legend: Legend::UpperRight,
+        series,
+    })
+}
+
+/// The request at which a `zexpander-switch` run changed pattern.
+fn switch_at(run: &RunView) -> Option<f64> {
+    let m = &run.meta;
+    if !matches!(m.model.as_str(), "zexpander-switch" | "zexpander") || m.requests == 0 {
+        return None;
+    }
+    let share = match m.params.get("switch") {
+        Some(v) => v.parse::<f64>().ok()?,
+        None => crate::workload::phased::SWITCH,
+    };
+    Some(crate::workload::phased::switch_request(m.requests, share) as f64)
 }
 
 // ---------------------------------------------------------------------------

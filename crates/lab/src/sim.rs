@@ -17,6 +17,13 @@
 //! clock. The result is the same document as `replay` (`metrics::RunResult`),
 //! without latencies; `totals.elapsed_s` is the simulation's own run time.
 //!
+//! With the Z-zone (`--zzone true`) every interval also records the split
+//! at its end (`metrics::ZoneInterval`: each zone's memory and items, the
+//! split's target, and the GET hits, promotions and demotions of the Z-zone
+//! during the interval), read from `Engine::stats` as the server's
+//! `stats zzone` reads it: the data of zExpander's Fig. 15 for `plot --kind
+//! zone-split`.
+//!
 //! Learned costs (`--learn-costs`, docs/cost.md) need the engine's
 //! microsecond clock, which the simulation drives too (`Clock::set_us`):
 //! trace time plus the backend delays so far. With `--backend-delay cost`
@@ -24,6 +31,7 @@
 //! by the request's cost in microseconds (the recomputation the cost
 //! stands for), so the engine can only learn it from that gap.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,7 +43,7 @@ use cachalot_engine::{
     Clock, Config, DeleteOutcome, Engine, EvictionPolicy, RebalancePolicy, Store, StoreOutcome,
 };
 
-use crate::metrics::{self, At, IntervalSpec, Recorder, RunMeta, RunResult};
+use crate::metrics::{self, At, IntervalSpec, Recorder, RunMeta, RunResult, ZoneInterval};
 use crate::mrc::{parse_megabytes, parse_size, progress_bar};
 use crate::trace::{key_bytes, Op, Request};
 use crate::values::{value_bytes, ValueKind};
@@ -405,17 +413,20 @@ pub fn simulate(
     let started = Instant::now();
     let rate = cfg.rate.filter(|r| r.is_finite() && *r > 0.0);
     let mut t0 = None;
+    let mut probe = ZoneProbe::default();
     for (seq, r) in requests.enumerate() {
         let seq = seq as u64;
         let us = match rate {
             Some(rate) => (seq as f64 * 1e6 / rate) as u64,
             None => r.time_us.saturating_sub(*t0.get_or_insert(r.time_us)),
         };
-        sim.advance_to(us);
         let at = At {
             seq,
-            elapsed_us: sim.now_us,
+            elapsed_us: us.max(sim.now_us),
         };
+        // A new interval: the zones as the last one left them.
+        probe.enter(cfg.interval.index(at), &sim.engine);
+        sim.advance_to(us);
         sim.request(&r, at, cfg.values, &mut rec);
         if seq % 65_536 == 65_535 {
             if let Some(p) = progress {
@@ -423,8 +434,61 @@ pub fn simulate(
             }
         }
     }
+    probe.enter(usize::MAX, &sim.engine);
     fill_meta(&mut meta, cfg, &sim);
-    Ok(rec.finish(meta, started.elapsed()))
+    let mut result = rec.finish(meta, started.elapsed());
+    for iv in &mut result.intervals {
+        iv.zzone = probe.samples.remove(&(iv.index as usize));
+    }
+    Ok(result)
+}
+
+/// Samples the zones at the end of every interval, for the figures of the
+/// split adapting (zExpander Fig. 15): only with a Z-zone.
+#[derive(Default)]
+struct ZoneProbe {
+    /// The interval the requests are in.
+    current: Option<usize>,
+    /// Z-zone hits, promotions and demotions at its start.
+    start: (u64, u64, u64),
+    samples: BTreeMap<usize, ZoneInterval>,
+}
+
+impl ZoneProbe {
+    /// The next request is in interval `index`: if that is a new one, record
+    /// the interval just left as the engine has it now.
+    fn enter(&mut self, index: usize, engine: &Engine) {
+        if self.current == Some(index) {
+            return;
+        }
+        let st = engine.stats();
+        let Some(z) = st.zzone else {
+            self.current = Some(index);
+            return;
+        };
+        let zs = z.zone;
+        let now = (zs.hits, zs.promotions, zs.demotions);
+        if let Some(left) = self.current {
+            self.samples.insert(
+                left,
+                ZoneInterval {
+                    target_percent: z.share_percent,
+                    memory_limit: st.limit_maxbytes,
+                    nzone_memory: st.total_malloced,
+                    zzone_memory: zs.memory_bytes,
+                    nzone_items: st.curr_items.saturating_sub(zs.items),
+                    zzone_items: zs.items,
+                    nzone_item_bytes: st.bytes,
+                    zzone_item_bytes: zs.raw_bytes,
+                    zzone_hits: now.0.saturating_sub(self.start.0),
+                    promotions: now.1.saturating_sub(self.start.1),
+                    demotions: now.2.saturating_sub(self.start.2),
+                },
+            );
+        }
+        self.current = Some(index);
+        self.start = now;
+    }
 }
 
 /// The engine's settings and, like replay's `stats` after a run, its counters.
@@ -819,6 +883,61 @@ mod tests {
             lost(&learned),
             lost(&blind)
         );
+    }
+
+    #[test]
+    fn zone_split_is_sampled_per_interval() {
+        // A skewed stream over more keys than 4 MB holds: the N-zone
+        // demotes to the Z-zone, which serves some GET hits.
+        let reqs = stream(300_000, 60_000, 4);
+        let cfg = SimConfig {
+            values: ValueKind::Proto,
+            ..SimConfig::new(Config {
+                memory_limit: 4 << 20,
+                zzone: true,
+                ..Config::default()
+            })
+        };
+        let r = simulate(reqs.iter().copied(), &cfg, RunMeta::default(), None).unwrap();
+        assert_eq!(r.intervals.len(), 3);
+        let st = &r.meta.server_stats;
+        let zones: Vec<&ZoneInterval> = r.intervals.iter().flat_map(|i| &i.zzone).collect();
+        assert_eq!(zones.len(), 3, "every interval has its sample");
+        // The per-interval Z-zone hits add up to the engine's count, and
+        // each interval's are among its hits.
+        let hits: u64 = zones.iter().map(|z| z.zzone_hits).sum();
+        assert_eq!(hits.to_string(), st["zzone_hits"]);
+        assert!(hits > 0, "the Z-zone served nothing");
+        for i in &r.intervals {
+            let z = i.zzone.as_ref().unwrap();
+            assert!(z.zzone_hits <= i.counts.hits);
+            assert!((0.0..=1.0).contains(&z.nzone_hit_share(i.counts.hits)));
+            assert_eq!(z.memory_limit, 4 << 20);
+        }
+        // The last sample is the engine at the end of the run.
+        let last = zones[2];
+        assert_eq!(last.target_percent.to_string(), st["zzone_share_percent"]);
+        assert_eq!(last.zzone_items.to_string(), st["zzone_items"]);
+        let promotions: u64 = zones.iter().map(|z| z.promotions).sum();
+        assert_eq!(promotions.to_string(), st["zzone_promotions"]);
+        let items: u64 = st["curr_items"].parse().unwrap();
+        assert_eq!(last.nzone_items + last.zzone_items, items);
+        assert!(last.zzone_memory > 0 && last.nzone_memory > 0);
+        assert!(last.zzone_share() + last.nzone_share() <= 1.0);
+        // The table shows the split.
+        assert!(metrics::format_intervals(&r).contains("Z mem"));
+        // Without a Z-zone, no samples (and the document has no field).
+        let plain = simulate(
+            reqs.iter().copied(),
+            &small_config(),
+            RunMeta::default(),
+            None,
+        )
+        .unwrap();
+        assert!(plain.intervals.iter().all(|i| i.zzone.is_none()));
+        let json = serde_json::to_string(&plain).unwrap();
+        assert!(!json.contains("zzone"));
+        assert!(!metrics::format_intervals(&plain).contains("Z mem"));
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! - [`ycsb`]: YCSB core workloads A, B, C, D, F (Cooper et al., SoCC'10) with
 //!   YCSB's own generators (scrambled zipfian, latest, hotspot, uniform).
 //! - [`etc`]: Facebook ETC (Atikoglu et al., SIGMETRICS'12, section 6 model).
+//! - [`app`], [`usr`]: Facebook APP and USR, the other two pools zExpander
+//!   (Wu et al., EuroSys'16) compares on, from the figures quoted about them.
 //! - [`twitter`]: Twitter cluster-like (Yang et al., OSDI'20, cluster29 of the
 //!   published per-cluster statistics as defaults).
 //! - [`gdwheel`]: GD-Wheel cost workloads (Li, Rice MS thesis 2014, Tables 6.1
@@ -26,11 +28,13 @@ use serde::Serialize;
 
 use crate::trace::{Op, Request};
 
+pub mod app;
 pub mod dist;
 pub mod etc;
 pub mod gdwheel;
 pub mod phased;
 pub mod twitter;
+pub mod usr;
 pub mod ycsb;
 
 /// Where requests come from: a model or a trace file. Flattened into the
@@ -38,7 +42,7 @@ pub mod ycsb;
 #[derive(clap::Args, Debug, Clone)]
 pub struct Source {
     /// Workload model (see docs/lab.md): ycsb-a, ycsb-b, ycsb-c, ycsb-d, ycsb-f,
-    /// etc, twitter, gdwheel-<1..12>, calcification, zexpander-switch.
+    /// etc, app, usr, twitter, gdwheel-<1..12>, calcification, zexpander-switch.
     #[arg(long, conflicts_with = "trace")]
     pub model: Option<String>,
     /// Model parameter as key=value (repeatable), e.g. --param keys=100000.
@@ -98,6 +102,8 @@ pub const MODELS: &[&str] = &[
     "ycsb-d",
     "ycsb-f",
     "etc",
+    "app",
+    "usr",
     "twitter",
     "gdwheel-1 .. gdwheel-12 (or gdwheel-baseline, -rubis, -tpcw, -same, -random, -small1, -small2, -big1, -big2, -multi-baseline, -multi-rubis, -multi-tpcw)",
     "calcification",
@@ -114,6 +120,8 @@ fn build_model(name: &str, p: &mut Params, requests: u64, seed: u64) -> anyhow::
     }
     match lower.as_str() {
         "etc" => Ok(Box::new(etc::Etc::new(p, seed)?)),
+        "app" | "fb-app" => Ok(Box::new(app::App::new(p, seed)?)),
+        "usr" | "fb-usr" => Ok(Box::new(usr::Usr::new(p, seed)?)),
         "twitter" => Ok(Box::new(twitter::Twitter::new(p, seed)?)),
         "calcification" => Ok(Box::new(phased::Calcification::new(p, requests, seed)?)),
         "zexpander-switch" | "zexpander" => {
@@ -520,6 +528,8 @@ mod tests {
             "ycsb-d",
             "ycsb-f",
             "etc",
+            "app",
+            "usr",
             "twitter",
             "gdwheel-1",
             "gdwheel-multi-tpcw",

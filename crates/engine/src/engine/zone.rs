@@ -21,15 +21,18 @@
 //! engine knows its own item count, so it needs no markers.
 //!
 //! The split (§3.3.1): the zones share `-m`, the Z-zone's pages counted
-//! beside the index. Each window of [`WINDOW_OPS`] GET hits, the share
+//! beside the index. Each window of [`WINDOW_OPS`] requests, the share
 //! served by the N-zone is compared with the target (`-o zzone_target`,
 //! 90%): below it the Z-zone gives up 3% of memory, above it takes 3% more.
+//! As in zExpander, a request is served by the Z-zone when it has to read
+//! a block (a hit there, or a false positive of its content filter), and
+//! by the N-zone otherwise: a GET hit there, a GET miss the filter answers,
+//! a store (stores always write the N-zone).
 //! zExpander also counts demotions as Z-zone work; here they are not: each
 //! follows a miss, which costs the client a backend fetch far longer than
 //! a block rewrite, and counted they shrink the Z-zone in any workload
 //! with more than a few percent of misses (to 2% of memory at 40% misses
-//! in the lab, docs/benchmarks.md), exactly where it would help most. What
-//! the split protects is the hits' speed.
+//! in the lab, docs/benchmarks.md), exactly where it would help most.
 
 use std::sync::Arc;
 
@@ -41,7 +44,7 @@ use crate::stripe::hash;
 use crate::zzone::{Zone, ZoneConfig, ZoneStats};
 use crate::{chain, Config};
 
-/// GET hits per adaptation window (zExpander: one minute).
+/// Requests per adaptation window (zExpander: one minute).
 pub const WINDOW_OPS: u64 = 100_000;
 /// The split moves by this share of memory per window (zExpander: 3%).
 const STEP: f64 = 0.03;
@@ -63,7 +66,7 @@ pub(super) struct Zzone {
     pub zone: Arc<Mutex<Zone>>,
     /// Share of `-m` the Z-zone may hold.
     share: f64,
-    /// N-served and Z-served operations when the window began.
+    /// N-served and Z-served requests when the window began.
     window: (u64, u64),
     /// A promoted item's image, copied out of the zone.
     image: Vec<u8>,
@@ -134,7 +137,8 @@ impl Zzone {
 
 impl Engine {
     /// The item at `loc` (its stripe held) leaves the N-zone: demote it.
-    /// False if it is not kept (no Z-zone, chained, or expired); kept, it
+    /// False if it is not kept (no Z-zone, chained, too large for a block,
+    /// or expired); kept, it
     /// is staged, and evicted later if the zone has no room for it.
     pub(super) fn demote(&mut self, loc: u64) -> bool {
         let now = self.now();
@@ -150,7 +154,11 @@ impl Engine {
             return false;
         }
         let image = &chunk[..item::stored_len(chunk)];
-        z.zone.lock().push(hash(item::key(image)), image, now);
+        let mut zone = z.zone.lock();
+        if !zone.admits(image.len()) {
+            return false;
+        }
+        zone.push(hash(item::key(image)), image, now);
         true
     }
 
@@ -261,12 +269,13 @@ impl Engine {
     /// Z-zone towards its target by up to `budget` steps.
     pub(super) fn zone_step(&mut self, budget: usize) -> usize {
         let now = self.now();
-        // GET hits in the N-zone (the engine's and the readers').
+        // GET hits in the N-zone (the engine's and the readers'), and stores.
         let classes = self.slabs.classes.len();
-        let served_n = self.counters.get_hits.iter().sum::<u64>()
+        let at_n_zone = self.counters.get_hits.iter().sum::<u64>()
             + (0..classes)
                 .map(|c| self.stripes.reader_hits(c))
-                .sum::<u64>();
+                .sum::<u64>()
+            + self.counters.total_items;
         let available = self
             .memory_limit
             .saturating_sub(self.aux_bytes() - self.zone_memory());
@@ -275,7 +284,8 @@ impl Engine {
             return 0;
         };
         let zs = z.zone.lock().stats();
-        let served_z = zs.hits;
+        let served_n = at_n_zone + zs.filtered;
+        let served_z = zs.hits + zs.false_positives;
         let (n0, z0) = z.window;
         let (dn, dz) = (served_n.saturating_sub(n0), served_z.saturating_sub(z0));
         if dn + dz >= WINDOW_OPS {
@@ -306,43 +316,49 @@ impl Engine {
         steps
     }
 
-    /// The Z-zone is below its target: grant it a page of free memory, or
-    /// one the N-zone has given up, else start draining one (the drain
-    /// demotes its items a few per store; the page is granted once it is
-    /// free, at a later step).
+    /// The Z-zone is below its target: grant it the pages of free memory it
+    /// wants, or one the N-zone has given up, else start draining one (the
+    /// drain demotes its items a few per store; the page is granted once
+    /// it is free, at a later step).
     fn feed_zone(&mut self) {
-        let Some(z) = self.zone.as_ref() else {
-            return;
-        };
-        if !z.zone.lock().wants_page() {
-            return;
-        }
-        let page = self.slabs.page_size;
-        let free =
-            self.slabs.pages_allocated() * page + self.aux_bytes() + page <= self.memory_limit;
-        if let Some(p) = self.slabs.spare.pop() {
-            self.slabs.release_page(p);
-        } else if !free {
-            let largest = (0..self.slabs.classes.len())
-                .filter(|&c| self.slabs.classes[c].pages.len() > 1)
-                .max_by_key(|&c| self.slabs.classes[c].pages.len());
-            if self.drain.is_some() {
-                // One at a time (the rebalancer's, or ours, in progress).
+        loop {
+            let Some(z) = self.zone.as_ref() else {
+                return;
+            };
+            if !z.zone.lock().wants_page() {
                 return;
             }
-            if let Some(c) = largest.filter(|&c| self.start_drain(c, None)) {
-                let page = self.drain.as_ref().map(|d| d.page);
-                debug_assert!(page.is_some(), "class {c} drains");
-                if let Some(z) = self.zone.as_mut() {
-                    z.drain = page;
+            let page = self.slabs.page_size;
+            let free =
+                self.slabs.pages_allocated() * page + self.aux_bytes() + page <= self.memory_limit;
+            if let Some(p) = self.slabs.spare.pop() {
+                self.slabs.release_page(p);
+            } else if !free {
+                let largest = (0..self.slabs.classes.len())
+                    .filter(|&c| self.slabs.classes[c].pages.len() > 1)
+                    .max_by_key(|&c| self.slabs.classes[c].pages.len());
+                if self.drain.is_some() {
+                    // One at a time (the rebalancer's, or ours, in progress).
+                    return;
+                }
+                if let Some(c) = largest.filter(|&c| self.start_drain(c, None)) {
+                    let page = self.drain.as_ref().map(|d| d.page);
+                    debug_assert!(page.is_some(), "class {c} drains");
+                    if let Some(z) = self.zone.as_mut() {
+                        z.drain = page;
+                    }
+                    return;
+                }
+                // No page can drain: grant one over the budget, which
+                // enforce_budget then takes from the N-zone at once.
+                if let Some(z) = self.zone.as_ref() {
+                    z.zone.lock().grant_page();
                 }
                 return;
             }
-            // No page can drain: grant one over the budget, which
-            // enforce_budget then takes from the N-zone at once.
-        }
-        if let Some(z) = self.zone.as_ref() {
-            z.zone.lock().grant_page();
+            if let Some(z) = self.zone.as_ref() {
+                z.zone.lock().grant_page();
+            }
         }
     }
 
@@ -396,7 +412,10 @@ impl Engine {
         };
         let mut zone = z.zone.lock();
         let pages = zone.pages();
-        if zone.return_grant() {
+        // First the pages it is still to be granted (the N-zone leaves
+        // them free, see `can_add_page_with`).
+        if zone.target_pages() > pages {
+            zone.set_target_pages(pages);
             return true;
         }
         if pages == 0 {
@@ -405,6 +424,14 @@ impl Engine {
         zone.set_target_pages(pages - 1);
         zone.shrink(now, usize::MAX);
         zone.pages() < pages
+    }
+
+    /// Pages the Z-zone is below its target by.
+    pub(super) fn zone_wanted(&self) -> usize {
+        self.zone.as_ref().map_or(0, |z| {
+            let zone = z.zone.lock();
+            zone.target_pages().saturating_sub(zone.pages())
+        })
     }
 
     pub(super) fn zone_memory(&self) -> usize {

@@ -10,23 +10,32 @@
 //! ```text
 //! u16 item count   u8 index entries (n)
 //! n × (u32 hash, u32 offset of the entry it names)
-//! entries, by (hash, key): u32 hash (the key hash's high 32 bits)
-//!                          u32 item length, then the item
+//! item images, by (hash, key), back to back
 //! ```
+//!
+//! Entries carry no hash and no length of their own: an item's header
+//! says how long it is, and its hash is its key's. Both would be bytes
+//! per item that compress badly (a hash not at all), in blocks whose point
+//! is to hold as many items as they can.
 //!
 //! Parsing trusts nothing: a block that does not parse is an error (the
 //! zone treats it as a miss), never a panic.
 
 use crate::item;
+use crate::stripe::hash;
 
 /// Most offset-index entries per block (zExpander: up to 8).
 pub const INDEX_SLOTS: usize = 8;
 
 /// Bytes of block header before the index.
 const HEAD: usize = 3;
-/// Bytes of an index entry, and of an entry's header.
+/// Bytes of an index entry.
 const SLOT: usize = 8;
-const ENTRY_HEAD: usize = 8;
+
+/// Decoded size of a block of `count` items of `item_bytes` in all.
+pub fn encoded_len(count: usize, item_bytes: usize) -> usize {
+    HEAD + SLOT * count.min(INDEX_SLOTS) + item_bytes
+}
 
 /// The 32 bits of a 64-bit key hash an entry keeps: the high ones, the
 /// trie's path, so that a block's order is the trie's order.
@@ -40,8 +49,9 @@ pub fn short_hash(h: u64) -> u32 {
 pub struct Malformed;
 
 /// Build a block from `(key hash, item image)` pairs (any order; keys
-/// distinct) into `out` (cleared first).
+/// distinct; each hash the key's) into `out` (cleared first).
 pub fn build(items: &mut [(u64, &[u8])], out: &mut Vec<u8>) {
+    debug_assert!(items.iter().all(|(h, im)| *h == hash(item::key(im))));
     items.sort_unstable_by(|a, b| {
         (short_hash(a.0), item::key(a.1)).cmp(&(short_hash(b.0), item::key(b.1)))
     });
@@ -63,8 +73,6 @@ pub fn build(items: &mut [(u64, &[u8])], out: &mut Vec<u8>) {
             out[at + 4..at + 8].copy_from_slice(&here.to_le_bytes());
             slot += 1;
         }
-        out.extend_from_slice(&short_hash(*h).to_le_bytes());
-        out.extend_from_slice(&(image.len() as u32).to_le_bytes());
         out.extend_from_slice(image);
     }
 }
@@ -124,18 +132,11 @@ impl<'a> Iterator for Entries<'a> {
 
 impl<'a> Entries<'a> {
     fn entry(&mut self) -> Result<(u32, &'a [u8]), Malformed> {
-        let h = u32_at(self.block, self.at)?;
-        let len = u32_at(self.block, self.at + 4)? as usize;
-        let start = self.at + ENTRY_HEAD;
-        let image = self
-            .block
-            .get(start..start.checked_add(len).ok_or(Malformed)?)
-            .ok_or(Malformed)?;
-        if !item::is_whole(image) {
-            return Err(Malformed);
-        }
-        self.at = start + len;
-        Ok((h, image))
+        let rest = self.block.get(self.at..).ok_or(Malformed)?;
+        let len = item::image_len(rest).ok_or(Malformed)?;
+        let image = rest.get(..len).ok_or(Malformed)?;
+        self.at += len;
+        Ok((short_hash(hash(item::key(image))), image))
     }
 }
 
@@ -191,7 +192,6 @@ pub fn find<'a>(block: &'a [u8], h: u64, key: &[u8]) -> Result<Option<&'a [u8]>,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stripe::hash;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
@@ -267,22 +267,24 @@ mod tests {
     }
 
     #[test]
-    fn equal_short_hashes_are_all_found() {
-        // Keys forced onto one short hash (a crafted h), more than the
-        // index names: every one must still be found.
-        let keys: Vec<Vec<u8>> = (0..30).map(|i| format!("k{i}").into_bytes()).collect();
-        let images: Vec<Vec<u8>> = keys.iter().map(|k| image(k, b"v")).collect();
-        let h = |i: usize| (7u64 << 32) | i as u64;
-        let mut refs: Vec<(u64, &[u8])> = images
-            .iter()
-            .enumerate()
-            .map(|(i, im)| (h(i), im.as_slice()))
+    fn many_items_are_found_through_the_index() {
+        // More items than the proptests make, so each index slot spans
+        // dozens of entries.
+        let model: BTreeMap<Vec<u8>, Vec<u8>> = (0..500)
+            .map(|i| (format!("key:{i}").into_bytes(), vec![i as u8; i % 40]))
             .collect();
-        let mut b = Vec::new();
-        build(&mut refs, &mut b);
-        for (i, k) in keys.iter().enumerate() {
-            assert!(find(&b, h(i), k).unwrap().is_some(), "{i}");
+        let b = block_of(&model);
+        for (k, v) in &model {
+            let got = find(&b, hash(k), k).unwrap().expect("stored key found");
+            assert_eq!(item::parts(got).value, v.as_slice());
         }
-        assert_eq!(find(&b, 8 << 32, b"k1").unwrap(), None);
+        assert_eq!(find(&b, hash(b"key:500"), b"key:500").unwrap(), None);
+        assert_eq!(
+            encoded_len(
+                model.len(),
+                entries(&b).unwrap().flatten().map(|(_, im)| im.len()).sum()
+            ),
+            b.len()
+        );
     }
 }

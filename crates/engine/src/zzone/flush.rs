@@ -514,8 +514,10 @@ pub(super) fn entry(work: &[u8], e: Entry) -> &[u8] {
 
 /// Decoded size of a block of `entries`.
 pub(super) fn block_len(entries: &[Entry]) -> usize {
-    3 + 8 * entries.len().min(block::INDEX_SLOTS)
-        + entries.iter().map(|e| 8 + e.len as usize).sum::<usize>()
+    block::encoded_len(
+        entries.len(),
+        entries.iter().map(|e| e.len as usize).sum::<usize>(),
+    )
 }
 
 /// Build `items` into a block in `raw`, and store it in `packed`:

@@ -131,13 +131,15 @@ pub struct ZoneStats {
     /// Metadata: trie, descriptors, pending removals.
     pub metadata_bytes: u64,
     pub hits: u64,
-    /// Lookups answered without decompressing (filter or pending removal).
+    /// Client reads answered without decompressing (filter or pending
+    /// removal): misses served at the N-zone's speed.
     pub filtered: u64,
     /// Lookups that decompressed a block and found nothing.
     pub false_positives: u64,
     pub promotions: u64,
     pub demotions: u64,
-    /// Demotions the zone had no room for (the item was evicted).
+    /// Demotions the zone had no room for, or items too large for a block
+    /// ([`Zone::admits`]): evicted.
     pub refused: u64,
     /// Items the replacement sweep evicted.
     pub evictions: u64,
@@ -234,11 +236,6 @@ pub struct Zone {
     pending: BTreeMap<u64, bool>,
     /// Pages the zone may hold (the adaptive split sets it).
     target_pages: usize,
-    /// A page the engine counted for the zone before it was added: the
-    /// zone grows only into memory the engine has made room for, so a
-    /// writer without the engine's lock keeps within `-m`
-    /// ([`Zone::grant_page`]).
-    spare: bool,
     /// Demoted items not yet in their blocks, and where the writer takes
     /// the next ones.
     stage: Stage,
@@ -305,7 +302,6 @@ impl Zone {
             log: Log::new(cfg.page_size),
             pending: BTreeMap::new(),
             target_pages: 0,
-            spare: false,
             stage: Stage::default(),
             flush_hand: 0,
             tickets: Vec::new(),
@@ -379,9 +375,8 @@ impl Zone {
     /// The stage counts at its full size once the zone is in use, so that
     /// its filling and emptying never move the engine's budget.
     pub fn memory_bytes(&self) -> usize {
-        let active = self.log.pages() > 0 || self.spare || !self.stage.is_empty();
+        let active = self.log.pages() > 0 || !self.stage.is_empty();
         self.log.memory_bytes()
-            + if self.spare { self.cfg.page_size } else { 0 }
             + if active {
                 self.stage.bytes().max(self.cfg.stage_bytes)
             } else {
@@ -392,41 +387,31 @@ impl Zone {
 
     /// The engine has counted one more page for the zone (it is below its
     /// target; the page came from the N-zone or from free memory): the
-    /// zone may add it when it needs room.
+    /// zone adds it at once, so it grows only into memory the engine has
+    /// made room for, and a writer without the engine's lock keeps within
+    /// `-m`. Added now rather than when a flush needs room, so that the
+    /// zone keeps asking for pages (and the N-zone keeps draining its
+    /// items into the zone) while nothing is being demoted.
     pub fn grant_page(&mut self) {
         if self.log.pages() < self.target_pages {
-            self.spare = true;
+            self.log.add_page();
         }
     }
 
-    /// Whether the zone is below its target without a page granted.
+    /// Whether the zone is below its target.
     /// (Pages come to it one at a time, as the N-zone gives them up, so
     /// that the N-zone's items leave it a few at a time, demoted.)
     pub fn wants_page(&self) -> bool {
-        !self.spare && self.log.pages() < self.target_pages
-    }
-
-    /// Give back a page granted but not yet added (the N-zone needs it),
-    /// the target lowered to the pages held. False if none was granted.
-    pub fn return_grant(&mut self) -> bool {
-        if !self.spare {
-            return false;
-        }
-        self.set_target_pages(self.log.pages());
-        true
+        self.log.pages() < self.target_pages
     }
 
     pub fn target_pages(&self) -> usize {
         self.target_pages
     }
 
-    /// Pages the zone may hold (the adaptive split's decision); a granted
-    /// page beyond them is given back.
+    /// Pages the zone may hold (the adaptive split's decision).
     pub fn set_target_pages(&mut self, pages: usize) {
         self.target_pages = pages;
-        if self.log.pages() >= pages {
-            self.spare = false;
-        }
     }
 
     /// Items in blocks (the rest are staged).
@@ -560,7 +545,7 @@ impl Zone {
         } else {
             let d = &self.descs[id as usize];
             if !d.content.may_contain(h) || self.pending.contains_key(&h) {
-                self.stats.filtered += 1;
+                self.stats.filtered += u64::from(read);
                 return None;
             }
             if !self.load(id) {
@@ -626,7 +611,7 @@ impl Zone {
         out.staged = false;
         let d = self.descs[id as usize];
         if !d.content.may_contain(h) || self.pending.contains_key(&h) {
-            self.stats.filtered += 1;
+            self.stats.filtered += u64::from(read);
             return None;
         }
         self.stats.decompressions += 1;
@@ -677,6 +662,18 @@ impl Zone {
     /// other staged items, if the stage is full. A demotion the zone has
     /// no room for then evicts the items (counted in `evictions` and
     /// `refused`).
+    /// Whether an item of `len` bytes may be demoted: at most half a
+    /// block's decoded capacity. zExpander stores larger items apart,
+    /// compressed alone and referenced from their block (§3.1, footnote
+    /// 3); until the zone does, they are evicted, since in a block they
+    /// split leaves down to the trie's deepest levels, and the complete
+    /// tree's pointer arrays grow with the deepest leaf.
+    pub fn admits(&mut self, len: usize) -> bool {
+        let ok = len <= self.raw_capacity() / 2;
+        self.stats.refused += u64::from(!ok);
+        ok
+    }
+
     pub fn push(&mut self, h: u64, image: &[u8], now: u32) {
         debug_assert!(item::is_whole(image));
         if let Some(old) = self.stage.push(h, image) {
@@ -731,11 +728,6 @@ impl Zone {
         let under = self.log.live_bytes() + reserve <= allowed;
         if self.log.head_room() >= reserve && under {
             return false;
-        }
-        if self.spare && self.log.pages() < self.target_pages {
-            self.spare = false;
-            self.log.add_page();
-            return true;
         }
         if under {
             if let Some((p, live)) = self.log.emptiest() {
@@ -937,11 +929,6 @@ impl Zone {
         for round in 0..MAX_SWEEPS {
             if self.log.head_room() >= need {
                 return true;
-            }
-            if self.spare && self.log.pages() < self.target_pages {
-                self.spare = false;
-                self.log.add_page();
-                continue;
             }
             if self.log.pages() == 0 {
                 return false;
@@ -1152,10 +1139,6 @@ impl Zone {
             items += 1;
         }
         assert_eq!(items, self.stats.items, "zone item count");
-        assert!(
-            !self.spare || self.log.pages() < self.target_pages,
-            "a granted page within the target"
-        );
         // Each dictionary's count of blocks, and none kept that is unused.
         for (i, d) in self.dicts.iter().enumerate().skip(1) {
             let using = leaves

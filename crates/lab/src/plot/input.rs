@@ -42,6 +42,9 @@ pub struct MetaView {
     pub model: String,
     pub server_kind: String,
     pub memory_mb: Option<u64>,
+    /// The model's `--param`s and the requests asked of it.
+    pub params: BTreeMap<String, String>,
+    pub requests: u64,
     pub settings: BTreeMap<String, serde_json::Value>,
 }
 
@@ -134,6 +137,21 @@ pub struct IntervalView {
     pub byte_hit_ratio: f64,
     #[serde(deserialize_with = "num")]
     pub cost_hit_ratio: f64,
+    /// The zones at the interval's end (`sim --zzone true`).
+    pub zzone: Option<ZoneView>,
+}
+
+/// `metrics::ZoneInterval`: the N-zone / Z-zone split of one interval.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ZoneView {
+    pub target_percent: u32,
+    pub memory_limit: u64,
+    pub nzone_memory: u64,
+    pub zzone_memory: u64,
+    pub nzone_item_bytes: u64,
+    pub zzone_item_bytes: u64,
+    pub zzone_hits: u64,
 }
 
 /// What `replay` and `sim` write (one run).

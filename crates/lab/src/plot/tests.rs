@@ -496,3 +496,128 @@ fn wrong_inputs_and_outputs_are_refused() {
     assert!(parse_dims("99999x600").is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A `sim --zzone true`-like run of `zexpander-switch`: 1000 requests in
+/// intervals of 100, all GETs; in interval k, 50 + 4k hit, of which 20 - 2k
+/// at the Z-zone; the Z-zone holds (10 + 5k)% of 4 000 000 bytes, the
+/// N-zone (80 - 5k)%, and items of 3 000 000 + k x 200 000 bytes are cached.
+fn zone_run() -> RunResult {
+    let mut rec = Recorder::new(IntervalSpec::Requests(100));
+    for k in 0..10u64 {
+        for i in 0..100u64 {
+            rec.get(at(k * 100 + i), i < 50 + 4 * k, 100, 1);
+        }
+    }
+    let meta = RunMeta {
+        tool: "sim".into(),
+        label: "sim".into(),
+        model: "zexpander-switch".into(),
+        requests: 1000,
+        params: [("switch".to_string(), "0.3".to_string())].into(),
+        memory_mb: Some(4),
+        ..RunMeta::default()
+    };
+    let mut r = rec.finish(meta, Duration::from_millis(5));
+    let m = 4_000_000u64;
+    for (k, iv) in r.intervals.iter_mut().enumerate() {
+        let k = k as u64;
+        iv.zzone = Some(crate::metrics::ZoneInterval {
+            target_percent: 10 + 5 * k as u32,
+            memory_limit: m,
+            nzone_memory: m * (80 - 5 * k) / 100,
+            zzone_memory: m * (10 + 5 * k) / 100,
+            nzone_item_bytes: 2_000_000,
+            zzone_item_bytes: 1_000_000 + k * 200_000,
+            zzone_hits: 20 - 2 * k,
+            ..Default::default()
+        });
+    }
+    r
+}
+
+#[test]
+fn zone_split_draws_the_zones_over_time() {
+    let dir = tmp("zone");
+    let f = write(&dir, "zz.json", &zone_run());
+    let out = dir.join("zone.svg").to_string_lossy().into_owned();
+    let a = args(&["--kind", "zone-split", "--out", &out, &f]);
+    let c = build(&a, &[input::load(&a.inputs[0]).unwrap()]).unwrap();
+    let labels: Vec<&str> = c.series.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "N-zone memory / -m",
+            "Z-zone memory / -m",
+            "Z-zone target share",
+            "GET hits served by the N-zone",
+            "hit ratio",
+            "items cached (uncompressed) / -m",
+            "switch to zipfian",
+        ]
+    );
+    let close = |p: (f64, f64), w: (f64, f64)| {
+        assert!(
+            (p.0 - w.0).abs() < 1e-9 && (p.1 - w.1).abs() < 1e-9,
+            "{p:?} vs {w:?}"
+        )
+    };
+    for s in &c.series[..6] {
+        assert_eq!(s.points.len(), 10, "{}", s.label);
+    }
+    // States at each interval's end, rates at its middle (interval 3:
+    // requests 300..400).
+    close(c.series[0].points[3], (400.0, 0.65));
+    close(c.series[1].points[3], (400.0, 0.25));
+    close(c.series[2].points[3], (400.0, 0.25));
+    close(c.series[3].points[3], (350.0, (62.0 - 14.0) / 62.0));
+    close(c.series[4].points[3], (350.0, 0.62));
+    close(c.series[5].points[3], (400.0, 0.9));
+    assert!(c.series[2].thin && !c.series[0].thin);
+    // The switch: 30% of the 1000 requests, a line up to the highest point
+    // (the items cached at the end: 4 800 000 / 4 000 000).
+    assert_eq!(c.series[6].points, vec![(300.0, 0.0), (300.0, 1.2)]);
+    assert_eq!(c.title, "N-zone / Z-zone split over time: zexpander-switch");
+    // Room above the lines for the legend; none fixed on a log axis.
+    assert_eq!(c.y.range, Some((0.0, 1.2 * 1.4)));
+    let log = args(&[
+        "--kind",
+        "zone-split",
+        "--y-scale",
+        "log",
+        "--out",
+        &out,
+        &f,
+    ]);
+    let cl = build(&log, &[input::load(&log.inputs[0]).unwrap()]).unwrap();
+    assert!(cl.y.log && cl.y.range.is_none());
+    // It draws: each series a polyline of its points in its colour, and
+    // the legend's sample line.
+    run(a).unwrap();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    for (i, s) in c.series.iter().enumerate() {
+        let col = render::color(i);
+        let stroke = format!("stroke=\"#{:02X}{:02X}{:02X}\"", col.0, col.1, col.2);
+        let lens: Vec<usize> = svg
+            .split("<polyline")
+            .skip(1)
+            .filter(|p| p.split('>').next().unwrap_or("").contains(&stroke))
+            .map(|p| {
+                let pts = p.split("points=\"").nth(1).unwrap_or("");
+                pts.split('"')
+                    .next()
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .count()
+            })
+            .collect();
+        assert_eq!(lens, vec![s.points.len(), 2], "{}", s.label);
+    }
+    let png = dir.join("zone.png").to_string_lossy().into_owned();
+    run(args(&["--kind", "zone-split", "--out", &png, &f])).unwrap();
+    assert_eq!(&std::fs::read(&png).unwrap()[..4], b"\x89PNG");
+    // Without Z-zone figures (a run without --zzone), a clear error.
+    let plain = write(&dir, "plain.json", &synthetic_run("sim", Some(4), 0));
+    let e = run(args(&["--kind", "zone-split", "--out", &out, &plain])).unwrap_err();
+    assert!(e.to_string().contains("--zzone true"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

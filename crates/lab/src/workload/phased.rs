@@ -120,6 +120,15 @@ impl Iterator for Calcification {
     }
 }
 
+/// Where the pattern switches by default, as a share of the requests (the
+/// paper's switch at ~480 s before ~900 s of re-allocation, section 4.6).
+pub const SWITCH: f64 = 0.25;
+
+/// The request at which `zexpander-switch` goes from uniform to zipfian.
+pub fn switch_request(requests: u64, switch: f64) -> u64 {
+    (requests as f64 * switch) as u64
+}
+
 pub struct ZexpanderSwitch {
     rng: Rng,
     keys: u64,
@@ -134,7 +143,7 @@ pub struct ZexpanderSwitch {
 impl ZexpanderSwitch {
     pub fn new(p: &mut Params, requests: u64, seed: u64) -> anyhow::Result<ZexpanderSwitch> {
         let keys = p.u64("keys", 1_000_000)?.max(1);
-        let switch = p.prob("switch", 0.25)?;
+        let switch = p.prob("switch", SWITCH)?;
         let set = p.prob("set", 0.05)?;
         let theta = p.f64("theta", 0.99)?;
         anyhow::ensure!(theta > 0.0 && theta < 1.0, "theta must be in (0, 1)");
@@ -144,7 +153,7 @@ impl ZexpanderSwitch {
             rng: Rng::new(seed, 0x2e8),
             keys,
             zipf: ScrambledZipfian::new(0, keys - 1, theta),
-            switch_at: (requests as f64 * switch) as u64,
+            switch_at: switch_request(requests, switch),
             set,
             key_size,
             pacer,
