@@ -53,6 +53,9 @@ const SLACK: f64 = 0.02;
 /// The Z-zone's share of memory at start, and the most it may take.
 const START_SHARE: f64 = 0.5;
 const MAX_SHARE: f64 = 0.9;
+/// Pages below its target the Z-zone may be while drains wait for its
+/// writer.
+const GROW_SLACK: usize = 4;
 /// Demotions wait to be packed in a stage of up to 1/[`STAGE_SHARE`] of
 /// `-m`, and [`MAX_STAGE`] at most: room for a few milliseconds of
 /// demotions at any rate the server sees, so the writer, not the request
@@ -376,11 +379,16 @@ impl Engine {
     }
 
     /// Whether the Z-zone's stage is more than half full while a writer
-    /// empties it: then page drains wait (see `drain_some`).
+    /// empties it, and the zone is within [`GROW_SLACK`] pages of its
+    /// target: then page drains wait (see `drain_some`). Farther below it
+    /// (a cache filling up, the split moving far), drains go on, the
+    /// stores packing what the writer cannot: else a zone that fills at
+    /// full speed never grows, its writer (`SCHED_IDLE`) getting no CPU.
     pub(super) fn zone_stage_busy(&self) -> bool {
-        self.zone
-            .as_ref()
-            .is_some_and(|z| z.writer && z.zone.lock().stage_busy())
+        self.zone.as_ref().is_some_and(|z| {
+            let zone = z.zone.lock();
+            z.writer && zone.stage_busy() && zone.pages() + GROW_SLACK >= zone.target_pages()
+        })
     }
 
     /// While on, evicted items are not demoted (see [`Zzone::paused`]).

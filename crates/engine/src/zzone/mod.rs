@@ -326,6 +326,14 @@ impl Zone {
         }
     }
 
+    /// Whether demotions are being sampled: until the first dictionary,
+    /// then only over the last demotions before a retraining is due, so
+    /// that samples (counted in `-m`) are not held in between.
+    fn sampling(&self) -> bool {
+        let window = SAMPLE_EVERY * self.cfg.dict_samples as u64;
+        self.dict == 0 || self.stats.demotions + window >= self.trained_at + RETRAIN_DEMOTIONS
+    }
+
     /// Samples to train a dictionary on, when one is due (taken: train
     /// outside any lock with [`crate::codec::train_dictionary`], then
     /// [`Zone::install_dictionary`]).
@@ -688,6 +696,7 @@ impl Zone {
         if self.cfg.codec == Codec::Zstd
             && self.samples.len() < self.cfg.dict_samples
             && self.stats.demotions.is_multiple_of(SAMPLE_EVERY)
+            && self.sampling()
         {
             self.samples.push(image.to_vec());
             self.sample_bytes += image.len();

@@ -926,7 +926,8 @@ pub fn usage() -> String {
    - zzone:               0 (default) or 1: items the slab engine evicts go to a
                           compressed Z-zone in the same memory, where GETs
                           that miss find them (zExpander)
-   - zzone_block:         bytes a Z-zone block holds compressed (default 2048)
+   - zzone_block:         bytes a Z-zone block holds compressed before it
+                          splits (default 3072: blocks of about 2 KB)
    - zzone_codec:         zstd (default), lz4 or none
    - zzone_target:        percent of the expensive operations the adaptive
                           split keeps in the uncompressed zone (default 90;
