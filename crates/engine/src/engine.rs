@@ -1303,9 +1303,9 @@ impl Engine {
             let moved_before = self.counters.reassign_evictions;
             // No rescues after a store: a rescue evicts the class's next
             // victim, which may be the item just stored.
-            self.pause_demotions(true);
+            let paused = self.pause_demotions(true);
             self.empty_page(page, protect.is_none());
-            self.pause_demotions(false);
+            self.pause_demotions(paused);
             let lost = self.counters.reassign_evictions - moved_before;
             self.counters.reassign_evictions = moved_before;
             self.counters.evictions += lost;

@@ -143,10 +143,9 @@ pub struct Config {
     /// (zExpander; `zzone`). Off by default while it is being built.
     pub zzone: bool,
     /// `-o zzone_block=N`: bytes a Z-zone block may hold once compressed
-    /// before it splits. Binary splits leave blocks about two thirds full
-    /// on average, so the default of 3 KB gives blocks of about 2 KB
-    /// (zExpander's size), whose descriptor and filters are under 4% of
-    /// them.
+    /// before it splits (binary splits leave blocks about two thirds full
+    /// on average). 3 KB blocks cost less metadata per item but a fifth
+    /// more CPU per demotion and fewer promotions (docs/benchmarks.md).
     pub zzone_block: usize,
     /// `-o zzone_codec=lz4|zstd|none`.
     pub zzone_codec: codec::Codec,
@@ -215,7 +214,7 @@ impl Default for Config {
             lockfree_inserts: true,
             repartition: false,
             zzone: false,
-            zzone_block: 3072,
+            zzone_block: 2048,
             zzone_codec: codec::Codec::Zstd,
             zzone_target: 90,
             zzone_dict_samples: zzone::SAMPLES,

@@ -32,6 +32,7 @@
 //! empties it at once; a synchronous page removal (`steal_page_for`,
 //! `enforce_budget`) that picks it cancels the drain.
 
+use super::zone::DrainPace;
 use super::{hash, Engine, ReassignOutcome};
 use crate::chain;
 use crate::evict::Victim;
@@ -249,10 +250,18 @@ impl Engine {
     fn drain_some(&mut self, budget: usize) -> usize {
         // Drained items are demoted: no faster than the Z-zone's writer
         // packs them, or the stores would pack them under the engine lock.
-        if self.drain.is_some() && self.zone_stage_busy() {
+        let pace = match self.drain {
+            Some(_) => self.drain_pace(),
+            None => DrainPace::Go,
+        };
+        if pace == DrainPace::Wait {
             return 0;
         }
+        let was = (pace == DrainPace::Shed).then(|| self.pause_demotions(true));
         let done = self.drain_chunks(budget);
+        if let Some(was) = was {
+            self.pause_demotions(was);
+        }
         // Items demoted to the Z-zone may have grown it.
         self.enforce_budget(None);
         done

@@ -84,6 +84,14 @@ pub(super) struct Zzone {
     pub(super) drain: Option<crate::slab::PageId>,
 }
 
+/// See [`Engine::drain_pace`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum DrainPace {
+    Go,
+    Wait,
+    Shed,
+}
+
 /// The Z-zone's part of `stats`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ZzoneStats {
@@ -378,23 +386,34 @@ impl Engine {
         true
     }
 
-    /// Whether the Z-zone's stage is more than half full while a writer
-    /// empties it, and the zone is within [`GROW_SLACK`] pages of its
-    /// target: then page drains wait (see `drain_some`). Farther below it
-    /// (a cache filling up, the split moving far), drains go on, the
-    /// stores packing what the writer cannot: else a zone that fills at
-    /// full speed never grows, its writer (`SCHED_IDLE`) getting no CPU.
-    pub(super) fn zone_stage_busy(&self) -> bool {
-        self.zone.as_ref().is_some_and(|z| {
-            let zone = z.zone.lock();
-            z.writer && zone.stage_busy() && zone.pages() + GROW_SLACK >= zone.target_pages()
-        })
+    /// How a page drain goes on while its items would be demoted: at once
+    /// while the Z-zone's writer keeps up; while its stage is over half
+    /// full, it waits for the writer (else the stores would pack the
+    /// drained items under the engine lock), unless the zone is more than
+    /// [`GROW_SLACK`] pages below its target (a cache filling up, the
+    /// split moving far): then it sheds, its items evicted, not demoted,
+    /// since a zone that waited for a writer at `SCHED_IDLE` would not grow
+    /// while the server is busy.
+    pub(super) fn drain_pace(&self) -> DrainPace {
+        let Some(z) = self.zone.as_ref() else {
+            return DrainPace::Go;
+        };
+        let zone = z.zone.lock();
+        if !z.writer || !zone.stage_busy() {
+            DrainPace::Go
+        } else if zone.pages() + GROW_SLACK >= zone.target_pages() {
+            DrainPace::Wait
+        } else {
+            DrainPace::Shed
+        }
     }
 
     /// While on, evicted items are not demoted (see [`Zzone::paused`]).
-    pub(super) fn pause_demotions(&mut self, on: bool) {
-        if let Some(z) = self.zone.as_mut() {
-            z.paused = on;
+    /// Returns what it was.
+    pub(super) fn pause_demotions(&mut self, on: bool) -> bool {
+        match self.zone.as_mut() {
+            Some(z) => std::mem::replace(&mut z.paused, on),
+            None => false,
         }
     }
 

@@ -8,11 +8,22 @@
 //! With zExpander's ~20 items per block, about 8% of absent keys pass
 //! (`(1 - e^(-3 * 20 / 128))^3`).
 
-/// A 128-bit Bloom filter over key hashes.
+/// A 128-bit Bloom filter over key hashes, kept as two words so that it
+/// aligns to 8 bytes, not 16: block descriptors pack to 56 bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Filter(u128);
+pub struct Filter([u64; 2]);
 
 impl Filter {
+    #[inline]
+    fn bits(&self) -> u128 {
+        u128::from(self.0[0]) | (u128::from(self.0[1]) << 64)
+    }
+
+    #[inline]
+    fn set_bits(&mut self, b: u128) {
+        self.0 = [b as u64, (b >> 64) as u64];
+    }
+
     #[inline]
     fn mask(h: u64) -> u128 {
         (1u128 << (h & 127)) | (1u128 << ((h >> 7) & 127)) | (1u128 << ((h >> 14) & 127))
@@ -20,26 +31,28 @@ impl Filter {
 
     #[inline]
     pub fn insert(&mut self, h: u64) {
-        self.0 |= Self::mask(h);
+        self.set_bits(self.bits() | Self::mask(h));
     }
 
     /// False means certainly absent.
     #[inline]
     pub fn may_contain(&self, h: u64) -> bool {
         let m = Self::mask(h);
-        self.0 & m == m
+        self.bits() & m == m
     }
 
     pub fn clear(&mut self) {
-        self.0 = 0;
+        self.0 = [0; 2];
     }
 
     pub fn to_bytes(self) -> [u8; 16] {
-        self.0.to_le_bytes()
+        self.bits().to_le_bytes()
     }
 
     pub fn from_bytes(b: [u8; 16]) -> Filter {
-        Filter(u128::from_le_bytes(b))
+        let mut f = Filter::default();
+        f.set_bits(u128::from_le_bytes(b));
+        f
     }
 }
 

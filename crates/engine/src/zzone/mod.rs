@@ -95,9 +95,18 @@ struct Desc {
     dict: u8,
     content: Filter,
     access: Filter,
-    /// (short key hash, time) of the last two reads of items in the block.
-    reuse: [(u32, u32); 2],
+    /// The last two reads of items in the block: 16 bits of the key's
+    /// hash, and the time in [`REUSE_TICK`]s of demotions (wrapping; 0
+    /// marks an empty record). Sixteen bits each keep the descriptor at 56
+    /// bytes, its filters 32 of them.
+    reuse: [(u16, u16); 2],
 }
+
+/// Demotions per tick of a reuse record's clock: it wraps after 2^22
+/// demotions, past any N-zone's item count (the benchmark reuse times
+/// are compared with) that fits in `-m`.
+const REUSE_TICK: u32 = 64;
+const _: () = assert!(std::mem::size_of::<Desc>() == 56);
 
 fn codec_code(c: Codec) -> u8 {
     match c {
@@ -583,19 +592,29 @@ impl Zone {
     /// A client read of `h` in block `id`: the access filter, and the
     /// reuse records, which say whether to promote (see [`Zone::get`]).
     fn record_read(&mut self, id: u32, h: u64, bench: u32) -> bool {
-        // Demotions so far (wrapping; 0 marks an empty record).
-        let now = (self.stats.demotions as u32).max(1);
+        // Ticks of demotions so far (wrapping; 0 marks an empty record).
+        let now = ((self.stats.demotions / u64::from(REUSE_TICK)) as u16).max(1);
         let d = &mut self.descs[id as usize];
         d.access.insert(h);
-        let sh = block::short_hash(h);
+        // The hash's low bits: its high ones are the trie's path, shared
+        // by every item of the block.
+        let sh = h as u16;
         match d.reuse.iter_mut().find(|r| r.0 == sh && r.1 != 0) {
             Some(r) => {
-                let reuse = now.wrapping_sub(r.1);
+                let reuse = u32::from(now.wrapping_sub(r.1)) * REUSE_TICK;
                 r.1 = now;
                 bench > reuse
             }
             None => {
-                let older = if d.reuse[0].1 <= d.reuse[1].1 { 0 } else { 1 };
+                // Replace the empty record, else the older one.
+                let age = |t: u16| {
+                    if t == 0 {
+                        u16::MAX
+                    } else {
+                        now.wrapping_sub(t)
+                    }
+                };
+                let older = usize::from(age(d.reuse[1].1) > age(d.reuse[0].1));
                 d.reuse[older] = (sh, now);
                 false
             }

@@ -553,10 +553,11 @@ fn sub_number<T: std::str::FromStr>(name: &str, value: Option<&str>) -> Result<T
 }
 
 /// A `-o name` or `-o name=0|1` switch.
+/// A switch: `name`, `name=1` or `name=on`; `name=0` or `name=off`.
 fn sub_switch(name: &str, value: Option<&str>) -> Result<bool, CliError> {
     match value {
-        None | Some("1") => Ok(true),
-        Some("0") => Ok(false),
+        None | Some("1") | Some("on") => Ok(true),
+        Some("0") | Some("off") => Ok(false),
         Some(_) => Err(CliError::new(
             EXIT_FAILURE,
             format!("{name} must be 0 or 1"),
@@ -927,7 +928,7 @@ pub fn usage() -> String {
                           compressed Z-zone in the same memory, where GETs
                           that miss find them (zExpander)
    - zzone_block:         bytes a Z-zone block holds compressed before it
-                          splits (default 3072: blocks of about 2 KB)
+                          splits (default 2048)
    - zzone_codec:         zstd (default), lz4 or none
    - zzone_target:        percent of the expensive operations the adaptive
                           split keeps in the uncompressed zone (default 90;
@@ -1293,6 +1294,8 @@ mod tests {
         assert_eq!(s.engine.zzone_codec, Codec::Lz4);
         assert_eq!(s.engine.zzone_block, 4096);
         assert_eq!(s.engine.zzone_target, 0);
+        let (s, _) = run(&["-o", "zzone=on,zzone=off"]).unwrap();
+        assert!(!s.engine.zzone);
         for bad in ["zzone_codec=gzip", "zzone_block=100", "zzone_target=101"] {
             assert!(run(&["-o", bad]).is_err(), "{bad}");
         }
