@@ -149,8 +149,8 @@ impl Zzone {
 impl Engine {
     /// The item at `loc` (its stripe held) leaves the N-zone: demote it.
     /// False if it is not kept (no Z-zone, chained, too large for a block,
-    /// or expired); kept, it
-    /// is staged, and evicted later if the zone has no room for it.
+    /// or expired); kept, it is staged, and evicted later if the zone has
+    /// no room for it.
     pub(super) fn demote(&mut self, loc: u64) -> bool {
         let now = self.now();
         let Some(z) = self.zone.as_mut().filter(|z| !z.paused) else {
