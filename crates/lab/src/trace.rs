@@ -32,6 +32,20 @@ pub enum Op {
     Delete,
 }
 
+impl Op {
+    /// The operation a uniform draw `u` in [0, 1) picks from a mix of
+    /// `set` SETs and `delete` DELETEs, GETs the rest.
+    pub fn pick(u: f64, set: f64, delete: f64) -> Op {
+        if u < set {
+            Op::Set
+        } else if u < set + delete {
+            Op::Delete
+        } else {
+            Op::Get
+        }
+    }
+}
+
 /// One request of a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {

@@ -342,8 +342,9 @@ impl Engine {
             let page = self.slabs.page_size;
             let free =
                 self.slabs.pages_allocated() * page + self.aux_bytes() + page <= self.memory_limit;
-            if let Some(p) = self.slabs.spare.pop() {
+            let over_budget = if let Some(p) = self.slabs.spare.pop() {
                 self.slabs.release_page(p);
+                false
             } else if !free {
                 let largest = (0..self.slabs.classes.len())
                     .filter(|&c| self.slabs.classes[c].pages.len() > 1)
@@ -362,13 +363,15 @@ impl Engine {
                 }
                 // No page can drain: grant one over the budget, which
                 // enforce_budget then takes from the N-zone at once.
-                if let Some(z) = self.zone.as_ref() {
-                    z.zone.lock().grant_page();
-                }
-                return;
-            }
+                true
+            } else {
+                false
+            };
             if let Some(z) = self.zone.as_ref() {
                 z.zone.lock().grant_page();
+            }
+            if over_budget {
+                return;
             }
         }
     }

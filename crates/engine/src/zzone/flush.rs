@@ -24,7 +24,6 @@ use std::sync::Arc;
 use super::{block, codec_code, range_end, range_start, Entry, Zone};
 use crate::codec::{normalized_entropy, Codec, Coder, Dictionary, Recognizer};
 use crate::item;
-use crate::stripe::hash;
 use crate::zzone::filter::Filter;
 use crate::zzone::log;
 use crate::zzone::trie::{Node, MAX_DEPTH};
@@ -409,9 +408,8 @@ impl Job {
             dropped.corrupt_items += old.count;
             return dropped;
         }
-        for (_, image) in block::entries(raw).into_iter().flatten().flatten() {
+        for (h, image) in block::entries(raw).into_iter().flatten().flatten() {
             let key = item::key(image);
-            let h = hash(key);
             if let Ok(i) = self.pending.binary_search_by_key(&h, |p| p.0) {
                 if !self.pending[i].1 {
                     dropped.items += 1;

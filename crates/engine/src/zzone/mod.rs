@@ -780,8 +780,7 @@ impl Zone {
         if self.load(id) {
             let raw = std::mem::take(&mut self.raw);
             // `load` checked every entry.
-            for (_, image) in block::entries(&raw).into_iter().flatten().flatten() {
-                let h = hash(item::key(image));
+            for (h, image) in block::entries(&raw).into_iter().flatten().flatten() {
                 if let Some(known) = self.pending.remove(&h) {
                     if !known {
                         self.stats.items -= 1;
@@ -1147,8 +1146,7 @@ impl Zone {
             assert!(self.load(id), "block {id} decodes");
             let mut n = 0;
             for e in block::entries(&self.raw).expect("block parses") {
-                let (_, image) = e.expect("entry parses");
-                let h = hash(item::key(image));
+                let (h, _) = e.expect("entry parses");
                 assert!(
                     (range_start(node)..=range_end(node)).contains(&h),
                     "item in its leaf"

@@ -156,21 +156,7 @@ fn hit_ratio_over_time_png_and_svg_from_recorded_runs() {
     assert!(svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains("Hit ratio over time: ycsb-b"));
     for (i, name) in [(0, "memcached"), (1, "cachalot")] {
-        let c = render::color(i);
-        let stroke = format!("stroke=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
-        let lens: Vec<usize> = svg
-            .split("<polyline")
-            .skip(1)
-            .filter(|p| p.split('>').next().unwrap_or("").contains(&stroke))
-            .map(|p| {
-                let pts = p.split("points=\"").nth(1).unwrap_or("");
-                pts.split('"')
-                    .next()
-                    .unwrap_or("")
-                    .split_whitespace()
-                    .count()
-            })
-            .collect();
+        let (stroke, lens) = polylines(&svg, i);
         assert_eq!(lens, vec![10, 2], "{name}: {stroke}");
         assert!(svg.contains(name), "legend lacks {name}");
     }
@@ -595,21 +581,7 @@ fn zone_split_draws_the_zones_over_time() {
     run(a).unwrap();
     let svg = std::fs::read_to_string(&out).unwrap();
     for (i, s) in c.series.iter().enumerate() {
-        let col = render::color(i);
-        let stroke = format!("stroke=\"#{:02X}{:02X}{:02X}\"", col.0, col.1, col.2);
-        let lens: Vec<usize> = svg
-            .split("<polyline")
-            .skip(1)
-            .filter(|p| p.split('>').next().unwrap_or("").contains(&stroke))
-            .map(|p| {
-                let pts = p.split("points=\"").nth(1).unwrap_or("");
-                pts.split('"')
-                    .next()
-                    .unwrap_or("")
-                    .split_whitespace()
-                    .count()
-            })
-            .collect();
+        let (_, lens) = polylines(&svg, i);
         assert_eq!(lens, vec![s.points.len(), 2], "{}", s.label);
     }
     let png = dir.join("zone.png").to_string_lossy().into_owned();
@@ -620,4 +592,25 @@ fn zone_split_draws_the_zones_over_time() {
     let e = run(args(&["--kind", "zone-split", "--out", &out, &plain])).unwrap_err();
     assert!(e.to_string().contains("--zzone true"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The stroke attribute of series `i`'s colour, and the point counts of
+/// the SVG's polylines drawn in it.
+fn polylines(svg: &str, i: usize) -> (String, Vec<usize>) {
+    let c = render::color(i);
+    let stroke = format!("stroke=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
+    let lens: Vec<usize> = svg
+        .split("<polyline")
+        .skip(1)
+        .filter(|p| p.split('>').next().unwrap_or("").contains(&stroke))
+        .map(|p| {
+            let pts = p.split("points=\"").nth(1).unwrap_or("");
+            pts.split('"')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .count()
+        })
+        .collect();
+    (stroke, lens)
 }

@@ -175,11 +175,7 @@ impl Iterator for ZexpanderSwitch {
         } else {
             self.zipf.next(&mut self.rng)
         };
-        let op = if self.rng.f64() < self.set {
-            Op::Set
-        } else {
-            Op::Get
-        };
+        let op = Op::pick(self.rng.f64(), self.set, 0.0);
         let r = Request {
             time_us: self.pacer.time_us(self.i),
             key,

@@ -80,14 +80,7 @@ impl Iterator for Twitter {
 
     fn next(&mut self) -> Option<Request> {
         let key = self.zipf.sample(&mut self.rng) - 1;
-        let u = self.rng.f64();
-        let op = if u < self.write {
-            Op::Set
-        } else if u < self.write + self.delete {
-            Op::Delete
-        } else {
-            Op::Get
-        };
+        let op = Op::pick(self.rng.f64(), self.write, self.delete);
         let r = Request {
             time_us: self.pacer.time_us(self.i),
             key,

@@ -86,14 +86,7 @@ impl Iterator for Usr {
 
     fn next(&mut self) -> Option<Request> {
         let key = self.zipf.sample(&mut self.rng) - 1;
-        let u = self.rng.f64();
-        let op = if u < self.set {
-            Op::Set
-        } else if u < self.set + self.delete {
-            Op::Delete
-        } else {
-            Op::Get
-        };
+        let op = Op::pick(self.rng.f64(), self.set, self.delete);
         let r = Request {
             time_us: self.pacer.time_us(self.i),
             key,
