@@ -27,12 +27,12 @@ pub enum Codec {
     Zstd,
 }
 
-/// zstd's level for blocks (its default): against level 1, 2-6% more
-/// compression on the lab's values in 2 KB blocks with a dictionary, for
-/// about 10% slower compression, which runs in the writer thread, off the
-/// requests' path; level 6 gains 1-2% more at a third of the speed
-/// (`cachalot-lab gen --codec-report`, docs/benchmarks.md).
-pub const ZSTD_LEVEL: i32 = 3;
+/// zstd's level for blocks. In the engine, with a trained dictionary,
+/// level 3 stored the Z-zone's blocks only 0.7% smaller than level 1
+/// (YCSB-B over protobuf-like records in `cachalot-lab sim`, 2.85 x
+/// against 2.83 x), for a fifth more CPU in the whole run and a digested
+/// dictionary of 424 KB instead of 64 KB (counted in `-m`, docs/benchmarks.md).
+pub const ZSTD_LEVEL: i32 = 1;
 
 /// A zstd dictionary, digested once for compression and decompression.
 pub struct Dictionary {
@@ -192,15 +192,25 @@ pub fn normalized_entropy(data: &[u8]) -> f64 {
     if data.is_empty() {
         return 0.0;
     }
-    let mut counts = [0u32; 256];
-    for &b in data {
-        counts[b as usize] += 1;
+    // Four histograms, merged at the end: consecutive equal bytes would
+    // otherwise wait on each other's increment (a store-to-load chain),
+    // and this runs on every block the Z-zone writes.
+    let mut counts = [[0u32; 256]; 4];
+    let mut quads = data.chunks_exact(4);
+    for q in &mut quads {
+        counts[0][q[0] as usize] += 1;
+        counts[1][q[1] as usize] += 1;
+        counts[2][q[2] as usize] += 1;
+        counts[3][q[3] as usize] += 1;
+    }
+    for &b in quads.remainder() {
+        counts[0][b as usize] += 1;
     }
     let n = data.len() as f64;
-    let bits: f64 = counts
-        .iter()
-        .filter(|&&c| c > 0)
-        .map(|&c| {
+    let bits: f64 = (0..256)
+        .map(|i| counts[0][i] + counts[1][i] + counts[2][i] + counts[3][i])
+        .filter(|&c| c > 0)
+        .map(|c| {
             let p = c as f64 / n;
             -p * p.log2()
         })

@@ -340,8 +340,11 @@ impl Engine {
                 return;
             }
             let page = self.slabs.page_size;
-            let free =
-                self.slabs.pages_allocated() * page + self.aux_bytes() + page <= self.memory_limit;
+            let free = self.slabs.pages_allocated() * page
+                + self.aux_bytes()
+                + page
+                + self.page_headroom()
+                <= self.memory_limit;
             let over_budget = if let Some(p) = self.slabs.spare.pop() {
                 self.slabs.release_page(p);
                 false

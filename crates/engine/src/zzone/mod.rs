@@ -34,6 +34,7 @@ use std::sync::Arc;
 
 use crate::codec::{Codec, Coder, Dictionary, Recognizer};
 use crate::item;
+#[cfg(any(test, feature = "testing"))]
 use crate::stripe::hash;
 use filter::Filter;
 use log::{Log, NOWHERE};
