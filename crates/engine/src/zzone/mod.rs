@@ -45,6 +45,10 @@ use trie::{Node, Trie};
 /// evicts: the rest is garbage for compaction to reclaim, so compacting a
 /// page always gains at least a tenth of it.
 const FILL: f64 = 0.9;
+/// Blocks compressed less than this hold no more items than the N-zone
+/// would in the same pages: the zone keeps one tenth of its pages free for
+/// compaction, and its stage and metadata count in `-m` too.
+pub const WORTH_RATIO: f64 = 1.25;
 
 /// Unforced sweeps a demotion may run to make room before it evicts
 /// regardless of the access filters, and the bound on both together.
@@ -341,7 +345,17 @@ impl Zone {
     /// that samples (counted in `-m`) are not held in between.
     fn sampling(&self) -> bool {
         let window = SAMPLE_EVERY * self.cfg.dict_samples as u64;
-        self.dict == 0 || self.stats.demotions + window >= self.trained_at + RETRAIN_DEMOTIONS
+        // Values that do not compress would only be held for a training
+        // that finds nothing in common, again and again.
+        self.compresses()
+            && (self.dict == 0
+                || self.stats.demotions + window >= self.trained_at + RETRAIN_DEMOTIONS)
+    }
+
+    /// Whether the blocks written lately compress enough to be worth a
+    /// zone (a running ratio of at least [`WORTH_RATIO`]).
+    pub fn compresses(&self) -> bool {
+        self.ratio >= WORTH_RATIO
     }
 
     /// Samples to train a dictionary on, when one is due (taken: train
