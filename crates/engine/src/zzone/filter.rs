@@ -9,7 +9,7 @@
 //! (`(1 - e^(-3 * 20 / 128))^3`).
 
 /// A 128-bit Bloom filter over key hashes, kept as two words so that it
-/// aligns to 8 bytes, not 16: block descriptors pack to 56 bytes.
+/// aligns to 8 bytes, not 16: block descriptors pack to 48 bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Filter([u64; 2]);
 

@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use super::{block, codec_code, range_end, range_start, Entry, Zone};
+use super::{block, codec_code, range_end, range_start, Entry, Zone, MAX_RAW};
 use crate::codec::{normalized_entropy, Codec, Coder, Dictionary, Recognizer};
 use crate::item;
 use crate::zzone::filter::Filter;
@@ -44,7 +44,7 @@ pub(super) struct Out {
     node: Node,
     count: u16,
     content: Filter,
-    raw: u32,
+    raw: u16,
     packed: Vec<u8>,
     codec: u8,
     dict: u8,
@@ -305,7 +305,7 @@ impl Zone {
         d.content = o.content;
         d.codec = o.codec;
         d.dict = o.dict;
-        d.stored = o.packed.len() as u32;
+        d.stored = o.packed.len() as u16;
         d.raw = o.raw;
         if let Some(Some(x)) = self.dicts.get_mut(o.dict as usize) {
             x.1 += 1;
@@ -452,9 +452,9 @@ impl Job {
             self.pack(rn, r, coder, raw);
             return;
         }
-        // At the deepest level a block that outgrows a page gives up its
-        // largest items.
-        while block_len(&entries) + log::ALIGN > self.page_size {
+        // At the deepest level a block that outgrows a page (or what a
+        // descriptor can name) gives up its largest items.
+        while block_len(&entries) + log::ALIGN > self.page_size || block_len(&entries) > MAX_RAW {
             let (i, _) = entries
                 .iter()
                 .enumerate()
@@ -492,7 +492,8 @@ impl Job {
                 raw,
                 &mut o.packed,
             );
-            o.raw = raw.len() as u32;
+            debug_assert!(raw.len() <= MAX_RAW && o.packed.len() <= raw.len());
+            o.raw = raw.len() as u16;
             o.codec = codec_code(used);
             o.dict = if used == Codec::Zstd {
                 self.dict_slot

@@ -86,32 +86,39 @@ pub struct ZoneConfig {
 }
 
 /// A block: where its bytes are, how to decode them, its filters and its
-/// two most recent reads (§3.3.2).
+/// most recent read (§3.3.2).
 #[derive(Clone, Copy, Debug, Default)]
 struct Desc {
     /// Log location ([`NOWHERE`] for an empty block).
     loc: u32,
-    /// Stored and decoded lengths.
-    stored: u32,
-    raw: u32,
+    /// Stored and decoded lengths (a block decodes to at most
+    /// [`MAX_RAW`] bytes).
+    stored: u16,
+    raw: u16,
     count: u16,
     codec: u8,
     /// The dictionary it was compressed with (0: none).
     dict: u8,
+    /// The last read of an item in the block: 16 bits of the key's hash,
+    /// and the time in [`REUSE_TICK`]s of demotions (wrapping; 0 marks no
+    /// read). One record keeps the descriptor at 48 bytes, its filters 32
+    /// of them; with two, YCSB-B promoted 1.7 times as many items for the
+    /// same hit ratio (docs/benchmarks.md).
+    reuse: (u16, u16),
     content: Filter,
     access: Filter,
-    /// The last two reads of items in the block: 16 bits of the key's
-    /// hash, and the time in [`REUSE_TICK`]s of demotions (wrapping; 0
-    /// marks an empty record). Sixteen bits each keep the descriptor at 56
-    /// bytes, its filters 32 of them.
-    reuse: [(u16, u16); 2],
 }
 
 /// Demotions per tick of a reuse record's clock: it wraps after 2^22
 /// demotions, past any N-zone's item count (the benchmark reuse times
 /// are compared with) that fits in `-m`.
 const REUSE_TICK: u32 = 64;
-const _: () = assert!(std::mem::size_of::<Desc>() == 56);
+const _: () = assert!(std::mem::size_of::<Desc>() == 48);
+
+/// The most a block decodes to (its length is 16 bits in the descriptor);
+/// blocks split before they grow past it, and items over half of it are
+/// not demoted.
+const MAX_RAW: usize = u16::MAX as usize;
 
 fn codec_code(c: Codec) -> u8 {
     match c {
@@ -527,7 +534,7 @@ impl Zone {
 
     /// A block's decoded capacity: the stored size times the running ratio.
     fn raw_capacity(&self) -> usize {
-        (self.cfg.block_bytes as f64 * self.ratio) as usize
+        ((self.cfg.block_bytes as f64 * self.ratio) as usize).min(MAX_RAW)
     }
 
     /// Decode block `id` into `raw`. False (and the block emptied, its
@@ -567,7 +574,7 @@ impl Zone {
     /// would still be there had it been promoted (that is what zExpander's
     /// marker items measure, in seconds; counting evictions needs no
     /// markers and has no clock granularity). `read`: a client read
-    /// (recorded in the access filter and reuse records), else a peek.
+    /// (recorded in the access filter and reuse record), else a peek.
     pub fn get(&mut self, h: u64, key: &[u8], now: u32, bench: u32, read: bool) -> Option<bool> {
         let (_, id) = self.trie.leaf_of(h);
         self.found.clear();
@@ -605,7 +612,7 @@ impl Zone {
     }
 
     /// A client read of `h` in block `id`: the access filter, and the
-    /// reuse records, which say whether to promote (see [`Zone::get`]).
+    /// reuse record, which says whether to promote (see [`Zone::get`]).
     fn record_read(&mut self, id: u32, h: u64, bench: u32) -> bool {
         // Ticks of demotions so far (wrapping; 0 marks an empty record).
         let now = ((self.stats.demotions / u64::from(REUSE_TICK)) as u16).max(1);
@@ -614,26 +621,9 @@ impl Zone {
         // The hash's low bits: its high ones are the trie's path, shared
         // by every item of the block.
         let sh = h as u16;
-        match d.reuse.iter_mut().find(|r| r.0 == sh && r.1 != 0) {
-            Some(r) => {
-                let reuse = u32::from(now.wrapping_sub(r.1)) * REUSE_TICK;
-                r.1 = now;
-                bench > reuse
-            }
-            None => {
-                // Replace the empty record, else the older one.
-                let age = |t: u16| {
-                    if t == 0 {
-                        u16::MAX
-                    } else {
-                        now.wrapping_sub(t)
-                    }
-                };
-                let older = usize::from(age(d.reuse[1].1) > age(d.reuse[0].1));
-                d.reuse[older] = (sh, now);
-                false
-            }
-        }
+        let (last, at) = d.reuse;
+        d.reuse = (sh, now);
+        at != 0 && last == sh && bench > u32::from(now.wrapping_sub(at)) * REUSE_TICK
     }
 
     /// The first half of a read that decodes outside the zone's lock
@@ -870,7 +860,9 @@ impl Zone {
                 // Grown by an eighth, not doubled: descriptors are most of
                 // the zone's metadata.
                 if self.descs.len() == self.descs.capacity() {
-                    self.descs.reserve_exact(self.descs.len() / 8 + 64);
+                    // Growth in small steps: the vector's spare room
+                    // counts as metadata.
+                    self.descs.reserve_exact(self.descs.len() / 32 + 64);
                 }
                 self.descs.push(d);
                 (self.descs.len() - 1) as u32
@@ -934,8 +926,10 @@ impl Zone {
         if let Some(Some(x)) = self.dicts.get_mut(dict as usize) {
             x.1 += 1;
         }
-        d.stored = self.packed.len() as u32;
-        d.raw = self.raw.len() as u32;
+        // A rewrite in place keeps a subset of the block's items: no
+        // longer than it was.
+        d.stored = self.packed.len() as u16;
+        d.raw = self.raw.len() as u16;
         self.stats.raw_bytes += d.raw as u64;
         self.stats.stored_bytes += d.stored as u64;
         self.note_encoded(self.raw.len(), self.packed.len(), codec);
