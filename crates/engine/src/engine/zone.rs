@@ -66,10 +66,10 @@ const GROW_SLACK: usize = 4;
 /// for 561 K, at the same hit ratio; at 1/32 the uncompressed items cost
 /// hits when the zone is large (docs/benchmarks.md).
 const STAGE_SHARE: usize = 64;
+const MAX_STAGE: usize = 64 << 20;
 /// Pages a Z-zone whose blocks do not compress keeps (see
 /// [`Zzone::retarget`]).
 const PROBE_PAGES: usize = 2;
-const MAX_STAGE: usize = 64 << 20;
 
 pub(super) struct Zzone {
     /// The zone, shared with GETs that read it without the engine lock
