@@ -1083,7 +1083,13 @@ impl Engine {
     /// The N-zone leaves the pages the Z-zone is still to be granted
     /// (`zone_wanted`), so that free memory goes to the zone its share.
     fn can_add_page_with(&self, extra: usize) -> bool {
-        (self.slabs.pages_allocated() + 1 + self.zone_wanted()) * self.slabs.page_size
+        self.pages_fit(1 + self.zone_wanted(), extra)
+    }
+
+    /// Whether `pages` more pages and `extra` bytes fit in the memory
+    /// limit, with [`Engine::page_headroom`] to spare.
+    pub(super) fn pages_fit(&self, pages: usize, extra: usize) -> bool {
+        (self.slabs.pages_allocated() + pages) * self.slabs.page_size
             + self.aux_bytes()
             + extra
             + self.page_headroom()
@@ -1096,7 +1102,7 @@ impl Engine {
     /// N-zone page for it, and the next store took a page again, round and
     /// round (1,468 pages emptied in 1.5 M YCSB-B requests). Without the
     /// zone, aux memory moves only in steps `enforce_budget` handles.
-    pub(super) fn page_headroom(&self) -> usize {
+    fn page_headroom(&self) -> usize {
         if self.zone.is_some() {
             ZONE_PAGE_HEADROOM
         } else {

@@ -39,10 +39,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{DeleteOutcome, Engine};
-use crate::codec::Codec;
 use crate::item;
 use crate::stripe::hash;
-use crate::zzone::{Zone, ZoneConfig, ZoneStats};
+use crate::zzone::{Zone, ZoneConfig, ZoneStats, PROBE_PAGES};
 use crate::{chain, Config};
 
 /// Requests per adaptation window (zExpander: one minute).
@@ -67,9 +66,6 @@ const GROW_SLACK: usize = 4;
 /// hits when the zone is large (docs/benchmarks.md).
 const STAGE_SHARE: usize = 64;
 const MAX_STAGE: usize = 64 << 20;
-/// Pages a Z-zone whose blocks do not compress keeps (see
-/// [`Zzone::retarget`]).
-const PROBE_PAGES: usize = 2;
 
 pub(super) struct Zzone {
     /// The zone, shared with GETs that read it without the engine lock
@@ -152,10 +148,8 @@ impl Zzone {
         let page = zone.config().page_size;
         let mut pages = (self.share * available as f64) as usize / page;
         // A zone whose blocks do not compress holds fewer items than the
-        // N-zone would in its pages, for a block rewrite per demotion: it
-        // keeps only enough pages to go on measuring the ratio (unless
-        // blocks are not meant to compress: `zzone_codec=none`).
-        if zone.config().codec != Codec::Raw && !zone.compresses() {
+        // N-zone would in its pages, for a block rewrite per demotion.
+        if !zone.worth_growing() {
             pages = pages.min(PROBE_PAGES);
         }
         zone.set_target_pages(pages);
@@ -355,12 +349,7 @@ impl Engine {
             if !z.zone.lock().wants_page() {
                 return;
             }
-            let page = self.slabs.page_size;
-            let free = self.slabs.pages_allocated() * page
-                + self.aux_bytes()
-                + page
-                + self.page_headroom()
-                <= self.memory_limit;
+            let free = self.pages_fit(1, 0);
             let over_budget = if let Some(p) = self.slabs.spare.pop() {
                 self.slabs.release_page(p);
                 false
@@ -600,7 +589,7 @@ mod tests {
         let mut e = Engine::new(config, Arc::new(Clock::new())).unwrap();
         fill(&mut e, 0, 200_000, true);
         assert!(
-            target_pages(&e) <= super::PROBE_PAGES as u64,
+            target_pages(&e) <= crate::zzone::PROBE_PAGES as u64,
             "{:?}",
             e.stats().zzone
         );

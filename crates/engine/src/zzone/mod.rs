@@ -49,6 +49,9 @@ const FILL: f64 = 0.9;
 /// would in the same pages: the zone keeps one tenth of its pages free for
 /// compaction, and its stage and metadata count in `-m` too.
 pub const WORTH_RATIO: f64 = 1.25;
+/// Pages a zone whose blocks do not compress keeps: enough to go on
+/// measuring their ratio.
+pub const PROBE_PAGES: usize = 2;
 
 /// Unforced sweeps a demotion may run to make room before it evicts
 /// regardless of the access filters, and the bound on both together.
@@ -354,15 +357,16 @@ impl Zone {
         let window = SAMPLE_EVERY * self.cfg.dict_samples as u64;
         // Values that do not compress would only be held for a training
         // that finds nothing in common, again and again.
-        self.compresses()
+        self.ratio >= WORTH_RATIO
             && (self.dict == 0
                 || self.stats.demotions + window >= self.trained_at + RETRAIN_DEMOTIONS)
     }
 
-    /// Whether the blocks written lately compress enough to be worth a
-    /// zone (a running ratio of at least [`WORTH_RATIO`]).
-    pub fn compresses(&self) -> bool {
-        self.ratio >= WORTH_RATIO
+    /// Whether the zone is worth more pages than [`PROBE_PAGES`]: its
+    /// blocks lately compressed at least [`WORTH_RATIO`], or they are not
+    /// meant to compress (`zzone_codec=none`).
+    pub fn worth_growing(&self) -> bool {
+        self.cfg.codec == Codec::Raw || self.ratio >= WORTH_RATIO
     }
 
     /// Samples to train a dictionary on, when one is due (taken: train
@@ -857,11 +861,9 @@ impl Zone {
                 id
             }
             None => {
-                // Grown by an eighth, not doubled: descriptors are most of
-                // the zone's metadata.
+                // Grown by a thirty-second, not doubled: descriptors are
+                // most of the zone's metadata, spare room included.
                 if self.descs.len() == self.descs.capacity() {
-                    // Growth in small steps: the vector's spare room
-                    // counts as metadata.
                     self.descs.reserve_exact(self.descs.len() / 32 + 64);
                 }
                 self.descs.push(d);

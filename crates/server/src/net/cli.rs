@@ -552,8 +552,7 @@ fn sub_number<T: std::str::FromStr>(name: &str, value: Option<&str>) -> Result<T
         .ok_or_else(|| CliError::new(EXIT_FAILURE, format!("Invalid numeric argument for {name}")))
 }
 
-/// A `-o name` or `-o name=0|1` switch.
-/// A switch: `name`, `name=1` or `name=on`; `name=0` or `name=off`.
+/// A `-o` switch: `name`, `name=1` or `name=on`; `name=0` or `name=off`.
 fn sub_switch(name: &str, value: Option<&str>) -> Result<bool, CliError> {
     match value {
         None | Some("1") | Some("on") => Ok(true),
