@@ -305,6 +305,7 @@ fn zzone(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     stat(out, "zzone_promotions", s.promotions);
     stat(out, "zzone_demotions", s.demotions);
     stat(out, "zzone_refused", s.refused);
+    stat(out, "zzone_skipped", s.skipped);
     stat(out, "zzone_staged", s.staged);
     stat(out, "zzone_stage_bytes", s.stage_bytes);
     stat(out, "zzone_flushes", s.flushes);

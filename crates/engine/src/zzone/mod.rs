@@ -52,6 +52,16 @@ pub const WORTH_RATIO: f64 = 1.25;
 /// Pages a zone whose blocks do not compress keeps: enough to go on
 /// measuring their ratio.
 pub const PROBE_PAGES: usize = 2;
+/// Such a zone takes one demotion in [`PROBE_EVERY`] (the rest are evicted
+/// as without a zone: a block rewrite each would buy nothing) and stages
+/// at most [`PROBE_STAGE`] bytes, so that its fixed cost in `-m` is about
+/// its probe pages.
+const PROBE_EVERY: u64 = 16;
+pub(crate) const PROBE_STAGE: usize = 8 << 10;
+/// Once below [`WORTH_RATIO`], the running ratio must climb back to this
+/// before the zone grows again, so that values compressing about 1.25 ×
+/// do not move the zone's share of `-m` back and forth.
+const WORTH_AGAIN: f64 = 1.3;
 
 /// Unforced sweeps a demotion may run to make room before it evicts
 /// regardless of the access filters, and the bound on both together.
@@ -165,6 +175,9 @@ pub struct ZoneStats {
     /// Demotions the zone had no room for, or items too large for a block
     /// ([`Zone::admits`]): evicted.
     pub refused: u64,
+    /// Demotions a zone that does not compress let go unsampled (it takes
+    /// one in [`PROBE_EVERY`]): evicted.
+    pub skipped: u64,
     /// Items the replacement sweep evicted.
     pub evictions: u64,
     pub expired: u64,
@@ -273,8 +286,12 @@ pub struct Zone {
     pub bench: u32,
     /// The replacement sweep's position in hash order.
     hand: u64,
-    /// Running compression ratio (decoded / stored).
+    /// Running compression ratio (decoded / stored), and whether it says
+    /// the zone is worth growing (with hysteresis: [`WORTH_AGAIN`]).
     ratio: f64,
+    worth: bool,
+    /// Demotions offered while the zone is not worth growing.
+    offered: u64,
     coder: Coder,
     recognizer: Recognizer,
     /// Scratch: a decoded block, a block being built, the entries being
@@ -333,6 +350,8 @@ impl Zone {
             bench: 0,
             hand: 0,
             ratio: 2.0,
+            worth: true,
+            offered: 0,
             coder: Coder::default(),
             recognizer: Recognizer::new(cfg.block_bytes * 2, 1.1, 1024),
             raw: Vec::new(),
@@ -356,7 +375,8 @@ impl Zone {
     fn sampling(&self) -> bool {
         let window = SAMPLE_EVERY * self.cfg.dict_samples as u64;
         // Values that do not compress would only be held for a training
-        // that finds nothing in common, again and again.
+        // that finds nothing in common, again and again. (The ratio, not
+        // `worth`: a dictionary may be what lifts it to WORTH_AGAIN.)
         self.ratio >= WORTH_RATIO
             && (self.dict == 0
                 || self.stats.demotions + window >= self.trained_at + RETRAIN_DEMOTIONS)
@@ -366,7 +386,17 @@ impl Zone {
     /// blocks lately compressed at least [`WORTH_RATIO`], or they are not
     /// meant to compress (`zzone_codec=none`).
     pub fn worth_growing(&self) -> bool {
-        self.cfg.codec == Codec::Raw || self.ratio >= WORTH_RATIO
+        self.cfg.codec == Codec::Raw || self.worth
+    }
+
+    /// The stage's bound: a zone that does not compress holds few items,
+    /// and needs no more than a few blocks' worth waiting.
+    fn stage_limit(&self) -> usize {
+        if self.worth_growing() {
+            self.cfg.stage_bytes
+        } else {
+            self.cfg.stage_bytes.min(PROBE_STAGE)
+        }
     }
 
     /// Samples to train a dictionary on, when one is due (taken: train
@@ -421,7 +451,7 @@ impl Zone {
         let active = self.log.pages() > 0 || !self.stage.is_empty();
         self.log.memory_bytes()
             + if active {
-                self.stage.bytes().max(self.cfg.stage_bytes)
+                self.stage.bytes().max(self.stage_limit())
             } else {
                 0
             }
@@ -693,23 +723,33 @@ impl Zone {
         }
     }
 
-    /// Demote `image` (key hash `h`) from the N-zone: it is staged, and
-    /// packed into its block later ([`Zone::flush_some`]), or now, with
-    /// other staged items, if the stage is full. A demotion the zone has
-    /// no room for then evicts the items (counted in `evictions` and
-    /// `refused`).
     /// Whether an item of `len` bytes may be demoted: at most half a
     /// block's decoded capacity. zExpander stores larger items apart,
     /// compressed alone and referenced from their block (§3.1, footnote
     /// 3); until the zone does, they are evicted, since in a block they
     /// split leaves down to the trie's deepest levels, and the complete
     /// tree's pointer arrays grow with the deepest leaf.
+    ///
+    /// A zone that does not compress takes one demotion in
+    /// [`PROBE_EVERY`], enough to go on measuring the ratio.
     pub fn admits(&mut self, len: usize) -> bool {
         let ok = len <= self.raw_capacity() / 2;
         self.stats.refused += u64::from(!ok);
+        if ok && !self.worth_growing() {
+            self.offered += 1;
+            if !self.offered.is_multiple_of(PROBE_EVERY) {
+                self.stats.skipped += 1;
+                return false;
+            }
+        }
         ok
     }
 
+    /// Demote `image` (key hash `h`) from the N-zone: it is staged, and
+    /// packed into its block later ([`Zone::flush_some`]), or now, with
+    /// other staged items, if the stage is full. A demotion the zone has
+    /// no room for then evicts the items (counted in `evictions` and
+    /// `refused`).
     pub fn push(&mut self, h: u64, image: &[u8], now: u32) {
         debug_assert!(item::is_whole(image));
         if let Some(old) = self.stage.push(h, image) {
@@ -729,7 +769,7 @@ impl Zone {
             self.samples.push(image.to_vec());
             self.sample_bytes += image.len();
         }
-        while self.stage.bytes() > self.cfg.stage_bytes {
+        while self.stage.bytes() > self.stage_limit() {
             self.flush_some(now, 1);
         }
     }
@@ -741,7 +781,7 @@ impl Zone {
 
     /// Whether the stage is more than half full.
     pub fn stage_busy(&self) -> bool {
-        self.stage.bytes() * 2 > self.cfg.stage_bytes
+        self.stage.bytes() * 2 > self.stage_limit()
     }
 
     /// The writer's step towards the zone's target: one page step if it
@@ -953,6 +993,14 @@ impl Zone {
         w.2 += stored as u64;
         let r = raw as f64 / stored.max(1) as f64;
         self.ratio = (self.ratio * 63.0 + r.clamp(1.0, 8.0)) / 64.0;
+        let worth = self.ratio >= if self.worth { WORTH_RATIO } else { WORTH_AGAIN };
+        if self.worth && !worth {
+            // Samples of values that do not compress would wait for a
+            // training that never comes.
+            self.samples = Vec::new();
+            self.sample_bytes = 0;
+        }
+        self.worth = worth;
     }
 
     /// Make `need` bytes of room at the log's head: a new page if one was
