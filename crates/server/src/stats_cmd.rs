@@ -309,6 +309,7 @@ fn zzone(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     stat(out, "zzone_staged", s.staged);
     stat(out, "zzone_stage_bytes", s.stage_bytes);
     stat(out, "zzone_flushes", s.flushes);
+    stat(out, "zzone_sync_flushes", s.sync_flushes);
     stat(out, "zzone_flushed", s.flushed);
     stat(out, "zzone_evictions", s.evictions);
     stat(out, "zzone_expired", s.expired);

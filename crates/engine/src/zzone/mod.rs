@@ -192,6 +192,9 @@ pub struct ZoneStats {
     /// Block rewrites that packed staged items, and the items they packed.
     pub flushes: u64,
     pub flushed: u64,
+    /// Of the flushes, those a demotion did itself, on a request's path,
+    /// because the stage was full (the writer behind).
+    pub sync_flushes: u64,
     /// Flushes dropped because their block or items changed while they
     /// compressed without the lock (redone later).
     pub flush_conflicts: u64,
@@ -770,6 +773,7 @@ impl Zone {
             self.sample_bytes += image.len();
         }
         while self.stage.bytes() > self.stage_limit() {
+            self.stats.sync_flushes += 1;
             self.flush_some(now, 1);
         }
     }
