@@ -63,7 +63,7 @@ pub(crate) struct Shared {
     /// Index growth of those inserts, for the engine to count in `-m`.
     pub index_grown: Arc<CachePadded<AtomicUsize>>,
     /// The Z-zone, if on: a GET that misses the N-zone reads it.
-    pub zone: Option<Arc<parking_lot::Mutex<crate::zzone::Zone>>>,
+    pub zone: Option<Arc<crate::zzone::ZoneCell>>,
 }
 
 /// Why a SET needs the engine lock after all ([`Cache::try_store`]).
@@ -683,7 +683,7 @@ impl Cache {
     /// the engine lock.
     fn read_zone<R>(
         &self,
-        zone: &parking_lot::Mutex<crate::zzone::Zone>,
+        zone: &crate::zzone::ZoneCell,
         key: &[u8],
         h: u64,
         how: Lookup,

@@ -1906,7 +1906,18 @@ impl Engine {
             .collect();
         self.rebal.validate(&pages);
         if let Some(z) = self.zone.as_mut() {
-            z.zone.lock().validate();
+            // What the budget reads without the lock is the zone's own
+            // figure: published when the lock was last released, and
+            // nothing changes the zone until this guard is.
+            let mut zone = z.zone.lock();
+            let published = (z.zone.memory_bytes(), z.zone.wanted_pages());
+            zone.validate();
+            let wanted = zone.target_pages().saturating_sub(zone.pages());
+            assert_eq!(
+                published,
+                (zone.memory_bytes(), wanted),
+                "published zone figures"
+            );
         }
         let mut live = 0u64;
         let mut bytes = 0u64;

@@ -36,12 +36,10 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use super::{DeleteOutcome, Engine};
 use crate::item;
 use crate::stripe::hash;
-use crate::zzone::{Zone, ZoneConfig, ZoneStats, PROBE_PAGES};
+use crate::zzone::{Zone, ZoneCell, ZoneConfig, ZoneStats, PROBE_PAGES};
 use crate::{chain, Config};
 
 /// Requests per adaptation window (zExpander: one minute).
@@ -70,7 +68,7 @@ const MAX_STAGE: usize = 64 << 20;
 pub(super) struct Zzone {
     /// The zone, shared with GETs that read it without the engine lock
     /// (`crate::Cache::get`); the engine takes this lock inside its own.
-    pub zone: Arc<Mutex<Zone>>,
+    pub zone: Arc<ZoneCell>,
     /// Share of `-m` the Z-zone may hold.
     share: f64,
     /// N-served and Z-served requests when the window began.
@@ -113,7 +111,7 @@ impl Zzone {
             return None;
         }
         let mut z = Box::new(Zzone {
-            zone: Arc::new(Mutex::new(Zone::new(ZoneConfig {
+            zone: Arc::new(ZoneCell::new(Zone::new(ZoneConfig {
                 block_bytes: config.zzone_block,
                 codec: config.zzone_codec,
                 page_size,
@@ -465,17 +463,13 @@ impl Engine {
     }
 
     /// Pages the Z-zone is below its target by.
+    /// (Both read without the zone's lock: see [`ZoneCell`].)
     pub(super) fn zone_wanted(&self) -> usize {
-        self.zone.as_ref().map_or(0, |z| {
-            let zone = z.zone.lock();
-            zone.target_pages().saturating_sub(zone.pages())
-        })
+        self.zone.as_ref().map_or(0, |z| z.zone.wanted_pages())
     }
 
     pub(super) fn zone_memory(&self) -> usize {
-        self.zone
-            .as_ref()
-            .map_or(0, |z| z.zone.lock().memory_bytes())
+        self.zone.as_ref().map_or(0, |z| z.zone.memory_bytes())
     }
 
     pub(super) fn zone_stats(&self) -> Option<ZzoneStats> {

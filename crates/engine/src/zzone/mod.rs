@@ -23,11 +23,14 @@
 //! Codecs and the compressibility test are in [`crate::codec`].
 
 pub mod block;
+mod cell;
 pub mod filter;
 pub mod flush;
 pub mod log;
 pub mod stage;
 pub mod trie;
+
+pub use cell::{ZoneCell, ZoneGuard};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

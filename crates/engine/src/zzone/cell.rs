@@ -1,0 +1,79 @@
+//! The Z-zone behind its lock, with the two figures the engine's memory
+//! budget reads on every store (the zone's memory, and the pages it is
+//! still owed) published as atomics each time the lock is released. A
+//! store holds the engine's lock while it checks the budget; reading the
+//! zone's lock there made every store wait behind the zone's writer (a
+//! sweep or a compaction), and every other request behind that store.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::Zone;
+
+pub struct ZoneCell {
+    zone: Mutex<Zone>,
+    memory: AtomicUsize,
+    wanted: AtomicUsize,
+}
+
+impl ZoneCell {
+    pub fn new(zone: Zone) -> ZoneCell {
+        let cell = ZoneCell {
+            zone: Mutex::new(zone),
+            memory: AtomicUsize::new(0),
+            wanted: AtomicUsize::new(0),
+        };
+        drop(cell.lock());
+        cell
+    }
+
+    pub fn lock(&self) -> ZoneGuard<'_> {
+        ZoneGuard {
+            zone: self.zone.lock(),
+            cell: self,
+        }
+    }
+
+    /// [`Zone::memory_bytes`] as of the last time the lock was released.
+    /// Every change to the zone happens under the lock, so this is what
+    /// taking the lock would have read, but for a holder's change in
+    /// progress.
+    pub fn memory_bytes(&self) -> usize {
+        self.memory.load(Ordering::Relaxed)
+    }
+
+    /// The pages the zone is below its target by, as of the last release.
+    pub fn wanted_pages(&self) -> usize {
+        self.wanted.load(Ordering::Relaxed)
+    }
+}
+
+/// The zone's lock held; its figures are published when it drops.
+pub struct ZoneGuard<'a> {
+    zone: MutexGuard<'a, Zone>,
+    cell: &'a ZoneCell,
+}
+
+impl Deref for ZoneGuard<'_> {
+    type Target = Zone;
+    fn deref(&self) -> &Zone {
+        &self.zone
+    }
+}
+
+impl DerefMut for ZoneGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Zone {
+        &mut self.zone
+    }
+}
+
+impl Drop for ZoneGuard<'_> {
+    fn drop(&mut self) {
+        let z = &*self.zone;
+        self.cell.memory.store(z.memory_bytes(), Ordering::Relaxed);
+        let wanted = z.target_pages().saturating_sub(z.pages());
+        self.cell.wanted.store(wanted, Ordering::Relaxed);
+    }
+}
