@@ -27,6 +27,28 @@ pub enum Codec {
     Zstd,
 }
 
+impl Codec {
+    /// The byte that names the codec in a block's descriptor or a flash
+    /// container's header.
+    pub fn code(self) -> u8 {
+        match self {
+            Codec::Raw => 0,
+            Codec::Lz4 => 1,
+            Codec::Zstd => 2,
+        }
+    }
+
+    /// The codec a byte names; None for a byte no codec writes.
+    pub fn from_code(c: u8) -> Option<Codec> {
+        match c {
+            0 => Some(Codec::Raw),
+            1 => Some(Codec::Lz4),
+            2 => Some(Codec::Zstd),
+            _ => None,
+        }
+    }
+}
+
 /// zstd's level for blocks. In the engine, with a trained dictionary,
 /// level 3 stored the Z-zone's blocks only 0.7% smaller than level 1
 /// (YCSB-B over protobuf-like records in `cachalot-lab sim`, 2.85 x

@@ -42,6 +42,7 @@ pub mod codec;
 pub mod cost;
 pub mod engine;
 pub mod evict;
+pub mod flash;
 pub mod index;
 pub mod item;
 pub mod magazine;

@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use super::{block, codec_code, range_end, range_start, Entry, Zone, MAX_RAW};
+use super::{block, range_end, range_start, Entry, Zone, MAX_RAW};
 use crate::codec::{normalized_entropy, Codec, Coder, Dictionary, Recognizer};
 use crate::item;
 use crate::zzone::filter::Filter;
@@ -494,7 +494,7 @@ impl Job {
             );
             debug_assert!(raw.len() <= MAX_RAW && o.packed.len() <= raw.len());
             o.raw = raw.len() as u16;
-            o.codec = codec_code(used);
+            o.codec = used.code();
             o.dict = if used == Codec::Zstd {
                 self.dict_slot
             } else {
@@ -523,7 +523,7 @@ pub(super) fn block_len(entries: &[Entry]) -> usize {
 /// compressed, or as it is when its entropy says compression will not pay
 /// (SlimCache's recognizer) or it did not. Returns the codec used, the
 /// block's entropy and whether compression was tried.
-pub(super) fn encode(
+pub(crate) fn encode(
     coder: &mut Coder,
     recognizer: &mut Recognizer,
     codec: Codec,

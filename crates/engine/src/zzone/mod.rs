@@ -137,20 +137,9 @@ const _: () = assert!(std::mem::size_of::<Desc>() == 48);
 /// not demoted.
 const MAX_RAW: usize = u16::MAX as usize;
 
-fn codec_code(c: Codec) -> u8 {
-    match c {
-        Codec::Raw => 0,
-        Codec::Lz4 => 1,
-        Codec::Zstd => 2,
-    }
-}
-
+/// The codec a descriptor names (the zone writes only valid codes).
 fn codec_of(c: u8) -> Codec {
-    match c {
-        1 => Codec::Lz4,
-        2 => Codec::Zstd,
-        _ => Codec::Raw,
-    }
+    Codec::from_code(c).unwrap_or(Codec::Raw)
 }
 
 /// The zone's counters (`stats zzone`).
@@ -961,7 +950,7 @@ impl Zone {
             self.recognizer
                 .record(entropy, self.raw.len(), self.packed.len());
         }
-        let (codec, dict) = (codec_code(used), if used == Codec::Zstd { dict } else { 0 });
+        let (codec, dict) = (used.code(), if used == Codec::Zstd { dict } else { 0 });
         let d = &mut self.descs[id as usize];
         if log::round(self.packed.len()) > log::round(len) {
             d.count = 0;

@@ -1,0 +1,5 @@
+//! The flash tier (SlimCache, issue 12). What is built so far: the
+//! checksummed, compressed container that every item written to flash
+//! travels in ([`container`]).
+
+pub mod container;
