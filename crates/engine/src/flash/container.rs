@@ -48,12 +48,8 @@ pub struct Header {
 
 impl Header {
     /// Bytes the whole container takes.
-    pub fn len(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         HEADER + self.stored as usize
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
     }
 }
 
@@ -156,7 +152,7 @@ pub fn read<'d>(
     raw.clear();
     let h = header(bytes)?;
     let payload = bytes
-        .get(HEADER..h.len())
+        .get(HEADER..h.bytes())
         .ok_or(ContainerError::Truncated)?;
     let crc = u32::from_le_bytes([bytes[20], bytes[21], bytes[22], bytes[23]]);
     if checksum(&bytes[..20], payload) != crc {
@@ -282,7 +278,7 @@ mod tests {
         ] {
             let (out, h) = pack(codec, d, &ims);
             assert_eq!(h.codec, codec, "JSON-like items compress");
-            assert_eq!(h.len(), out.len());
+            assert_eq!(h.bytes(), out.len());
             assert_eq!(h.count, 40);
             assert_eq!(check_all(&out, d, &ims), h);
         }
