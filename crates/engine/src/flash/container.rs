@@ -26,9 +26,8 @@
 //! 24  payload    stored bytes
 //! ```
 
-use crate::codec::{Codec, CodecError, Coder, Dictionary, Recognizer};
+use crate::codec::{Codec, CodecError, Coder, Dictionary};
 use crate::zzone::block;
-use crate::zzone::flush::encode;
 
 pub const MAGIC: [u8; 4] = *b"CCT1";
 pub const HEADER: usize = 24;
@@ -71,22 +70,19 @@ pub enum ContainerError {
     Block,
 }
 
-/// Pack `items` (key hash, item image; keys distinct) into one container
-/// appended to `out`: compressed with `codec` (and `dict` for zstd) unless
-/// the recognizer or the result says it does not pay. `raw` and `packed`
-/// are scratch. Returns its header.
-#[allow(clippy::too_many_arguments)]
+/// Append to `out` a container of the block
+/// [`encode`](crate::zzone::flush::encode) built: `used` is
+/// the codec it chose (`dict` the dictionary it was given), `count` the
+/// items, `raw_len` the block's decoded length and `packed` its stored
+/// bytes. Returns its header.
 pub fn write(
-    coder: &mut Coder,
-    recognizer: &mut Recognizer,
-    codec: Codec,
+    used: Codec,
     dict: Option<&Dictionary>,
-    items: &mut [(u64, &[u8])],
-    raw: &mut Vec<u8>,
-    packed: &mut Vec<u8>,
+    count: usize,
+    raw_len: usize,
+    packed: &[u8],
     out: &mut Vec<u8>,
 ) -> Header {
-    let (used, _, _) = encode(coder, recognizer, codec, dict, items, raw, packed);
     let header = Header {
         codec: used,
         dictionary: match (used, dict) {
@@ -95,8 +91,8 @@ pub fn write(
             }
             _ => 0,
         },
-        count: items.len() as u32,
-        raw: raw.len() as u32,
+        count: count as u32,
+        raw: raw_len as u32,
         stored: packed.len() as u32,
     };
     let start = out.len();
@@ -186,8 +182,10 @@ fn checksum(header: &[u8], payload: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::Recognizer;
     use crate::item;
     use crate::stripe::hash;
+    use crate::zzone::flush::encode;
     use proptest::prelude::*;
 
     /// Item images of `n` keys with `len`-byte values, JSON-like or
@@ -233,7 +231,7 @@ mod tests {
             .collect();
         let (mut raw, mut packed, mut out) = (Vec::new(), Vec::new(), Vec::new());
         let mut recognizer = Recognizer::new(4096, 1.1, 1024);
-        let h = write(
+        let (used, _, _) = encode(
             &mut Coder::default(),
             &mut recognizer,
             codec,
@@ -241,8 +239,8 @@ mod tests {
             &mut items,
             &mut raw,
             &mut packed,
-            &mut out,
         );
+        let h = write(used, dict, items.len(), raw.len(), &packed, &mut out);
         (out, h)
     }
 

@@ -44,7 +44,7 @@ impl ZoneCell {
         self.memory.load(Ordering::Relaxed)
     }
 
-    /// The pages the zone is below its target by, as of the last release.
+    /// [`Zone::wanted_pages`] as of the last release.
     pub fn wanted_pages(&self) -> usize {
         self.wanted.load(Ordering::Relaxed)
     }
@@ -73,7 +73,6 @@ impl Drop for ZoneGuard<'_> {
     fn drop(&mut self) {
         let z = &*self.zone;
         self.cell.memory.store(z.memory_bytes(), Ordering::Relaxed);
-        let wanted = z.target_pages().saturating_sub(z.pages());
-        self.cell.wanted.store(wanted, Ordering::Relaxed);
+        self.cell.wanted.store(z.wanted_pages(), Ordering::Relaxed);
     }
 }

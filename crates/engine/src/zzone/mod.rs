@@ -474,6 +474,11 @@ impl Zone {
         self.log.pages() < self.target_pages
     }
 
+    /// Pages the zone is below its target by.
+    pub fn wanted_pages(&self) -> usize {
+        self.target_pages.saturating_sub(self.log.pages())
+    }
+
     pub fn target_pages(&self) -> usize {
         self.target_pages
     }
