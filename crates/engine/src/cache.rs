@@ -64,6 +64,8 @@ pub(crate) struct Shared {
     pub index_grown: Arc<CachePadded<AtomicUsize>>,
     /// The Z-zone, if on: a GET that misses the N-zone reads it.
     pub zone: Option<Arc<crate::zzone::ZoneCell>>,
+    /// The flash tier, if on: a GET that misses memory looks there.
+    pub flash: Option<Arc<crate::flash::Flash>>,
 }
 
 /// Why a SET needs the engine lock after all ([`Cache::try_store`]).
@@ -291,6 +293,8 @@ struct ZoneReader {
 
 thread_local! {
     static ZONE_READER: std::cell::RefCell<ZoneReader> = std::cell::RefCell::default();
+    /// The image a flash lookup found (staged or read).
+    static FLASH_IMAGE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::default();
 }
 
 /// The engine shared by all worker threads.
@@ -337,13 +341,27 @@ thread_local! {
 impl Cache {
     pub fn new(config: Config, clock: Arc<Clock>) -> Result<Cache, ConfigError> {
         let engine = Engine::new(config.clone(), clock.clone())?;
+        Ok(Self::with_engine(engine, config, clock))
+    }
+
+    /// A cache whose flash tier uses `device` ([`Engine::with_device`]).
+    pub fn with_device(
+        config: Config,
+        clock: Arc<Clock>,
+        device: Arc<dyn crate::flash::device::Device>,
+    ) -> Result<Cache, ConfigError> {
+        let engine = Engine::with_device(config.clone(), clock.clone(), Some(device))?;
+        Ok(Self::with_engine(engine, config, clock))
+    }
+
+    fn with_engine(engine: Engine, config: Config, clock: Arc<Clock>) -> Cache {
         let shared = engine.shared();
-        Ok(Cache {
+        Cache {
             engine: parking_lot::Mutex::new(engine),
             clock,
             config,
             shared,
-        })
+        }
     }
 
     /// [`Engine::fits`], without taking the lock: a SET checks its size
@@ -572,7 +590,15 @@ impl Cache {
             Ok(r) => r,
             Err(f) => {
                 let mut engine = self.lock();
-                f(engine.read(key, how))
+                if self.shared.flash.is_none() {
+                    return f(engine.read(key, how));
+                }
+                if let Some(item) = engine.read(key, how) {
+                    return f(Some(item));
+                }
+                // A miss in memory: flash is read without the lock.
+                drop(engine);
+                self.read_flash(key, h, self.clock.now(), f)
             }
         }
     }
@@ -591,7 +617,9 @@ impl Cache {
         how: Lookup,
         mut f: impl FnMut(usize, &'k [u8], Option<ItemRef<'_>>) -> ControlFlow<()>,
     ) {
-        if !self.lock_free(how) {
+        // With flash, a key that misses memory is read there without the
+        // lock, so keys go one at a time.
+        if !self.lock_free(how) && self.shared.flash.is_none() {
             self.lock().lookup_batch(keys, how, f);
             return;
         }
@@ -693,7 +721,7 @@ impl Cache {
         let read = how.bump && how.fetch;
         let (r, promote) = ZONE_READER.with_borrow_mut(|z| {
             let Some(promote) = zone.lock().copy_block(h, read, &mut z.copied) else {
-                return (f(None), false);
+                return (self.read_flash(key, h, now, f), false);
             };
             let found = z
                 .copied
@@ -710,13 +738,87 @@ impl Cache {
                     let item = crate::engine::image_view(image, self.shared.cas_enabled, now);
                     (f(Some(item)), promote)
                 }
-                None => (f(None), false),
+                None => (self.read_flash(key, h, now, f), false),
             }
         });
         if promote {
             self.lock().promote_read(key);
         }
         r
+    }
+
+    /// A GET that missed memory: the flash tier, if on. Its stage is
+    /// looked at, then its index; an item possibly on flash is read now,
+    /// or, inside a worker's fetch scope, wanted and answered as a miss
+    /// until the read completes (`flash::fetch`). No lock is held.
+    fn read_flash<R>(
+        &self,
+        key: &[u8],
+        h: u64,
+        now: crate::RelTime,
+        f: impl FnOnce(Option<ItemRef<'_>>) -> R,
+    ) -> R {
+        use crate::flash::fetch::{self, InScope};
+        use crate::flash::Probe;
+        let Some(flash) = &self.shared.flash else {
+            return f(None);
+        };
+        FLASH_IMAGE.with_borrow_mut(|image| {
+            let found = match flash.lookup(h, key, image) {
+                Probe::Absent => false,
+                Probe::Staged => true,
+                Probe::OnFlash(locs) => match fetch::on_flash(h, key, &locs) {
+                    InScope::Read => flash.read(h, key, &locs, image),
+                    InScope::Done(Some(im)) => {
+                        image.clear();
+                        image.extend_from_slice(&im);
+                        true
+                    }
+                    InScope::Done(None) | InScope::Parked => false,
+                },
+            };
+            if !found || matches!(item::exptime(image), e if e != 0 && e <= now) {
+                return f(None);
+            }
+            f(Some(crate::engine::image_view(
+                image,
+                self.shared.cas_enabled,
+                now,
+            )))
+        })
+    }
+
+    /// A worker's reader thread: read what a parked request wants
+    /// (`flash::fetch`), holding no lock. The image, or None if flash does
+    /// not have it after all.
+    pub fn flash_read(&self, want: &crate::flash::fetch::Want) -> Option<Box<[u8]>> {
+        let flash = self.shared.flash.as_ref()?;
+        FLASH_IMAGE.with_borrow_mut(|image| {
+            flash
+                .read(want.h, &want.key, &want.locs, image)
+                .then(|| image[..].into())
+        })
+    }
+
+    /// The flash writer's work (its own thread): recycle a slab if free
+    /// ones run low, then write one slab of staged items. False when there
+    /// was nothing to do (or the write budget is spent): sleep a little.
+    pub fn flash_write_step(&self) -> bool {
+        match &self.shared.flash {
+            Some(f) => f.write_step(),
+            None => false,
+        }
+    }
+
+    /// Write everything staged for flash and seal its open slabs, full or
+    /// not (a clean shutdown). False if the disk refused a write.
+    pub fn flash_sync(&self) -> bool {
+        self.shared.flash.as_ref().is_none_or(|f| f.sync())
+    }
+
+    /// Whether the flash tier is on.
+    pub fn has_flash(&self) -> bool {
+        self.shared.flash.is_some()
     }
 
     /// The Z-zone writer's work: pack demoted items into their blocks and
@@ -813,7 +915,7 @@ impl Cache {
             drop(stripe);
             return Ok(match &sh.zone {
                 Some(zone) => self.read_zone(zone, key, h, how, now, f),
-                None => f(None),
+                None => self.read_flash(key, h, now, f),
             });
         };
         let hdr = head.header;

@@ -267,6 +267,8 @@ pub struct Engine {
     learner: Option<Learner>,
     /// The compressed Z-zone (`-o zzone=1`), see `engine/zone.rs`.
     zone: Option<Box<zone::Zzone>>,
+    /// The flash tier (`--flash-path`), see `flash`.
+    flash: Option<Arc<crate::flash::Flash>>,
 }
 
 impl Drop for Engine {
@@ -333,6 +335,29 @@ pub(crate) fn exptime_of(e: Expiry) -> u32 {
 
 impl Engine {
     pub fn new(config: Config, clock: Arc<Clock>) -> Result<Engine, ConfigError> {
+        let device = match &config.flash {
+            Some(f) => {
+                let dev = crate::flash::device::FileDevice::open(&f.path, f.size).map_err(|e| {
+                    ConfigError::Flash {
+                        path: f.path.display().to_string(),
+                        error: e.to_string(),
+                    }
+                })?;
+                Some(Arc::new(dev) as Arc<dyn crate::flash::device::Device>)
+            }
+            None => None,
+        };
+        Self::with_device(config, clock, device)
+    }
+
+    /// An engine whose flash tier (if `config.flash` is set) uses `device`
+    /// rather than opening its file: the fault tests pass a
+    /// [`crate::flash::device::Faulty`] one.
+    pub fn with_device(
+        config: Config,
+        clock: Arc<Clock>,
+        device: Option<Arc<dyn crate::flash::device::Device>>,
+    ) -> Result<Engine, ConfigError> {
         if config.growth_factor.is_nan() || config.growth_factor <= 1.0 {
             return Err(ConfigError::GrowthFactor(config.growth_factor));
         }
@@ -377,8 +402,22 @@ impl Engine {
         let repartition = (config.repartition && config.eviction == crate::EvictionPolicy::Lru)
             .then(Box::default);
         let zone = zone::Zzone::new(&config, page_size);
+        let flash = match (&config.flash, device) {
+            (Some(f), Some(d)) => {
+                let mut f = f.clone();
+                if f.stage_bytes == 0 {
+                    f.stage_bytes = (config.memory_limit / 32).clamp(2 << 20, 64 << 20);
+                }
+                if f.memory_cap == 0 {
+                    f.memory_cap = config.memory_limit / 2;
+                }
+                Some(Arc::new(crate::flash::Flash::new(f, d, clock.clone())))
+            }
+            _ => None,
+        };
         let mut engine = Engine {
             zone,
+            flash,
             memory_limit: config.memory_limit,
             rebal: Rebalancer::new(
                 config.rebalance,
@@ -591,6 +630,7 @@ impl Engine {
             magazines: self.magazines.clone(),
             index_grown: self.index_grown.clone(),
             zone: self.zone.as_ref().map(|z| z.zone.clone()),
+            flash: self.flash.clone(),
         }
     }
 
@@ -603,6 +643,7 @@ impl Engine {
             && self.rewrites_in_place()
             && !self.rebal.counts_inserts()
             && self.zone.is_none()
+            && self.flash.is_none()
     }
 
     /// Reserve up to `want` chunks of `class` for the thread of magazine
@@ -942,7 +983,7 @@ impl Engine {
             Some(loc) if self.slabs.is_live(loc) => self.remove(loc),
             Some(_) => {}
             None => {
-                self.zone_forget(h, false);
+                self.tiers_forget(h, false);
                 self.enforce_budget(None);
             }
         }
@@ -1055,7 +1096,7 @@ impl Engine {
         self.counters.total_items += 1;
         self.counters.bytes += total as u64;
         if old.is_none() {
-            self.zone_forget(h, false);
+            self.tiers_forget(h, false);
         }
         self.enforce_budget(Some(loc));
         // Memory could only be kept by giving up the item itself (its page
@@ -1119,6 +1160,7 @@ impl Engine {
             + self.learner.as_ref().map_or(0, Learner::memory_bytes)
             + self.rebal.memory_bytes()
             + self.zone_memory()
+            + self.flash.as_ref().map_or(0, |f| f.memory_bytes())
     }
 
     /// The cost of an item stored without one, and whether it is a guess:
@@ -1343,6 +1385,11 @@ impl Engine {
     pub fn delete(&mut self, key: &[u8], cas: u64) -> DeleteOutcome {
         let h = hash(key);
         let Some(loc) = self.find_live(key, h) else {
+            if let Some(f) = &self.flash {
+                // A copy on flash is deleted as if it had been evicted
+                // (docs/protocol.md, "The flash tier").
+                f.forget(h);
+            }
             let outcome = self.delete_in_zone(key, h, cas);
             self.enforce_budget(None);
             return outcome;
@@ -1577,6 +1624,9 @@ impl Engine {
         if let Some(z) = self.zone.as_mut() {
             z.zone.lock().clear();
         }
+        if let Some(f) = &self.flash {
+            f.clear();
+        }
     }
 
     /// Background work: pending delayed flush, reclaiming expired items (at most
@@ -1680,16 +1730,22 @@ impl Engine {
         }
         let c = &self.counters;
         let zs = self.zone_stats();
+        let fs = self.flash.as_ref().map(|f| f.stats());
         // SETs made without the engine lock that it has not counted yet.
         let mut p = Counts::default();
         for n in self.stripes.pending_sum(self.slabs.classes.len()) {
             p.add(&n);
         }
         EngineStats {
-            curr_items: c.curr_items + p.items + zs.map_or(0, |z| z.zone.items),
+            curr_items: c.curr_items
+                + p.items
+                + zs.map_or(0, |z| z.zone.items)
+                + fs.map_or(0, |f| f.items + f.staged),
             total_items: c.total_items + p.sets,
             bytes: c.bytes.wrapping_add(p.requested),
-            evictions: c.evictions + zs.map_or(0, |z| z.zone.evictions),
+            evictions: c.evictions
+                + zs.map_or(0, |z| z.zone.evictions)
+                + fs.map_or(0, |f| f.evictions),
             reclaimed: c.reclaimed,
             expired_unfetched: c.expired_unfetched,
             evicted_unfetched: c.evicted_unfetched,
@@ -1724,6 +1780,7 @@ impl Engine {
             ghost_capacity: self.rebal.ghost_capacity() as u64,
             repartition: self.repartition.as_ref().map(|r| r.stats),
             zzone: zs,
+            flash: fs,
         }
     }
 
@@ -1880,6 +1937,9 @@ impl Engine {
     /// nothing else, and the counters and the memory budget agree with the
     /// chunks.
     pub fn validate(&mut self) {
+        if let Some(f) = &self.flash {
+            f.validate();
+        }
         self.hold_all();
         self.fold_index_grown();
         let reserved = self.magazines.reserved(self.stripes.slots_taken());
@@ -1980,12 +2040,13 @@ impl Engine {
         assert!(
             self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes()
                 <= self.memory_limit.max(self.slabs.page_size),
-            "memory budget: {} pages, index {}, policy {}, rebalancer {}, zone {}",
+            "memory budget: {} pages, index {}, policy {}, rebalancer {}, zone {}, flash {}",
             self.slabs.pages_allocated(),
             self.index_bytes + self.index_grown.load(Ordering::Relaxed),
             self.policy.memory_bytes(),
             self.rebal.memory_bytes(),
             self.zone_memory(),
+            self.flash.as_ref().map_or(0, |f| f.memory_bytes()),
         );
         self.policy.validate(&self.slabs);
         self.validate_drain();

@@ -157,6 +157,9 @@ pub struct Config {
     /// Demoted items sampled before a dictionary is trained (and between
     /// two trainings): `zzone::SAMPLES`; the tests take fewer.
     pub zzone_dict_samples: usize,
+    /// `--flash-path`/`--flash-size` (or `-o ext_path=`): items leaving
+    /// memory go to a flash tier in this file (SlimCache; `flash`).
+    pub flash: Option<flash::FlashConfig>,
 }
 
 /// Eviction within a slab class.
@@ -219,6 +222,7 @@ impl Default for Config {
             zzone_codec: codec::Codec::Zstd,
             zzone_target: 90,
             zzone_dict_samples: zzone::SAMPLES,
+            flash: None,
         }
     }
 }
@@ -234,4 +238,6 @@ pub enum ConfigError {
     MemoryLimit(usize),
     #[error("memory limit {0} bytes is more pages than item locations can address")]
     TooMuchMemory(usize),
+    #[error("cannot open the flash file {path}: {error}")]
+    Flash { path: String, error: String },
 }

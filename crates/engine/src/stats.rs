@@ -63,6 +63,8 @@ pub struct EngineStats {
     pub zzone: Option<crate::engine::ZzoneStats>,
     /// Evicted keys the ghost set can hold.
     pub ghost_capacity: u64,
+    /// The flash tier's figures, if it is on (`stats flash`).
+    pub flash: Option<crate::flash::FlashStats>,
 }
 
 /// Per slab class counters for `stats slabs` and `stats items`.

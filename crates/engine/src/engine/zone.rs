@@ -161,6 +161,9 @@ impl Engine {
     /// no room for it.
     pub(super) fn demote(&mut self, loc: u64) -> bool {
         let now = self.now();
+        if self.zone.is_none() {
+            return self.demote_to_flash(loc, now);
+        }
         let Some(z) = self.zone.as_mut().filter(|z| !z.paused) else {
             return false;
         };
@@ -278,10 +281,32 @@ impl Engine {
     }
 
     /// A key was written to the N-zone: its Z-zone copy, if any, is stale.
-    pub(super) fn zone_forget(&mut self, h: u64, known: bool) {
+    /// A new key (hash `h`) was written to the N-zone, or a SET failed:
+    /// its copies in the Z-zone and on flash go.
+    pub(super) fn tiers_forget(&mut self, h: u64, known: bool) {
         if let Some(z) = self.zone.as_mut() {
             z.zone.lock().remove(h, known);
         }
+        if let Some(f) = &self.flash {
+            f.forget(h);
+        }
+    }
+
+    /// The item at `loc` leaves memory with no Z-zone: stage it for flash.
+    fn demote_to_flash(&mut self, loc: u64, now: crate::RelTime) -> bool {
+        let Some(f) = &self.flash else {
+            return false;
+        };
+        let chunk = self.slabs.chunk(loc);
+        if chain::is_head(chunk) {
+            return false;
+        }
+        let exp = item::exptime(chunk);
+        if exp != 0 && exp <= now {
+            return false;
+        }
+        let image = &chunk[..item::stored_len(chunk)];
+        f.admit(hash(item::key(image)), image)
     }
 
     /// Background work: adapt the split once per window, and shrink the

@@ -24,7 +24,7 @@ pub const ALIGN: usize = 4096;
 /// Where the tier's slabs are stored.
 pub trait Device: Send + Sync {
     /// Bytes the tier may use.
-    fn len(&self) -> u64;
+    fn size(&self) -> u64;
     /// Fill `buf` from `offset` (both multiples of [`ALIGN`]).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Write all of `buf` at `offset` (both multiples of [`ALIGN`]).
@@ -103,7 +103,7 @@ fn reserve(file: &File, len: u64) -> io::Result<()> {
 }
 
 impl Device for FileDevice {
-    fn len(&self) -> u64 {
+    fn size(&self) -> u64 {
         self.len
     }
 
@@ -127,7 +127,7 @@ impl Device for FileDevice {
 }
 
 fn check_range(len: usize, offset: u64, dev_len: u64) -> io::Result<()> {
-    let aligned = len % ALIGN == 0 && offset % ALIGN as u64 == 0;
+    let aligned = len.is_multiple_of(ALIGN) && offset.is_multiple_of(ALIGN as u64);
     if !aligned || offset + len as u64 > dev_len {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -202,8 +202,8 @@ impl<D: Device> Faulty<D> {
 }
 
 impl<D: Device> Device for Faulty<D> {
-    fn len(&self) -> u64 {
-        self.inner.len()
+    fn size(&self) -> u64 {
+        self.inner.size()
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

@@ -131,8 +131,8 @@ impl Shard {
         loop {
             n += n.div_ceil(4);
             let mut bigger = Shard::new(n);
-            let entries = self.buckets.iter().flatten().copied().filter(|&e| e != 0);
-            if entries.fold(true, |ok, e| ok && bigger.place(e)) {
+            let mut entries = self.buckets.iter().flatten().copied().filter(|&e| e != 0);
+            if entries.all(|e| bigger.place(e)) {
                 *self = bigger;
                 return;
             }
@@ -148,7 +148,9 @@ pub struct FlashIndex {
 impl Default for FlashIndex {
     fn default() -> Self {
         FlashIndex {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new(START_BUCKETS))).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(Shard::new(START_BUCKETS)))
+                .collect(),
         }
     }
 }

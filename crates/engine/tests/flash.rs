@@ -1,0 +1,302 @@
+//! The flash tier through the cache (issue 12): items that leave memory
+//! come back from flash byte for byte; overwritten, deleted and flushed
+//! keys never come back stale; faults (flipped bytes, read errors, a full
+//! disk) cost misses, never wrong bytes; the garbage collector recycles
+//! slabs and moves re-read items to the hot area; the DRAM index stays
+//! under 12 bytes an item. `validate` checks the tier's structures after
+//! each phase.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use cachalot_engine::engine::{Lookup, Store};
+use cachalot_engine::flash::device::{Device, Faulty, FileDevice};
+use cachalot_engine::flash::{FlashConfig, FlashStats};
+use cachalot_engine::{Cache, Clock, Config};
+
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str) -> TempFile {
+        let p =
+            std::env::temp_dir().join(format!("cachalot-flash-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        TempFile(p)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn config(path: &TempFile, memory_mb: usize, flash_mb: u64) -> Config {
+    Config {
+        memory_limit: memory_mb << 20,
+        flash: Some(FlashConfig::new(path.0.clone(), flash_mb << 20)),
+        ..Config::default()
+    }
+}
+
+fn key(k: u64) -> Vec<u8> {
+    format!("key:{k:08}").into_bytes()
+}
+
+/// A JSON-like value naming its key and version, with a token of hex
+/// digits that does not repeat (so it compresses about 2.5x, as records
+/// do, not 10x).
+fn value(k: u64, version: u32) -> Vec<u8> {
+    let mut x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(version);
+    let token: String = (0..4)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("{x:016x}")
+        })
+        .collect();
+    format!(
+        "{{\"id\":{k},\"version\":{version},\"name\":\"user{k}\",\"token\":\"{token}\",\"active\":true,\"score\":{}}}",
+        k % 1000
+    )
+    .into_bytes()
+}
+
+fn set(cache: &Cache, k: u64, version: u32) {
+    let (key, value) = (key(k), value(k, version));
+    cache.store(&Store::set(&key, &value));
+}
+
+fn get(cache: &Cache, k: u64) -> Option<Vec<u8>> {
+    cache.get(&key(k), Lookup::GET, |item| item.map(|i| i.value.to_vec()))
+}
+
+/// Run the writer until nothing waits.
+fn drain(cache: &Cache) {
+    while cache.flash_write_step() {}
+}
+
+fn flash_stats(cache: &Cache) -> FlashStats {
+    cache.lock().stats().flash.expect("flash is on")
+}
+
+#[test]
+fn items_leaving_memory_come_back_from_flash() {
+    let f = TempFile::new("back");
+    let cache = Cache::new(config(&f, 8, 64), Arc::new(Clock::new())).expect("cache");
+    let n = 100_000;
+    for k in 0..n {
+        set(&cache, k, 1);
+        if k % 500 == 0 {
+            drain(&cache);
+        }
+    }
+    drain(&cache);
+    cache.lock().validate();
+    let s = flash_stats(&cache);
+    assert!(
+        s.items > n / 2,
+        "{} items on flash: {s:?} {:?}",
+        s.items,
+        cache.lock().stats().evictions
+    );
+    assert!(s.containers_compressed > 0);
+    let ratio = s.raw_bytes as f64 / s.stored_bytes as f64;
+    assert!(ratio > 1.8, "compression ratio {ratio}");
+    let mut hits = 0;
+    for k in 0..n {
+        if let Some(v) = get(&cache, k) {
+            assert_eq!(v, value(k, 1), "key {k}");
+            hits += 1;
+        }
+    }
+    // 4 MB of memory holds under 20 K of these; flash holds the rest.
+    assert!(
+        hits > n * 95 / 100,
+        "{hits} of {n} found: {:?}",
+        flash_stats(&cache)
+    );
+    let s = flash_stats(&cache);
+    assert!(s.hits > n / 2);
+    let dram = s.index_bytes as f64 / s.items as f64;
+    assert!(dram <= 12.0, "{dram} bytes of index per flash item");
+    // Every item is in memory or on flash, and curr_items says so.
+    let curr = cache.lock().stats().curr_items;
+    assert!(curr >= hits, "curr_items {curr} < {hits} found");
+    cache.lock().validate();
+}
+
+#[test]
+fn overwritten_deleted_and_flushed_keys_never_come_back() {
+    let f = TempFile::new("stale");
+    let cache = Cache::new(config(&f, 8, 32), Arc::new(Clock::new())).expect("cache");
+    let n = 100_000;
+    for k in 0..n {
+        set(&cache, k, 1);
+        if k % 500 == 0 {
+            drain(&cache);
+        }
+    }
+    drain(&cache);
+    // Half of them again (the flash copies are version 1), a quarter
+    // deleted; some of it while the writer has items staged.
+    for k in (0..n).filter(|k| k % 2 == 0) {
+        set(&cache, k, 2);
+        if k % 500 == 0 {
+            cache.flash_write_step();
+        }
+    }
+    for k in (0..n).filter(|k| k % 4 == 1) {
+        cache.lock().delete(&key(k), 0);
+    }
+    drain(&cache);
+    cache.lock().validate();
+    let mut found = 0;
+    for k in 0..n {
+        let v = get(&cache, k);
+        match k % 4 {
+            1 => assert_eq!(v, None, "deleted key {k} came back"),
+            0 | 2 => {
+                if let Some(v) = &v {
+                    assert_eq!(v, &value(k, 2), "key {k} came back stale");
+                }
+            }
+            _ => {
+                if let Some(v) = &v {
+                    assert_eq!(v, &value(k, 1), "key {k}");
+                }
+            }
+        }
+        found += v.is_some() as u64;
+    }
+    assert!(found > n / 2, "{found} found: {:?}", flash_stats(&cache));
+    cache.lock().flush_all(None);
+    cache.lock().validate();
+    for k in 0..n {
+        assert_eq!(get(&cache, k), None, "key {k} survived flush_all");
+    }
+    drain(&cache);
+    for k in 0..n {
+        assert_eq!(get(&cache, k), None, "key {k} came back after flush_all");
+    }
+}
+
+#[test]
+fn the_garbage_collector_recycles_and_keeps_what_is_read() {
+    let f = TempFile::new("gc");
+    // 8 slabs of flash for several times as many items, and memory for
+    // a few thousand: the hot keys go to flash between their reads.
+    let cache = Cache::new(config(&f, 8, 8), Arc::new(Clock::new())).expect("cache");
+    let hot: Vec<u64> = (0..2000).collect();
+    for k in 0..hot.len() as u64 {
+        set(&cache, k, 1);
+    }
+    let rounds = 24u64;
+    for round in 0..rounds {
+        for k in 10_000 + round * 20_000..10_000 + (round + 1) * 20_000 {
+            set(&cache, k, 1);
+            if k % 500 == 0 {
+                drain(&cache);
+            }
+            // The hot keys are read now and then: each read marks its
+            // flash copy, which the collector then keeps.
+            if k % 40_000 == 0 {
+                for &h in &hot {
+                    if let Some(v) = get(&cache, h) {
+                        assert_eq!(v, value(h, 1));
+                    }
+                }
+            }
+        }
+        drain(&cache);
+        cache.lock().validate();
+    }
+    let s = flash_stats(&cache);
+    let es = cache.lock().stats();
+    assert!(
+        s.gc_recycled > 8,
+        "{} slabs recycled: {s:?} evictions {} items {} total {} oom {}",
+        s.gc_recycled,
+        es.evictions,
+        es.curr_items,
+        es.total_items,
+        es.outofmemory
+    );
+    assert!(s.gc_promoted > 0, "nothing promoted to the hot area: {s:?}");
+    let kept = hot.iter().filter(|&&h| get(&cache, h).is_some()).count();
+    assert!(kept > hot.len() * 9 / 10, "{kept} hot keys kept: {s:?}");
+    // Old keys that were never read were dropped: flash is 8 MB.
+    let old = (10_000..30_000)
+        .filter(|&k| get(&cache, k).is_some())
+        .count();
+    assert!(old < 20_000 / 2, "{old} old keys kept");
+}
+
+#[test]
+fn faults_cost_misses_never_wrong_bytes() {
+    let f = TempFile::new("faults");
+    let dev = Arc::new(Faulty::new(FileDevice::open(&f.0, 32 << 20).expect("open")));
+    let cache = Cache::with_device(
+        config(&f, 8, 32),
+        Arc::new(Clock::new()),
+        dev.clone() as Arc<dyn Device>,
+    )
+    .expect("cache");
+    let n = 30_000;
+    for k in 0..n {
+        set(&cache, k, 1);
+        if k % 500 == 0 {
+            drain(&cache);
+        }
+    }
+    drain(&cache);
+    let check_all = |cache: &Cache| {
+        let mut hits = 0;
+        for k in 0..n {
+            if let Some(v) = get(cache, k) {
+                assert_eq!(v, value(k, 1), "key {k} read back wrong");
+                hits += 1;
+            }
+        }
+        hits
+    };
+    // Everything on the file, none of it in the writer's open slab.
+    assert!(cache.flash_sync());
+    let before = check_all(&cache);
+    assert!(before > n * 9 / 10);
+    // A flipped byte in every read: every container fails its checks.
+    for at in [0u64, 30, 100, 2000, 4095] {
+        dev.flip.store(at, Ordering::Relaxed);
+        check_all(&cache);
+    }
+    dev.flip.store(u64::MAX, Ordering::Relaxed);
+    // Read errors.
+    dev.fail_reads.store(true, Ordering::Relaxed);
+    let with_errors = check_all(&cache);
+    assert!(with_errors < before);
+    let s = flash_stats(&cache);
+    assert!(s.io_errors > 0 && s.read_errors > 0);
+    dev.fail_reads.store(false, Ordering::Relaxed);
+    // A full disk: writes fail, memory keeps serving, nothing is lost
+    // from memory and nothing wrong is read.
+    dev.full.store(true, Ordering::Relaxed);
+    for k in n..n + 20_000 {
+        set(&cache, k, 1);
+        cache.flash_write_step();
+    }
+    assert!(flash_stats(&cache).write_errors > 0);
+    let recent = (n + 19_000..n + 20_000)
+        .filter(|&k| get(&cache, k) == Some(value(k, 1)))
+        .count();
+    assert_eq!(
+        recent, 1000,
+        "memory stopped serving while the disk was full"
+    );
+    cache.lock().validate();
+    dev.full.store(false, Ordering::Relaxed);
+    drain(&cache);
+    check_all(&cache);
+    cache.lock().validate();
+}
