@@ -796,6 +796,7 @@ mod tests {
                         self.closed = true;
                         break;
                     }
+                    Step::Parked(_) => panic!("the binary handler never parks"),
                 }
             }
             self.sent.append(&mut self.out);

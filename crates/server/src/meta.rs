@@ -28,9 +28,11 @@
 //! "no compare"; an append that grows too large is `NS`; `E` on `md I` / `ma`
 //! (new CAS) goes through a store with `new_cas`.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::AtomicU64;
 
 use cachalot_engine::engine::{Arith, Lookup};
+use cachalot_engine::flash::fetch;
 use cachalot_engine::item;
 use cachalot_engine::{
     ArithOutcome, Engine, Expiry, ItemId, ItemRef, RelTime, Store, StoreMode, StoreOutcome,
@@ -54,6 +56,9 @@ pub enum MetaStep {
     Swallow { consumed: usize, remaining: usize },
     /// Close the connection after flushing the output.
     Close,
+    /// The item may be on flash: nothing was written; run the request
+    /// again once its read is done (`flash::fetch`).
+    Parked,
 }
 
 /// Run one meta request. `line`: the request line without its `\r\n`;
@@ -68,7 +73,11 @@ pub fn handle(ctx: &Ctx<'_>, line: &[u8], rest: &[u8], out: &mut Vec<u8>) -> Met
     };
     match cmd.op {
         MetaOp::Noop => out.extend_from_slice(b"MN\r\n"),
-        MetaOp::Get => mget(ctx, &cmd, out),
+        MetaOp::Get => {
+            if mget(ctx, &cmd, out).is_break() {
+                return MetaStep::Parked;
+            }
+        }
         MetaOp::Set => return mset(ctx, &cmd, rest, out),
         MetaOp::Delete => mdelete(ctx, &cmd, out),
         MetaOp::Arith => marith(ctx, &cmd, out),
@@ -181,7 +190,9 @@ struct GetEffects {
     opaque_error: bool,
 }
 
-fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
+/// Break: the item may be on flash and the request is parked (nothing
+/// written).
+fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<()> {
     let key = cmd.key();
     let now = ctx.cache.clock().now();
     let new_ttl = cmd.ttl.map(|t| expiry(ctx, t));
@@ -207,7 +218,11 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
             ))),
         });
         match done {
-            Some(None) => return mget_miss(ctx, cmd, start, out),
+            Some(None) if fetch::parked() => return ControlFlow::Break(()),
+            Some(None) => {
+                mget_miss(ctx, cmd, start, out);
+                return ControlFlow::Continue(());
+            }
             Some(Some(fx)) => {
                 if fx.opaque_error {
                     out.truncate(start);
@@ -216,7 +231,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
                     bump(&ctx.stats.cmd_get);
                     bump(&ctx.stats.get_hits);
                 }
-                return;
+                return ControlFlow::Continue(());
             }
             None => {}
         }
@@ -232,7 +247,8 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
     }
     let Some(id) = found else {
         drop(eng);
-        return mget_miss(ctx, cmd, start, out);
+        mget_miss(ctx, cmd, start, out);
+        return ControlFlow::Continue(());
     };
 
     let it = eng.item(id);
@@ -244,7 +260,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
         drop(eng);
         out.truncate(start);
         out.extend_from_slice(MetaErrorKind::OpaqueTooLong.line());
-        return;
+        return ControlFlow::Continue(());
     }
     if fx.won {
         eng.set_win_sent(id, true);
@@ -260,6 +276,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
         bump(&ctx.stats.cmd_get);
         bump(&ctx.stats.get_hits);
     }
+    ControlFlow::Continue(())
 }
 
 /// The `EN` reply (nothing with `q`) of an mg that missed; `start` is where
@@ -916,6 +933,7 @@ mod tests {
                     Step::NeedMore => return,
                     Step::Close(_) => panic!("handler closed the connection"),
                     Step::Blocked(_) => panic!("test replies never fill the output"),
+                    Step::Parked(_) => panic!("no flash tier in these tests"),
                 }
             }
         }

@@ -12,6 +12,7 @@
 
 pub mod cli;
 pub mod conn;
+pub mod flash_io;
 pub mod listener;
 pub mod os;
 pub mod worker;
@@ -181,6 +182,7 @@ pub struct Server {
     acceptor: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
+    readers: Option<Arc<flash_io::Readers>>,
 }
 
 impl Server {
@@ -248,6 +250,12 @@ impl Server {
             code: EX_OSERR,
         };
 
+        let readers = match cache.has_flash() {
+            true => Some(Arc::new(
+                flash_io::Readers::start(cache.clone(), settings.flash_readers).map_err(io_err)?,
+            )),
+            false => None,
+        };
         let mut handles = Vec::new();
         let mut workers = Vec::new();
         for (i, stats) in threads.into_iter().enumerate() {
@@ -257,6 +265,7 @@ impl Server {
                 shared.clone(),
                 stats,
                 clients.clone(),
+                readers.clone(),
             )
             .map_err(io_err)?;
             handles.push(handle);
@@ -288,6 +297,11 @@ impl Server {
                 zone_writer_thread(cache, shared, stop)
             })?);
         }
+        if cache.has_flash() {
+            background.push(spawn("flash-writer", |cache, _, shared, stop| {
+                flash_writer_thread(cache, shared, stop)
+            })?);
+        }
 
         let acceptor = Acceptor {
             poll: Poll::new().map_err(io_err)?,
@@ -314,6 +328,7 @@ impl Server {
             acceptor: Some(acceptor),
             workers,
             background,
+            readers,
         })
     }
 
@@ -348,6 +363,9 @@ impl Server {
         }
         for w in self.workers.drain(..) {
             let _ = w.join();
+        }
+        if let Some(r) = &self.readers {
+            r.stop();
         }
         self.stop.store(true, Ordering::SeqCst);
         for b in self.background.drain(..) {
@@ -422,6 +440,26 @@ fn zone_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
         }
         std::thread::park_timeout(Duration::from_millis(idle_ms));
         idle_ms = (idle_ms * 2).min(64);
+    }
+}
+
+/// The flash tier's writer: packs staged items into containers and
+/// writes whole slabs (`Cache::flash_write_step`), polling every
+/// millisecond while there is work and backing off to 16 ms when idle (an
+/// item waits in the stage meanwhile, readable). At a clean shutdown it
+/// writes out what is staged and seals the open slabs.
+fn flash_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
+    let mut idle_ms = 1;
+    while !stopping(stop, shared) {
+        if cache.flash_write_step() {
+            idle_ms = 1;
+            continue;
+        }
+        std::thread::park_timeout(Duration::from_millis(idle_ms));
+        idle_ms = (idle_ms * 2).min(16);
+    }
+    if !cache.flash_sync() {
+        eprintln!("flash: the last slabs could not be written at shutdown");
     }
 }
 

@@ -32,6 +32,10 @@ pub enum Step {
     /// with the rest once the output has drained (a request cut short
     /// resumes; its bytes stay in the input until it is complete).
     Blocked(usize),
+    /// Consumed this many bytes; the next request waits for flash reads
+    /// (`cachalot_engine::flash::fetch`): call again with the rest once
+    /// they are done. Only from a handler that [`Handler::parks`].
+    Parked(usize),
 }
 
 /// Unsent output at which handlers stop producing replies and the network
@@ -58,6 +62,12 @@ pub trait Handler: Send {
     /// Handle as many complete requests at the front of `input` as it wants,
     /// appending replies to `out` (which holds only unsent output).
     fn step(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut Vec<u8>) -> Step;
+
+    /// Whether it parks a GET whose item is on flash ([`Step::Parked`]);
+    /// a handler that does not gets flash reads done in place.
+    fn parks(&self) -> bool {
+        false
+    }
 }
 
 /// Choose the handler for a new connection from its first byte (`-B auto`:

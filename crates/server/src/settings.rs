@@ -48,6 +48,8 @@ pub struct Settings {
     pub max_conns: usize,
     /// `-t`
     pub threads: usize,
+    /// `-o ext_threads`: threads that read the flash tier for parked GETs.
+    pub flash_readers: usize,
     /// `-R`
     pub reqs_per_event: usize,
     /// `-b` listen backlog
@@ -144,6 +146,7 @@ impl Default for Settings {
             threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(4),
+            flash_readers: 4,
             reqs_per_event: 20,
             backlog: 1024,
             protocol: ProtocolChoice::Auto,

@@ -58,6 +58,8 @@ pub fn collect(ctx: &Ctx<'_>, group: &[u8]) -> Option<Pairs> {
         b"conns" => conns(ctx, &mut out),
         // cachalot's own group, with `-o zzone=1`.
         b"zzone" => zzone(ctx, &mut out)?,
+        // cachalot's own, with the flash tier on.
+        b"flash" => flash(ctx, &mut out)?,
         _ => return None,
     }
     Some(out)
@@ -175,6 +177,15 @@ fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
     // The engine sees expired/flushed items on lookup; handlers cannot.
     stat(out, "get_expired", e.get_expired + sum(|t| &t.get_expired));
     stat(out, "get_flushed", e.get_flushed + sum(|t| &t.get_flushed));
+    if let Some(f) = &e.flash {
+        // memcached's extstore counters, for dashboards built on them.
+        stat(out, "get_extstore", f.hits - f.stage_hits);
+        stat(out, "get_aborted_extstore", 0);
+        stat(out, "get_oom_extstore", 0);
+        stat(out, "recache_from_extstore", 0);
+        stat(out, "miss_from_extstore", f.false_reads);
+        stat(out, "badcrc_from_extstore", f.read_errors);
+    }
     stat(out, "delete_misses", sum(|t| &t.delete_misses));
     stat(out, "delete_hits", sum(|t| &t.delete_hits));
     stat(out, "incr_misses", sum(|t| &t.incr_misses));
@@ -281,6 +292,98 @@ fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
         stat(out, "repartition_scanned", r.scanned);
         stat(out, "repartition_swaps", r.swaps);
     }
+    if let Some(f) = &e.flash {
+        extstore(f, out);
+    }
+}
+
+/// memcached's `extstore_*` lines of plain `stats`, from the flash tier's
+/// figures (a page there is a slab here, 1 MB).
+fn extstore(f: &cachalot_engine::flash::FlashStats, out: &mut Pairs) {
+    let slab = cachalot_engine::flash::log::SLAB as u64;
+    stat(out, "extstore_compact_lost", 0);
+    stat(
+        out,
+        "extstore_compact_rescues",
+        f.gc_promoted + f.gc_demoted,
+    );
+    stat(out, "extstore_compact_skipped", 0);
+    stat(out, "extstore_page_allocs", f.device_bytes / slab);
+    stat(out, "extstore_page_evictions", f.gc_evicted);
+    stat(out, "extstore_page_reclaims", f.gc_recycled - f.gc_evicted);
+    stat(out, "extstore_pages_free", f.free_slabs);
+    stat(out, "extstore_pages_used", f.slabs - f.free_slabs);
+    stat(out, "extstore_objects_evicted", f.evictions);
+    stat(out, "extstore_objects_read", f.hits - f.stage_hits);
+    stat(out, "extstore_objects_written", f.admitted);
+    stat(out, "extstore_objects_used", f.items);
+    stat(out, "extstore_bytes_evicted", 0);
+    stat(out, "extstore_bytes_written", f.device_bytes);
+    stat(out, "extstore_bytes_read", f.read_bytes);
+    stat(
+        out,
+        "extstore_bytes_used",
+        f.stored_bytes.min((f.slabs - f.free_slabs) * slab),
+    );
+    stat(out, "extstore_bytes_fragmented", 0);
+    stat(out, "extstore_limit_maxbytes", f.slabs * slab);
+    stat(out, "extstore_io_queue", 0);
+}
+
+/// `stats flash`: the flash tier (`--flash-path`; None without it).
+fn flash(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
+    let f = ctx.cache.lock().stats().flash?;
+    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    stat(out, "flash_items", f.items);
+    stat(out, "flash_staged", f.staged);
+    stat(out, "flash_slabs", f.slabs);
+    stat(out, "flash_free_slabs", f.free_slabs);
+    stat(out, "flash_hot_slabs", f.hot_slabs);
+    stat(out, "flash_cold_slabs", f.cold_slabs);
+    stat(out, "flash_memory_bytes", f.memory_bytes);
+    stat(out, "flash_index_bytes", f.index_bytes);
+    stat(
+        out,
+        "flash_dram_per_item",
+        format!("{:.2}", ratio(f.index_bytes, f.items)),
+    );
+    stat(out, "flash_admitted", f.admitted);
+    stat(out, "flash_admit_refused", f.admit_refused);
+    stat(out, "flash_bytes_in", f.raw_bytes);
+    stat(out, "flash_bytes_out", f.stored_bytes);
+    stat(
+        out,
+        "flash_compression_ratio",
+        format!("{:.2}", ratio(f.raw_bytes, f.stored_bytes)),
+    );
+    stat(out, "flash_containers_raw", f.containers_raw);
+    stat(out, "flash_containers_compressed", f.containers_compressed);
+    stat(out, "flash_device_bytes_written", f.device_bytes);
+    stat(out, "flash_device_bytes_read", f.read_bytes);
+    // Bytes written to the device per byte of container admitted.
+    stat(
+        out,
+        "flash_write_amplification",
+        format!("{:.2}", ratio(f.device_bytes, f.stored_bytes)),
+    );
+    stat(out, "flash_moved_bytes", f.moved_bytes);
+    stat(out, "flash_gc_recycled", f.gc_recycled);
+    stat(out, "flash_gc_evicted", f.gc_evicted);
+    stat(out, "flash_gc_promoted", f.gc_promoted);
+    stat(out, "flash_gc_demoted", f.gc_demoted);
+    stat(out, "flash_evictions", f.evictions);
+    stat(out, "flash_lookups", f.lookups);
+    stat(out, "flash_hits", f.hits);
+    stat(out, "flash_stage_hits", f.stage_hits);
+    stat(out, "flash_false_reads", f.false_reads);
+    stat(out, "flash_reads", f.reads);
+    stat(out, "flash_read_errors", f.read_errors);
+    stat(out, "flash_io_errors", f.io_errors);
+    stat(out, "flash_write_errors", f.write_errors);
+    stat(out, "flash_read_p50_us", f.read_p50_us);
+    stat(out, "flash_read_p90_us", f.read_p90_us);
+    stat(out, "flash_read_p99_us", f.read_p99_us);
+    Some(())
 }
 
 /// `stats zzone`: the compressed Z-zone (`-o zzone=1`; None without it,

@@ -31,6 +31,7 @@ use std::sync::atomic::Ordering;
 use cachalot_engine::engine::{
     Arith, ArithOutcome, DeleteOutcome, Lookup, ReassignOutcome, LOOKUP_BATCH,
 };
+use cachalot_engine::flash::fetch;
 use cachalot_engine::{Expiry, ItemRef, Store, StoreMode, StoreOutcome};
 use cachalot_protocol::text::{
     self, AutomoveArg, FlushDelay, Keys, ShutdownMode, StoreKind, TextCommand, TextError,
@@ -86,9 +87,23 @@ enum Outcome {
     Swallow(usize, usize),
     /// Close the connection after flushing the output.
     Close,
-    /// The output is full: stop here, consume nothing of this request (it
-    /// resumes from `AsciiHandler::paused`).
+    /// The output is full, or a key waits for a flash read: stop here,
+    /// consume nothing of this request (it resumes from
+    /// `AsciiHandler::paused`).
     Paused,
+    /// A flash read is wanted before the request can run: consume nothing;
+    /// it runs again from the start.
+    Parked,
+}
+
+/// Why a multi-get stopped before its end: a flash read it waits for, or
+/// the output's high-water mark.
+fn stopped(pos: usize) -> Step {
+    if fetch::parked() {
+        Step::Parked(pos)
+    } else {
+        Step::Blocked(pos)
+    }
 }
 
 impl AsciiHandler {
@@ -167,6 +182,10 @@ fn is_meta(line: &[u8]) -> bool {
 }
 
 impl Handler for AsciiHandler {
+    fn parks(&self) -> bool {
+        true
+    }
+
     fn step(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut Vec<u8>) -> Step {
         let mut pos = 0;
         let mut handled = 0usize;
@@ -189,7 +208,7 @@ impl Handler for AsciiHandler {
                 match resume_get(ctx, p, input, out) {
                     Some(p) => {
                         self.paused = Some(p);
-                        return Step::Blocked(pos);
+                        return stopped(pos);
                     }
                     None => {
                         self.paused = None;
@@ -237,8 +256,9 @@ impl Handler for AsciiHandler {
                     if let Some(p) = &mut self.paused {
                         p.len = nl + 1;
                     }
-                    return Step::Blocked(pos);
+                    return stopped(pos);
                 }
+                Outcome::Parked => return Step::Parked(pos),
                 Outcome::Done(used) => pos += nl + 1 + used.min(after.len()),
                 Outcome::NeedMore => return progress(pos),
                 Outcome::Swallow(used, remaining) => {
@@ -269,6 +289,7 @@ impl AsciiHandler {
                     remaining,
                 } => Outcome::Swallow(consumed, remaining),
                 MetaStep::Close => Outcome::Close,
+                MetaStep::Parked => Outcome::Parked,
             };
         }
         let cmd = match text::parse(line) {
@@ -552,6 +573,11 @@ fn serve_keys(
         } else {
             let mut hits = [false; LOOKUP_BATCH];
             ctx.cache.get_batch(&batch[..n], Lookup::GET, |i, _, item| {
+                // On flash: stop before this key, which is served once the
+                // read is done (the request resumes here).
+                if item.is_none() && fetch::parked() {
+                    return ControlFlow::Break(());
+                }
                 if let Some(item) = &item {
                     write_value(out, item, with_cas);
                     hits[i] = true;
@@ -859,6 +885,7 @@ mod tests {
                             sent.append(&mut out);
                         }
                         Step::NeedMore => break,
+                        Step::Parked(_) => panic!("no flash tier in these tests"),
                         Step::Close(n) => {
                             assert!(n <= buf.len());
                             sent.append(&mut out);
@@ -1101,6 +1128,7 @@ mod tests {
             match step {
                 Step::Consumed(n) | Step::Blocked(n) => pos += n,
                 Step::NeedMore | Step::Close(_) => break,
+                Step::Parked(_) => panic!("no flash tier in these tests"),
             }
             sent.append(&mut out);
         }

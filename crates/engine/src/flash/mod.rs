@@ -141,6 +141,7 @@ pub struct FlashStats {
     pub stage_hits: u64,
     pub false_reads: u64,
     pub reads: u64,
+    pub read_bytes: u64,
     pub read_errors: u64,
     pub io_errors: u64,
     pub write_errors: u64,
@@ -170,6 +171,7 @@ struct Counters {
     stage_hits: AtomicU64,
     false_reads: AtomicU64,
     reads: AtomicU64,
+    read_bytes: AtomicU64,
     read_errors: AtomicU64,
     io_errors: AtomicU64,
     write_errors: AtomicU64,
@@ -482,6 +484,9 @@ impl Flash {
             return false;
         }
         self.note_latency(t);
+        self.counters
+            .read_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
         let bytes = buf.as_ref()[start - from..end - from].to_vec();
         self.decode(r, h, key, loc, &bytes, image)
     }
@@ -990,6 +995,7 @@ impl Flash {
             stage_hits: get(&c.stage_hits),
             false_reads: get(&c.false_reads),
             reads: get(&c.reads),
+            read_bytes: get(&c.read_bytes),
             read_errors: get(&c.read_errors),
             io_errors: get(&c.io_errors),
             write_errors: get(&c.write_errors),

@@ -98,7 +98,13 @@ const OPTIONS: &[(char, &str, Arg)] = &[
     ('e', "memory-file", Arg::Required),
     ('o', "extended", Arg::Required),
     ('N', "napi-ids", Arg::Required),
+    // cachalot's own, long names only (letters no one can type as flags).
+    (FLASH_PATH, "flash-path", Arg::Required),
+    (FLASH_SIZE, "flash-size", Arg::Required),
 ];
+
+const FLASH_PATH: char = '\u{1}';
+const FLASH_SIZE: char = '\u{2}';
 
 /// getopt's complaint plus memcached's own second line, exit 1.
 fn getopt_error(first: String) -> CliError {
@@ -313,6 +319,7 @@ fn size_with_suffix(s: &str, unit: u64) -> Option<u64> {
         b'k' | b'K' => (&s[..s.len() - 1], 1u64 << 10),
         b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
         b'g' | b'G' => (&s[..s.len() - 1], 1 << 30),
+        b't' | b'T' => (&s[..s.len() - 1], 1 << 40),
         _ => (s, unit),
     };
     number::<u64>(digits)?.checked_mul(mult)
@@ -320,6 +327,13 @@ fn size_with_suffix(s: &str, unit: u64) -> Option<u64> {
 
 fn positive_float(s: &str) -> Option<f64> {
     s.parse::<f64>().ok().filter(|f| f.is_finite())
+}
+
+/// The flash tier's settings, created on first use (`--flash-*`, `ext_*`).
+fn flash_config(s: &mut Settings) -> &mut cachalot_engine::flash::FlashConfig {
+    s.engine
+        .flash
+        .get_or_insert_with(|| cachalot_engine::flash::FlashConfig::new(PathBuf::new(), 0))
 }
 
 /// Parse memcached's arguments (without the program name).
@@ -511,6 +525,15 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
                 warnings.push("WARNING: -N (napi ids) is not supported; ignored.".to_string());
             }
             'o' => extended(&v, &mut s, &mut warnings, &mut rebalance_given)?,
+            FLASH_PATH => flash_config(&mut s).path = PathBuf::from(v),
+            FLASH_SIZE => {
+                // A bare number is megabytes, as `-m`; k/m/g/t suffixes.
+                flash_config(&mut s).size = size_with_suffix(&v, 1 << 20)
+                    .filter(|&b| b >= 1 << 20)
+                    .ok_or_else(|| {
+                        CliError::new(EX_USAGE, format!("ERROR: Invalid flash size {v}."))
+                    })?;
+            }
             _ => return Err(getopt_error(format!("cachalot: invalid option -- '{c}'"))),
         }
     }
@@ -526,6 +549,14 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
         s.udp_port = 0;
     }
     s.engine.item_size_max = check_item_size(item_size, &s.engine)?;
+    if let Some(f) = &s.engine.flash {
+        if f.path.as_os_str().is_empty() || f.size == 0 {
+            return Err(CliError::new(
+                EX_USAGE,
+                "The flash tier needs both --flash-path and --flash-size (or -o ext_path=FILE:SIZE).",
+            ));
+        }
+    }
     // `slab_automove=0` pauses whichever rebalancing rule runs (as `slabs
     // automove 0` does at run time), unless `rebalance=` names one: an
     // explicit rule wins over memcached's flag, in either order.
@@ -837,9 +868,69 @@ fn extended(
                  now in megabytes. Value is ignored."
                     .to_string(),
             ),
-            k if k.starts_with("ext_") => warnings.push(format!(
-                "WARNING: external storage (extstore) is not supported; ignoring -o {item}"
-            )),
+            // Issue 12: the flash tier, under extstore's names too.
+            "ext_path" => {
+                let v = value.unwrap_or("");
+                let (path, size) = v.rsplit_once(':').ok_or_else(|| {
+                    CliError::new(
+                        EXIT_FAILURE,
+                        "ext_path must be FILE:SIZE (e.g. /data/ext:64g)",
+                    )
+                })?;
+                let size = size_with_suffix(size, 1 << 20)
+                    .filter(|&b| b >= 1 << 20)
+                    .ok_or_else(|| {
+                        CliError::new(EXIT_FAILURE, format!("Invalid ext_path size: {size}"))
+                    })?;
+                flash_config(s).path = PathBuf::from(path);
+                flash_config(s).size = size;
+            }
+            "ext_item_size" => flash_config(s).item_min = sub_number::<usize>(key, value)?,
+            "flash_write_rate" => {
+                let v = value.unwrap_or("");
+                flash_config(s).write_rate = size_with_suffix(v, 1).ok_or_else(|| {
+                    CliError::new(EXIT_FAILURE, format!("Invalid flash_write_rate: {v}"))
+                })?;
+            }
+            "flash_hot" => {
+                let n = sub_number::<u8>(key, value)?;
+                if n > 50 {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        "flash_hot must be between 0 and 50",
+                    ));
+                }
+                flash_config(s).hot_percent = n;
+            }
+            "flash_codec" => {
+                flash_config(s).codec = match value {
+                    Some("zstd") => Codec::Zstd,
+                    Some("lz4") => Codec::Lz4,
+                    Some("none") => Codec::Raw,
+                    _ => {
+                        return Err(CliError::new(
+                            EXIT_FAILURE,
+                            "flash_codec must be lz4, zstd or none",
+                        ))
+                    }
+                }
+            }
+            // extstore's tuning of its own design (page sizes, compaction
+            // thresholds, recache rates, its write buffers and threads):
+            // accepted, so start-up scripts keep working; the tier's own
+            // mechanisms replace them (docs/flash.md).
+            "ext_threads" => {
+                s.flash_readers = sub_number::<usize>(key, value)?.clamp(1, 64);
+            }
+            "ext_wbuf_size" | "ext_io_depth" | "ext_page_size" | "ext_item_age" | "ext_low_ttl"
+            | "ext_recache_rate" | "ext_compact_under" | "ext_drop_under" | "ext_max_frag"
+            | "ext_max_sleep" | "ext_drop_unread" | "no_ext_drop_unread" => {}
+            k if k.starts_with("ext_") => {
+                return Err(CliError::new(
+                    EXIT_FAILURE,
+                    format!("Illegal suboption \"{item}\""),
+                ))
+            }
             k if k.starts_with("ssl_") => {
                 warnings.push(format!("WARNING: TLS is not supported; ignoring -o {item}"))
             }
@@ -896,6 +987,10 @@ pub fn usage() -> String {
 -F, --disable-flush-all   disable flush_all command
 -X, --disable-dumping     disable stats cachedump and lru_crawler metadump
 -W, --disable-watch       disable watch commands (live logging)
+    --flash-path=<file>   keep items that leave memory in a flash tier in this
+                          file (compressed, indexed in a few bytes of memory
+                          each; -o ext_path=FILE:SIZE is the same)
+    --flash-size=<num>    size of the flash tier (megabytes, or k/m/g/t)
 -o, --extended            comma separated list of extended options
                           most options have a 'no_' prefix to disable
    - maxconns_fast:       immediately close new connections after limit (default: enabled)
@@ -932,6 +1027,14 @@ pub fn usage() -> String {
    - zzone_target:        percent of the expensive operations the adaptive
                           split keeps in the uncompressed zone (default 90;
                           0: the Z-zone takes all it can)
+   - ext_path:            FILE:SIZE, the flash tier (as --flash-path/--flash-size)
+   - ext_item_size:       smallest item written to flash (default 0: all)
+   - flash_write_rate:    bytes per second the flash writer may write (k/m/g
+                          suffixes; default 0: no limit); items that arrive
+                          faster are not admitted
+   - flash_hot:           percent of the flash slabs for re-read items, kept
+                          uncompressed (SlimCache's hot area; default 5)
+   - flash_codec:         zstd (default), lz4 or none
    - rebalance:           how pages move between slab classes: off, memcached
                           (slab_automove's rule), sas (towards capacity misses),
                           cost-per-byte or mrc (default: towards the optimum of
@@ -1392,8 +1495,23 @@ mod tests {
             err(&["-o", "tail_repair_time=5"]).message,
             "Cannot set tail_repair_time to less than 10 seconds"
         );
-        let (_, w) = run(&["-o", "ext_path=/tmp/x:1g"]).unwrap();
-        assert_eq!(w.len(), 1);
+        let (s, w) = run(&["-o", "ext_path=/tmp/x:1g,ext_item_size=64,ext_threads=4"]).unwrap();
+        assert!(w.is_empty());
+        let f = s.engine.flash.expect("flash on");
+        assert_eq!(
+            (f.path.to_str(), f.size, f.item_min),
+            (Some("/tmp/x"), 1 << 30, 64)
+        );
+        let (s, _) = run(&["--flash-path", "/tmp/y", "--flash-size=64"]).unwrap();
+        let f = s.engine.flash.expect("flash on");
+        assert_eq!((f.path.to_str(), f.size), (Some("/tmp/y"), 64 << 20));
+        assert_eq!(err(&["--flash-path", "/tmp/y"]).code, EX_USAGE);
+        assert_eq!(
+            err(&["--flash-path", "/tmp/y", "--flash-size", "0"]).code,
+            EX_USAGE
+        );
+        assert_eq!(err(&["-o", "ext_path=/tmp/x"]).code, EXIT_FAILURE);
+        assert_eq!(err(&["-o", "ext_bogus=1"]).code, EXIT_FAILURE);
     }
 
     #[test]

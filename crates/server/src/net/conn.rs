@@ -19,6 +19,9 @@ use std::io::{self, ErrorKind, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use cachalot_engine::flash::fetch::{self, Fetches};
+
+use super::flash_io::{Inbox, Readers};
 use crate::session::{self, out_full, Ctx, Handler, Step, OUT_HIGH_WATER};
 use crate::settings::Settings;
 use crate::stats::{ConnEntry, ConnState, ThreadStats};
@@ -149,6 +152,10 @@ pub struct Env<'a> {
     /// The readiness event said the peer closed its side (EPOLLRDHUP): read
     /// until EOF instead of trusting a short read to mean "drained".
     pub peer_closed: bool,
+    /// With the flash tier: the reader threads, this worker's inbox for
+    /// their results, and the connection's slot (their address).
+    pub flash: Option<(&'a Readers, &'a Arc<Inbox>)>,
+    pub slot: usize,
 }
 
 /// The largest request a connection may buffer before it is cut off: one
@@ -176,6 +183,10 @@ pub struct Conn {
     closing: bool,
     /// In the worker's queue of connections that yielded (`-R`).
     pub queued: bool,
+    /// Flash reads its parked request wants and has got (`flash::fetch`).
+    fetches: Fetches,
+    /// Flash reads still in flight: while any are, the request waits.
+    waiting: usize,
 }
 
 enum Processed {
@@ -187,6 +198,8 @@ enum Processed {
     OutputFull,
     /// The handler asked to close.
     Closing,
+    /// The next request waits for flash reads.
+    Parked,
 }
 
 enum Filled {
@@ -215,7 +228,17 @@ impl Conn {
             eof: false,
             closing: false,
             queued: false,
+            fetches: Fetches::default(),
+            waiting: 0,
         }
+    }
+
+    /// A flash read of the parked request is done; true when it was the
+    /// last one (service the connection again).
+    pub fn complete(&mut self, key: Box<[u8]>, image: Option<Box<[u8]>>) -> bool {
+        self.fetches.done.push((key, image));
+        self.waiting = self.waiting.saturating_sub(1);
+        self.waiting == 0
     }
 
     /// Bytes of output not yet written.
@@ -247,6 +270,13 @@ impl Conn {
     fn cycle(&mut self, env: &mut Env<'_>) -> Status {
         let mut reqs = 0usize;
         let mut drained = false;
+        if self.waiting > 0 {
+            // Parked on flash reads: only replies already made go out.
+            if self.pending_out() > 0 && self.flush(env.ctx.stats).is_err() {
+                return Status::Close;
+            }
+            return Status::Open;
+        }
         loop {
             // Replies are batched: write only when closing, when a lot is
             // pending, or (below) when the socket has nothing more to read.
@@ -268,6 +298,12 @@ impl Conn {
                 Processed::NeedMore => {}
                 Processed::OutputFull | Processed::Closing => continue,
                 Processed::Budget => return Status::Yield,
+                Processed::Parked => {
+                    if self.pending_out() > 0 && self.flush(env.ctx.stats).is_err() {
+                        return Status::Close;
+                    }
+                    return Status::Open;
+                }
             }
             if self.eof {
                 // Everything complete was answered; the rest can never complete.
@@ -350,6 +386,9 @@ impl Conn {
         let handler = self.handler.get_or_insert_with(|| {
             session::new_handler(env.ctx.settings.protocol, self.rbuf[self.rpos])
         });
+        // A handler that parks runs in a fetch scope: a GET of an item on
+        // flash records the read it wants instead of doing it.
+        let parks = env.flash.is_some() && handler.parks();
         let mut result = Processed::NeedMore;
         let mut ran = false;
         while self.rpos < self.rend {
@@ -358,7 +397,16 @@ impl Conn {
             // rise of conn_yields during the step is how we learn it stopped
             // for that reason rather than at an incomplete request.
             let yields_before = env.ctx.stats.conn_yields.load(Ordering::Relaxed);
-            match handler.step(&env.ctx, input, &mut self.wbuf) {
+            let wbuf = &mut self.wbuf;
+            let step = match parks {
+                true => fetch::scope(&mut self.fetches, || handler.step(&env.ctx, input, wbuf)),
+                false => handler.step(&env.ctx, input, wbuf),
+            };
+            if !matches!(step, Step::Parked(_)) {
+                // What was read for a request that is now answered.
+                self.fetches.clear();
+            }
+            match step {
                 // A handler that consumes nothing must not spin forever.
                 Step::Consumed(0) | Step::NeedMore => break,
                 Step::Consumed(n) => {
@@ -380,6 +428,19 @@ impl Conn {
                     // flushes; anything else would spin.
                     debug_assert!(out_full(&self.wbuf));
                     result = Processed::OutputFull;
+                    break;
+                }
+                Step::Parked(n) => {
+                    self.rpos += n.min(input.len());
+                    ran |= n > 0;
+                    let wanted = std::mem::take(&mut self.fetches.wanted);
+                    self.waiting = wanted.len();
+                    if let Some((readers, inbox)) = env.flash {
+                        for want in wanted {
+                            readers.submit(want, env.slot, self.entry.id, inbox);
+                        }
+                    }
+                    result = Processed::Parked;
                     break;
                 }
             }

@@ -17,6 +17,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
 
 use super::conn::{max_request, BufPool, Conn, Env, Status, Stream};
+use super::flash_io::{Inbox, Readers};
 use crate::session::Ctx;
 use crate::settings::Settings;
 use crate::stats::{ConnEntry, ConnState, Shared, ThreadStats};
@@ -65,6 +66,9 @@ pub struct Worker {
     pool: BufPool,
     /// Connections that yielded with work left (`-R`).
     ready: VecDeque<usize>,
+    /// With the flash tier: the reader threads and where they put this
+    /// worker's completed reads.
+    flash: Option<(Arc<Readers>, Arc<Inbox>)>,
 }
 
 impl Worker {
@@ -75,9 +79,17 @@ impl Worker {
         shared: Arc<Shared>,
         stats: Arc<ThreadStats>,
         clients: Arc<std::sync::atomic::AtomicUsize>,
+        readers: Option<Arc<Readers>>,
     ) -> std::io::Result<(Worker, WorkerHandle)> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKE_TOKEN)?);
+        let flash = readers.map(|r| {
+            let inbox = Arc::new(Inbox {
+                done: Mutex::new(Vec::new()),
+                waker: waker.clone(),
+            });
+            (r, inbox)
+        });
         let inbox = Arc::new(Mutex::new(Vec::new()));
         let handle = WorkerHandle {
             inbox: inbox.clone(),
@@ -97,6 +109,7 @@ impl Worker {
                 free: Vec::new(),
                 pool: BufPool::default(),
                 ready: VecDeque::new(),
+                flash,
             },
             handle,
         ))
@@ -126,7 +139,10 @@ impl Worker {
             }
             for event in events.iter() {
                 match event.token() {
-                    WAKE_TOKEN => self.accept_new(),
+                    WAKE_TOKEN => {
+                        self.accept_new();
+                        self.take_flash_reads();
+                    }
                     Token(slot) => {
                         // Every reply we write is later followed by a
                         // writable edge; unless output is waiting, such an
@@ -215,6 +231,28 @@ impl Worker {
         }
     }
 
+    /// Completed flash reads go to their connections; one whose reads are
+    /// all in runs again (after this round's events).
+    fn take_flash_reads(&mut self) {
+        let Some((_, inbox)) = &self.flash else {
+            return;
+        };
+        let done = std::mem::take(&mut *inbox.done.lock());
+        for d in done {
+            // The connection may have closed meanwhile, its slot reused.
+            let Some(Some(c)) = self.conns.get_mut(d.slot) else {
+                continue;
+            };
+            if c.entry.id != d.conn {
+                continue;
+            }
+            if c.complete(d.key, d.image) && !c.queued {
+                c.queued = true;
+                self.ready.push_back(d.slot);
+            }
+        }
+    }
+
     fn service(&mut self, slot: usize, peer_closed: bool) {
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return; // closed earlier in this round
@@ -231,6 +269,8 @@ impl Worker {
             max_request: max_request(&self.settings),
             now: self.cache.clock().now(),
             peer_closed,
+            flash: self.flash.as_ref().map(|(r, i)| (&**r, i)),
+            slot,
         };
         // A bug reachable from client input must cost that client its
         // connection, not every client of this worker: catch a panic, drop

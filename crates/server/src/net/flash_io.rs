@@ -1,0 +1,124 @@
+//! Flash reads off the workers' threads (issue 12: "a GET served from
+//! flash parks its connection and completes when the read does; the
+//! worker keeps serving its other connections meanwhile").
+//!
+//! A worker hands the reads a parked request wants (`flash::fetch::Want`)
+//! to this pool and goes on with its other connections. A reader thread
+//! does the read (`Cache::flash_read`: a positioned read of the container,
+//! its checks and decoding, no lock held), puts the result in the
+//! worker's inbox and wakes it; the worker gives it to the connection,
+//! which runs the request again once all its reads are in.
+//!
+//! Reads are plain `pread`s on a few threads, the portable path; the
+//! threads only wait for the device, so a handful keep an SSD's queue
+//! busy without taking CPU from the workers.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use cachalot_engine::flash::fetch::Want;
+use cachalot_engine::Cache;
+use mio::Waker;
+use parking_lot::{Condvar, Mutex};
+
+/// A read done, for the connection of `slot` (if it is still `conn`).
+pub struct Done {
+    pub slot: usize,
+    pub conn: u64,
+    pub key: Box<[u8]>,
+    pub image: Option<Box<[u8]>>,
+}
+
+/// Where a worker receives its completed reads.
+pub struct Inbox {
+    pub done: Mutex<Vec<Done>>,
+    pub waker: Arc<Waker>,
+}
+
+struct Job {
+    want: Want,
+    slot: usize,
+    conn: u64,
+    inbox: Arc<Inbox>,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+    stop: AtomicBool,
+}
+
+/// The reader threads.
+pub struct Readers {
+    queue: Arc<Queue>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Readers {
+    /// Start `n` reader threads over `cache`.
+    pub fn start(cache: Arc<Cache>, n: usize) -> std::io::Result<Readers> {
+        let queue = Arc::new(Queue::default());
+        let mut threads = Vec::new();
+        for i in 0..n.max(1) {
+            let (queue, cache) = (queue.clone(), cache.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("flash-reader-{i}"))
+                    .spawn(move || read_loop(&queue, &cache))?,
+            );
+        }
+        Ok(Readers {
+            queue,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// Queue a read for the connection of `slot` (id `conn`).
+    pub fn submit(&self, want: Want, slot: usize, conn: u64, inbox: &Arc<Inbox>) {
+        self.queue.jobs.lock().push_back(Job {
+            want,
+            slot,
+            conn,
+            inbox: inbox.clone(),
+        });
+        self.queue.ready.notify_one();
+    }
+
+    /// Stop the threads (reads still queued are dropped: their
+    /// connections are closing with the server).
+    pub fn stop(&self) {
+        self.queue.stop.store(true, Ordering::SeqCst);
+        self.queue.ready.notify_all();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn read_loop(queue: &Queue, cache: &Cache) {
+    loop {
+        let job = {
+            let mut jobs = queue.jobs.lock();
+            loop {
+                if queue.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                if let Some(j) = jobs.pop_front() {
+                    break j;
+                }
+                queue.ready.wait(&mut jobs);
+            }
+        };
+        let image = cache.flash_read(&job.want);
+        job.inbox.done.lock().push(Done {
+            slot: job.slot,
+            conn: job.conn,
+            key: job.want.key,
+            image,
+        });
+        let _ = job.inbox.waker.wake();
+    }
+}

@@ -1,0 +1,284 @@
+//! The flash tier through the real server (issue 12): items that leave
+//! memory are served again from flash by text `get` (single, pipelined and
+//! multi-key, through parked requests), meta `mg` and binary GET, byte for
+//! byte; bytes damaged or cut off in the flash file cost misses, never
+//! wrong values, and the server keeps serving; `stats flash` and
+//! memcached's `extstore_*` lines report the tier.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::TcpStream;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::{read_until, spawn_server, temp_path, Server};
+
+struct FlashFile(PathBuf);
+
+impl Drop for FlashFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn key(k: u64) -> String {
+    format!("key:{k:07}")
+}
+
+/// A JSON-like value naming its key, with a token that does not repeat
+/// (so it compresses like records do).
+fn value(k: u64) -> Vec<u8> {
+    let mut x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let token: String = (0..3)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("{x:016x}")
+        })
+        .collect();
+    format!("{{\"id\":{k},\"name\":\"user{k}\",\"token\":\"{token}\",\"active\":true}}")
+        .into_bytes()
+}
+
+fn start(memory_mb: &str, flash_mb: &str) -> (Server, FlashFile) {
+    let path = temp_path("flash");
+    let p = path.to_str().expect("utf-8 path").to_string();
+    let server = spawn_server(&[
+        "-m",
+        memory_mb,
+        "--flash-path",
+        &p,
+        "--flash-size",
+        flash_mb,
+    ]);
+    (server, FlashFile(path))
+}
+
+/// SET keys `0..n`, pipelined, `noreply`; `mn` marks the end of each
+/// 10,000, and the writer is let catch up then (at full pipelined speed
+/// it cannot, and items that find its stage full are evicted).
+fn fill(s: &mut TcpStream, n: u64) {
+    let mut batch = Vec::new();
+    for k in 0..n {
+        if k % 10_000 == 9_999 {
+            batch.extend_from_slice(b"mn\r\n");
+            s.write_all(&batch).unwrap();
+            batch.clear();
+            assert!(read_until(s, b"MN\r\n").ends_with(b"MN\r\n"));
+            settle(s);
+        }
+        let v = value(k);
+        batch.extend_from_slice(format!("set {} 0 0 {} noreply\r\n", key(k), v.len()).as_bytes());
+        batch.extend_from_slice(&v);
+        batch.extend_from_slice(b"\r\n");
+        if batch.len() > 32 << 10 {
+            s.write_all(&batch).unwrap();
+            batch.clear();
+        }
+    }
+    batch.extend_from_slice(b"mn\r\n");
+    s.write_all(&batch).unwrap();
+    assert!(read_until(s, b"MN\r\n").ends_with(b"MN\r\n"));
+}
+
+/// One `stats <group>` as a map.
+fn stats(s: &mut TcpStream, group: &str) -> HashMap<String, String> {
+    s.write_all(format!("stats {group}\r\n").as_bytes())
+        .unwrap();
+    let reply = read_until(s, b"END\r\n");
+    String::from_utf8_lossy(&reply)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("STAT ")?.splitn(2, ' ');
+            Some((w.next()?.to_string(), w.next()?.to_string()))
+        })
+        .collect()
+}
+
+fn stat(s: &mut TcpStream, group: &str, name: &str) -> u64 {
+    stats(s, group)
+        .get(name)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in stats {group}"))
+}
+
+/// Wait until the writer has nothing staged.
+fn settle(s: &mut TcpStream) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stat(s, "flash", "flash_staged") > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The values in a text retrieval reply, by key; panics on anything
+/// malformed.
+fn parse_values(reply: &[u8]) -> HashMap<String, Vec<u8>> {
+    let mut out = HashMap::new();
+    let mut at = 0;
+    while at < reply.len() {
+        let nl = at
+            + reply[at..]
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .expect("line end");
+        let line = std::str::from_utf8(&reply[at..nl]).expect("utf-8 line");
+        at = nl + 2;
+        if line == "END" {
+            continue;
+        }
+        let w: Vec<&str> = line.split(' ').collect();
+        assert_eq!(w[0], "VALUE", "unexpected line {line:?}");
+        let len: usize = w[3].parse().expect("length");
+        out.insert(w[1].to_string(), reply[at..at + len].to_vec());
+        assert_eq!(&reply[at + len..at + len + 2], b"\r\n");
+        at += len + 2;
+    }
+    out
+}
+
+/// GET every key `0..n` with multi-key gets of `per` keys, pipelined
+/// `depth` requests at a time; every value found must be the key's.
+fn read_all(s: &mut TcpStream, n: u64, per: u64, depth: u64) -> u64 {
+    let mut hits = 0;
+    let mut k = 0;
+    while k < n {
+        let mut req = Vec::new();
+        let mut requests = 0;
+        while requests < depth && k < n {
+            req.extend_from_slice(b"get");
+            for j in k..(k + per).min(n) {
+                req.extend_from_slice(format!(" {}", key(j)).as_bytes());
+            }
+            req.extend_from_slice(b"\r\n");
+            k = (k + per).min(n);
+            requests += 1;
+        }
+        req.extend_from_slice(b"mn\r\n");
+        s.write_all(&req).unwrap();
+        let reply = read_until(s, b"MN\r\n");
+        let body = &reply[..reply.len() - 4];
+        assert_eq!(
+            body.windows(5).filter(|w| w == b"END\r\n").count() as u64,
+            requests
+        );
+        for (name, v) in parse_values(body) {
+            let id: u64 = name[4..].parse().expect("key number");
+            assert_eq!(v, value(id), "{name} came back wrong");
+            hits += 1;
+        }
+    }
+    hits
+}
+
+#[test]
+fn items_come_back_from_flash_through_every_protocol() {
+    let (server, _file) = start("8", "64");
+    let mut s = server.connect();
+    let n = 60_000;
+    fill(&mut s, n);
+    settle(&mut s);
+    assert!(stat(&mut s, "flash", "flash_items") > n / 3);
+    // Single-key gets pipelined, and multi-key gets.
+    let single = read_all(&mut s, n, 1, 64);
+    let multi = read_all(&mut s, n, 40, 4);
+    assert!(single > n * 95 / 100, "{single} of {n} found by get");
+    assert!(
+        multi >= single * 99 / 100,
+        "{multi} found by multi-get, {single} by get"
+    );
+    let f = stats(&mut s, "flash");
+    let flash_hits: u64 = f["flash_hits"].parse().unwrap();
+    assert!(flash_hits > n / 3, "{flash_hits} hits on flash");
+    // memcached's names for the same.
+    assert!(stat(&mut s, "", "get_extstore") > 0);
+    assert!(stat(&mut s, "", "extstore_objects_used") > 0);
+
+    // Meta: mg with a value, for keys on flash too.
+    let mut found = 0;
+    for k in (0..n).step_by(97) {
+        s.write_all(format!("mg {} v\r\nmn\r\n", key(k)).as_bytes())
+            .unwrap();
+        let reply = read_until(&mut s, b"MN\r\n");
+        if reply == b"EN\r\nMN\r\n" {
+            continue;
+        }
+        let v = value(k);
+        let mut want = format!("VA {}\r\n", v.len()).into_bytes();
+        want.extend_from_slice(&v);
+        want.extend_from_slice(b"\r\nMN\r\n");
+        assert_eq!(reply, want, "mg {}", key(k));
+        found += 1;
+    }
+    assert!(found as u64 > (n / 97) * 9 / 10, "{found} found by mg");
+
+    // Binary GET (read in place: the binary handler does not park), on a
+    // connection of its own (the protocol is chosen per connection).
+    let mut s = server.connect();
+    let mut found = 0;
+    for k in (0..n).step_by(211) {
+        let kb = key(k).into_bytes();
+        let mut req = vec![0x80, 0x00];
+        req.extend_from_slice(&(kb.len() as u16).to_be_bytes());
+        req.extend_from_slice(&[0, 0, 0, 0]);
+        req.extend_from_slice(&(kb.len() as u32).to_be_bytes());
+        req.extend_from_slice(&[0; 12]);
+        req.extend_from_slice(&kb);
+        s.write_all(&req).unwrap();
+        let mut head = [0u8; 24];
+        std::io::Read::read_exact(&mut s, &mut head).unwrap();
+        let total = u32::from_be_bytes(head[8..12].try_into().unwrap()) as usize;
+        let mut body = vec![0u8; total];
+        std::io::Read::read_exact(&mut s, &mut body).unwrap();
+        if head[7] == 0 {
+            assert_eq!(&body[4..], &value(k)[..], "binary get {}", key(k));
+            found += 1;
+        }
+    }
+    assert!(
+        found as u64 > (n / 211) * 9 / 10,
+        "{found} found by binary get"
+    );
+}
+
+#[test]
+fn a_damaged_or_truncated_file_costs_misses_never_wrong_values() {
+    let (server, file) = start("8", "64");
+    let mut s = server.connect();
+    let n = 120_000;
+    fill(&mut s, n);
+    settle(&mut s);
+    let before = read_all(&mut s, n, 20, 8);
+    assert!(
+        before > n * 9 / 10,
+        "{before} of {n} found: {:?}",
+        stats(&mut s, "flash")
+    );
+    // Bytes overwritten all over the written part of the file.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file.0)
+        .expect("open the flash file");
+    let written = stat(&mut s, "flash", "flash_device_bytes_written");
+    assert!(written >= 2 << 20, "{written} bytes written");
+    for at in (0..written).step_by(48 << 10) {
+        f.write_all_at(b"garbage garbage garbage", at + 1000)
+            .unwrap();
+    }
+    f.sync_all().unwrap();
+    let damaged = read_all(&mut s, n, 20, 8);
+    assert!(damaged < before, "damage went unnoticed");
+    assert!(stat(&mut s, "", "badcrc_from_extstore") > 0);
+    // Cut the file to 1 MB: reads past it fail.
+    f.set_len(1 << 20).unwrap();
+    let cut = read_all(&mut s, n, 20, 8);
+    assert!(cut <= damaged);
+    // Still serving: memory, and new items.
+    s.write_all(b"set fresh 0 0 5\r\nhello\r\nget fresh\r\n")
+        .unwrap();
+    let reply = read_until(&mut s, b"END\r\n");
+    assert_eq!(reply, b"STORED\r\nVALUE fresh 0 5\r\nhello\r\nEND\r\n");
+}
