@@ -816,6 +816,13 @@ impl Cache {
         self.shared.flash.as_ref().is_none_or(|f| f.sync())
     }
 
+    /// A clean shutdown of the flash tier: write what is staged, seal the
+    /// open slabs, save the index beside the file (the next start serves
+    /// the flash contents at once). False if any of it failed.
+    pub fn flash_shutdown(&self) -> bool {
+        self.shared.flash.as_ref().is_none_or(|f| f.shutdown())
+    }
+
     /// Whether the flash tier is on.
     pub fn has_flash(&self) -> bool {
         self.shared.flash.is_some()

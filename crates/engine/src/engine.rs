@@ -452,6 +452,13 @@ impl Engine {
             repartition,
             scratch: Vec::new(),
         };
+        if let Some(f) = &engine.flash {
+            // Items restored from flash keep their CAS uniques: new ones
+            // start above them.
+            engine
+                .cas_counter
+                .fetch_max(f.max_cas() + 1, Ordering::Relaxed);
+        }
         engine.index_bytes = engine.index_memory();
         engine.index_shape = (0..engine.stripes.len())
             .map(|s| engine.shape_of(s))

@@ -446,8 +446,9 @@ fn zone_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
 /// The flash tier's writer: packs staged items into containers and
 /// writes whole slabs (`Cache::flash_write_step`), polling every
 /// millisecond while there is work and backing off to 16 ms when idle (an
-/// item waits in the stage meanwhile, readable). At a clean shutdown it
-/// writes out what is staged and seals the open slabs.
+/// item waits in the stage meanwhile, readable; tombstones wait at most
+/// that long for the journal). At a clean shutdown it writes out what is
+/// staged, seals the open slabs and saves the index.
 fn flash_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
     let mut idle_ms = 1;
     while !stopping(stop, shared) {
@@ -458,8 +459,8 @@ fn flash_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
         std::thread::park_timeout(Duration::from_millis(idle_ms));
         idle_ms = (idle_ms * 2).min(16);
     }
-    if !cache.flash_sync() {
-        eprintln!("flash: the last slabs could not be written at shutdown");
+    if !cache.flash_shutdown() {
+        eprintln!("flash: the last slabs or the index could not be saved at shutdown");
     }
 }
 

@@ -380,6 +380,9 @@ fn flash(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     stat(out, "flash_read_errors", f.read_errors);
     stat(out, "flash_io_errors", f.io_errors);
     stat(out, "flash_write_errors", f.write_errors);
+    stat(out, "flash_recovered_clean", u8::from(f.recovered_clean));
+    stat(out, "flash_recovered_items", f.recovered_items);
+    stat(out, "flash_recovery_us", f.recovery_us);
     stat(out, "flash_read_p50_us", f.read_p50_us);
     stat(out, "flash_read_p90_us", f.read_p90_us);
     stat(out, "flash_read_p99_us", f.read_p99_us);

@@ -305,6 +305,38 @@ impl FlashIndex {
         n
     }
 
+    /// Every shard's entries, for a snapshot (`recover`).
+    pub fn export(&self) -> Vec<Vec<u64>> {
+        self.shards
+            .iter()
+            .map(|s| {
+                let shard = s.lock();
+                shard
+                    .buckets
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .filter(|&e| e != 0)
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Put back what [`FlashIndex::export`] saved (into an empty index).
+    /// Entries of one shard go back to the same shard: an entry does not
+    /// hold the hash bits that choose it.
+    pub fn import(&self, shards: &[Vec<u64>]) {
+        for (s, entries) in self.shards.iter().zip(shards) {
+            let mut shard = s.lock();
+            *shard = Shard::new((entries.len() as f64 / (WAYS as f64 * 0.8)) as usize + 1);
+            for &e in entries.iter().filter(|&&e| e & USED != 0) {
+                while !shard.place(e) {
+                    shard.grow();
+                }
+            }
+        }
+    }
+
     /// Drop everything; the shards go back to their first size.
     pub fn clear(&self) {
         for s in self.shards.iter() {

@@ -86,6 +86,9 @@ pub struct SlabMeta {
     /// None while free (or being written).
     pub area: Option<Area>,
     pub seq: u64,
+    /// The Unix time of the item clock's 0 when it was written (its items'
+    /// expiry times are relative to it: `recover::rebase`).
+    pub epoch: i64,
     /// Where each container starts, then where the last one ends.
     pub offsets: Vec<u32>,
     /// Index entries that point into it (an estimate for choosing victims
@@ -130,15 +133,46 @@ impl Log {
     }
 
     /// Seal `slab` as written with these containers.
-    pub fn seal(&mut self, slab: u32, area: Area, seq: u64, offsets: Vec<u32>) {
+    pub fn seal(&mut self, slab: u32, area: Area, seq: u64, epoch: i64, offsets: Vec<u32>) {
         let m = &mut self.slabs[slab as usize];
         *m = SlabMeta {
             area: Some(area),
             seq,
+            epoch,
             offsets,
             live: 0,
         };
         self.areas[area as usize].push_back(slab);
+    }
+
+    /// Rebuild the lists from the table (after a restart): sealed slabs in
+    /// their areas oldest first, the others free.
+    pub fn relist(&mut self) {
+        let mut sealed: Vec<(u64, u32)> = Vec::new();
+        self.free.clear();
+        self.areas = Default::default();
+        for (i, m) in self.slabs.iter().enumerate().rev() {
+            match m.area {
+                Some(_) => sealed.push((m.seq, i as u32)),
+                None => self.free.push(i as u32),
+            }
+        }
+        sealed.sort_unstable();
+        for (seq, s) in sealed {
+            if let Some(a) = self.slabs[s as usize].area {
+                self.areas[a as usize].push_back(s);
+            }
+            self.next_seq = self.next_seq.max(seq + 1);
+        }
+    }
+
+    /// The oldest sequence number still on flash (sealed), if any.
+    pub fn oldest_seq(&self) -> Option<u64> {
+        self.areas
+            .iter()
+            .filter_map(|q| q.front())
+            .map(|&s| self.slabs[s as usize].seq)
+            .min()
     }
 
     /// The oldest sealed slab of `area`, taken out of it (to recycle).

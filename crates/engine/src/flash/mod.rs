@@ -40,6 +40,7 @@ pub mod device;
 pub mod fetch;
 pub mod index;
 pub mod log;
+pub mod recover;
 pub mod stage;
 
 use std::cell::RefCell;
@@ -57,6 +58,7 @@ use crate::zzone::block;
 use device::{AlignedBuf, Device, ALIGN};
 use index::{FlashIndex, Loc};
 use log::{Log, SlabHeader, SLAB, SLAB_HEADER};
+use recover::Journal;
 use stage::{Area, Stage, Taken};
 
 /// The flash page a compressed container should fill (SlimCache §3.3).
@@ -145,6 +147,10 @@ pub struct FlashStats {
     pub read_errors: u64,
     pub io_errors: u64,
     pub write_errors: u64,
+    /// How the last start found the file (`recover`).
+    pub recovered_clean: bool,
+    pub recovered_items: u64,
+    pub recovery_us: u64,
     /// Read latency percentiles, microseconds.
     pub read_p50_us: u64,
     pub read_p90_us: u64,
@@ -181,6 +187,21 @@ struct Counters {
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The journal's mark for `flush_all` (a hash no key is expected to have).
+const FLUSH_ALL: u64 = u64::MAX;
+
+/// How the tier found its file at start.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Recovery {
+    /// From a clean shutdown's snapshot (else a scan).
+    pub clean: bool,
+    pub items: u64,
+    pub slabs: u64,
+    pub bad_slabs: u64,
+    pub bad_containers: u64,
+    pub micros: u64,
 }
 
 /// What a lookup found.
@@ -292,6 +313,12 @@ pub struct Flash {
     /// `flush_all`s so far: the writer drops its open slabs when it sees
     /// this change.
     cleared: AtomicU64,
+    /// The largest CAS unique admitted (see [`Flash::max_cas`]).
+    max_cas: AtomicU64,
+    /// Tombstones not yet in the journal: (hash, sequence number).
+    tombs: Mutex<Vec<(u64, u64)>>,
+    journal: Mutex<Option<Journal>>,
+    recovery: Mutex<Recovery>,
     counters: Counters,
     /// DRAM figures read without the locks (the engine's budget).
     index_bytes: AtomicUsize,
@@ -334,15 +361,198 @@ impl Flash {
             cleared: AtomicU64::new(0),
             counters: Counters::default(),
             index_bytes: AtomicUsize::new(0),
+            max_cas: AtomicU64::new(0),
+            tombs: Mutex::new(Vec::new()),
+            journal: Mutex::new(None),
+            recovery: Mutex::new(Recovery::default()),
             clock,
             w_start: (w_high / 8).max(1),
             w_high,
             config,
             device,
         };
+        f.recover();
         f.index_bytes
             .store(f.index.memory_bytes(), Ordering::Relaxed);
+        f.log_bytes
+            .store(f.log.lock().memory_bytes(), Ordering::Relaxed);
         f
+    }
+
+    /// What was on flash at start: the clean shutdown's snapshot if it is
+    /// valid, else a scan of every slab (`recover`).
+    fn recover(&self) {
+        let t = Instant::now();
+        let mut journal = Journal::open(&recover::journal_path(&self.config.path)).ok();
+        let clean = match recover::take_snapshot(&recover::snapshot_path(&self.config.path)) {
+            Some(snap) => self.load_snapshot(snap),
+            None => false,
+        };
+        let tombs = journal.as_mut().map(Journal::records).unwrap_or_default();
+        let mut r = Recovery {
+            clean,
+            ..Recovery::default()
+        };
+        if !clean {
+            self.scan(&tombs, &mut r);
+        }
+        r.items = self.index.len() as u64;
+        r.micros = t.elapsed().as_micros() as u64;
+        // Only tombstones that can still shadow a slab on flash are kept.
+        let oldest = self.log.lock().oldest_seq().unwrap_or(u64::MAX);
+        if let Some(j) = journal.as_mut() {
+            let keep: Vec<(u64, u64)> = tombs.into_iter().filter(|t| t.1 > oldest).collect();
+            if j.rewrite(&keep).is_err() {
+                bump(&self.counters.write_errors);
+            }
+        }
+        *self.journal.lock() = journal;
+        *self.recovery.lock() = r;
+    }
+
+    /// Install a clean shutdown's snapshot, if every slab it names still
+    /// has that slab's header on flash.
+    fn load_snapshot(&self, snap: recover::Snapshot) -> bool {
+        let mut log = self.log.lock();
+        if snap.slabs.len() != log.slabs.len() || snap.shards.len() != index::SHARDS {
+            return false;
+        }
+        let mut head = AlignedBuf::new(ALIGN);
+        for (i, s) in snap.slabs.iter().enumerate() {
+            if s.area == 0xff {
+                continue;
+            }
+            let ok = self
+                .device
+                .read_at(head.as_mut(), i as u64 * SLAB as u64)
+                .ok()
+                .and_then(|()| SlabHeader::read(head.as_ref()))
+                .is_some_and(|h| h.seq == s.seq && h.area as u8 == s.area);
+            if !ok {
+                return false;
+            }
+        }
+        for (m, s) in log.slabs.iter_mut().zip(snap.slabs) {
+            *m = log::SlabMeta {
+                area: match s.area {
+                    0 => Some(Area::Cold),
+                    1 => Some(Area::Hot),
+                    _ => None,
+                },
+                seq: s.seq,
+                epoch: s.epoch,
+                offsets: s.offsets,
+                live: s.live,
+            };
+        }
+        log.relist();
+        log.next_seq = log.next_seq.max(snap.next_seq);
+        drop(log);
+        self.index.import(&snap.shards);
+        self.max_cas.fetch_max(snap.max_cas, Ordering::Relaxed);
+        true
+    }
+
+    /// Rebuild the index from the slabs themselves (after a crash): oldest
+    /// slab first, so a newer copy of a key replaces an older one; copies
+    /// older than a tombstone of their key, or than a `flush_all`, stay
+    /// out.
+    fn scan(&self, tombs: &[(u64, u64)], r: &mut Recovery) {
+        let mut newest_tomb: std::collections::HashMap<u64, u64> = Default::default();
+        let mut flushed = 0;
+        for &(h, seq) in tombs {
+            if h == FLUSH_ALL {
+                flushed = flushed.max(seq);
+            } else {
+                let e = newest_tomb.entry(h).or_insert(0);
+                *e = (*e).max(seq);
+            }
+        }
+        let slabs = self.log.lock().slabs.len();
+        let mut found = Vec::new();
+        let mut buf = AlignedBuf::new(SLAB);
+        let mut coder = Coder::default();
+        for i in 0..slabs {
+            if self
+                .device
+                .read_at(buf.as_mut(), i as u64 * SLAB as u64)
+                .is_err()
+            {
+                r.bad_slabs += 1;
+                continue;
+            }
+            if let Some(s) = recover::scan_slab(buf.as_ref(), &mut coder) {
+                r.bad_containers += s.bad_containers as u64;
+                if s.header.seq >= flushed {
+                    found.push((s.header.seq, i as u32, s));
+                }
+            }
+        }
+        found.sort_unstable_by_key(|f| f.0);
+        let now = self.clock.started_unix();
+        let mut log = self.log.lock();
+        let mut max_cas = 0;
+        for (seq, slab, s) in found {
+            let mut live = 0;
+            for (c, h, mut image) in s.items {
+                if newest_tomb.get(&h).is_some_and(|&t| t > seq)
+                    || !recover::rebase(&mut image, s.header.epoch, now)
+                {
+                    continue;
+                }
+                max_cas = max_cas.max(item::Header::read(&image).cas);
+                // An older copy of the key (or of a key sharing its tag) goes.
+                self.index.remove(h, |_| {});
+                self.index.insert(h, recover::loc(slab, c), true);
+                live += 1;
+            }
+            log.slabs[slab as usize] = log::SlabMeta {
+                area: Some(s.header.area),
+                seq,
+                epoch: s.header.epoch,
+                offsets: s.offsets,
+                live,
+            };
+            r.slabs += 1;
+        }
+        log.relist();
+        self.max_cas.fetch_max(max_cas, Ordering::Relaxed);
+    }
+
+    /// The largest CAS unique of an item on flash (the engine's counter
+    /// starts above it after a restart).
+    pub fn max_cas(&self) -> u64 {
+        self.max_cas.load(Ordering::Relaxed)
+    }
+
+    /// Append the tombstones recorded since the last call to the journal
+    /// and sync it; compact it when it has grown. The writer thread's.
+    fn journal_step(&self) {
+        let tombs = std::mem::take(&mut *self.tombs.lock());
+        let mut j = self.journal.lock();
+        let Some(journal) = j.as_mut() else {
+            return;
+        };
+        if journal.append(&tombs).is_err() {
+            bump(&self.counters.write_errors);
+        }
+        let limit = (self.config.size / 256).max(4 << 20);
+        if journal.bytes() > limit {
+            let oldest = self.log.lock().oldest_seq().unwrap_or(u64::MAX);
+            let keep: Vec<(u64, u64)> = journal
+                .records()
+                .into_iter()
+                .filter(|t| t.1 > oldest)
+                .collect();
+            if journal.rewrite(&keep).is_err() {
+                bump(&self.counters.write_errors);
+            }
+        }
+    }
+
+    /// How the last start found the flash.
+    pub fn recovery(&self) -> Recovery {
+        *self.recovery.lock()
     }
 
     pub fn config(&self) -> &FlashConfig {
@@ -378,6 +588,8 @@ impl Flash {
             return false;
         }
         stage.push(Area::Cold, h, Arc::from(image), None);
+        self.max_cas
+            .fetch_max(item::Header::read(image).cas, Ordering::Relaxed);
         true
     }
 
@@ -386,12 +598,19 @@ impl Flash {
     /// entry of its tag and its staged copy.
     pub fn forget(&self, h: u64) {
         let mut gone = Vec::new();
-        {
+        let staged = {
             let mut stage = self.stage.lock();
-            stage.remove(h);
+            let staged = stage.remove(h).is_some();
             // Under the stage's lock: a publish of this key's copy either
             // happened before (its entry is removed here) or finds it gone.
             self.index.remove(h, |l| gone.push(l));
+            staged
+        };
+        if staged || !gone.is_empty() {
+            // A copy may be in a slab (written, or being written): after a
+            // crash, the scan must not bring it back.
+            let seq = self.log.lock().next_seq;
+            self.tombs.lock().push((h, seq));
         }
         self.dead(&gone);
     }
@@ -456,14 +675,19 @@ impl Flash {
             let dram = self.dram.lock();
             dram.container(loc).map(|c| c.map(|b| b.to_vec()))
         };
+        let now = self.clock.started_unix();
         if let Some(bytes) = in_dram {
             let Some(bytes) = bytes else {
                 return false;
             };
-            return self.decode(r, h, key, loc, &bytes, image);
+            return self.decode(r, h, key, loc, &bytes, now, image);
         }
-        let Some((start, end)) = self.log.lock().slabs[loc.slab as usize].container(loc.container)
-        else {
+        let (range, epoch) = {
+            let log = self.log.lock();
+            let m = &log.slabs[loc.slab as usize];
+            (m.container(loc.container), m.epoch)
+        };
+        let Some((start, end)) = range else {
             return false;
         };
         let base = loc.slab as u64 * SLAB as u64;
@@ -488,10 +712,12 @@ impl Flash {
             .read_bytes
             .fetch_add(len as u64, Ordering::Relaxed);
         let bytes = buf.as_ref()[start - from..end - from].to_vec();
-        self.decode(r, h, key, loc, &bytes, image)
+        self.decode(r, h, key, loc, &bytes, epoch, image)
     }
 
-    /// Check and decode a container read from `loc`, and find the key.
+    /// Check and decode a container read from `loc` (written under
+    /// `epoch`), and find the key.
+    #[allow(clippy::too_many_arguments)]
     fn decode(
         &self,
         r: &mut Reader,
@@ -499,6 +725,7 @@ impl Flash {
         key: &[u8],
         loc: Loc,
         bytes: &[u8],
+        epoch: i64,
         image: &mut Vec<u8>,
     ) -> bool {
         if container::read(bytes, &mut r.coder, |_| None, &mut r.raw).is_err() {
@@ -513,7 +740,8 @@ impl Flash {
             Ok(Some(found)) => {
                 image.clear();
                 image.extend_from_slice(found);
-                true
+                // Expired while the server was down: a miss.
+                recover::rebase(image, epoch, self.clock.started_unix())
             }
             _ => {
                 bump(&self.counters.false_reads);
@@ -537,6 +765,7 @@ impl Flash {
         let mut w = self.writer.lock();
         let w = &mut *w;
         self.catch_up_with_clear(w);
+        self.journal_step();
         let area = {
             let stage = self.stage.lock();
             if stage.has_waiting(Area::Hot) {
@@ -607,7 +836,7 @@ impl Flash {
         let bytes = w.container.len();
         let fits = |o: &OpenSlab| o.at + bytes <= SLAB && o.offsets.len() < MAX_CONTAINERS;
         let full = matches!(&self.dram.lock().open[area as usize], Some(o) if !fits(o));
-        if full && !self.seal(w, area) {
+        if full && !self.seal(w, area, false) {
             return None;
         }
         if self.dram.lock().open[area as usize].is_none() {
@@ -648,8 +877,8 @@ impl Flash {
     /// write error (a full or failing disk) its items are dropped: they
     /// are evicted, and memory goes on serving. False if the write budget
     /// does not allow a slab now (the slab stays open).
-    fn seal(&self, w: &mut Writer, area: Area) -> bool {
-        if !self.budget_allows(w) {
+    fn seal(&self, w: &mut Writer, area: Area, force: bool) -> bool {
+        if !force && !self.budget_allows(w) {
             return false;
         }
         let (slab, seq, buf, offsets, live) = {
@@ -690,7 +919,7 @@ impl Flash {
                     .device_bytes
                     .fetch_add(SLAB as u64, Ordering::Relaxed);
                 let mut log = self.log.lock();
-                log.seal(slab, area, seq, offsets);
+                log.seal(slab, area, seq, self.clock.started_unix(), offsets);
                 log.slabs[slab as usize].live = live;
             }
             Err(_) => {
@@ -718,13 +947,41 @@ impl Flash {
     pub fn sync(&self) -> bool {
         while self.write_step() {}
         let mut w = self.writer.lock();
-        let mut ok = true;
+        let before = self.counters.write_errors.load(Ordering::Relaxed);
         for area in [Area::Cold, Area::Hot] {
-            let before = self.counters.write_errors.load(Ordering::Relaxed);
-            self.seal(&mut w, area);
-            ok &= self.counters.write_errors.load(Ordering::Relaxed) == before;
+            self.seal(&mut w, area, true);
         }
-        ok
+        self.journal_step();
+        self.counters.write_errors.load(Ordering::Relaxed) == before
+    }
+
+    /// A clean shutdown: [`Flash::sync`], then save the index and slab
+    /// table, so the next start serves the flash contents at once
+    /// (`recover`). Call it once nothing else uses the tier.
+    pub fn shutdown(&self) -> bool {
+        if !self.sync() {
+            return false;
+        }
+        let _w = self.writer.lock();
+        let log = self.log.lock();
+        let snap = recover::Snapshot {
+            slabs: log
+                .slabs
+                .iter()
+                .map(|m| recover::SavedSlab {
+                    area: m.area.map_or(0xff, |a| a as u8),
+                    seq: m.seq,
+                    epoch: m.epoch,
+                    offsets: m.offsets.clone(),
+                    live: m.live,
+                })
+                .collect(),
+            shards: self.index.export(),
+            next_seq: log.next_seq,
+            max_cas: self.max_cas(),
+        };
+        drop(log);
+        recover::save_snapshot(&recover::snapshot_path(&self.config.path), &snap).is_ok()
     }
 
     fn budget_allows(&self, w: &mut Writer) -> bool {
@@ -829,7 +1086,12 @@ impl Flash {
     /// read or a container in it failed its checks (then the caller drops
     /// whatever the index still has there).
     fn recycle(&self, w: &mut Writer, victim: u32, area: Area) -> bool {
-        let offsets = self.log.lock().slabs[victim as usize].offsets.clone();
+        let (offsets, epoch) = {
+            let log = self.log.lock();
+            let m = &log.slabs[victim as usize];
+            (m.offsets.clone(), m.epoch)
+        };
+        let this_run = self.clock.started_unix();
         let Some(&end) = offsets.last() else {
             return true;
         };
@@ -842,7 +1104,6 @@ impl Flash {
             bump(&self.counters.io_errors);
             return false;
         }
-        let now = self.clock.now();
         let mut clean = true;
         for (c, pair) in offsets.windows(2).enumerate() {
             let bytes = &w.gc.as_ref()[pair[0] as usize..pair[1] as usize];
@@ -864,8 +1125,12 @@ impl Flash {
                     clean = false;
                     break;
                 };
-                let exp = item::exptime(image);
-                let live_item = exp == 0 || exp > now;
+                // A moved item is rewritten under this run's clock.
+                let mut image = image.to_vec();
+                let exp =
+                    recover::rebase(&mut image, epoch, this_run).then(|| item::exptime(&image));
+                let live_item = exp.is_some_and(|e| e == 0 || e > self.clock.now());
+                let image = &image[..];
                 match self.index.accessed(h, loc) {
                     None => {}
                     Some(true) if live_item => {
@@ -917,6 +1182,8 @@ impl Flash {
         stage.clear();
         self.index.clear();
         self.cleared.fetch_add(1, Ordering::AcqRel);
+        let seq = self.log.lock().next_seq;
+        self.tombs.lock().push((FLUSH_ALL, seq));
         self.index_bytes
             .store(self.index.memory_bytes(), Ordering::Relaxed);
     }
@@ -999,6 +1266,9 @@ impl Flash {
             read_errors: get(&c.read_errors),
             io_errors: get(&c.io_errors),
             write_errors: get(&c.write_errors),
+            recovered_clean: self.recovery().clean,
+            recovered_items: self.recovery().items,
+            recovery_us: self.recovery().micros,
             read_p50_us: pct(0.5),
             read_p90_us: pct(0.9),
             read_p99_us: pct(0.99),

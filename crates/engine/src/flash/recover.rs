@@ -1,0 +1,463 @@
+//! Flash contents across restarts (issue 12: "after a clean shutdown the
+//! flash contents are served again at once; after a crash the slabs are
+//! scanned and validated by checksum").
+//!
+//! - **Clean shutdown**: the writer seals its open slabs, then the DRAM
+//!   index and slab table are saved beside the file (`<path>.index`, under
+//!   a CRC-32). At start they are loaded if every sealed slab's header on
+//!   flash still has the sequence number the table gives, and the snapshot
+//!   is deleted at once: after a crash it would be stale.
+//! - **Crash**: every slab is read; a slab whose header fails its checks
+//!   is free, a container that fails its checks is skipped, and the items
+//!   of valid containers are indexed oldest slab first, so a newer copy of
+//!   a key replaces an older one.
+//! - **Tombstones** (`<path>.journal`): a key whose flash copy is removed
+//!   (overwritten in memory, deleted, flushed) gets a record (hash, the
+//!   sequence number slabs will have from then on), appended and synced by
+//!   the writer thread within a few milliseconds. A scan drops copies in
+//!   slabs older than a tombstone of their key, so a crash does not bring
+//!   back a value that was replaced or deleted, except for the last few
+//!   milliseconds' removals (docs/protocol.md, "The flash tier"). The
+//!   journal keeps only records that can still shadow a slab on flash: it
+//!   is rewritten without the others when it has grown.
+//!
+//! Item expiry times are relative to the engine clock's start; each slab
+//! header records that start (its epoch), and items read from a slab of an
+//! earlier run have their expiry moved to this run's clock (`rebase`).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use super::container;
+use super::index::Loc;
+use super::log::{SlabHeader, SLAB, SLAB_HEADER};
+use crate::item;
+use crate::zzone::block;
+
+const SNAPSHOT_MAGIC: [u8; 4] = *b"CIX1";
+const JOURNAL_MAGIC: [u8; 4] = *b"CTB1";
+
+pub fn snapshot_path(path: &Path) -> PathBuf {
+    with_suffix(path, ".index")
+}
+
+pub fn journal_path(path: &Path) -> PathBuf {
+    with_suffix(path, ".journal")
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
+/// Move an item image's expiry from the clock of `from` (the Unix time of
+/// its relative 0) to that of `to`; false if it has expired meanwhile.
+pub fn rebase(image: &mut [u8], from: i64, to: i64) -> bool {
+    let exp = item::exptime(image);
+    if exp == 0 || from == to {
+        return true;
+    }
+    let absolute = from + i64::from(exp);
+    let rel = absolute - to;
+    if rel <= 0 {
+        return false;
+    }
+    item::set_exptime(image, u32::try_from(rel).unwrap_or(u32::MAX));
+    true
+}
+
+/// A little-endian reader over a byte slice that reports running out.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let all: &'a [u8] = self.0;
+        if all.len() < n {
+            return None;
+        }
+        let (a, b) = all.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    }
+}
+
+/// What a snapshot holds of one slab.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavedSlab {
+    /// 0 cold, 1 hot, 0xff free.
+    pub area: u8,
+    pub seq: u64,
+    pub epoch: i64,
+    pub offsets: Vec<u32>,
+    pub live: u32,
+}
+
+/// The state a clean shutdown saves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub slabs: Vec<SavedSlab>,
+    /// The index's shards, each as its raw entries.
+    pub shards: Vec<Vec<u64>>,
+    pub next_seq: u64,
+    pub max_cas: u64,
+}
+
+impl Snapshot {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&SNAPSHOT_MAGIC);
+        b.extend_from_slice(&(self.slabs.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(self.shards.len() as u32).to_le_bytes());
+        b.extend_from_slice(&self.next_seq.to_le_bytes());
+        b.extend_from_slice(&self.max_cas.to_le_bytes());
+        for s in &self.slabs {
+            b.push(s.area);
+            b.extend_from_slice(&s.seq.to_le_bytes());
+            b.extend_from_slice(&s.epoch.to_le_bytes());
+            b.extend_from_slice(&s.live.to_le_bytes());
+            b.extend_from_slice(&(s.offsets.len() as u32).to_le_bytes());
+            for o in &s.offsets {
+                b.extend_from_slice(&o.to_le_bytes());
+            }
+        }
+        for shard in &self.shards {
+            b.extend_from_slice(&(shard.len() as u32).to_le_bytes());
+            for e in shard {
+                b.extend_from_slice(&e.to_le_bytes());
+            }
+        }
+        let crc = crc32fast::hash(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// The snapshot in `b`, if it is one (magic, checksum, lengths).
+    pub fn decode(b: &[u8]) -> Option<Snapshot> {
+        let (body, crc) = b.split_at(b.len().checked_sub(4)?);
+        if crc32fast::hash(body).to_le_bytes() != crc {
+            return None;
+        }
+        let mut c = Cursor(body);
+        if c.take(4)? != SNAPSHOT_MAGIC {
+            return None;
+        }
+        let nslabs = c.u32()? as usize;
+        let nshards = c.u32()? as usize;
+        let next_seq = c.u64()?;
+        let max_cas = c.u64()?;
+        let mut slabs = Vec::with_capacity(nslabs.min(1 << 24));
+        for _ in 0..nslabs {
+            let area = c.u8()?;
+            let seq = c.u64()?;
+            let epoch = c.u64()? as i64;
+            let live = c.u32()?;
+            let n = c.u32()? as usize;
+            if n > SLAB {
+                return None;
+            }
+            let offsets = (0..n).map(|_| c.u32()).collect::<Option<Vec<_>>>()?;
+            slabs.push(SavedSlab {
+                area,
+                seq,
+                epoch,
+                offsets,
+                live,
+            });
+        }
+        let mut shards = Vec::with_capacity(nshards.min(1 << 16));
+        for _ in 0..nshards {
+            let n = c.u32()? as usize;
+            let raw = c.take(n.checked_mul(8)?)?;
+            shards.push(
+                raw.chunks_exact(8)
+                    .map(|e| u64::from_le_bytes(e.try_into().unwrap_or([0; 8])))
+                    .collect(),
+            );
+        }
+        c.0.is_empty().then_some(Snapshot {
+            slabs,
+            shards,
+            next_seq,
+            max_cas,
+        })
+    }
+}
+
+/// Write `snap` to `path` (through a temporary file and a rename, synced).
+pub fn save_snapshot(path: &Path, snap: &Snapshot) -> io::Result<()> {
+    let tmp = with_suffix(path, ".tmp");
+    let mut f = File::create(&tmp)?;
+    f.write_all(&snap.encode())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Read the snapshot at `path`, if there is a valid one, and delete it
+/// (from now on it would be stale).
+pub fn take_snapshot(path: &Path) -> Option<Snapshot> {
+    let bytes = std::fs::read(path).ok()?;
+    let _ = std::fs::remove_file(path);
+    Snapshot::decode(&bytes)
+}
+
+/// The tombstone journal.
+pub struct Journal {
+    file: File,
+    path: PathBuf,
+    bytes: u64,
+}
+
+impl Journal {
+    pub fn open(path: &Path) -> io::Result<Journal> {
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)?;
+        let bytes = file.metadata()?.len();
+        Ok(Journal {
+            file,
+            path: path.to_path_buf(),
+            bytes,
+        })
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Append a batch of (hash, sequence) records, and sync it.
+    pub fn append(&mut self, records: &[(u64, u64)]) -> io::Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let b = encode_batch(records);
+        self.file.write_all(&b)?;
+        self.file.sync_data()?;
+        self.bytes += b.len() as u64;
+        Ok(())
+    }
+
+    /// Every valid record; reading stops at the first damaged batch (the
+    /// tail a crash cut short).
+    pub fn records(&mut self) -> Vec<(u64, u64)> {
+        let mut b = Vec::new();
+        let _ = File::open(&self.path).and_then(|mut f| f.read_to_end(&mut b));
+        let mut out = Vec::new();
+        let mut c = Cursor(&b);
+        loop {
+            let start = c.0;
+            let Some(magic) = c.take(4) else {
+                break;
+            };
+            let Some(n) = c.u32() else {
+                break;
+            };
+            let n = n as usize;
+            if magic != JOURNAL_MAGIC || n > 1 << 24 {
+                break;
+            }
+            let Some(body) = c.take(n * 16) else {
+                break;
+            };
+            let Some(crc) = c.u32() else {
+                break;
+            };
+            if crc32fast::hash(&start[..8 + n * 16]) != crc {
+                break;
+            }
+            out.extend(body.chunks_exact(16).map(|r| {
+                let h = u64::from_le_bytes(r[..8].try_into().unwrap_or([0; 8]));
+                let s = u64::from_le_bytes(r[8..].try_into().unwrap_or([0; 8]));
+                (h, s)
+            }));
+        }
+        out
+    }
+
+    /// Rewrite the journal with only `keep` (through a temporary file and
+    /// a rename, synced).
+    pub fn rewrite(&mut self, keep: &[(u64, u64)]) -> io::Result<()> {
+        let tmp = with_suffix(&self.path, ".tmp");
+        let mut f = File::create(&tmp)?;
+        let mut written = 0;
+        for chunk in keep.chunks(1 << 16) {
+            let b = encode_batch(chunk);
+            f.write_all(&b)?;
+            written += b.len() as u64;
+        }
+        f.sync_all()?;
+        std::fs::rename(&tmp, &self.path)?;
+        *self = Journal::open(&self.path)?;
+        debug_assert_eq!(self.bytes, written);
+        Ok(())
+    }
+}
+
+fn encode_batch(records: &[(u64, u64)]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(12 + records.len() * 16);
+    b.extend_from_slice(&JOURNAL_MAGIC);
+    b.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    for (h, s) in records {
+        b.extend_from_slice(&h.to_le_bytes());
+        b.extend_from_slice(&s.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// One slab as a scan finds it: its header and the containers that pass
+/// their checks, each with its items (hash, image).
+pub struct ScannedSlab {
+    pub header: SlabHeader,
+    pub offsets: Vec<u32>,
+    /// (container, hash, image) of every item of a valid container.
+    pub items: Vec<(u16, u64, Vec<u8>)>,
+    pub bad_containers: usize,
+}
+
+/// Walk the containers of a slab's bytes (`bytes`: the whole slab).
+pub fn scan_slab(bytes: &[u8], coder: &mut crate::codec::Coder) -> Option<ScannedSlab> {
+    let header = SlabHeader::read(bytes)?;
+    let used = header.used as usize;
+    let mut at = SLAB_HEADER;
+    let mut offsets = Vec::new();
+    let mut items = Vec::new();
+    let mut bad = 0;
+    let mut raw = Vec::new();
+    while at < used && offsets.len() < header.containers as usize {
+        // The header's stored length is only trusted once the checksum
+        // over it and the payload passes; a bad container ends the walk
+        // (where the next one starts is then unknown).
+        let Ok(h) = container::header(&bytes[at..used]) else {
+            bad += 1;
+            break;
+        };
+        let end = at + h.bytes();
+        if end > used {
+            bad += 1;
+            break;
+        }
+        let c = offsets.len() as u16;
+        offsets.push(at as u32);
+        match container::read(&bytes[at..end], coder, |_| None, &mut raw) {
+            Ok(_) => {
+                if let Ok(entries) = block::entries(&raw) {
+                    for (h, image) in entries.flatten() {
+                        items.push((c, h, image.to_vec()));
+                    }
+                }
+            }
+            Err(_) => bad += 1,
+        }
+        at = end;
+    }
+    offsets.push(at as u32);
+    Some(ScannedSlab {
+        header,
+        offsets,
+        items,
+        bad_containers: bad,
+    })
+}
+
+/// The place of an item, for the recovery's bookkeeping.
+pub fn loc(slab: u32, container: u16) -> Loc {
+    Loc { slab, container }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("cachalot-recover-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn snapshots_round_trip_and_damage_is_refused() {
+        let snap = Snapshot {
+            slabs: vec![
+                SavedSlab {
+                    area: 0,
+                    seq: 7,
+                    epoch: 1_700_000_000,
+                    offsets: vec![64, 900, 2000],
+                    live: 12,
+                },
+                SavedSlab {
+                    area: 0xff,
+                    seq: 0,
+                    epoch: 0,
+                    offsets: vec![],
+                    live: 0,
+                },
+            ],
+            shards: vec![vec![1, 2, 3], vec![], vec![u64::MAX]],
+            next_seq: 8,
+            max_cas: 99,
+        };
+        let b = snap.encode();
+        assert_eq!(Snapshot::decode(&b), Some(snap));
+        for i in 0..b.len() {
+            let mut d = b.clone();
+            d[i] ^= 0x10;
+            assert_eq!(Snapshot::decode(&d), None, "byte {i}");
+        }
+        for n in 0..b.len() {
+            assert_eq!(Snapshot::decode(&b[..n]), None, "{n} bytes");
+        }
+    }
+
+    #[test]
+    fn the_journal_keeps_whole_batches_only() {
+        let p = temp("journal");
+        let _ = std::fs::remove_file(&p);
+        let mut j = Journal::open(&p).expect("open");
+        j.append(&[(1, 10), (2, 20)]).unwrap();
+        j.append(&[(3, 30)]).unwrap();
+        assert_eq!(j.records(), vec![(1, 10), (2, 20), (3, 30)]);
+        // A torn last batch (a crash while appending) is ignored.
+        let len = std::fs::metadata(&p).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(len - 3)
+            .unwrap();
+        let mut j = Journal::open(&p).expect("reopen");
+        assert_eq!(j.records(), vec![(1, 10), (2, 20)]);
+        j.rewrite(&[(2, 20)]).unwrap();
+        assert_eq!(j.records(), vec![(2, 20)]);
+        j.append(&[(4, 40)]).unwrap();
+        assert_eq!(j.records(), vec![(2, 20), (4, 40)]);
+        let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn expiry_moves_to_the_new_clock() {
+        let mut image = vec![0u8; 32];
+        item::set_exptime(&mut image, 100);
+        assert!(rebase(&mut image, 1000, 1030));
+        assert_eq!(item::exptime(&image), 70);
+        assert!(!rebase(&mut image, 1000, 1100));
+        let mut forever = vec![0u8; 32];
+        assert!(rebase(&mut forever, 1000, 99_999));
+        assert_eq!(item::exptime(&forever), 0);
+    }
+}
