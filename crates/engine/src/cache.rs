@@ -788,6 +788,35 @@ impl Cache {
         })
     }
 
+    /// A request is parked on a flash read: note the reads these keys
+    /// will want too (keys later in its multi-get, GETs pipelined behind
+    /// it), so they are done together rather than one park after another.
+    /// A hint: keys in memory, staged or absent are passed over.
+    pub fn want_from_flash(&self, keys: &[&[u8]]) {
+        use crate::flash::fetch;
+        let sh = &self.shared;
+        let Some(flash) = &sh.flash else {
+            return;
+        };
+        if sh.zone.is_some() {
+            return;
+        }
+        for key in keys {
+            let h = hash(key);
+            let in_memory = sh
+                .stripes
+                .read(sh.stripes.of(h))
+                .is_some_and(|st| sh.find(&st, h, key).is_some());
+            if in_memory {
+                continue;
+            }
+            let locs = flash.peek(h, key);
+            if !locs.is_empty() {
+                let _ = fetch::on_flash(h, key, &locs);
+            }
+        }
+    }
+
     /// A worker's reader thread: read what a parked request wants
     /// (`flash::fetch`), holding no lock. The image, or None if flash does
     /// not have it after all.

@@ -175,6 +175,26 @@ fn prefetch_pipelined_gets(ctx: &Ctx<'_>, input: &[u8]) -> usize {
     at
 }
 
+/// Keys looked ahead for flash reads when a request parks.
+const WANT_AHEAD: usize = 64;
+
+/// A request parked on a flash read: the single-key GETs pipelined behind
+/// it (the next lines of `input`) want their reads now too.
+fn want_pipelined_gets(ctx: &Ctx<'_>, input: &[u8]) {
+    let mut keys = Vec::new();
+    let mut at = 0;
+    while keys.len() < WANT_AHEAD {
+        let Some(nl) = text::find_newline(&input[at..]) else {
+            break;
+        };
+        if let Some(key) = single_get_key(&input[at..at + nl]) {
+            keys.push(key);
+        }
+        at += nl + 1;
+    }
+    ctx.cache.want_from_flash(&keys);
+}
+
 /// Whether the first word of a line is a meta command (two letters, `m?`).
 fn is_meta(line: &[u8]) -> bool {
     let word = line.split(|&b| b == b' ').find(|w| !w.is_empty());
@@ -208,6 +228,9 @@ impl Handler for AsciiHandler {
                 match resume_get(ctx, p, input, out) {
                     Some(p) => {
                         self.paused = Some(p);
+                        if fetch::parked() {
+                            want_pipelined_gets(ctx, &input[(pos + p.len).min(input.len())..]);
+                        }
                         return stopped(pos);
                     }
                     None => {
@@ -256,9 +279,15 @@ impl Handler for AsciiHandler {
                     if let Some(p) = &mut self.paused {
                         p.len = nl + 1;
                     }
+                    if fetch::parked() {
+                        want_pipelined_gets(ctx, &rest[nl + 1..]);
+                    }
                     return stopped(pos);
                 }
-                Outcome::Parked => return Step::Parked(pos),
+                Outcome::Parked => {
+                    want_pipelined_gets(ctx, &rest[nl + 1..]);
+                    return Step::Parked(pos);
+                }
                 Outcome::Done(used) => pos += nl + 1 + used.min(after.len()),
                 Outcome::NeedMore => return progress(pos),
                 Outcome::Swallow(used, remaining) => {
@@ -576,6 +605,10 @@ fn serve_keys(
                 // On flash: stop before this key, which is served once the
                 // read is done (the request resumes here).
                 if item.is_none() && fetch::parked() {
+                    // The reads of the keys after it go out together.
+                    let mut ahead: Vec<&[u8]> = batch[i + 1..n].to_vec();
+                    ahead.extend(keys.take(WANT_AHEAD));
+                    ctx.cache.want_from_flash(&ahead);
                     return ControlFlow::Break(());
                 }
                 if let Some(item) = &item {

@@ -650,6 +650,16 @@ impl Flash {
         }
     }
 
+    /// Where `key` (hash `h`) may be on flash, if it is not staged: a
+    /// look-ahead for reads to come, counted nowhere.
+    pub fn peek(&self, h: u64, key: &[u8]) -> Vec<Loc> {
+        let mut locs = Vec::new();
+        if self.stage.lock().get(h, key).is_none() {
+            self.index.find(h, &mut locs);
+        }
+        locs
+    }
+
     /// Read the item of `key` (hash `h`) from the first of `locs` that
     /// holds it, into `image`: I/O, so call it holding no lock. False when
     /// none does (a tag shared with another key, a slab recycled since the
