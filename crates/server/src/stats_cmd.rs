@@ -60,6 +60,8 @@ pub fn collect(ctx: &Ctx<'_>, group: &[u8]) -> Option<Pairs> {
         b"zzone" => zzone(ctx, &mut out)?,
         // cachalot's own, with the flash tier on.
         b"flash" => flash(ctx, &mut out)?,
+        // memcached 1.6.18 answers it with no lines, extstore on or off.
+        b"extstore" => {}
         _ => return None,
     }
     Some(out)

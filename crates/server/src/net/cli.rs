@@ -918,7 +918,7 @@ fn extended(
             // extstore's tuning of its own design (page sizes, compaction
             // thresholds, recache rates, its write buffers and threads):
             // accepted, so start-up scripts keep working; the tier's own
-            // mechanisms replace them (docs/flash.md).
+            // mechanisms replace them (docs/protocol.md, "The flash tier").
             "ext_threads" => {
                 s.flash_readers = sub_number::<usize>(key, value)?.clamp(1, 64);
             }
