@@ -18,6 +18,9 @@
 # SERVERS ("memcached cachalot"), BENCH_NICE (priority, default 0),
 # VALUES (random | json | proto | text: the lab's value models, docs/lab.md),
 # CACHALOT_ARGS (extra cachalot flags, e.g. "-o zzone=1"),
+# FLASH_MB (a flash tier of this size for every server, memcached's extstore
+# and cachalot's, in a fresh file of OUT_DIR per run: -o ext_path=FILE:SIZE),
+# FILL_RATE (items per second; default 0: as fast as the server reads),
 # OUT_DIR (raw outputs; default a new temporary directory).
 set -euo pipefail
 # shellcheck source=benches/lib.sh
@@ -31,6 +34,8 @@ KEY_LEN=${KEY_LEN:-14}
 PROTO=${PROTO:-text}
 VALUES=${VALUES:-random}
 CACHALOT_ARGS=${CACHALOT_ARGS:-}
+FLASH_MB=${FLASH_MB:-}
+FILL_RATE=${FILL_RATE:-0}
 SERVERS=${SERVERS:-"memcached cachalot"}
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/cachalot-capacity.XXXXXX)}
 mkdir -p "$OUT_DIR"
@@ -44,6 +49,7 @@ machine_line
 echo "server flags: -p <free port> ${FLAGS[*]}"
 echo "fill: $ITEMS items, $KEY_LEN-byte keys, $VALUES values, pipelined ($PROTO), one connection"
 echo "cachalot's extra flags: ${CACHALOT_ARGS:-none}"
+echo "flash tier: ${FLASH_MB:+$FLASH_MB MB (-o ext_path), }fill rate: $FILL_RATE items/s (0: unpaced)"
 echo "raw outputs: $OUT_DIR"
 echo
 
@@ -52,20 +58,27 @@ for vs in $VALUE_SIZES; do
         extra=()
         # shellcheck disable=SC2206
         [ "$name" = cachalot ] && extra=($CACHALOT_ARGS)
+        flash_file=""
+        if [ -n "$FLASH_MB" ]; then
+            flash_file=$OUT_DIR/flash-$name-$vs
+            rm -f "$flash_file" "$flash_file".*
+            extra+=(-o "ext_path=$flash_file:${FLASH_MB}m")
+        fi
         start_server "$name" - "${FLAGS[@]}" "${extra[@]}"
         echo "== $name, ${vs}-byte values (port $SERVER_PORT, pid $SERVER_PID)" >&2
         "${NICE[@]}" "$LOADGEN" capacity --addr "127.0.0.1:$SERVER_PORT" --pid "$SERVER_PID" \
             --items "$ITEMS" --value-size "$vs" --key-len "$KEY_LEN" --proto "$PROTO" \
-            --values "$VALUES" \
+            --values "$VALUES" --fill-rate "$FILL_RATE" \
             >"$OUT_DIR/$name-$vs.txt"
         stop_server "$SERVER_PID"
+        [ -z "$flash_file" ] || rm -f "$flash_file" "$flash_file".*
     done
 done
 
 # Table. Max RSS is the larger of the sampled VmRSS maximum and VmHWM.
 RSS_LIMIT_KB=$(( (MEM_MB + 16) * 1024 ))
-printf '%-6s %-10s %11s %11s %8s %10s %10s %9s %9s %8s\n' \
-    value server curr_items readable x_memc max_rss_MB end_rss_MB recent10% corrupt fill_s
+printf '%-6s %-10s %11s %11s %8s %10s %10s %9s %9s %8s %10s\n' \
+    value server curr_items readable x_memc max_rss_MB end_rss_MB recent10% corrupt fill_s on_flash
 status=0
 for vs in $VALUE_SIZES; do
     base=""
@@ -77,11 +90,12 @@ for vs in $VALUE_SIZES; do
         hwm=$(kv "$f" vm_hwm_kb)
         maxrss=$(( rss > hwm ? rss : hwm ))
         ratio=$(awk -v a="$items" -v b="${base:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
-        printf '%-6s %-10s %11s %11s %8s %10.1f %10.1f %9s %9s %8s\n' \
+        printf '%-6s %-10s %11s %11s %8s %10.1f %10.1f %9s %9s %8s %10s\n' \
             "${vs}B" "$name" "$items" "$(kv "$f" reread_hits)" "$ratio" \
             "$(awk -v k="$maxrss" 'BEGIN { print k / 1024 }')" \
             "$(awk -v k="$(kv "$f" rss_end_kb)" 'BEGIN { print k / 1024 }')" \
-            "$(kv "$f" recent_hit_pct)" "$(kv "$f" reread_corrupt)" "$(kv "$f" fill_secs)"
+            "$(kv "$f" recent_hit_pct)" "$(kv "$f" reread_corrupt)" "$(kv "$f" fill_secs)" \
+            "$(kv "$f" extstore_objects_used)"
     done
 done
 echo

@@ -71,13 +71,15 @@ pub struct FillResult {
 }
 
 /// Writes keys `range` with `values` and waits until the server has
-/// processed them all.
+/// processed them all; at most `rate` items a second if given (a flash
+/// tier's writer keeps up with a paced fill, not with a burst).
 pub fn fill(
     addr: &str,
     keys: &KeyMaker,
     range: Range<u64>,
     values: &Values,
     proto: SetProto,
+    rate: Option<u64>,
 ) -> io::Result<FillResult> {
     let mut stream = connect(addr)?;
     let reader_stream = stream.try_clone()?;
@@ -87,6 +89,7 @@ pub fn fill(
     let mut value = Vec::with_capacity(values.size);
     let mut key = Vec::with_capacity(keys.len());
     let items = range.end.saturating_sub(range.start);
+    let first = range.start;
     for i in range {
         values.write(i, &mut value);
         key.clear();
@@ -95,6 +98,10 @@ pub fn fill(
         if out.len() >= 1 << 18 {
             stream.write_all(&out)?;
             out.clear();
+            if let Some(r) = rate.filter(|&r| r > 0) {
+                let due = start + Duration::from_secs_f64((i - first) as f64 / r as f64);
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            }
         }
     }
     text::line(&mut out, &[b"version"]);

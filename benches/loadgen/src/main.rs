@@ -11,7 +11,7 @@
 //!            [--values random|json|proto|text]
 //!   capacity --addr A --pid P --items N --value-size V [--key-len 14]
 //!            [--proto text|meta] [--bands 10] [--settle-ms 1000]
-//!            [--values random|json|proto|text]
+//!            [--values random|json|proto|text] [--fill-rate ITEMS_PER_S]
 //!   load     --addr A [--conns 50] [--threads 1] [--duration 10]
 //!            [--get-ratio 0.9] [--keys 100000] [--key-len 14]
 //!            [--value-size 32] [--depth 1] [--warm 1]
@@ -109,6 +109,7 @@ fn main() -> ExitCode {
                 "proto",
                 "bands",
                 "settle-ms",
+                "fill-rate",
                 "values",
             ],
         )
@@ -206,7 +207,7 @@ fn fill(o: &Opts) -> Result<(), String> {
     let items: u64 = o.num("items", None)?;
     let values = values(o)?;
     let keys = key_maker(o, start.saturating_add(items))?;
-    let r = capacity::fill(&addr, &keys, start..start + items, &values, proto(o)?)
+    let r = capacity::fill(&addr, &keys, start..start + items, &values, proto(o)?, None)
         .map_err(|e| e.to_string())?;
     print_fill(&r);
     Ok(())
@@ -249,8 +250,9 @@ fn capacity(o: &Opts) -> Result<(), String> {
     let keys = key_maker(o, items)?;
     let before = capacity::read_rss(pid).map_err(|e| format!("pid {pid}: {e}"))?;
     let sampler = capacity::RssSampler::start(pid, Duration::from_millis(10));
-    let r =
-        capacity::fill(&addr, &keys, 0..items, &values, proto(o)?).map_err(|e| e.to_string())?;
+    let rate: u64 = o.num("fill-rate", Some(0))?;
+    let r = capacity::fill(&addr, &keys, 0..items, &values, proto(o)?, Some(rate))
+        .map_err(|e| e.to_string())?;
     // Let background work (memcached's LRU maintainer, any lazy frees) run
     // while we keep sampling, so "after the fill" is really after it.
     std::thread::sleep(settle);
@@ -271,6 +273,10 @@ fn capacity(o: &Opts) -> Result<(), String> {
         "bytes",
         "limit_maxbytes",
         "version",
+        // With a flash tier (memcached's extstore, cachalot's): the items
+        // and bytes on it, under memcached's names.
+        "extstore_objects_used",
+        "extstore_bytes_used",
     ] {
         let v = st
             .iter()
@@ -328,6 +334,7 @@ fn load(o: &Opts) -> Result<(), String> {
                 salt: SALT,
             },
             SetProto::Text,
+            None,
         )
         .map_err(|e| format!("warm-up: {e}"))?;
         eprintln!("warmed {} keys in {:.2}s", w.items, w.secs);

@@ -364,6 +364,9 @@ impl Slabs {
         };
         if self.vacant.pop().is_some() {
             self.pages[id as usize] = Some(page);
+            if matches!(self.pages.get((id ^ 1) as usize), Some(Some(_))) {
+                self.arena.rejoin_huge(id);
+            }
         } else {
             self.pages.push(Some(page));
         }

@@ -41,11 +41,29 @@ pub struct CompareArgs {
     /// --cachalot-arg=-o --cachalot-arg=zzone=1.
     #[arg(long = "cachalot-arg", allow_hyphen_values = true)]
     pub cachalot_args: Vec<String>,
+    /// A flash tier of this many MB for both servers, in a fresh file for
+    /// every run (`-o ext_path=FILE:SIZE`: memcached's extstore, cachalot's
+    /// flash tier), deleted after it.
+    #[arg(long)]
+    pub flash: Option<u64>,
+    /// The directory of those files (default: the temporary directory).
+    #[arg(long)]
+    pub flash_dir: Option<PathBuf>,
     #[command(flatten)]
     pub drive: DriveArgs,
     /// Write every run and the summary here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+/// Remove a run's flash file and what cachalot keeps beside it (a
+/// snapshot, a journal): the next run must start cold.
+fn remove_flash_file(file: &std::path::Path) {
+    for suffix in ["", ".index", ".journal", ".tmp"] {
+        let mut p = file.as_os_str().to_owned();
+        p.push(suffix);
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 /// One line of the summary: the medians and their ratio.
@@ -100,6 +118,18 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             if kind == ServerKind::Cachalot {
                 extra_args.extend(args.cachalot_args.iter().cloned());
             }
+            let flash_file = args.flash.map(|mb| {
+                let dir = args.flash_dir.clone().unwrap_or_else(std::env::temp_dir);
+                let file = dir.join(format!(
+                    "cachalot-lab-flash-{}-{rep}-{}",
+                    std::process::id(),
+                    kind.name()
+                ));
+                remove_flash_file(&file);
+                extra_args.push("-o".into());
+                extra_args.push(format!("ext_path={}:{mb}m", file.display()));
+                file
+            });
             let cfg = ServerConfig {
                 extra_args,
                 cachalot_bin: args.cachalot_bin.clone(),
@@ -116,6 +146,9 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             s.insert("repetition".into(), rep.into());
             s.insert("server_command_line".into(), server.command_line().into());
             drop(server);
+            if let Some(f) = &flash_file {
+                remove_flash_file(f);
+            }
             runs.push(result);
         }
     }
