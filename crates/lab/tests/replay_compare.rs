@@ -49,6 +49,8 @@ fn compare_runs_both_servers_alternating_and_writes_the_document() {
         cachalot_bin: Some(replay_support::cachalot_bin()),
         server_args: vec![],
         cachalot_args: vec![],
+        flash: None,
+        flash_dir: None,
         drive: DriveArgs {
             protocol: Protocol::Text,
             connections: 2,
