@@ -19,6 +19,7 @@
 use std::sync::atomic::AtomicU64;
 
 use cachalot_engine::engine::{Arith, ArithOutcome, DeleteOutcome, Lookup};
+use cachalot_engine::flash::fetch;
 use cachalot_engine::{Expiry, ItemRef, Store, StoreMode, StoreOutcome};
 use cachalot_protocol::binary::{
     c_int_len, parse_frame, write_error, write_response, write_response_header, Command, Header,
@@ -71,6 +72,9 @@ enum Flow {
     Close(usize),
     /// Not a request (first byte is not 0x80): close at once.
     BadMagic,
+    /// A GET whose item may be on flash: nothing consumed or written; it
+    /// runs again once the read is done (`flash::fetch`).
+    Parked,
 }
 
 /// Request fields every response echoes.
@@ -180,7 +184,9 @@ impl BinaryHandler {
                 quiet,
                 with_key,
             } => {
-                self.get(ctx, r, key, None, quiet, with_key, true, out);
+                if self.get(ctx, r, key, None, quiet, with_key, true, out) {
+                    return Flow::Parked;
+                }
                 Flow::Next(head)
             }
             Command::Gat {
@@ -189,11 +195,11 @@ impl BinaryHandler {
                 quiet,
                 with_key,
             } => {
-                self.get(ctx, r, key, Some(exptime), quiet, with_key, true, out);
+                let _ = self.get(ctx, r, key, Some(exptime), quiet, with_key, true, out);
                 Flow::Next(head)
             }
             Command::Touch { key, exptime } => {
-                self.get(ctx, r, key, Some(exptime), false, false, false, out);
+                let _ = self.get(ctx, r, key, Some(exptime), false, false, false, out);
                 Flow::Next(head)
             }
             Command::Store {
@@ -314,7 +320,8 @@ impl BinaryHandler {
 
     /// Get / GetK / GAT / GATK (and quiet forms) and Touch. `touch` carries
     /// the new exptime for GAT and Touch; `with_value` is false for Touch,
-    /// which answers with the flags only.
+    /// which answers with the flags only. True if a GET was parked on a
+    /// flash read (nothing written or counted).
     #[allow(clippy::too_many_arguments)]
     fn get(
         &mut self,
@@ -326,7 +333,7 @@ impl BinaryHandler {
         with_key: bool,
         with_value: bool,
         out: &mut Vec<u8>,
-    ) {
+    ) -> bool {
         let expiry = touch.map(|t| ctx.cache.clock().expiry(t as i64));
         let mut reply = |item: Option<ItemRef<'_>>| match item {
             Some(it) => {
@@ -356,6 +363,9 @@ impl BinaryHandler {
             // A GET reads its stripe only (`Cache::get`).
             None => ctx.cache.get(key, Lookup::GET, reply),
         };
+        if !hit && expiry.is_none() && fetch::parked() {
+            return true;
+        }
         stats_cmd::detail_record(ctx, key, DetailOp::Get { hit });
         let s = ctx.stats;
         if touch.is_some() {
@@ -382,6 +392,7 @@ impl BinaryHandler {
                 self.error(r, out, Status::KeyNotFound);
             }
         }
+        false
     }
 
     /// Set / Add / Replace / Append / Prepend. Refuses an oversized value as
@@ -654,6 +665,10 @@ impl BinaryHandler {
 }
 
 impl Handler for BinaryHandler {
+    fn parks(&self) -> bool {
+        true
+    }
+
     fn step(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut Vec<u8>) -> Step {
         let mut pos = 0usize;
         // Replies before this mark would already be on the wire in memcached.
@@ -693,6 +708,7 @@ impl Handler for BinaryHandler {
                     }
                 }
                 Flow::NeedMore => break,
+                Flow::Parked => return Step::Parked(pos),
                 Flow::Close(n) => return Step::Close(pos + n),
                 Flow::BadMagic => {
                     // memcached closes without a reply, dropping the replies
@@ -796,7 +812,7 @@ mod tests {
                         self.closed = true;
                         break;
                     }
-                    Step::Parked(_) => panic!("the binary handler never parks"),
+                    Step::Parked(_) => panic!("no flash tier in these tests"),
                 }
             }
             self.sent.append(&mut self.out);

@@ -215,8 +215,8 @@ fn items_come_back_from_flash_through_every_protocol() {
     }
     assert!(found as u64 > (n / 97) * 9 / 10, "{found} found by mg");
 
-    // Binary GET (read in place: the binary handler does not park), on a
-    // connection of its own (the protocol is chosen per connection).
+    // Binary GET, on a connection of its own (the protocol is chosen per
+    // connection).
     let mut s = server.connect();
     let mut found = 0;
     for k in (0..n).step_by(211) {
