@@ -71,7 +71,7 @@ pub enum ContainerError {
 }
 
 /// Append to `out` a container of the block
-/// [`encode`](crate::zzone::flush::encode) built: `used` is
+/// `zzone::flush::encode` built: `used` is
 /// the codec it chose (`dict` the dictionary it was given), `count` the
 /// items, `raw_len` the block's decoded length and `packed` its stored
 /// bytes. Returns its header.

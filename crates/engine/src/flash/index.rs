@@ -11,7 +11,7 @@
 //! Buckets are one cache line of 8 entries, and an entry may live in either
 //! of two buckets, both computed from its tag (so a shard can be resized
 //! without the keys): with two choices, 8-way buckets fill past 95%. A
-//! shard grows by a quarter when it is [`MAX_LOAD`] full, so it is always
+//! shard grows by a quarter when it is `MAX_LOAD` full, so it is always
 //! between 74% and 93% full: 8.6 to 10.8 bytes an entry (doubling would
 //! leave it 45% full after each growth, 17.8 bytes). The index is cut into
 //! shards by the top bits of the hash, each under its own mutex and growing

@@ -28,10 +28,15 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
-use super::container;
-use super::index::Loc;
-use super::log::{SlabHeader, SLAB, SLAB_HEADER};
+use super::device::{AlignedBuf, ALIGN};
+use super::index::{self, Loc};
+use super::log::{self, SlabHeader, SLAB, SLAB_HEADER};
+use super::stage::Area;
+use super::{bump, container, Flash, Recovery, FLUSH_ALL};
+use crate::codec::Coder;
 use crate::item;
 use crate::zzone::block;
 
@@ -379,6 +384,213 @@ pub fn scan_slab(bytes: &[u8], coder: &mut crate::codec::Coder) -> Option<Scanne
 /// The place of an item, for the recovery's bookkeeping.
 pub fn loc(slab: u32, container: u16) -> Loc {
     Loc { slab, container }
+}
+
+impl Flash {
+    /// What was on flash at start: the clean shutdown's snapshot if it is
+    /// valid, else a scan of every slab (`recover`).
+    pub(super) fn recover(&self) {
+        let t = Instant::now();
+        let mut journal = Journal::open(&journal_path(&self.config.path)).ok();
+        let clean = match take_snapshot(&snapshot_path(&self.config.path)) {
+            Some(snap) => self.load_snapshot(snap),
+            None => false,
+        };
+        let tombs = journal.as_mut().map(Journal::records).unwrap_or_default();
+        let mut r = Recovery {
+            clean,
+            ..Recovery::default()
+        };
+        if !clean {
+            self.scan(&tombs, &mut r);
+        }
+        r.items = self.index.len() as u64;
+        r.micros = t.elapsed().as_micros() as u64;
+        // Only tombstones that can still shadow a slab on flash are kept.
+        let oldest = self.log.lock().oldest_seq().unwrap_or(u64::MAX);
+        if let Some(j) = journal.as_mut() {
+            let keep: Vec<(u64, u64)> = tombs.into_iter().filter(|t| t.1 > oldest).collect();
+            if j.rewrite(&keep).is_err() {
+                bump(&self.counters.write_errors);
+            }
+        }
+        *self.journal.lock() = journal;
+        *self.recovery.lock() = r;
+    }
+
+    /// Install a clean shutdown's snapshot, if every slab it names still
+    /// has that slab's header on flash.
+    fn load_snapshot(&self, snap: Snapshot) -> bool {
+        let mut log = self.log.lock();
+        if snap.slabs.len() != log.slabs.len() || snap.shards.len() != index::SHARDS {
+            return false;
+        }
+        let mut head = AlignedBuf::new(ALIGN);
+        for (i, s) in snap.slabs.iter().enumerate() {
+            if s.area == 0xff {
+                continue;
+            }
+            let ok = self
+                .device
+                .read_at(head.as_mut(), i as u64 * SLAB as u64)
+                .ok()
+                .and_then(|()| SlabHeader::read(head.as_ref()))
+                .is_some_and(|h| h.seq == s.seq && h.area as u8 == s.area);
+            if !ok {
+                return false;
+            }
+        }
+        for (m, s) in log.slabs.iter_mut().zip(snap.slabs) {
+            *m = log::SlabMeta {
+                area: match s.area {
+                    0 => Some(Area::Cold),
+                    1 => Some(Area::Hot),
+                    _ => None,
+                },
+                seq: s.seq,
+                epoch: s.epoch,
+                offsets: s.offsets,
+                live: s.live,
+            };
+        }
+        log.relist();
+        log.next_seq = log.next_seq.max(snap.next_seq);
+        drop(log);
+        self.index.import(&snap.shards);
+        self.max_cas.fetch_max(snap.max_cas, Ordering::Relaxed);
+        true
+    }
+
+    /// Rebuild the index from the slabs themselves (after a crash): oldest
+    /// slab first, so a newer copy of a key replaces an older one; copies
+    /// older than a tombstone of their key, or than a `flush_all`, stay
+    /// out.
+    fn scan(&self, tombs: &[(u64, u64)], r: &mut Recovery) {
+        let mut newest_tomb: std::collections::HashMap<u64, u64> = Default::default();
+        let mut flushed = 0;
+        for &(h, seq) in tombs {
+            if h == FLUSH_ALL {
+                flushed = flushed.max(seq);
+            } else {
+                let e = newest_tomb.entry(h).or_insert(0);
+                *e = (*e).max(seq);
+            }
+        }
+        let slabs = self.log.lock().slabs.len();
+        let mut found = Vec::new();
+        let mut buf = AlignedBuf::new(SLAB);
+        let mut coder = Coder::default();
+        for i in 0..slabs {
+            if self
+                .device
+                .read_at(buf.as_mut(), i as u64 * SLAB as u64)
+                .is_err()
+            {
+                r.bad_slabs += 1;
+                continue;
+            }
+            if let Some(s) = scan_slab(buf.as_ref(), &mut coder) {
+                r.bad_containers += s.bad_containers as u64;
+                if s.header.seq >= flushed {
+                    found.push((s.header.seq, i as u32, s));
+                }
+            }
+        }
+        found.sort_unstable_by_key(|f| f.0);
+        let now = self.clock.started_unix();
+        let mut log = self.log.lock();
+        let mut max_cas = 0;
+        for (seq, slab, s) in found {
+            let mut live = 0;
+            for (c, h, mut image) in s.items {
+                if newest_tomb.get(&h).is_some_and(|&t| t > seq)
+                    || !rebase(&mut image, s.header.epoch, now)
+                {
+                    continue;
+                }
+                max_cas = max_cas.max(item::Header::read(&image).cas);
+                // An older copy of the key (or of a key sharing its tag) goes.
+                self.index.remove(h, |_| {});
+                self.index.insert(h, loc(slab, c), true);
+                live += 1;
+            }
+            log.slabs[slab as usize] = log::SlabMeta {
+                area: Some(s.header.area),
+                seq,
+                epoch: s.header.epoch,
+                offsets: s.offsets,
+                live,
+            };
+            r.slabs += 1;
+        }
+        log.relist();
+        self.max_cas.fetch_max(max_cas, Ordering::Relaxed);
+    }
+
+    /// The largest CAS unique of an item on flash (the engine's counter
+    /// starts above it after a restart).
+    pub fn max_cas(&self) -> u64 {
+        self.max_cas.load(Ordering::Relaxed)
+    }
+
+    /// Append the tombstones recorded since the last call to the journal
+    /// and sync it; compact it when it has grown. The writer thread's.
+    pub(super) fn journal_step(&self) {
+        let tombs = std::mem::take(&mut *self.tombs.lock());
+        let mut j = self.journal.lock();
+        let Some(journal) = j.as_mut() else {
+            return;
+        };
+        if journal.append(&tombs).is_err() {
+            bump(&self.counters.write_errors);
+        }
+        let limit = (self.config.size / 256).max(4 << 20);
+        if journal.bytes() > limit {
+            let oldest = self.log.lock().oldest_seq().unwrap_or(u64::MAX);
+            let keep: Vec<(u64, u64)> = journal
+                .records()
+                .into_iter()
+                .filter(|t| t.1 > oldest)
+                .collect();
+            if journal.rewrite(&keep).is_err() {
+                bump(&self.counters.write_errors);
+            }
+        }
+    }
+
+    /// How the last start found the flash.
+    pub fn recovery(&self) -> Recovery {
+        *self.recovery.lock()
+    }
+
+    /// A clean shutdown: [`Flash::sync`], then save the index and slab
+    /// table, so the next start serves the flash contents at once
+    /// (`recover`). Call it once nothing else uses the tier.
+    pub fn shutdown(&self) -> bool {
+        if !self.sync() {
+            return false;
+        }
+        let _w = self.writer.lock();
+        let log = self.log.lock();
+        let snap = Snapshot {
+            slabs: log
+                .slabs
+                .iter()
+                .map(|m| SavedSlab {
+                    area: m.area.map_or(0xff, |a| a as u8),
+                    seq: m.seq,
+                    epoch: m.epoch,
+                    offsets: m.offsets.clone(),
+                    live: m.live,
+                })
+                .collect(),
+            shards: self.index.export(),
+            next_seq: log.next_seq,
+            max_cas: self.max_cas(),
+        };
+        drop(log);
+        save_snapshot(&snapshot_path(&self.config.path), &snap).is_ok()
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,366 @@
+//! The flash writer (one thread, `Flash::write_step`): staged items are
+//! packed into containers of about one flash page times the running
+//! compression ratio (SlimCache §3.3), compressed unless their entropy says
+//! they will not compress (§3.7), appended to the open slab of their area,
+//! and indexed; a full slab is written to the file whole, with no lock
+//! held across the write.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::device::AlignedBuf;
+use super::index::Loc;
+use super::log::{SlabHeader, SLAB, SLAB_HEADER};
+use super::stage::{Area, Taken};
+use super::{
+    bump, container, Flash, FLASH_PAGE, MAX_CONTAINERS, MAX_CONTAINER_RAW, MIN_CONTAINER_RAW,
+};
+use crate::codec::{Codec, Coder, Recognizer};
+use crate::zzone::block;
+
+/// The writer's own state: only the writer thread uses it (a mutex makes
+/// the tier `Sync`; only `sync` and `validate` ever wait for it).
+pub(super) struct Writer {
+    pub(super) gc: AlignedBuf,
+    pub(super) coder: Coder,
+    pub(super) recognizer: Recognizer,
+    pub(super) raw: Vec<u8>,
+    pub(super) packed: Vec<u8>,
+    pub(super) container: Vec<u8>,
+    pub(super) taken: Vec<Taken>,
+    /// Running compression ratio of compressed containers (raw / stored).
+    pub(super) ratio: f64,
+    /// The write budget: bytes that may still be written, refilled at
+    /// `write_rate` per second.
+    pub(super) tokens: f64,
+    pub(super) refilled: Instant,
+    /// The `flush_all`s it has caught up with.
+    pub(super) cleared: u64,
+}
+
+/// A slab being filled in DRAM: its containers are indexed and read from
+/// here until it is written.
+pub(super) struct OpenSlab {
+    pub(super) slab: u32,
+    pub(super) seq: u64,
+    pub(super) buf: AlignedBuf,
+    /// Where each container starts.
+    pub(super) offsets: Vec<u32>,
+    pub(super) at: usize,
+    pub(super) live: u32,
+}
+
+/// A slab being written: readable from DRAM until it is sealed.
+pub(super) struct Sealing {
+    pub(super) slab: u32,
+    pub(super) buf: Arc<AlignedBuf>,
+    /// Container starts, then the end.
+    pub(super) offsets: Vec<u32>,
+}
+
+/// The slabs that live in DRAM (one open per area, one being written),
+/// under a mutex readers hold only to copy a container out.
+#[derive(Default)]
+pub(super) struct Dram {
+    pub(super) open: [Option<OpenSlab>; 2],
+    pub(super) sealing: Option<Sealing>,
+    pub(super) spare: Vec<AlignedBuf>,
+}
+
+impl Dram {
+    /// Bytes of container `c` of `slab`, if that slab is in DRAM.
+    pub(super) fn container(&self, loc: Loc) -> Option<Option<&[u8]>> {
+        let c = loc.container as usize;
+        for o in self.open.iter().flatten() {
+            if o.slab == loc.slab {
+                let start = *o.offsets.get(c)? as usize;
+                let end = o.offsets.get(c + 1).map_or(o.at, |&e| e as usize);
+                return Some(Some(&o.buf.as_ref()[start..end]));
+            }
+        }
+        let s = self.sealing.as_ref().filter(|s| s.slab == loc.slab)?;
+        let range = s.offsets.get(c).zip(s.offsets.get(c + 1));
+        Some(range.map(|(&a, &b)| &s.buf.as_ref().as_ref()[a as usize..b as usize]))
+    }
+
+    #[cfg(any(test, feature = "testing"))]
+    pub(super) fn slabs(&self) -> impl Iterator<Item = u32> + '_ {
+        self.open
+            .iter()
+            .flatten()
+            .map(|o| o.slab)
+            .chain(self.sealing.as_ref().map(|s| s.slab))
+    }
+}
+
+/// Keep a spare slab buffer (one is enough: the next slab opened).
+pub(super) fn dram_spare(spare: &mut Vec<AlignedBuf>, buf: AlignedBuf) {
+    if spare.is_empty() {
+        spare.push(buf);
+    }
+}
+
+impl Flash {
+    /// The writer's work: pack the next staged items of one area into a
+    /// container and append it to that area's open slab, sealing (writing)
+    /// the slab first when it is full, and recycling an old slab first
+    /// when free ones run low. Returns whether it did anything (false:
+    /// nothing waits, or the write budget is spent, or the disk refuses).
+    pub fn write_step(&self) -> bool {
+        let mut w = self.writer.lock();
+        let w = &mut *w;
+        self.catch_up_with_clear(w);
+        self.journal_step();
+        let area = {
+            let stage = self.stage.lock();
+            if stage.has_waiting(Area::Hot) {
+                Area::Hot
+            } else if stage.has_waiting(Area::Cold) {
+                Area::Cold
+            } else {
+                return false;
+            }
+        };
+        let compress = area == Area::Cold && self.config.codec != Codec::Raw;
+        let target = if compress {
+            ((FLASH_PAGE as f64 * w.ratio) as usize).clamp(MIN_CONTAINER_RAW, MAX_CONTAINER_RAW)
+        } else {
+            FLASH_PAGE
+        };
+        w.taken.clear();
+        self.stage.lock().take(area, target, &mut w.taken);
+        let Some(first_seq) = w.taken.first().map(|t| t.0) else {
+            return false;
+        };
+        let mut items: Vec<(u64, &[u8])> = w.taken.iter().map(|t| (t.1, &t.2[..])).collect();
+        let (used, entropy, tried) = if compress {
+            crate::zzone::flush::encode(
+                &mut w.coder,
+                &mut w.recognizer,
+                self.config.codec,
+                None,
+                &mut items,
+                &mut w.raw,
+                &mut w.packed,
+            )
+        } else {
+            block::build(&mut items, &mut w.raw);
+            w.packed.clear();
+            w.packed.extend_from_slice(&w.raw);
+            (Codec::Raw, 0.0, false)
+        };
+        let count = items.len();
+        drop(items);
+        w.container.clear();
+        container::write(used, None, count, w.raw.len(), &w.packed, &mut w.container);
+        let Some((slab, c)) = self.append(w, area) else {
+            // No room and no slab to open: the items wait.
+            self.stage.lock().untake(area, first_seq);
+            return false;
+        };
+        if tried {
+            w.recognizer.record(entropy, w.raw.len(), w.packed.len());
+        }
+        if used == Codec::Raw {
+            bump(&self.counters.containers_raw);
+        } else {
+            bump(&self.counters.containers_compressed);
+            let r = w.raw.len() as f64 / w.packed.len().max(1) as f64;
+            w.ratio = 0.9 * w.ratio + 0.1 * r;
+        }
+        self.counters
+            .stored_bytes
+            .fetch_add(w.container.len() as u64, Ordering::Relaxed);
+        self.publish(w, area, Loc { slab, container: c });
+        true
+    }
+
+    /// Append the writer's container to the open slab of `area`, sealing
+    /// the full one and opening another as needed. Returns where it went.
+    fn append(&self, w: &mut Writer, area: Area) -> Option<(u32, u16)> {
+        let bytes = w.container.len();
+        let fits = |o: &OpenSlab| o.at + bytes <= SLAB && o.offsets.len() < MAX_CONTAINERS;
+        let full = matches!(&self.dram.lock().open[area as usize], Some(o) if !fits(o));
+        if full && !self.seal(w, area, false) {
+            return None;
+        }
+        if self.dram.lock().open[area as usize].is_none() {
+            self.collect_garbage(w);
+            let slab = self.log.lock().free.pop()?;
+            let seq = {
+                let mut log = self.log.lock();
+                log.next_seq += 1;
+                log.next_seq - 1
+            };
+            let mut dram = self.dram.lock();
+            let mut buf = dram.spare.pop().unwrap_or_else(|| AlignedBuf::new(SLAB));
+            buf.as_mut()[..SLAB_HEADER].fill(0);
+            dram.open[area as usize] = Some(OpenSlab {
+                slab,
+                seq,
+                buf,
+                offsets: Vec::new(),
+                at: SLAB_HEADER,
+                live: 0,
+            });
+        }
+        let mut dram = self.dram.lock();
+        let o = dram.open[area as usize].as_mut()?;
+        if !fits(o) {
+            // A container larger than a slab cannot be (admit refuses
+            // such items), but never write past the buffer.
+            return None;
+        }
+        o.buf.as_mut()[o.at..o.at + bytes].copy_from_slice(&w.container);
+        o.offsets.push(o.at as u32);
+        o.at += bytes;
+        Some((o.slab, (o.offsets.len() - 1) as u16))
+    }
+
+    /// Write the open slab of `area` to the file, whole, and seal it in
+    /// the slab table. Its bytes stay readable from DRAM until then. On a
+    /// write error (a full or failing disk) its items are dropped: they
+    /// are evicted, and memory goes on serving. False if the write budget
+    /// does not allow a slab now (the slab stays open).
+    fn seal(&self, w: &mut Writer, area: Area, force: bool) -> bool {
+        if !force && !self.budget_allows(w) {
+            return false;
+        }
+        let (slab, seq, buf, offsets, live) = {
+            let mut dram = self.dram.lock();
+            let Some(mut o) = dram.open[area as usize].take() else {
+                return true;
+            };
+            SlabHeader {
+                area,
+                seq: o.seq,
+                epoch: self.clock.started_unix(),
+                used: o.at as u32,
+                containers: o.offsets.len() as u32,
+            }
+            .write(o.buf.as_mut());
+            // Zero the tail, so no stale container follows the last one.
+            o.buf.as_mut()[o.at..].fill(0);
+            o.offsets.push(o.at as u32);
+            let buf = Arc::new(o.buf);
+            dram.sealing = Some(Sealing {
+                slab: o.slab,
+                buf: buf.clone(),
+                offsets: o.offsets.clone(),
+            });
+            (o.slab, o.seq, buf, o.offsets, o.live)
+        };
+        let io = self
+            .device
+            .write_at(buf.as_ref().as_ref(), slab as u64 * SLAB as u64)
+            .and_then(|()| match self.device.direct() {
+                true => Ok(()),
+                false => self.device.sync(),
+            });
+        match io {
+            Ok(()) => {
+                w.tokens -= SLAB as f64;
+                self.counters
+                    .device_bytes
+                    .fetch_add(SLAB as u64, Ordering::Relaxed);
+                let mut log = self.log.lock();
+                log.seal(slab, area, seq, self.clock.started_unix(), offsets);
+                log.slabs[slab as usize].live = live;
+            }
+            Err(_) => {
+                bump(&self.counters.write_errors);
+                let n = self.index.remove_slab(slab);
+                self.counters
+                    .evictions
+                    .fetch_add(n as u64, Ordering::Relaxed);
+                self.log.lock().release(slab);
+            }
+        }
+        let mut dram = self.dram.lock();
+        dram.sealing = None;
+        if let Ok(b) = Arc::try_unwrap(buf) {
+            dram_spare(&mut dram.spare, b);
+        }
+        drop(dram);
+        self.log_bytes
+            .store(self.log.lock().memory_bytes(), Ordering::Relaxed);
+        true
+    }
+
+    /// Write whatever is staged and seal the open slabs, full or not: for
+    /// a clean shutdown (and the tests). Returns false if the disk refused.
+    pub fn sync(&self) -> bool {
+        while self.write_step() {}
+        let mut w = self.writer.lock();
+        let before = self.counters.write_errors.load(Ordering::Relaxed);
+        for area in [Area::Cold, Area::Hot] {
+            self.seal(&mut w, area, true);
+        }
+        self.journal_step();
+        self.counters.write_errors.load(Ordering::Relaxed) == before
+    }
+
+    fn budget_allows(&self, w: &mut Writer) -> bool {
+        let rate = self.config.write_rate as f64;
+        if rate == 0.0 {
+            return true;
+        }
+        let now = Instant::now();
+        let secs = now.duration_since(w.refilled).as_secs_f64();
+        w.refilled = now;
+        // At most a second's worth saved up, and at least a slab's, so a
+        // budget under 1 MB/s still writes (less often).
+        w.tokens = (w.tokens + secs * rate).min(rate.max(SLAB as f64));
+        w.tokens >= SLAB as f64
+    }
+
+    /// The writer's container is at `to`: index each of its items that is
+    /// still staged (the rest were removed or replaced meanwhile).
+    fn publish(&self, w: &mut Writer, area: Area, to: Loc) {
+        let may_grow = self.memory_bytes() < self.config.memory_cap;
+        let (mut live, mut raw, mut moved, mut dropped) = (0u32, 0u64, 0u64, Vec::new());
+        {
+            let mut stage = self.stage.lock();
+            for t in &w.taken {
+                let Some(s) = stage.publish(area, t.0) else {
+                    continue;
+                };
+                match s.from {
+                    Some(from) => {
+                        if self.index.relocate(s.h, from, to) {
+                            live += 1;
+                            moved += s.image.len() as u64;
+                        }
+                    }
+                    None => {
+                        let r = self.index.insert(s.h, to, may_grow);
+                        self.index_bytes.fetch_add(r.grew, Ordering::Relaxed);
+                        live += 1;
+                        raw += s.image.len() as u64;
+                        bump(&self.counters.admitted);
+                        self.counters
+                            .evictions
+                            .fetch_add(r.dropped.len() as u64, Ordering::Relaxed);
+                        dropped.extend(r.dropped);
+                    }
+                }
+            }
+        }
+        self.dead(&dropped);
+        if let Some(o) = self
+            .dram
+            .lock()
+            .open
+            .iter_mut()
+            .flatten()
+            .find(|o| o.slab == to.slab)
+        {
+            o.live += live;
+        }
+        let c = &self.counters;
+        c.raw_bytes.fetch_add(raw, Ordering::Relaxed);
+        c.moved_bytes.fetch_add(moved, Ordering::Relaxed);
+        w.taken.clear();
+    }
+}
