@@ -416,3 +416,35 @@ fn a_crash_brings_back_valid_items_and_no_removed_ones() {
     assert!(back > n / 2, "{back} keys back");
     cache.lock().validate();
 }
+
+#[test]
+fn the_write_budget_is_kept_and_what_exceeds_it_is_not_admitted() {
+    let f = TempFile::new("budget");
+    let mut cfg = config(&f, 8, 64);
+    let rate = 4u64 << 20;
+    if let Some(fc) = cfg.flash.as_mut() {
+        fc.write_rate = rate;
+    }
+    let cache = Cache::new(cfg, Arc::new(Clock::new())).expect("cache");
+    let start = std::time::Instant::now();
+    let mut k = 0;
+    // Far more than 4 MB/s of evictions for 1.5 s.
+    while start.elapsed().as_secs_f64() < 1.5 {
+        for _ in 0..2000 {
+            set(&cache, k, 1);
+            k += 1;
+        }
+        cache.flash_write_step();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let s = flash_stats(&cache);
+    let allowed = (rate as f64 * secs) as u64 + (1 << 20);
+    assert!(
+        s.device_bytes <= allowed,
+        "{} bytes written in {secs:.2} s",
+        s.device_bytes
+    );
+    assert!(s.device_bytes >= 1 << 20, "nothing written");
+    assert!(s.admit_refused > 0, "the stage never filled: {s:?}");
+    cache.lock().validate();
+}

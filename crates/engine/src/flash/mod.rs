@@ -83,6 +83,9 @@ pub struct FlashConfig {
     /// arrive faster wait in the stage, and are not admitted when it is
     /// full: the admission policy that keeps the budget.
     pub write_rate: u64,
+    /// The same budget as drive writes per day (0: none), for SSDs rated
+    /// in them; the lower of the two applies.
+    pub write_dwpd: f64,
     /// The hot area's share of the slabs, percent (SlimCache starts at 5).
     pub hot_percent: u8,
     /// Smallest item image admitted (memcached's `ext_item_size`).
@@ -97,11 +100,22 @@ pub struct FlashConfig {
 }
 
 impl FlashConfig {
+    /// The write budget in bytes a second (0: none).
+    pub fn effective_write_rate(&self) -> u64 {
+        let dwpd = (self.write_dwpd * self.size as f64 / 86_400.0) as u64;
+        match (self.write_rate, dwpd) {
+            (0, d) => d,
+            (r, 0) => r,
+            (r, d) => r.min(d),
+        }
+    }
+
     pub fn new(path: PathBuf, size: u64) -> FlashConfig {
         FlashConfig {
             path,
             size,
             write_rate: 0,
+            write_dwpd: 0.0,
             hot_percent: 5,
             item_min: 0,
             // 0: the engine sizes these from `-m`.

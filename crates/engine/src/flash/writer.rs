@@ -302,7 +302,7 @@ impl Flash {
     }
 
     fn budget_allows(&self, w: &mut Writer) -> bool {
-        let rate = self.config.write_rate as f64;
+        let rate = self.config.effective_write_rate() as f64;
         if rate == 0.0 {
             return true;
         }

@@ -888,9 +888,15 @@ fn extended(
             "ext_item_size" => flash_config(s).item_min = sub_number::<usize>(key, value)?,
             "flash_write_rate" => {
                 let v = value.unwrap_or("");
-                flash_config(s).write_rate = size_with_suffix(v, 1).ok_or_else(|| {
-                    CliError::new(EXIT_FAILURE, format!("Invalid flash_write_rate: {v}"))
-                })?;
+                let bad = || CliError::new(EXIT_FAILURE, format!("Invalid flash_write_rate: {v}"));
+                // Bytes a second (k/m/g suffixes), or drive writes per day.
+                match v.strip_suffix("dwpd") {
+                    Some(d) => {
+                        flash_config(s).write_dwpd =
+                            positive_float(d).filter(|d| *d > 0.0).ok_or_else(bad)?
+                    }
+                    None => flash_config(s).write_rate = size_with_suffix(v, 1).ok_or_else(bad)?,
+                }
             }
             "flash_hot" => {
                 let n = sub_number::<u8>(key, value)?;
@@ -1030,8 +1036,9 @@ pub fn usage() -> String {
    - ext_path:            FILE:SIZE, the flash tier (as --flash-path/--flash-size)
    - ext_item_size:       smallest item written to flash (default 0: all)
    - flash_write_rate:    bytes per second the flash writer may write (k/m/g
-                          suffixes; default 0: no limit); items that arrive
-                          faster are not admitted
+                          suffixes), or drive writes per day (e.g. 3dwpd);
+                          default 0: no limit; items that arrive faster are
+                          not admitted
    - flash_hot:           percent of the flash slabs for re-read items, kept
                           uncompressed (SlimCache's hot area; default 5)
    - flash_codec:         zstd (default), lz4 or none
@@ -1505,6 +1512,27 @@ mod tests {
         let (s, _) = run(&["--flash-path", "/tmp/y", "--flash-size=64"]).unwrap();
         let f = s.engine.flash.expect("flash on");
         assert_eq!((f.path.to_str(), f.size), (Some("/tmp/y"), 64 << 20));
+        let (s, _) = run(&[
+            "--flash-path=/tmp/z",
+            "--flash-size=1g",
+            "-o",
+            "flash_write_rate=2dwpd",
+        ])
+        .unwrap();
+        let f = s.engine.flash.expect("flash on");
+        assert_eq!(f.effective_write_rate(), (2u64 << 30) / 86_400);
+        let (s, _) = run(&[
+            "--flash-path=/tmp/z",
+            "--flash-size=1g",
+            "-o",
+            "flash_write_rate=10m",
+        ])
+        .unwrap();
+        assert_eq!(
+            s.engine.flash.expect("flash on").effective_write_rate(),
+            10 << 20
+        );
+        assert_eq!(err(&["-o", "flash_write_rate=xdwpd"]).code, EXIT_FAILURE);
         assert_eq!(err(&["--flash-path", "/tmp/y"]).code, EX_USAGE);
         assert_eq!(
             err(&["--flash-path", "/tmp/y", "--flash-size", "0"]).code,
