@@ -214,6 +214,8 @@ fn the_garbage_collector_recycles_and_keeps_what_is_read() {
         cache.lock().validate();
     }
     let s = flash_stats(&cache);
+    // The split (SlimCache's Algorithm 1) stays within its bounds.
+    assert!((1..=s.slabs / 2).contains(&s.hot_target), "{s:?}");
     let es = cache.lock().stats();
     assert!(
         s.gc_recycled > 8,

@@ -342,6 +342,8 @@ fn flash(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     stat(out, "flash_free_slabs", f.free_slabs);
     stat(out, "flash_hot_slabs", f.hot_slabs);
     stat(out, "flash_cold_slabs", f.cold_slabs);
+    stat(out, "flash_hot_target_slabs", f.hot_target);
+    stat(out, "flash_split_moves", f.split_moves);
     stat(out, "flash_memory_bytes", f.memory_bytes);
     stat(out, "flash_index_bytes", f.index_bytes);
     stat(

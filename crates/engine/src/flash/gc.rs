@@ -27,7 +27,7 @@ impl Flash {
             if free >= self.w_high {
                 return;
             }
-            let hot_cap = (log.slabs.len() * self.config.hot_percent as usize / 100).max(1);
+            let hot_cap = self.hot_target.load(Ordering::Relaxed);
             let area = if log.sealed(Area::Hot) > hot_cap || log.sealed(Area::Cold) == 0 {
                 Area::Hot
             } else {

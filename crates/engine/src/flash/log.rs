@@ -94,6 +94,8 @@ pub struct SlabMeta {
     /// Index entries that point into it (an estimate for choosing victims
     /// and for `stats`: removals that race a publish may miss one).
     pub live: u32,
+    /// Reads of it this window (`split`).
+    pub reads: u32,
 }
 
 impl SlabMeta {
@@ -141,6 +143,7 @@ impl Log {
             epoch,
             offsets,
             live: 0,
+            reads: 0,
         };
         self.areas[area as usize].push_back(slab);
     }

@@ -44,6 +44,7 @@ mod gc;
 pub mod index;
 pub mod log;
 pub mod recover;
+pub mod split;
 pub mod stage;
 mod writer;
 
@@ -90,6 +91,9 @@ pub struct FlashConfig {
     pub hot_percent: u8,
     /// Smallest item image admitted (memcached's `ext_item_size`).
     pub item_min: usize,
+    /// The cost of a miss, microseconds, for items that carry none
+    /// (`split`).
+    pub miss_cost_us: u64,
     /// Bytes the stage may hold (0: 1/32 of `-m`, within 2 MB..64 MB: an
     /// N-zone page emptied at once, 1 MB, must fit).
     pub stage_bytes: usize,
@@ -117,6 +121,7 @@ impl FlashConfig {
             write_rate: 0,
             write_dwpd: 0.0,
             hot_percent: 5,
+            miss_cost_us: 1000,
             item_min: 0,
             // 0: the engine sizes these from `-m`.
             stage_bytes: 0,
@@ -135,6 +140,9 @@ pub struct FlashStats {
     pub free_slabs: u64,
     pub hot_slabs: u64,
     pub cold_slabs: u64,
+    /// Slabs the hot area may hold, and how often the split moved.
+    pub hot_target: u64,
+    pub split_moves: u64,
     /// DRAM the tier takes (index, stage, slab table, buffers).
     pub memory_bytes: u64,
     pub index_bytes: u64,
@@ -202,6 +210,16 @@ struct Counters {
     write_errors: AtomicU64,
     /// Read latencies: bucket i counts reads of under 2^i microseconds.
     latency: [AtomicU64; 24],
+    /// The split's window (`split`): lookups, hits and their time per
+    /// area, and the miss costs items carried.
+    win_lookups: AtomicU64,
+    win_hot_hits: AtomicU64,
+    win_cold_hits: AtomicU64,
+    win_hot_us: AtomicU64,
+    win_cold_us: AtomicU64,
+    win_cost_us: AtomicU64,
+    win_costs: AtomicU64,
+    split_moves: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -272,6 +290,8 @@ pub struct Flash {
     clock: Arc<Clock>,
     w_start: usize,
     w_high: usize,
+    /// Slabs the hot area may hold (SlimCache §3.5; moved by `split`).
+    hot_target: AtomicUsize,
 }
 
 impl Flash {
@@ -312,6 +332,7 @@ impl Flash {
             clock,
             w_start: (w_high / 8).max(1),
             w_high,
+            hot_target: AtomicUsize::new((slabs * config.hot_percent as usize / 100).max(1)),
             config,
             device,
         };
@@ -399,6 +420,7 @@ impl Flash {
     /// `image`), then the index.
     pub fn lookup(&self, h: u64, key: &[u8], image: &mut Vec<u8>) -> Probe {
         bump(&self.counters.lookups);
+        bump(&self.counters.win_lookups);
         {
             let stage = self.stage.lock();
             if let Some(im) = stage.get(h, key) {
@@ -436,9 +458,11 @@ impl Flash {
     pub fn read(&self, h: u64, key: &[u8], locs: &[Loc], image: &mut Vec<u8>) -> bool {
         READER.with_borrow_mut(|r| {
             for &loc in locs {
-                if self.read_one(r, h, key, loc, image) {
+                let t = Instant::now();
+                if let Some(area) = self.read_one(r, h, key, loc, image) {
                     bump(&self.counters.hits);
                     self.index.mark_accessed(h, loc);
+                    self.note_hit(area, t, image);
                     return true;
                 }
             }
@@ -446,27 +470,54 @@ impl Flash {
         })
     }
 
-    fn read_one(&self, r: &mut Reader, h: u64, key: &[u8], loc: Loc, image: &mut Vec<u8>) -> bool {
+    /// A hit from `area` that took since `t`: the split's measurements
+    /// (`split`): its area, its cost, and the item's own miss cost.
+    fn note_hit(&self, area: Area, t: Instant, image: &[u8]) {
+        let c = &self.counters;
+        let us = t.elapsed().as_micros() as u64;
+        let (hits, time) = match area {
+            Area::Hot => (&c.win_hot_hits, &c.win_hot_us),
+            Area::Cold => (&c.win_cold_hits, &c.win_cold_us),
+        };
+        bump(hits);
+        time.fetch_add(us, Ordering::Relaxed);
+        let cost = item::dequantize_cost(item::Header::read(image).cost);
+        if cost > 0 {
+            c.win_cost_us.fetch_add(u64::from(cost), Ordering::Relaxed);
+            bump(&c.win_costs);
+        }
+    }
+
+    /// Read `key` from `loc`; the area it was found in.
+    fn read_one(
+        &self,
+        r: &mut Reader,
+        h: u64,
+        key: &[u8],
+        loc: Loc,
+        image: &mut Vec<u8>,
+    ) -> Option<Area> {
         // A slab still in DRAM: copy the container out, decode without
         // the lock.
         let in_dram = {
             let dram = self.dram.lock();
-            dram.container(loc).map(|c| c.map(|b| b.to_vec()))
+            dram.container(loc)
+                .map(|(area, c)| (area, c.map(|b| b.to_vec())))
         };
         let now = self.clock.started_unix();
-        if let Some(bytes) = in_dram {
-            let Some(bytes) = bytes else {
-                return false;
-            };
-            return self.decode(r, h, key, loc, &bytes, now, image);
+        if let Some((area, bytes)) = in_dram {
+            return self
+                .decode(r, h, key, loc, &bytes?, now, image)
+                .then_some(area);
         }
-        let (range, epoch) = {
-            let log = self.log.lock();
-            let m = &log.slabs[loc.slab as usize];
-            (m.container(loc.container), m.epoch)
+        let (range, epoch, area) = {
+            let mut log = self.log.lock();
+            let m = &mut log.slabs[loc.slab as usize];
+            m.reads = m.reads.saturating_add(1);
+            (m.container(loc.container), m.epoch, m.area)
         };
-        let Some((start, end)) = range else {
-            return false;
+        let (Some((start, end)), Some(area)) = (range, area) else {
+            return None;
         };
         let base = loc.slab as u64 * SLAB as u64;
         let from = start / ALIGN * ALIGN;
@@ -483,7 +534,7 @@ impl Flash {
             .is_err()
         {
             bump(&self.counters.io_errors);
-            return false;
+            return None;
         }
         self.note_latency(t);
         self.counters
@@ -491,6 +542,7 @@ impl Flash {
             .fetch_add(len as u64, Ordering::Relaxed);
         let bytes = buf.as_ref()[start - from..end - from].to_vec();
         self.decode(r, h, key, loc, &bytes, epoch, image)
+            .then_some(area)
     }
 
     /// Check and decode a container read from `loc` (written under
@@ -602,6 +654,8 @@ impl Flash {
             free_slabs: log.1,
             hot_slabs: log.2,
             cold_slabs: log.3,
+            hot_target: self.hot_target.load(Ordering::Relaxed) as u64,
+            split_moves: get(&c.split_moves),
             memory_bytes: self.memory_bytes() as u64,
             index_bytes: self.index_bytes.load(Ordering::Relaxed) as u64,
             admitted: get(&c.admitted),

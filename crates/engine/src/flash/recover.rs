@@ -451,6 +451,7 @@ impl Flash {
                 epoch: s.epoch,
                 offsets: s.offsets,
                 live: s.live,
+                reads: 0,
             };
         }
         log.relist();
@@ -520,6 +521,7 @@ impl Flash {
                 epoch: s.header.epoch,
                 offsets: s.offsets,
                 live,
+                reads: 0,
             };
             r.slabs += 1;
         }

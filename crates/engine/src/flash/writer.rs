@@ -54,6 +54,7 @@ pub(super) struct OpenSlab {
 /// A slab being written: readable from DRAM until it is sealed.
 pub(super) struct Sealing {
     pub(super) slab: u32,
+    pub(super) area: Area,
     pub(super) buf: Arc<AlignedBuf>,
     /// Container starts, then the end.
     pub(super) offsets: Vec<u32>,
@@ -70,18 +71,24 @@ pub(super) struct Dram {
 
 impl Dram {
     /// Bytes of container `c` of `slab`, if that slab is in DRAM.
-    pub(super) fn container(&self, loc: Loc) -> Option<Option<&[u8]>> {
+    pub(super) fn container(&self, loc: Loc) -> Option<(Area, Option<&[u8]>)> {
         let c = loc.container as usize;
-        for o in self.open.iter().flatten() {
-            if o.slab == loc.slab {
-                let start = *o.offsets.get(c)? as usize;
+        for (area, o) in [Area::Cold, Area::Hot].into_iter().zip(&self.open) {
+            let Some(o) = o.as_ref().filter(|o| o.slab == loc.slab) else {
+                continue;
+            };
+            let bytes = o.offsets.get(c).map(|&start| {
                 let end = o.offsets.get(c + 1).map_or(o.at, |&e| e as usize);
-                return Some(Some(&o.buf.as_ref()[start..end]));
-            }
+                &o.buf.as_ref()[start as usize..end]
+            });
+            return Some((area, bytes));
         }
         let s = self.sealing.as_ref().filter(|s| s.slab == loc.slab)?;
         let range = s.offsets.get(c).zip(s.offsets.get(c + 1));
-        Some(range.map(|(&a, &b)| &s.buf.as_ref().as_ref()[a as usize..b as usize]))
+        Some((
+            s.area,
+            range.map(|(&a, &b)| &s.buf.as_ref().as_ref()[a as usize..b as usize]),
+        ))
     }
 
     #[cfg(any(test, feature = "testing"))]
@@ -112,6 +119,7 @@ impl Flash {
         let w = &mut *w;
         self.catch_up_with_clear(w);
         self.journal_step();
+        self.adapt_split(w.ratio);
         let area = {
             let stage = self.stage.lock();
             if stage.has_waiting(Area::Hot) {
@@ -246,6 +254,7 @@ impl Flash {
             let buf = Arc::new(o.buf);
             dram.sealing = Some(Sealing {
                 slab: o.slab,
+                area,
                 buf: buf.clone(),
                 offsets: o.offsets.clone(),
             });

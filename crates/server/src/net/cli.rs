@@ -898,6 +898,7 @@ fn extended(
                     None => flash_config(s).write_rate = size_with_suffix(v, 1).ok_or_else(bad)?,
                 }
             }
+            "flash_miss_cost" => flash_config(s).miss_cost_us = sub_number::<u64>(key, value)?,
             "flash_hot" => {
                 let n = sub_number::<u8>(key, value)?;
                 if n > 50 {
@@ -1040,7 +1041,10 @@ pub fn usage() -> String {
                           default 0: no limit; items that arrive faster are
                           not admitted
    - flash_hot:           percent of the flash slabs for re-read items, kept
-                          uncompressed (SlimCache's hot area; default 5)
+                          uncompressed, at start (SlimCache's hot area;
+                          default 5); the cost model moves it from there
+   - flash_miss_cost:     microseconds a miss costs the client, for items
+                          that carry no cost (default 1000)
    - flash_codec:         zstd (default), lz4 or none
    - rebalance:           how pages move between slab classes: off, memcached
                           (slab_automove's rule), sas (towards capacity misses),
