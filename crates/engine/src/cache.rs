@@ -764,11 +764,16 @@ impl Cache {
             return f(None);
         };
         FLASH_IMAGE.with_borrow_mut(|image| {
+            let mut again = None;
             let found = match flash.lookup(h, key, image) {
                 Probe::Absent => false,
                 Probe::Staged => true,
                 Probe::OnFlash(locs) => match fetch::on_flash(h, key, &locs) {
-                    InScope::Read => flash.read(h, key, &locs, image),
+                    InScope::Read => {
+                        let read = flash.read(h, key, &locs, image);
+                        again = read.filter(|r| r.again);
+                        read.is_some()
+                    }
                     InScope::Done(Some(im)) => {
                         image.clear();
                         image.extend_from_slice(&im);
@@ -780,12 +785,30 @@ impl Cache {
             if !found || matches!(item::exptime(image), e if e != 0 && e <= now) {
                 return f(None);
             }
-            f(Some(crate::engine::image_view(
+            let r = f(Some(crate::engine::image_view(
                 image,
                 self.shared.cas_enabled,
                 now,
-            )))
+            )));
+            if let Some(read) = again {
+                self.recache(h, image, read.loc);
+            }
+            r
         })
+    }
+
+    /// An item read on flash a second time goes back to memory (its flash
+    /// copy goes: `Engine::recache`), so a key that turned hot is not read
+    /// from flash for ever: memcached's extstore recaches items too. The
+    /// access bit is SlimCache's; without this, hot items that had been
+    /// evicted once were served from flash at every GET (a p50 of 340 us
+    /// for keys that fit in memory, `benches/flash-stalls.sh`).
+    fn recache(&self, h: u64, image: &[u8], loc: crate::flash::index::Loc) {
+        if self.lock().recache(h, image, loc) {
+            if let Some(f) = &self.shared.flash {
+                f.note_recached();
+            }
+        }
     }
 
     /// A request is parked on a flash read: note the reads these keys
@@ -823,9 +846,13 @@ impl Cache {
     pub fn flash_read(&self, want: &crate::flash::fetch::Want) -> Option<Box<[u8]>> {
         let flash = self.shared.flash.as_ref()?;
         FLASH_IMAGE.with_borrow_mut(|image| {
-            flash
-                .read(want.h, &want.key, &want.locs, image)
-                .then(|| image[..].into())
+            let read = flash.read(want.h, &want.key, &want.locs, image)?;
+            if read.again {
+                // Back to memory now: the parked request, run again, will
+                // find it there.
+                self.recache(want.h, image, read.loc);
+            }
+            Some(image[..].into())
         })
     }
 

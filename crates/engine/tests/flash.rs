@@ -122,6 +122,21 @@ fn items_leaving_memory_come_back_from_flash() {
     assert!(s.hits > n / 2);
     let dram = s.index_bytes as f64 / s.items as f64;
     assert!(dram <= 12.0, "{dram} bytes of index per flash item");
+    // A second read of an item on flash puts it back in memory (and takes
+    // its flash copy out): read the first thousand keys twice more.
+    for _ in 0..2 {
+        for k in 0..1000 {
+            if let Some(v) = get(&cache, k) {
+                assert_eq!(v, value(k, 1), "key {k} after a recache");
+            }
+        }
+    }
+    let again = flash_stats(&cache);
+    assert!(again.recached > 500, "{} recached", again.recached);
+    assert!(
+        again.items < s.items,
+        "recached items still indexed on flash"
+    );
     // Every item is in memory or on flash, and curr_items says so.
     let curr = cache.lock().stats().curr_items;
     assert!(curr >= hits, "curr_items {curr} < {hits} found");
@@ -193,17 +208,20 @@ fn the_garbage_collector_recycles_and_keeps_what_is_read() {
     for k in 0..hot.len() as u64 {
         set(&cache, k, 1);
     }
-    let rounds = 24u64;
+    let rounds = 12u64;
     for round in 0..rounds {
         for k in 10_000 + round * 20_000..10_000 + (round + 1) * 20_000 {
             set(&cache, k, 1);
             if k % 500 == 0 {
                 drain(&cache);
             }
-            // The hot keys are read now and then: each read marks its
-            // flash copy, which the collector then keeps.
-            if k % 40_000 == 0 {
-                for &h in &hot {
+            // The hot keys are read once each, a tenth at a time, once
+            // they are on flash and before its FIFO drops them: the read
+            // marks their flash copy, which the collector then keeps (a
+            // second read would put them back in memory instead).
+            if k % 10_000 == 0 && (50_000..150_000).contains(&k) {
+                let part = (k / 10_000 - 5) as usize;
+                for &h in &hot[part * 200..(part + 1) * 200] {
                     if let Some(v) = get(&cache, h) {
                         assert_eq!(v, value(h, 1));
                     }
@@ -218,7 +236,7 @@ fn the_garbage_collector_recycles_and_keeps_what_is_read() {
     assert!((1..=s.slabs / 2).contains(&s.hot_target), "{s:?}");
     let es = cache.lock().stats();
     assert!(
-        s.gc_recycled > 8,
+        s.gc_recycled > 3,
         "{} slabs recycled: {s:?} evictions {} items {} total {} oom {}",
         s.gc_recycled,
         es.evictions,
@@ -266,21 +284,30 @@ fn faults_cost_misses_never_wrong_bytes() {
     };
     // Everything on the file, none of it in the writer's open slab.
     assert!(cache.flash_sync());
-    let before = check_all(&cache);
-    assert!(before > n * 9 / 10);
-    // A flipped byte in every read: every container fails its checks.
-    for at in [0u64, 30, 100, 2000, 4095] {
+    let on_flash = flash_stats(&cache).items;
+    // Read errors: misses, and the items stay on flash.
+    dev.fail_reads.store(true, Ordering::Relaxed);
+    let with_errors = check_all(&cache);
+    assert!(
+        with_errors < n - on_flash / 2,
+        "{with_errors} found with reads failing"
+    );
+    assert!(flash_stats(&cache).io_errors > 0);
+    assert_eq!(flash_stats(&cache).items, on_flash);
+    dev.fail_reads.store(false, Ordering::Relaxed);
+    // A byte in every 512 flipped in every read: every container fails
+    // its checks, and its entry goes.
+    for at in [0u64, 30, 100, 511] {
         dev.flip.store(at, Ordering::Relaxed);
         check_all(&cache);
     }
     dev.flip.store(u64::MAX, Ordering::Relaxed);
-    // Read errors.
-    dev.fail_reads.store(true, Ordering::Relaxed);
-    let with_errors = check_all(&cache);
-    assert!(with_errors < before);
     let s = flash_stats(&cache);
-    assert!(s.io_errors > 0 && s.read_errors > 0);
-    dev.fail_reads.store(false, Ordering::Relaxed);
+    assert!(s.read_errors > 0, "{s:?}");
+    assert!(
+        s.items < on_flash / 10,
+        "damaged containers still indexed: {s:?}"
+    );
     // A full disk: writes fail, memory keeps serving, nothing is lost
     // from memory and nothing wrong is read.
     dev.full.store(true, Ordering::Relaxed);

@@ -184,7 +184,7 @@ fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
         stat(out, "get_extstore", f.hits - f.stage_hits);
         stat(out, "get_aborted_extstore", 0);
         stat(out, "get_oom_extstore", 0);
-        stat(out, "recache_from_extstore", 0);
+        stat(out, "recache_from_extstore", f.recached);
         stat(out, "miss_from_extstore", f.false_reads);
         stat(out, "badcrc_from_extstore", f.read_errors);
     }
@@ -379,6 +379,7 @@ fn flash(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     stat(out, "flash_lookups", f.lookups);
     stat(out, "flash_hits", f.hits);
     stat(out, "flash_stage_hits", f.stage_hits);
+    stat(out, "flash_recached", f.recached);
     stat(out, "flash_false_reads", f.false_reads);
     stat(out, "flash_reads", f.reads);
     stat(out, "flash_read_errors", f.read_errors);

@@ -292,6 +292,37 @@ impl Engine {
         }
     }
 
+    /// Put an item read from flash (at `loc`) back in memory, unless memory
+    /// has the key already or its flash copy is gone (a SET, DELETE or
+    /// `flush_all` since the read: then the image is stale). The flash
+    /// copy is removed as the item is written (`write_new`). True if it
+    /// was put back.
+    pub(crate) fn recache(&mut self, h: u64, image: &[u8], loc: crate::flash::index::Loc) -> bool {
+        let key = item::key(image);
+        if self.find_live(key, h).is_some() {
+            return false;
+        }
+        if !self.flash.as_ref().is_some_and(|f| f.holds(h, loc)) {
+            return false;
+        }
+        let hdr = item::Header::read(image);
+        let flags = item::flags(image);
+        let value = &image[item::value_start(image)..];
+        let bits = (hdr.bits & !item::FLAGS_WIDTH_MASK) | item::LIVE | item::REF;
+        self.write_new(
+            h,
+            key,
+            &[value],
+            flags,
+            hdr.exptime,
+            hdr.cas,
+            hdr.cost,
+            bits,
+            None,
+        )
+        .is_ok()
+    }
+
     /// The item at `loc` leaves memory with no Z-zone: stage it for flash.
     fn demote_to_flash(&mut self, loc: u64, now: crate::RelTime) -> bool {
         let Some(f) = &self.flash else {

@@ -175,6 +175,9 @@ impl AsMut<[u8]> for AlignedBuf {
     }
 }
 
+/// The stride of [`Faulty::flip`].
+pub const FLIP_EVERY: usize = 512;
+
 /// A device that fails on request: for the fault tests.
 pub struct Faulty<D> {
     pub inner: D,
@@ -184,8 +187,9 @@ pub struct Faulty<D> {
     pub fail_writes: AtomicBool,
     /// Writes fail with ENOSPC.
     pub full: AtomicBool,
-    /// Reads come back with this byte of the transfer flipped (u64::MAX:
-    /// none).
+    /// Reads come back with this byte of the transfer flipped, and every
+    /// [`FLIP_EVERY`]th after it, so that any container read is damaged
+    /// (u64::MAX: none).
     pub flip: AtomicU64,
 }
 
@@ -212,8 +216,10 @@ impl<D: Device> Device for Faulty<D> {
         }
         self.inner.read_at(buf, offset)?;
         let flip = self.flip.load(Ordering::Relaxed);
-        if let Some(b) = usize::try_from(flip).ok().and_then(|i| buf.get_mut(i)) {
-            *b ^= 0x20;
+        if let Ok(first) = usize::try_from(flip) {
+            for b in buf.iter_mut().skip(first).step_by(FLIP_EVERY) {
+                *b ^= 0x20;
+            }
         }
         Ok(())
     }
@@ -289,6 +295,8 @@ mod tests {
         let mut r = AlignedBuf::new(ALIGN);
         dev.read_at(r.as_mut(), 0).expect("read");
         assert_eq!(r.as_ref()[7], 1 ^ 0x20);
+        assert_eq!(r.as_ref()[7 + FLIP_EVERY], 0x20);
+        assert_eq!(r.as_ref()[8], 0);
         dev.fail_reads.store(true, Ordering::Relaxed);
         assert!(dev.read_at(r.as_mut(), 0).is_err());
         dev.full.store(true, Ordering::Relaxed);

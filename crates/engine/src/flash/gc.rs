@@ -113,7 +113,7 @@ impl Flash {
                             Area::Hot => Area::Hot,
                         };
                         let mut stage = self.stage.lock();
-                        if stage.bytes() + image.len() <= self.config.stage_bytes {
+                        if stage.fits(image.len(), self.config.stage_bytes) {
                             stage.push(to, h, Arc::from(image), Some(loc));
                             continue;
                         }
@@ -126,7 +126,7 @@ impl Flash {
                             // area, compressed.
                             bump(&self.counters.gc_demoted);
                             let mut stage = self.stage.lock();
-                            if stage.bytes() + image.len() <= self.config.stage_bytes {
+                            if stage.fits(image.len(), self.config.stage_bytes) {
                                 stage.push(Area::Cold, h, Arc::from(image), Some(loc));
                                 continue;
                             }

@@ -296,17 +296,21 @@ impl FlashIndex {
     }
 
     /// Set the access bit of the entry of `h` at `loc`.
-    pub fn mark_accessed(&self, h: u64, loc: Loc) {
+    /// Set the access bit of the entry of `h` at `loc`; whether it was
+    /// set already (None: no such entry).
+    pub fn mark_accessed(&self, h: u64, loc: Loc) -> Option<bool> {
         let tag = tag_of(h);
         let mut shard = self.shards[shard_of(h)].lock();
         for b in shard.buckets_of(tag) {
             for s in shard.buckets[b].iter_mut() {
                 if *s != 0 && same_place(*s, tag, loc) {
+                    let before = *s & ACCESSED != 0;
                     *s |= ACCESSED;
-                    return;
+                    return Some(before);
                 }
             }
         }
+        None
     }
 
     /// Remove every entry in `slab` (when its contents could not be read
@@ -576,7 +580,8 @@ mod tests {
                     }
                     Op::Mark(k, s) => {
                         let h = narrow(k);
-                        idx.mark_accessed(h, l(s));
+                        let before = idx.mark_accessed(h, l(s));
+                        prop_assert_eq!(before, model.get(&(tag_of(h), l(s))).copied());
                         if let Some(a) = model.get_mut(&(tag_of(h), l(s))) {
                             *a = true;
                         }

@@ -143,6 +143,8 @@ pub struct FlashStats {
     /// Slabs the hot area may hold, and how often the split moved.
     pub hot_target: u64,
     pub split_moves: u64,
+    /// Items read on flash a second time and put back in memory.
+    pub recached: u64,
     /// DRAM the tier takes (index, stage, slab table, buffers).
     pub memory_bytes: u64,
     pub index_bytes: u64,
@@ -220,6 +222,7 @@ struct Counters {
     win_cost_us: AtomicU64,
     win_costs: AtomicU64,
     split_moves: AtomicU64,
+    recached: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -239,6 +242,14 @@ pub struct Recovery {
     pub bad_slabs: u64,
     pub bad_containers: u64,
     pub micros: u64,
+}
+
+/// A read that found its key: where, and whether the item had been read
+/// on flash before (then it goes back to memory: `Cache::recache`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Read {
+    pub loc: Loc,
+    pub again: bool,
 }
 
 /// What a lookup found.
@@ -371,7 +382,7 @@ impl Flash {
             return false;
         }
         let mut stage = self.stage.lock();
-        if stage.bytes() + image.len() > self.config.stage_bytes {
+        if !stage.fits(image.len(), self.config.stage_bytes) {
             drop(stage);
             bump(&self.counters.admit_refused);
             return false;
@@ -455,19 +466,30 @@ impl Flash {
     /// none does (a tag shared with another key, a slab recycled since the
     /// lookup, or a fault: an I/O error or a container that fails its
     /// checks).
-    pub fn read(&self, h: u64, key: &[u8], locs: &[Loc], image: &mut Vec<u8>) -> bool {
+    pub fn read(&self, h: u64, key: &[u8], locs: &[Loc], image: &mut Vec<u8>) -> Option<Read> {
         READER.with_borrow_mut(|r| {
             for &loc in locs {
                 let t = Instant::now();
                 if let Some(area) = self.read_one(r, h, key, loc, image) {
                     bump(&self.counters.hits);
-                    self.index.mark_accessed(h, loc);
+                    let again = self.index.mark_accessed(h, loc) == Some(true);
                     self.note_hit(area, t, image);
-                    return true;
+                    return Some(Read { loc, again });
                 }
             }
-            false
+            None
         })
+    }
+
+    /// Whether the entry of `h` at `loc` is still indexed (no SET, DELETE
+    /// or recycling has removed it since it was read).
+    pub fn holds(&self, h: u64, loc: Loc) -> bool {
+        self.index.accessed(h, loc).is_some()
+    }
+
+    /// An item read from flash went back to memory.
+    pub fn note_recached(&self) {
+        bump(&self.counters.recached);
     }
 
     /// A hit from `area` that took since `t`: the split's measurements
@@ -656,6 +678,7 @@ impl Flash {
             cold_slabs: log.3,
             hot_target: self.hot_target.load(Ordering::Relaxed) as u64,
             split_moves: get(&c.split_moves),
+            recached: get(&c.recached),
             memory_bytes: self.memory_bytes() as u64,
             index_bytes: self.index_bytes.load(Ordering::Relaxed) as u64,
             admitted: get(&c.admitted),

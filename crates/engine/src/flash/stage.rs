@@ -64,6 +64,11 @@ impl Stage {
         self.by_hash.is_empty()
     }
 
+    /// Whether an image of `len` bytes fits under `cap` bytes.
+    pub fn fits(&self, len: usize, cap: usize) -> bool {
+        self.bytes + len + ENTRY_OVERHEAD <= cap
+    }
+
     /// Bytes waiting in `area` and not yet taken.
     pub fn waiting(&self, area: Area) -> usize {
         let q = &self.queues[area as usize];
