@@ -771,7 +771,7 @@ impl Cache {
                 Probe::OnFlash(locs) => match fetch::on_flash(h, key, &locs) {
                     InScope::Read => {
                         let read = flash.read(h, key, &locs, image);
-                        again = read.filter(|r| r.again);
+                        again = read.filter(|r| r.distance.is_some());
                         read.is_some()
                     }
                     InScope::Done(Some(im)) => {
@@ -791,20 +791,20 @@ impl Cache {
                 now,
             )));
             if let Some(read) = again {
-                self.recache(h, image, read.loc);
+                self.recache(h, image, read);
             }
             r
         })
     }
 
-    /// An item read on flash a second time goes back to memory (its flash
-    /// copy goes: `Engine::recache`), so a key that turned hot is not read
-    /// from flash for ever: memcached's extstore recaches items too. The
-    /// access bit is SlimCache's; without this, hot items that had been
-    /// evicted once were served from flash at every GET (a p50 of 340 us
-    /// for keys that fit in memory, `benches/flash-stalls.sh`).
-    fn recache(&self, h: u64, image: &[u8], loc: crate::flash::index::Loc) {
-        if self.lock().recache(h, image, loc) {
+    /// An item read on flash again soon enough goes back to memory (its
+    /// flash copy goes: `Engine::recache`), so a key that turned hot is not
+    /// read from flash for ever: memcached's extstore recaches items too.
+    /// Without it, hot items that had been evicted once were served from
+    /// flash at every GET (a p50 of 340 us for keys that fit in memory,
+    /// `benches/flash-stalls.sh`).
+    fn recache(&self, h: u64, image: &[u8], read: crate::flash::Read) {
+        if self.lock().recache(h, image, read) {
             if let Some(f) = &self.shared.flash {
                 f.note_recached();
             }
@@ -847,10 +847,10 @@ impl Cache {
         let flash = self.shared.flash.as_ref()?;
         FLASH_IMAGE.with_borrow_mut(|image| {
             let read = flash.read(want.h, &want.key, &want.locs, image)?;
-            if read.again {
+            if read.distance.is_some() {
                 // Back to memory now: the parked request, run again, will
                 // find it there.
-                self.recache(want.h, image, read.loc);
+                self.recache(want.h, image, read);
             }
             Some(image[..].into())
         })

@@ -292,17 +292,27 @@ impl Engine {
         }
     }
 
-    /// Put an item read from flash (at `loc`) back in memory, unless memory
-    /// has the key already or its flash copy is gone (a SET, DELETE or
-    /// `flush_all` since the read: then the image is stale). The flash
-    /// copy is removed as the item is written (`write_new`). True if it
-    /// was put back.
-    pub(crate) fn recache(&mut self, h: u64, image: &[u8], loc: crate::flash::index::Loc) -> bool {
+    /// Put an item read from flash back in memory if it was read again
+    /// within a reuse distance memory would have kept it for (fewer items
+    /// admitted to flash, that is evicted from memory, than memory holds:
+    /// the test zExpander's promotion makes, §3.3.2), unless memory has the
+    /// key already or its flash copy is gone (a SET, DELETE or `flush_all`
+    /// since the read: then the image is stale). The flash copy is removed
+    /// as the item is written (`write_new`). True if it was put back.
+    /// Without the distance, a uniform scan of more keys than memory holds
+    /// recached every key on its second read and churned memory.
+    pub(crate) fn recache(&mut self, h: u64, image: &[u8], read: crate::flash::Read) -> bool {
         let key = item::key(image);
+        if read
+            .distance
+            .is_none_or(|d| d >= self.counters.curr_items.max(1))
+        {
+            return false;
+        }
         if self.find_live(key, h).is_some() {
             return false;
         }
-        if !self.flash.as_ref().is_some_and(|f| f.holds(h, loc)) {
+        if !self.flash.as_ref().is_some_and(|f| f.holds(h, read.loc)) {
             return false;
         }
         let hdr = item::Header::read(image);

@@ -244,13 +244,19 @@ pub struct Recovery {
     pub micros: u64,
 }
 
-/// A read that found its key: where, and whether the item had been read
-/// on flash before (then it goes back to memory: `Cache::recache`).
+/// A read that found its key: where, and, if the item was read on flash
+/// before and that read is remembered, how many items were admitted to
+/// flash since (its reuse distance, in evictions from memory: compared
+/// with memory's item count, it says whether the item would have stayed
+/// in memory had it been there: `Engine::recache`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Read {
     pub loc: Loc,
-    pub again: bool,
+    pub distance: Option<u64>,
 }
+
+/// Slots of the table of recent flash reads (8 bytes each, in `-m`).
+const RECENT_READS: usize = 1 << 16;
 
 /// What a lookup found.
 #[derive(Debug, PartialEq, Eq)]
@@ -303,6 +309,8 @@ pub struct Flash {
     w_high: usize,
     /// Slabs the hot area may hold (SlimCache §3.5; moved by `split`).
     hot_target: AtomicUsize,
+    /// Recent flash reads, by key hash (see [`Read`]).
+    recent: Box<[AtomicU64]>,
 }
 
 impl Flash {
@@ -344,6 +352,7 @@ impl Flash {
             w_start: (w_high / 8).max(1),
             w_high,
             hot_target: AtomicUsize::new((slabs * config.hot_percent as usize / 100).max(1)),
+            recent: (0..RECENT_READS).map(|_| AtomicU64::new(0)).collect(),
             config,
             device,
         };
@@ -371,6 +380,7 @@ impl Flash {
         self.index_bytes.load(Ordering::Relaxed)
             + self.config.stage_bytes
             + self.log_bytes.load(Ordering::Relaxed)
+            + RECENT_READS * 8
     }
 
     /// An item image leaves memory: stage it for the writer. False if not
@@ -474,7 +484,15 @@ impl Flash {
                     bump(&self.counters.hits);
                     let again = self.index.mark_accessed(h, loc) == Some(true);
                     self.note_hit(area, t, image);
-                    return Some(Read { loc, again });
+                    // The last read of each slot's key: high hash bits and
+                    // the admissions count then.
+                    let admitted = self.counters.admitted.load(Ordering::Relaxed);
+                    let slot = &self.recent[(h as usize) & (RECENT_READS - 1)];
+                    let mine = h & !0xffff_ffff;
+                    let prev = slot.swap(mine | (admitted & 0xffff_ffff), Ordering::Relaxed);
+                    let distance = (again && prev & !0xffff_ffff == mine)
+                        .then(|| (admitted as u32).wrapping_sub(prev as u32) as u64);
+                    return Some(Read { loc, distance });
                 }
             }
             None
