@@ -406,13 +406,8 @@ impl Flash {
         }
         r.items = self.index.len() as u64;
         r.micros = t.elapsed().as_micros() as u64;
-        // Only tombstones that can still shadow a slab on flash are kept.
-        let oldest = self.log.lock().oldest_seq().unwrap_or(u64::MAX);
         if let Some(j) = journal.as_mut() {
-            let keep: Vec<(u64, u64)> = tombs.into_iter().filter(|t| t.1 > oldest).collect();
-            if j.rewrite(&keep).is_err() {
-                bump(&self.counters.write_errors);
-            }
+            self.compact_journal(j, tombs);
         }
         *self.journal.lock() = journal;
         *self.recovery.lock() = r;
@@ -548,15 +543,21 @@ impl Flash {
         }
         let limit = (self.config.size / 256).max(4 << 20);
         if journal.bytes() > limit {
-            let oldest = self.log.lock().oldest_seq().unwrap_or(u64::MAX);
-            let keep: Vec<(u64, u64)> = journal
-                .records()
-                .into_iter()
-                .filter(|t| t.1 > oldest)
-                .collect();
-            if journal.rewrite(&keep).is_err() {
-                bump(&self.counters.write_errors);
-            }
+            let records = journal.records();
+            self.compact_journal(journal, records);
+        }
+    }
+
+    /// Rewrite the journal with the tombstones that can still shadow a
+    /// slab: those newer than the oldest slab written or being filled (a
+    /// tombstone shadows copies in slabs older than itself).
+    fn compact_journal(&self, journal: &mut Journal, records: Vec<(u64, u64)>) {
+        let sealed = self.log.lock().oldest_seq();
+        let open = self.dram.lock().open.iter().flatten().map(|o| o.seq).min();
+        let oldest = sealed.into_iter().chain(open).min().unwrap_or(u64::MAX);
+        let keep: Vec<(u64, u64)> = records.into_iter().filter(|t| t.1 > oldest).collect();
+        if journal.rewrite(&keep).is_err() {
+            bump(&self.counters.write_errors);
         }
     }
 
