@@ -14,8 +14,9 @@
 # Usage: benches/flash-stalls.sh   (see docs/benchmarks.md)
 # Environment: CACHALOT_BIN, LOADGEN_BIN, LAB_BIN (default
 # target/release/cachalot-lab), MEM_MB (64), FLASH_MB (512), THREADS (2),
-# KEYS_FLASH (1000000), KEYS_HOT (50000), RATE (10000), REQUESTS (300000),
-# REPEAT (3), OUT_DIR.
+# KEYS_FLASH (1000000), KEYS_HOT (10000: they must fit in memory beside the
+# flash index), RATE (10000), REQUESTS (300000), REPEAT (3), CACHALOT_ARGS
+# (extra flags for both modes), OUT_DIR.
 set -euo pipefail
 # shellcheck source=benches/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -24,7 +25,7 @@ MEM_MB=${MEM_MB:-64}
 FLASH_MB=${FLASH_MB:-512}
 THREADS=${THREADS:-2}
 KEYS_FLASH=${KEYS_FLASH:-1000000}
-KEYS_HOT=${KEYS_HOT:-50000}
+KEYS_HOT=${KEYS_HOT:-10000}
 RATE=${RATE:-10000}
 REQUESTS=${REQUESTS:-300000}
 REPEAT=${REPEAT:-3}
@@ -41,7 +42,7 @@ echo "measured: ycsb-c over $KEYS_HOT keys at $RATE req/s, $REQUESTS requests; r
 echo
 
 # shellcheck disable=SC2206
-FLAGS=(-l 127.0.0.1 -m "$MEM_MB" -t "$THREADS" -U 0 $USER_FLAG)
+FLAGS=(-l 127.0.0.1 -m "$MEM_MB" -t "$THREADS" -U 0 $USER_FLAG ${CACHALOT_ARGS:-})
 printf '%-4s %-6s %10s %10s %10s %12s\n' rep flash p50_us p99_us p999_us flash_hits
 for rep in $(seq 1 "$REPEAT"); do
     for mode in off on; do
