@@ -804,6 +804,12 @@ impl Cache {
     /// flash at every GET (a p50 of 340 us for keys that fit in memory,
     /// `benches/flash-stalls.sh`).
     fn recache(&self, h: u64, image: &[u8], read: crate::flash::Read) {
+        let Some(flash) = &self.shared.flash else {
+            return;
+        };
+        if !flash.recache_allowed() {
+            return;
+        }
         if self.lock().recache(h, image, read) {
             if let Some(f) = &self.shared.flash {
                 f.note_recached();

@@ -132,7 +132,9 @@ fn items_leaving_memory_come_back_from_flash() {
         }
     }
     let again = flash_stats(&cache);
-    assert!(again.recached > 500, "{} recached", again.recached);
+    // At most one recache per 8 flash hits (the cap), and all the re-read
+    // keys qualify: about 2,000 / 8.
+    assert!(again.recached > 150, "{} recached", again.recached);
     assert!(
         again.items < s.items,
         "recached items still indexed on flash"

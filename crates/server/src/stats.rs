@@ -21,6 +21,8 @@ pub struct ThreadStats {
     pub get_misses: AtomicU64,
     pub get_expired: AtomicU64,
     pub get_flushed: AtomicU64,
+    /// GETs answered as misses because the flash read queue was full.
+    pub get_aborted_flash: AtomicU64,
     pub delete_hits: AtomicU64,
     pub delete_misses: AtomicU64,
     pub incr_hits: AtomicU64,

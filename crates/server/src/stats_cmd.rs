@@ -182,7 +182,7 @@ fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
     if let Some(f) = &e.flash {
         // memcached's extstore counters, for dashboards built on them.
         stat(out, "get_extstore", f.hits - f.stage_hits);
-        stat(out, "get_aborted_extstore", 0);
+        stat(out, "get_aborted_extstore", sum(|t| &t.get_aborted_flash));
         stat(out, "get_oom_extstore", 0);
         stat(out, "recache_from_extstore", f.recached);
         stat(out, "miss_from_extstore", f.false_reads);
@@ -698,6 +698,7 @@ fn reset_thread(t: &ThreadStats) {
         &t.get_misses,
         &t.get_expired,
         &t.get_flushed,
+        &t.get_aborted_flash,
         &t.delete_hits,
         &t.delete_misses,
         &t.incr_hits,

@@ -223,6 +223,7 @@ struct Counters {
     win_costs: AtomicU64,
     split_moves: AtomicU64,
     recached: AtomicU64,
+    hits_since_recache: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -254,6 +255,9 @@ pub struct Read {
     pub loc: Loc,
     pub distance: Option<u64>,
 }
+
+/// Flash hits per recache at most (`Flash::recache_allowed`).
+const RECACHE_EVERY: u64 = 8;
 
 /// Slots of the table of recent flash reads (8 bytes each, in `-m`).
 const RECENT_READS: usize = 1 << 16;
@@ -482,6 +486,7 @@ impl Flash {
                 let t = Instant::now();
                 if let Some(area) = self.read_one(r, h, key, loc, image) {
                     bump(&self.counters.hits);
+                    bump(&self.counters.hits_since_recache);
                     let again = self.index.mark_accessed(h, loc) == Some(true);
                     self.note_hit(area, t, image);
                     // The last read of each slot's key: high hash bits and
@@ -508,6 +513,17 @@ impl Flash {
     /// An item read from flash went back to memory.
     pub fn note_recached(&self) {
         bump(&self.counters.recached);
+    }
+
+    /// Whether a recache may happen now: at most one per [`RECACHE_EVERY`]
+    /// flash hits (memcached's `ext_recache_rate` is such a cap), so that
+    /// however many keys qualify, memory is not churned by them.
+    pub fn recache_allowed(&self) -> bool {
+        let c = &self.counters.hits_since_recache;
+        if c.load(Ordering::Relaxed) < RECACHE_EVERY {
+            return false;
+        }
+        c.swap(0, Ordering::Relaxed) >= RECACHE_EVERY
     }
 
     /// A hit from `area` that took since `t`: the split's measurements

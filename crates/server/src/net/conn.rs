@@ -434,11 +434,22 @@ impl Conn {
                     self.rpos += n.min(input.len());
                     ran |= n > 0;
                     let wanted = std::mem::take(&mut self.fetches.wanted);
-                    self.waiting = wanted.len();
+                    self.waiting = 0;
                     if let Some((readers, inbox)) = env.flash {
                         for want in wanted {
-                            readers.submit(want, env.slot, self.entry.id, inbox);
+                            match readers.submit(want, env.slot, self.entry.id, inbox) {
+                                Ok(()) => self.waiting += 1,
+                                Err(w) => {
+                                    // The queue is full: a miss.
+                                    ThreadStats::bump(&env.ctx.stats.get_aborted_flash);
+                                    self.fetches.done.push((w.key, None));
+                                }
+                            }
                         }
+                    }
+                    if self.waiting == 0 {
+                        // Nothing in flight: run the request again now.
+                        continue;
                     }
                     result = Processed::Parked;
                     break;

@@ -23,6 +23,9 @@ use cachalot_engine::Cache;
 use mio::Waker;
 use parking_lot::{Condvar, Mutex};
 
+/// Reads waiting at most (a few milliseconds of an SSD's reads).
+pub const MAX_QUEUED: usize = 1024;
+
 /// A read done, for the connection of `slot` (if it is still `conn`).
 pub struct Done {
     pub slot: usize,
@@ -76,15 +79,31 @@ impl Readers {
         })
     }
 
-    /// Queue a read for the connection of `slot` (id `conn`).
-    pub fn submit(&self, want: Want, slot: usize, conn: u64, inbox: &Arc<Inbox>) {
-        self.queue.jobs.lock().push_back(Job {
+    /// Queue a read for the connection of `slot` (id `conn`); gives the
+    /// want back if [`MAX_QUEUED`] reads are waiting already (the caller
+    /// answers it as a miss, as memcached does when its extstore queue is
+    /// full: `get_aborted_extstore`), so that a GET never waits behind an
+    /// unbounded backlog.
+    pub fn submit(
+        &self,
+        want: Want,
+        slot: usize,
+        conn: u64,
+        inbox: &Arc<Inbox>,
+    ) -> Result<(), Want> {
+        let mut jobs = self.queue.jobs.lock();
+        if jobs.len() >= MAX_QUEUED {
+            return Err(want);
+        }
+        jobs.push_back(Job {
             want,
             slot,
             conn,
             inbox: inbox.clone(),
         });
+        drop(jobs);
         self.queue.ready.notify_one();
+        Ok(())
     }
 
     /// Stop the threads (reads still queued are dropped: their
