@@ -78,6 +78,18 @@ fn drain(cache: &Cache) {
     while cache.flash_write_step() {}
 }
 
+/// SET keys `0..n` (version 1), letting the writer keep up (every 500)
+/// as its thread does in the server.
+fn fill(cache: &Cache, n: u64) {
+    for k in 0..n {
+        set(cache, k, 1);
+        if k % 500 == 0 {
+            drain(cache);
+        }
+    }
+    drain(cache);
+}
+
 fn flash_stats(cache: &Cache) -> FlashStats {
     cache.lock().stats().flash.expect("flash is on")
 }
@@ -87,13 +99,7 @@ fn items_leaving_memory_come_back_from_flash() {
     let f = TempFile::new("back");
     let cache = Cache::new(config(&f, 8, 64), Arc::new(Clock::new())).expect("cache");
     let n = 100_000;
-    for k in 0..n {
-        set(&cache, k, 1);
-        if k % 500 == 0 {
-            drain(&cache);
-        }
-    }
-    drain(&cache);
+    fill(&cache, n);
     cache.lock().validate();
     let s = flash_stats(&cache);
     assert!(
@@ -150,13 +156,7 @@ fn overwritten_deleted_and_flushed_keys_never_come_back() {
     let f = TempFile::new("stale");
     let cache = Cache::new(config(&f, 8, 32), Arc::new(Clock::new())).expect("cache");
     let n = 100_000;
-    for k in 0..n {
-        set(&cache, k, 1);
-        if k % 500 == 0 {
-            drain(&cache);
-        }
-    }
-    drain(&cache);
+    fill(&cache, n);
     // Half of them again (the flash copies are version 1), a quarter
     // deleted; some of it while the writer has items staged.
     for k in (0..n).filter(|k| k % 2 == 0) {
@@ -267,13 +267,7 @@ fn faults_cost_misses_never_wrong_bytes() {
     )
     .expect("cache");
     let n = 30_000;
-    for k in 0..n {
-        set(&cache, k, 1);
-        if k % 500 == 0 {
-            drain(&cache);
-        }
-    }
-    drain(&cache);
+    fill(&cache, n);
     let check_all = |cache: &Cache| {
         let mut hits = 0;
         for k in 0..n {
@@ -336,13 +330,7 @@ fn faults_cost_misses_never_wrong_bytes() {
 /// cache (still open).
 fn filled(f: &TempFile, n: u64) -> Cache {
     let cache = Cache::new(config(f, 8, 64), Arc::new(Clock::new())).expect("cache");
-    for k in 0..n {
-        set(&cache, k, 1);
-        if k % 500 == 0 {
-            drain(&cache);
-        }
-    }
-    drain(&cache);
+    fill(&cache, n);
     cache
 }
 

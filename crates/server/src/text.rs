@@ -152,27 +152,36 @@ fn single_get_key(line: &[u8]) -> Option<&[u8]> {
     one.then_some(key)
 }
 
+/// The complete lines at the front of `input` (without their newline),
+/// each with where it ends (after its newline).
+fn complete_lines(input: &[u8]) -> impl Iterator<Item = (&[u8], usize)> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let nl = text::find_newline(&input[at..])?;
+        let line = &input[at..at + nl];
+        at += nl + 1;
+        Some((line, at))
+    })
+}
+
 /// Prefetch the keys of the single-key GETs among the next complete lines
 /// of `input` (at most `LOOKUP_BATCH` lines), if there are two or more:
 /// pipelined GETs then overlap their memory loads (`Cache::prefetch_keys`)
 /// as a multi-get's do. Returns where the lines looked at end.
 fn prefetch_pipelined_gets(ctx: &Ctx<'_>, input: &[u8]) -> usize {
     let mut keys = [&b""[..]; LOOKUP_BATCH];
-    let (mut n, mut at) = (0, 0);
-    for _ in 0..LOOKUP_BATCH {
-        let Some(nl) = text::find_newline(&input[at..]) else {
-            break;
-        };
-        if let Some(key) = single_get_key(&input[at..at + nl]) {
+    let (mut n, mut end) = (0, 0);
+    for (line, e) in complete_lines(input).take(LOOKUP_BATCH) {
+        end = e;
+        if let Some(key) = single_get_key(line) {
             keys[n] = key;
             n += 1;
         }
-        at += nl + 1;
     }
     if n > 1 {
         ctx.cache.prefetch_keys(&keys[..n]);
     }
-    at
+    end
 }
 
 /// Keys looked ahead for flash reads when a request parks.
@@ -181,17 +190,10 @@ const WANT_AHEAD: usize = 64;
 /// A request parked on a flash read: the single-key GETs pipelined behind
 /// it (the next lines of `input`) want their reads now too.
 fn want_pipelined_gets(ctx: &Ctx<'_>, input: &[u8]) {
-    let mut keys = Vec::new();
-    let mut at = 0;
-    while keys.len() < WANT_AHEAD {
-        let Some(nl) = text::find_newline(&input[at..]) else {
-            break;
-        };
-        if let Some(key) = single_get_key(&input[at..at + nl]) {
-            keys.push(key);
-        }
-        at += nl + 1;
-    }
+    let keys: Vec<&[u8]> = complete_lines(input)
+        .filter_map(|(line, _)| single_get_key(line))
+        .take(WANT_AHEAD)
+        .collect();
     ctx.cache.want_from_flash(&keys);
 }
 

@@ -159,14 +159,13 @@ impl Engine {
     /// False if it is not kept (no Z-zone, chained, too large for a block,
     /// or expired); kept, it is staged, and evicted later if the zone has
     /// no room for it.
+    /// With no Z-zone, the next tier is flash, if on.
     pub(super) fn demote(&mut self, loc: u64) -> bool {
         let now = self.now();
-        if self.zone.is_none() {
-            return self.demote_to_flash(loc, now);
-        }
-        let Some(z) = self.zone.as_mut().filter(|z| !z.paused) else {
+        let paused = self.zone.as_ref().is_some_and(|z| z.paused);
+        if paused || (self.zone.is_none() && self.flash.is_none()) {
             return false;
-        };
+        }
         let chunk = self.slabs.chunk(loc);
         if chain::is_head(chunk) {
             return false;
@@ -176,12 +175,18 @@ impl Engine {
             return false;
         }
         let image = &chunk[..item::stored_len(chunk)];
-        let mut zone = z.zone.lock();
-        if !zone.admits(image.len()) {
-            return false;
+        let h = hash(item::key(image));
+        match self.zone.as_mut() {
+            Some(z) => {
+                let mut zone = z.zone.lock();
+                if !zone.admits(image.len()) {
+                    return false;
+                }
+                zone.push(h, image, now);
+                true
+            }
+            None => self.flash.as_ref().is_some_and(|f| f.admit(h, image)),
         }
-        zone.push(hash(item::key(image)), image, now);
-        true
     }
 
     /// The live item of `key` in either zone: the N-zone's, else the
@@ -214,23 +219,7 @@ impl Engine {
             zone.remove(h, true);
             zone.note_promotion();
         }
-        let hdr = item::Header::read(&image);
-        let flags = item::flags(&image);
-        let value = &image[item::value_start(&image)..];
-        let bits = (hdr.bits & !item::FLAGS_WIDTH_MASK) | item::LIVE | item::REF;
-        let key = item::key(&image);
-        let written = self.write_new(
-            h,
-            key,
-            &[value],
-            flags,
-            hdr.exptime,
-            hdr.cas,
-            hdr.cost,
-            bits,
-            None,
-        );
-        let loc = match written {
+        let loc = match self.write_image(h, &image) {
             Ok(loc) => Some(loc),
             Err(_) => {
                 // No chunk for it: it leaves the cache.
@@ -315,13 +304,20 @@ impl Engine {
         if !self.flash.as_ref().is_some_and(|f| f.holds(h, read.loc)) {
             return false;
         }
+        self.write_image(h, image).is_ok()
+    }
+
+    /// Write an item image from another tier into the N-zone as a new
+    /// item, keeping its CAS, flags, expiry and cost (its copies in the
+    /// tiers go: `write_new`).
+    fn write_image(&mut self, h: u64, image: &[u8]) -> Result<u64, crate::StoreOutcome> {
         let hdr = item::Header::read(image);
         let flags = item::flags(image);
         let value = &image[item::value_start(image)..];
         let bits = (hdr.bits & !item::FLAGS_WIDTH_MASK) | item::LIVE | item::REF;
         self.write_new(
             h,
-            key,
+            item::key(image),
             &[value],
             flags,
             hdr.exptime,
@@ -330,24 +326,6 @@ impl Engine {
             bits,
             None,
         )
-        .is_ok()
-    }
-
-    /// The item at `loc` leaves memory with no Z-zone: stage it for flash.
-    fn demote_to_flash(&mut self, loc: u64, now: crate::RelTime) -> bool {
-        let Some(f) = &self.flash else {
-            return false;
-        };
-        let chunk = self.slabs.chunk(loc);
-        if chain::is_head(chunk) {
-            return false;
-        }
-        let exp = item::exptime(chunk);
-        if exp != 0 && exp <= now {
-            return false;
-        }
-        let image = &chunk[..item::stored_len(chunk)];
-        f.admit(hash(item::key(image)), image)
     }
 
     /// Background work: adapt the split once per window, and shrink the

@@ -96,44 +96,36 @@ impl Flash {
                     clean = false;
                     break;
                 };
+                // Read since written: it stays (cold ones go hot); not
+                // read: a hot one goes back to the cold area, compressed,
+                // a cold one is dropped.
+                let to = match (self.index.accessed(h, loc), area) {
+                    (None, _) => continue,
+                    (Some(true), _) => Area::Hot,
+                    (Some(false), Area::Hot) => Area::Cold,
+                    (Some(false), Area::Cold) => {
+                        self.drop_item(h, loc);
+                        continue;
+                    }
+                };
                 // A moved item is rewritten under this run's clock.
                 let mut image = image.to_vec();
-                let exp =
-                    recover::rebase(&mut image, epoch, this_run).then(|| item::exptime(&image));
-                let live_item = exp.is_some_and(|e| e == 0 || e > self.clock.now());
-                let image = &image[..];
-                match self.index.accessed(h, loc) {
-                    None => {}
-                    Some(true) if live_item => {
-                        let to = match area {
-                            Area::Cold => {
-                                bump(&self.counters.gc_promoted);
-                                Area::Hot
-                            }
-                            Area::Hot => Area::Hot,
-                        };
-                        let mut stage = self.stage.lock();
-                        if stage.fits(image.len(), self.config.stage_bytes) {
-                            stage.push(to, h, Arc::from(image), Some(loc));
-                            continue;
-                        }
-                        drop(stage);
-                        self.drop_item(h, loc);
+                let now = self.clock.now();
+                let live = recover::rebase(&mut image, epoch, this_run)
+                    && matches!(item::exptime(&image), e if e == 0 || e > now);
+                if live {
+                    match (area, to) {
+                        (Area::Cold, _) => bump(&self.counters.gc_promoted),
+                        (Area::Hot, Area::Cold) => bump(&self.counters.gc_demoted),
+                        (Area::Hot, Area::Hot) => {}
                     }
-                    Some(_) => {
-                        if area == Area::Hot && live_item {
-                            // Not read again while hot: back to the cold
-                            // area, compressed.
-                            bump(&self.counters.gc_demoted);
-                            let mut stage = self.stage.lock();
-                            if stage.fits(image.len(), self.config.stage_bytes) {
-                                stage.push(Area::Cold, h, Arc::from(image), Some(loc));
-                                continue;
-                            }
-                        }
-                        self.drop_item(h, loc);
+                    let mut stage = self.stage.lock();
+                    if stage.fits(image.len(), self.config.stage_bytes) {
+                        stage.push(to, h, Arc::from(image), Some(loc));
+                        continue;
                     }
                 }
+                self.drop_item(h, loc);
             }
         }
         clean

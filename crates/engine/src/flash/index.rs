@@ -246,71 +246,57 @@ impl FlashIndex {
         }
     }
 
-    /// Remove the entry of `h` at `loc`, if there is one; returns whether
-    /// it was there and whether it had been read since written.
-    pub fn remove_at(&self, h: u64, loc: Loc) -> Option<bool> {
+    /// The entry of `h` at `loc`, if there is one: `f` gets it (to change
+    /// it in place, 0 to remove it) and its result is returned.
+    fn with_entry<R>(&self, h: u64, loc: Loc, f: impl FnOnce(&mut u64) -> R) -> Option<R> {
         let tag = tag_of(h);
         let mut shard = self.shards[shard_of(h)].lock();
+        let shard = &mut *shard;
         for b in shard.buckets_of(tag) {
-            for i in 0..WAYS {
-                let e = shard.buckets[b][i];
-                if e != 0 && same_place(e, tag, loc) {
-                    shard.buckets[b][i] = 0;
+            if let Some(e) = shard.buckets[b]
+                .iter_mut()
+                .find(|e| **e != 0 && same_place(**e, tag, loc))
+            {
+                let r = f(e);
+                if *e == 0 {
                     shard.items -= 1;
-                    return Some(e & ACCESSED != 0);
                 }
+                return Some(r);
             }
         }
         None
     }
 
+    /// Remove the entry of `h` at `loc`, if there is one; returns whether
+    /// it was there and whether it had been read since written.
+    pub fn remove_at(&self, h: u64, loc: Loc) -> Option<bool> {
+        self.with_entry(h, loc, |e| {
+            let accessed = *e & ACCESSED != 0;
+            *e = 0;
+            accessed
+        })
+    }
+
     /// Whether the entry of `h` at `loc` exists and has been read.
     pub fn accessed(&self, h: u64, loc: Loc) -> Option<bool> {
-        let tag = tag_of(h);
-        let shard = self.shards[shard_of(h)].lock();
-        for b in shard.buckets_of(tag) {
-            if let Some(e) = shard.buckets[b]
-                .iter()
-                .find(|&&e| e != 0 && same_place(e, tag, loc))
-            {
-                return Some(e & ACCESSED != 0);
-            }
-        }
-        None
+        self.with_entry(h, loc, |e| *e & ACCESSED != 0)
     }
 
     /// Move the entry of `h` from `from` to `to` (a GC rewrite), clearing
     /// its access bit; false if it is gone (removed meanwhile).
     pub fn relocate(&self, h: u64, from: Loc, to: Loc) -> bool {
-        let tag = tag_of(h);
-        let mut shard = self.shards[shard_of(h)].lock();
-        for b in shard.buckets_of(tag) {
-            for i in 0..WAYS {
-                if shard.buckets[b][i] != 0 && same_place(shard.buckets[b][i], tag, from) {
-                    shard.buckets[b][i] = pack(tag, to);
-                    return true;
-                }
-            }
-        }
-        false
+        self.with_entry(h, from, |e| *e = pack(tag_of(h), to))
+            .is_some()
     }
 
-    /// Set the access bit of the entry of `h` at `loc`.
     /// Set the access bit of the entry of `h` at `loc`; whether it was
     /// set already (None: no such entry).
     pub fn mark_accessed(&self, h: u64, loc: Loc) -> Option<bool> {
-        let tag = tag_of(h);
-        let mut shard = self.shards[shard_of(h)].lock();
-        for b in shard.buckets_of(tag) {
-            for s in shard.buckets[b].iter_mut() {
-                if *s != 0 && same_place(*s, tag, loc) {
-                    let before = *s & ACCESSED != 0;
-                    *s |= ACCESSED;
-                    return Some(before);
-                }
-            }
-        }
-        None
+        self.with_entry(h, loc, |e| {
+            let before = *e & ACCESSED != 0;
+            *e |= ACCESSED;
+            before
+        })
     }
 
     /// Remove every entry in `slab` (when its contents could not be read

@@ -91,9 +91,6 @@ pub struct SlabMeta {
     pub epoch: i64,
     /// Where each container starts, then where the last one ends.
     pub offsets: Vec<u32>,
-    /// Index entries that point into it (an estimate for choosing victims
-    /// and for `stats`: removals that race a publish may miss one).
-    pub live: u32,
     /// Reads of it this window (`split`).
     pub reads: u32,
 }
@@ -142,7 +139,6 @@ impl Log {
             seq,
             epoch,
             offsets,
-            live: 0,
             reads: 0,
         };
         self.areas[area as usize].push_back(slab);

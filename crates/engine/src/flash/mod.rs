@@ -276,8 +276,14 @@ pub enum Probe {
 /// A thread's means to read containers: a buffer, a decoder.
 #[derive(Default)]
 pub struct Reader {
-    coder: Coder,
     buf: Option<AlignedBuf>,
+    dec: Decoder,
+}
+
+/// A decompression context and the decoded block.
+#[derive(Default)]
+struct Decoder {
+    coder: Coder,
     raw: Vec<u8>,
 }
 
@@ -411,33 +417,20 @@ impl Flash {
     /// copy of it on flash may be served again. Takes out every index
     /// entry of its tag and its staged copy.
     pub fn forget(&self, h: u64) {
-        let mut gone = Vec::new();
+        let mut indexed = false;
         let staged = {
             let mut stage = self.stage.lock();
             let staged = stage.remove(h).is_some();
             // Under the stage's lock: a publish of this key's copy either
             // happened before (its entry is removed here) or finds it gone.
-            self.index.remove(h, |l| gone.push(l));
+            self.index.remove(h, |_| indexed = true);
             staged
         };
-        if staged || !gone.is_empty() {
+        if staged || indexed {
             // A copy may be in a slab (written, or being written): after a
             // crash, the scan must not bring it back.
             let seq = self.log.lock().next_seq;
             self.tombs.lock().push((h, seq));
-        }
-        self.dead(&gone);
-    }
-
-    /// Entries at these places were removed: their slabs hold less.
-    fn dead(&self, gone: &[Loc]) {
-        if gone.is_empty() {
-            return;
-        }
-        let mut log = self.log.lock();
-        for l in gone {
-            let m = &mut log.slabs[l.slab as usize];
-            m.live = m.live.saturating_sub(1);
         }
     }
 
@@ -561,9 +554,10 @@ impl Flash {
                 .map(|(area, c)| (area, c.map(|b| b.to_vec())))
         };
         let now = self.clock.started_unix();
+        let Reader { buf, dec } = r;
         if let Some((area, bytes)) = in_dram {
             return self
-                .decode(r, h, key, loc, &bytes?, now, image)
+                .decode(dec, h, key, loc, &bytes?, now, image)
                 .then_some(area);
         }
         let (range, epoch, area) = {
@@ -578,7 +572,7 @@ impl Flash {
         let base = loc.slab as u64 * SLAB as u64;
         let from = start / ALIGN * ALIGN;
         let len = (end - from).div_ceil(ALIGN) * ALIGN;
-        let buf = r.buf.get_or_insert_with(|| AlignedBuf::new(len));
+        let buf = buf.get_or_insert_with(|| AlignedBuf::new(len));
         if buf.len() < len {
             *buf = AlignedBuf::new(len);
         }
@@ -596,8 +590,8 @@ impl Flash {
         self.counters
             .read_bytes
             .fetch_add(len as u64, Ordering::Relaxed);
-        let bytes = buf.as_ref()[start - from..end - from].to_vec();
-        self.decode(r, h, key, loc, &bytes, epoch, image)
+        let bytes = &buf.as_ref()[start - from..end - from];
+        self.decode(dec, h, key, loc, bytes, epoch, image)
             .then_some(area)
     }
 
@@ -606,7 +600,7 @@ impl Flash {
     #[allow(clippy::too_many_arguments)]
     fn decode(
         &self,
-        r: &mut Reader,
+        d: &mut Decoder,
         h: u64,
         key: &[u8],
         loc: Loc,
@@ -614,15 +608,13 @@ impl Flash {
         epoch: i64,
         image: &mut Vec<u8>,
     ) -> bool {
-        if container::read(bytes, &mut r.coder, |_| None, &mut r.raw).is_err() {
+        if container::read(bytes, &mut d.coder, |_| None, &mut d.raw).is_err() {
             // A container that fails its checks is garbage: its entry goes.
             bump(&self.counters.read_errors);
-            if self.index.remove_at(h, loc).is_some() {
-                self.dead(&[loc]);
-            }
+            self.index.remove_at(h, loc);
             return false;
         }
-        match block::find(&r.raw, h, key) {
+        match block::find(&d.raw, h, key) {
             Ok(Some(found)) => {
                 image.clear();
                 image.extend_from_slice(found);
@@ -675,6 +667,7 @@ impl Flash {
     }
 
     pub fn stats(&self) -> FlashStats {
+        let recovery = self.recovery();
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let (staged, log) = {
@@ -737,9 +730,9 @@ impl Flash {
             read_errors: get(&c.read_errors),
             io_errors: get(&c.io_errors),
             write_errors: get(&c.write_errors),
-            recovered_clean: self.recovery().clean,
-            recovered_items: self.recovery().items,
-            recovery_us: self.recovery().micros,
+            recovered_clean: recovery.clean,
+            recovered_items: recovery.items,
+            recovery_us: recovery.micros,
             read_p50_us: pct(0.5),
             read_p90_us: pct(0.9),
             read_p99_us: pct(0.99),

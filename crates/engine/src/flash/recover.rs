@@ -108,7 +108,6 @@ pub struct SavedSlab {
     pub seq: u64,
     pub epoch: i64,
     pub offsets: Vec<u32>,
-    pub live: u32,
 }
 
 /// The state a clean shutdown saves.
@@ -133,7 +132,6 @@ impl Snapshot {
             b.push(s.area);
             b.extend_from_slice(&s.seq.to_le_bytes());
             b.extend_from_slice(&s.epoch.to_le_bytes());
-            b.extend_from_slice(&s.live.to_le_bytes());
             b.extend_from_slice(&(s.offsets.len() as u32).to_le_bytes());
             for o in &s.offsets {
                 b.extend_from_slice(&o.to_le_bytes());
@@ -169,7 +167,6 @@ impl Snapshot {
             let area = c.u8()?;
             let seq = c.u64()?;
             let epoch = c.u64()? as i64;
-            let live = c.u32()?;
             let n = c.u32()? as usize;
             if n > SLAB {
                 return None;
@@ -180,7 +177,6 @@ impl Snapshot {
                 seq,
                 epoch,
                 offsets,
-                live,
             });
         }
         let mut shards = Vec::with_capacity(nshards.min(1 << 16));
@@ -381,11 +377,6 @@ pub fn scan_slab(bytes: &[u8], coder: &mut crate::codec::Coder) -> Option<Scanne
     })
 }
 
-/// The place of an item, for the recovery's bookkeeping.
-pub fn loc(slab: u32, container: u16) -> Loc {
-    Loc { slab, container }
-}
-
 impl Flash {
     /// What was on flash at start: the clean shutdown's snapshot if it is
     /// valid, else a scan of every slab (`recover`).
@@ -445,7 +436,6 @@ impl Flash {
                 seq: s.seq,
                 epoch: s.epoch,
                 offsets: s.offsets,
-                live: s.live,
                 reads: 0,
             };
         }
@@ -497,7 +487,6 @@ impl Flash {
         let mut log = self.log.lock();
         let mut max_cas = 0;
         for (seq, slab, s) in found {
-            let mut live = 0;
             for (c, h, mut image) in s.items {
                 if newest_tomb.get(&h).is_some_and(|&t| t > seq)
                     || !rebase(&mut image, s.header.epoch, now)
@@ -507,15 +496,13 @@ impl Flash {
                 max_cas = max_cas.max(item::Header::read(&image).cas);
                 // An older copy of the key (or of a key sharing its tag) goes.
                 self.index.remove(h, |_| {});
-                self.index.insert(h, loc(slab, c), true);
-                live += 1;
+                self.index.insert(h, Loc { slab, container: c }, true);
             }
             log.slabs[slab as usize] = log::SlabMeta {
                 area: Some(s.header.area),
                 seq,
                 epoch: s.header.epoch,
                 offsets: s.offsets,
-                live,
                 reads: 0,
             };
             r.slabs += 1;
@@ -584,7 +571,6 @@ impl Flash {
                     seq: m.seq,
                     epoch: m.epoch,
                     offsets: m.offsets.clone(),
-                    live: m.live,
                 })
                 .collect(),
             shards: self.index.export(),
@@ -613,14 +599,12 @@ mod tests {
                     seq: 7,
                     epoch: 1_700_000_000,
                     offsets: vec![64, 900, 2000],
-                    live: 12,
                 },
                 SavedSlab {
                     area: 0xff,
                     seq: 0,
                     epoch: 0,
                     offsets: vec![],
-                    live: 0,
                 },
             ],
             shards: vec![vec![1, 2, 3], vec![], vec![u64::MAX]],

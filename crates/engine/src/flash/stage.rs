@@ -69,15 +69,6 @@ impl Stage {
         self.bytes + len + ENTRY_OVERHEAD <= cap
     }
 
-    /// Bytes waiting in `area` and not yet taken.
-    pub fn waiting(&self, area: Area) -> usize {
-        let q = &self.queues[area as usize];
-        q.items
-            .range(q.taken..)
-            .map(|(_, s)| s.image.len() + ENTRY_OVERHEAD)
-            .sum()
-    }
-
     /// Whether anything of `area` waits to be taken.
     pub fn has_waiting(&self, area: Area) -> bool {
         let q = &self.queues[area as usize];

@@ -48,7 +48,6 @@ pub(super) struct OpenSlab {
     /// Where each container starts.
     pub(super) offsets: Vec<u32>,
     pub(super) at: usize,
-    pub(super) live: u32,
 }
 
 /// A slab being written: readable from DRAM until it is sealed.
@@ -210,7 +209,6 @@ impl Flash {
                 buf,
                 offsets: Vec::new(),
                 at: SLAB_HEADER,
-                live: 0,
             });
         }
         let mut dram = self.dram.lock();
@@ -235,7 +233,7 @@ impl Flash {
         if !force && !self.budget_allows(w) {
             return false;
         }
-        let (slab, seq, buf, offsets, live) = {
+        let (slab, seq, buf, offsets) = {
             let mut dram = self.dram.lock();
             let Some(mut o) = dram.open[area as usize].take() else {
                 return true;
@@ -258,7 +256,7 @@ impl Flash {
                 buf: buf.clone(),
                 offsets: o.offsets.clone(),
             });
-            (o.slab, o.seq, buf, o.offsets, o.live)
+            (o.slab, o.seq, buf, o.offsets)
         };
         let io = self
             .device
@@ -273,9 +271,9 @@ impl Flash {
                 self.counters
                     .device_bytes
                     .fetch_add(SLAB as u64, Ordering::Relaxed);
-                let mut log = self.log.lock();
-                log.seal(slab, area, seq, self.clock.started_unix(), offsets);
-                log.slabs[slab as usize].live = live;
+                self.log
+                    .lock()
+                    .seal(slab, area, seq, self.clock.started_unix(), offsets);
             }
             Err(_) => {
                 bump(&self.counters.write_errors);
@@ -328,7 +326,7 @@ impl Flash {
     /// still staged (the rest were removed or replaced meanwhile).
     fn publish(&self, w: &mut Writer, area: Area, to: Loc) {
         let may_grow = self.memory_bytes() < self.config.memory_cap;
-        let (mut live, mut raw, mut moved, mut dropped) = (0u32, 0u64, 0u64, Vec::new());
+        let (mut raw, mut moved) = (0u64, 0u64);
         {
             let mut stage = self.stage.lock();
             for t in &w.taken {
@@ -338,34 +336,20 @@ impl Flash {
                 match s.from {
                     Some(from) => {
                         if self.index.relocate(s.h, from, to) {
-                            live += 1;
                             moved += s.image.len() as u64;
                         }
                     }
                     None => {
                         let r = self.index.insert(s.h, to, may_grow);
                         self.index_bytes.fetch_add(r.grew, Ordering::Relaxed);
-                        live += 1;
                         raw += s.image.len() as u64;
                         bump(&self.counters.admitted);
                         self.counters
                             .evictions
                             .fetch_add(r.dropped.len() as u64, Ordering::Relaxed);
-                        dropped.extend(r.dropped);
                     }
                 }
             }
-        }
-        self.dead(&dropped);
-        if let Some(o) = self
-            .dram
-            .lock()
-            .open
-            .iter_mut()
-            .flatten()
-            .find(|o| o.slab == to.slab)
-        {
-            o.live += live;
         }
         let c = &self.counters;
         c.raw_bytes.fetch_add(raw, Ordering::Relaxed);

@@ -329,6 +329,12 @@ fn positive_float(s: &str) -> Option<f64> {
     s.parse::<f64>().ok().filter(|f| f.is_finite())
 }
 
+/// A flash tier's size: a bare number is megabytes, as `-m`; k/m/g/t
+/// suffixes; at least one slab (1 MB).
+fn flash_size(v: &str) -> Option<u64> {
+    size_with_suffix(v, 1 << 20).filter(|&b| b >= 1 << 20)
+}
+
 /// The flash tier's settings, created on first use (`--flash-*`, `ext_*`).
 fn flash_config(s: &mut Settings) -> &mut cachalot_engine::flash::FlashConfig {
     s.engine
@@ -527,12 +533,9 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
             'o' => extended(&v, &mut s, &mut warnings, &mut rebalance_given)?,
             FLASH_PATH => flash_config(&mut s).path = PathBuf::from(v),
             FLASH_SIZE => {
-                // A bare number is megabytes, as `-m`; k/m/g/t suffixes.
-                flash_config(&mut s).size = size_with_suffix(&v, 1 << 20)
-                    .filter(|&b| b >= 1 << 20)
-                    .ok_or_else(|| {
-                        CliError::new(EX_USAGE, format!("ERROR: Invalid flash size {v}."))
-                    })?;
+                flash_config(&mut s).size = flash_size(&v).ok_or_else(|| {
+                    CliError::new(EX_USAGE, format!("ERROR: Invalid flash size {v}."))
+                })?;
             }
             _ => return Err(getopt_error(format!("cachalot: invalid option -- '{c}'"))),
         }
@@ -877,11 +880,9 @@ fn extended(
                         "ext_path must be FILE:SIZE (e.g. /data/ext:64g)",
                     )
                 })?;
-                let size = size_with_suffix(size, 1 << 20)
-                    .filter(|&b| b >= 1 << 20)
-                    .ok_or_else(|| {
-                        CliError::new(EXIT_FAILURE, format!("Invalid ext_path size: {size}"))
-                    })?;
+                let size = flash_size(size).ok_or_else(|| {
+                    CliError::new(EXIT_FAILURE, format!("Invalid ext_path size: {size}"))
+                })?;
                 flash_config(s).path = PathBuf::from(path);
                 flash_config(s).size = size;
             }
