@@ -38,6 +38,10 @@ pub struct LoadConfig {
     pub value_size: usize,
     pub depth: usize,
     pub seed: u64,
+    /// Requests a second at most over all connections (0: closed loop, as
+    /// fast as replies come). A connection whose replies are in waits for
+    /// its turn, so the load is a steady rate while the server keeps up.
+    pub rate: f64,
 }
 
 pub struct LoadResult {
@@ -244,7 +248,19 @@ fn run_thread(cfg: &LoadConfig, conns: usize, seed: u64) -> io::Result<LoadResul
     let deadline = start + cfg.duration;
     // A server that stops answering must not hang the benchmark forever.
     let give_up = deadline + Duration::from_secs(10);
-    for c in list.iter_mut() {
+    // With a rate: this thread's share of it, one batch per `interval`,
+    // sent on a connection whose replies are in (`idle`).
+    let interval = (cfg.rate > 0.0).then(|| {
+        let share = cfg.rate * conns as f64 / cfg.conns as f64;
+        Duration::from_secs_f64(cfg.depth as f64 / share)
+    });
+    let mut idle: VecDeque<usize> = VecDeque::new();
+    let mut next_due = start;
+    for (i, c) in list.iter_mut().enumerate() {
+        if interval.is_some() {
+            idle.push_back(i);
+            continue;
+        }
         mix.batch(&mut c.out, &mut c.pending);
         c.sent_at = Instant::now();
         flush(c)?;
@@ -252,15 +268,42 @@ fn run_thread(cfg: &LoadConfig, conns: usize, seed: u64) -> io::Result<LoadResul
     let mut active = list.len();
     let mut events = Events::with_capacity(1024);
     while active > 0 {
-        if Instant::now() > give_up {
+        let now = Instant::now();
+        if now > give_up {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("{active} connections still waiting for replies 10 s after the end"),
             ));
         }
-        poll.poll(&mut events, Some(Duration::from_millis(100)))?;
+        if let Some(every) = interval {
+            while now < deadline && now >= next_due {
+                let Some(i) = idle.pop_front() else {
+                    break;
+                };
+                let c = &mut list[i];
+                mix.batch(&mut c.out, &mut c.pending);
+                c.sent_at = now;
+                flush(c)?;
+                next_due += every;
+            }
+            if now >= deadline {
+                for i in idle.drain(..) {
+                    list[i].done = true;
+                    active -= 1;
+                }
+                if active == 0 {
+                    break;
+                }
+            }
+        }
+        let wait = match interval {
+            Some(_) if !idle.is_empty() => next_due.saturating_duration_since(now),
+            _ => Duration::from_millis(100),
+        };
+        poll.poll(&mut events, Some(wait.min(Duration::from_millis(100))))?;
         for ev in events.iter() {
-            let Some(c) = list.get_mut(ev.token().0) else {
+            let i = ev.token().0;
+            let Some(c) = list.get_mut(i) else {
                 continue;
             };
             if c.done {
@@ -277,13 +320,15 @@ fn run_thread(cfg: &LoadConfig, conns: usize, seed: u64) -> io::Result<LoadResul
                     ));
                 }
                 if c.pending.is_empty() {
-                    if Instant::now() < deadline {
+                    if Instant::now() >= deadline {
+                        c.done = true;
+                        active -= 1;
+                    } else if interval.is_some() {
+                        idle.push_back(i);
+                    } else {
                         mix.batch(&mut c.out, &mut c.pending);
                         c.sent_at = Instant::now();
                         flush(c)?;
-                    } else {
-                        c.done = true;
-                        active -= 1;
                     }
                 }
             }
@@ -339,6 +384,7 @@ mod tests {
             value_size: 8,
             depth,
             seed: 1,
+            rate: 0.0,
         }
     }
 
@@ -375,10 +421,10 @@ mod tests {
         assert!(pending.iter().all(|&k| k == Kind::Set));
     }
 
-    #[test]
-    fn load_against_a_scripted_server() {
-        // A tiny fake server answering every get with a miss and every set
-        // with STORED, to check the loop counts and terminates.
+    /// A tiny fake server answering every get with a miss and every set
+    /// with STORED, on one connection; its thread returns the requests it
+    /// answered.
+    fn scripted_server() -> (String, std::thread::JoinHandle<u64>) {
         use std::io::BufRead;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -402,6 +448,27 @@ mod tests {
             }
             n
         });
+        (addr, server)
+    }
+
+    /// A rate caps the load: about rate x duration requests, not as many
+    /// as the server would answer.
+    #[test]
+    fn a_rate_caps_the_load() {
+        let (addr, server) = scripted_server();
+        let mut c = cfg(1.0, 1);
+        c.addr = addr;
+        c.duration = Duration::from_millis(500);
+        c.rate = 400.0;
+        let res = run(&c).unwrap();
+        assert!((150..=205).contains(&res.ops()), "{} requests", res.ops());
+        assert_eq!(server.join().unwrap(), res.ops());
+    }
+
+    #[test]
+    fn load_against_a_scripted_server() {
+        // Checks the closed loop counts and terminates.
+        let (addr, server) = scripted_server();
         let mut c = cfg(0.5, 4);
         c.addr = addr;
         c.duration = Duration::from_millis(200);

@@ -14,7 +14,7 @@
 //!            [--values random|json|proto|text] [--fill-rate ITEMS_PER_S]
 //!   load     --addr A [--conns 50] [--threads 1] [--duration 10]
 //!            [--get-ratio 0.9] [--keys 100000] [--key-len 14]
-//!            [--value-size 32] [--depth 1] [--warm 1]
+//!            [--value-size 32] [--depth 1] [--warm 1] [--rate REQ_PER_S]
 //!
 //! It only talks to the address it is given (the scripts pass 127.0.0.1) and
 //! every run is bounded in count or time.
@@ -128,6 +128,7 @@ fn main() -> ExitCode {
                 "depth",
                 "warm",
                 "seed",
+                "rate",
             ],
         )
         .and_then(|o| load(&o)),
@@ -319,6 +320,7 @@ fn load(o: &Opts) -> Result<(), String> {
         value_size: o.num("value-size", Some(32))?,
         depth: o.num("depth", Some(1))?,
         seed: o.num("seed", Some(1))?,
+        rate: o.num("rate", Some(0.0))?,
     };
     let _ = key_maker(o, cfg.keys)?;
     if o.num("warm", Some(1u8))? != 0 {

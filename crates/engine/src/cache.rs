@@ -27,6 +27,8 @@ use crossbeam_utils::CachePadded;
 use crate::arena::Arena;
 use crate::chain::Value;
 use crate::engine::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome, LOOKUP_BATCH};
+use crate::flash::fetch::{FlashStep, Want};
+use crate::flash::{Cursor, Step};
 use crate::magazine::Magazines;
 use crate::rebalance::profile::is_sampled;
 use crate::rebalance::HitGate;
@@ -847,19 +849,54 @@ impl Cache {
     }
 
     /// A worker's reader thread: read what a parked request wants
-    /// (`flash::fetch`), holding no lock. The image, or None if flash does
-    /// not have it after all.
-    pub fn flash_read(&self, want: &crate::flash::fetch::Want) -> Option<Box<[u8]>> {
+    /// (`flash::fetch`) with `pread`, holding no lock. The image, or None
+    /// if flash does not have it after all.
+    pub fn flash_read(&self, want: &Want) -> Option<Box<[u8]>> {
         let flash = self.shared.flash.as_ref()?;
         FLASH_IMAGE.with_borrow_mut(|image| {
-            let read = flash.read(want.h, &want.key, &want.locs, image)?;
-            if read.distance.is_some() {
-                // Back to memory now: the parked request, run again, will
-                // find it there.
-                self.recache(want.h, image, read);
-            }
-            Some(image[..].into())
+            let read = flash.read(want.h, &want.key, &want.locs, image);
+            self.fetched(want.h, image, read)
         })
+    }
+
+    /// The same read for a caller doing its own I/O (a worker's io_uring):
+    /// one step, given the outcome of the device read the last step asked
+    /// for (`Flash::advance`). `Done` with the image, or None if flash does
+    /// not have it after all.
+    pub fn flash_advance(
+        &self,
+        want: &Want,
+        cursor: &mut Cursor,
+        io: Option<std::io::Result<&[u8]>>,
+    ) -> FlashStep {
+        let Some(flash) = self.shared.flash.as_ref() else {
+            return FlashStep::Done(None);
+        };
+        FLASH_IMAGE.with_borrow_mut(|image| {
+            match flash.advance(want.h, &want.key, &want.locs, cursor, io, image) {
+                Step::Io(d) => FlashStep::Io(d),
+                Step::Done(read) => FlashStep::Done(self.fetched(want.h, image, read)),
+            }
+        })
+    }
+
+    /// The file flash reads go to, for a caller doing its own I/O: its
+    /// descriptor (valid while this cache lives; O_DIRECT where the file
+    /// system allows it, so reads go in `AlignedBuf`s). None without flash,
+    /// or on a device that is no file.
+    pub fn flash_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.shared.flash.as_ref()?.raw_fd()
+    }
+
+    /// A read of `h` came back: the image it found, which goes back to
+    /// memory if it was read again soon enough (the parked request, run
+    /// again, will find it there).
+    fn fetched(&self, h: u64, image: &[u8], read: Option<crate::flash::Read>) -> Option<Box<[u8]>> {
+        let read = read?;
+        if read.distance.is_some() {
+            self.recache(h, image, read);
+        }
+        Some(image.into())
     }
 
     /// The flash writer's work (its own thread): recycle a slab if free

@@ -15,6 +15,7 @@ pub mod conn;
 pub mod flash_io;
 pub mod listener;
 pub mod os;
+pub mod ring;
 pub mod worker;
 
 use std::ffi::OsString;
@@ -243,6 +244,10 @@ impl Server {
             ..Shared::default()
         });
         shared.verbosity.store(settings.verbose, Ordering::Relaxed);
+        // Reader threads only where the workers cannot have their own
+        // io_uring (refused by the kernel, or `-o flash_io=threads`).
+        let mut settings = settings;
+        settings.flash_uring &= ring::available();
         let settings = Arc::new(settings);
         let clients = Arc::new(AtomicUsize::new(0));
         let io_err = |e: std::io::Error| StartError {
@@ -250,7 +255,8 @@ impl Server {
             code: EX_OSERR,
         };
 
-        let readers = match cache.has_flash() {
+        let uring = settings.flash_uring;
+        let readers = match cache.has_flash() && !uring {
             true => Some(Arc::new(
                 flash_io::Readers::start(cache.clone(), settings.flash_readers).map_err(io_err)?,
             )),
@@ -266,6 +272,7 @@ impl Server {
                 stats,
                 clients.clone(),
                 readers.clone(),
+                uring,
             )
             .map_err(io_err)?;
             handles.push(handle);

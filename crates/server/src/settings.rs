@@ -48,8 +48,12 @@ pub struct Settings {
     pub max_conns: usize,
     /// `-t`
     pub threads: usize,
-    /// `-o ext_threads`: threads that read the flash tier for parked GETs.
+    /// `-o ext_threads`: threads that read the flash tier for parked GETs
+    /// when the workers do not use io_uring.
     pub flash_readers: usize,
+    /// `-o flash_io=uring|threads`: each worker reads flash through its own
+    /// io_uring (where the kernel allows it) rather than reader threads.
+    pub flash_uring: bool,
     /// `-R`
     pub reqs_per_event: usize,
     /// `-b` listen backlog
@@ -147,6 +151,7 @@ impl Default for Settings {
                 .map(|n| n.get())
                 .unwrap_or(4),
             flash_readers: 4,
+            flash_uring: true,
             reqs_per_event: 20,
             backlog: 1024,
             protocol: ProtocolChoice::Auto,

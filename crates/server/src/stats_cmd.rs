@@ -520,9 +520,11 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "track_sizes", "yes");
     stat(out, "inline_ascii_response", "no");
     // memcached 1.6.18 as packaged (extstore and TLS built in, neither in
-    // use) prints these defaults; cachalot has neither feature.
+    // use) prints these defaults; with the flash tier, its item size and
+    // reader threads are ours.
+    let item_size = ec.flash.as_ref().map_or(512, |f| f.item_min);
+    stat(out, "ext_item_size", item_size);
     for (name, value) in [
-        ("ext_item_size", "512"),
         ("ext_item_age", "4294967295"),
         ("ext_low_ttl", "0"),
         ("ext_recache_rate", "2000"),
@@ -569,6 +571,14 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
         },
     );
     stat(out, "zzone_target", ec.zzone_target);
+    if ec.flash.is_some() {
+        stat(out, "ext_threads", s.flash_readers);
+        stat(
+            out,
+            "flash_io",
+            if s.flash_uring { "uring" } else { "threads" },
+        );
+    }
     stat(out, "rebalance", ec.rebalance.name());
     stat(
         out,

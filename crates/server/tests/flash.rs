@@ -44,17 +44,19 @@ fn value(k: u64) -> Vec<u8> {
         .into_bytes()
 }
 
-fn start(memory_mb: &str, flash_mb: &str) -> (Server, FlashFile) {
+fn start(memory_mb: &str, flash_mb: &str, extra: &[&str]) -> (Server, FlashFile) {
     let path = temp_path("flash");
     let p = path.to_str().expect("utf-8 path").to_string();
-    let server = spawn_server(&[
+    let mut args = vec![
         "-m",
         memory_mb,
         "--flash-path",
         &p,
         "--flash-size",
         flash_mb,
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let server = spawn_server(&args);
     (server, FlashFile(path))
 }
 
@@ -174,10 +176,28 @@ fn read_all(s: &mut TcpStream, n: u64, per: u64, depth: u64) -> u64 {
     hits
 }
 
+/// Each worker's own io_uring (where the kernel allows: `stats settings`
+/// says which path is in use).
 #[test]
 fn items_come_back_from_flash_through_every_protocol() {
-    let (server, _file) = start("8", "64");
+    every_protocol("uring");
+}
+
+/// The reader threads, the fallback.
+#[test]
+fn items_come_back_from_flash_through_reader_threads() {
+    every_protocol("threads");
+}
+
+fn every_protocol(io: &str) {
+    let (server, _file) = start("8", "64", &["-o", &format!("flash_io={io}")]);
     let mut s = server.connect();
+    let in_use = &stats(&mut s, "settings")["flash_io"];
+    if io == "uring" && in_use != "uring" {
+        eprintln!("io_uring refused here: the test runs on reader threads");
+    } else {
+        assert_eq!(in_use, io);
+    }
     let n = 60_000;
     fill(&mut s, n);
     settle(&mut s);
@@ -246,7 +266,7 @@ fn items_come_back_from_flash_through_every_protocol() {
 
 #[test]
 fn a_damaged_or_truncated_file_costs_misses_never_wrong_values() {
-    let (server, file) = start("8", "64");
+    let (server, file) = start("8", "64", &[]);
     let mut s = server.connect();
     let n = 120_000;
     fill(&mut s, n);

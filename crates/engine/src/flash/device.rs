@@ -13,6 +13,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,6 +34,11 @@ pub trait Device: Send + Sync {
     fn sync(&self) -> io::Result<()>;
     /// Whether transfers bypass the page cache.
     fn direct(&self) -> bool;
+    /// The file's descriptor, for callers that submit their own reads
+    /// (io_uring); None for a device that is not one file.
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
 }
 
 /// A file opened for the tier.
@@ -123,6 +129,10 @@ impl Device for FileDevice {
 
     fn direct(&self) -> bool {
         self.direct
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(self.file.as_raw_fd())
     }
 }
 

@@ -24,6 +24,16 @@ pub struct Want {
     pub locs: Vec<Loc>,
 }
 
+/// What a worker's own read of a [`Want`] needs next
+/// (`Cache::flash_advance`).
+#[derive(Debug)]
+pub enum FlashStep {
+    /// Finished: the item's image, or None if flash does not have it.
+    Done(Option<Box<[u8]>>),
+    /// This device read first.
+    Io(super::DeviceRead),
+}
+
 /// A completed read: the key, and its image if flash had it.
 pub type Fetched = (Box<[u8]>, Option<Box<[u8]>>);
 

@@ -273,11 +273,45 @@ pub enum Probe {
     OnFlash(Vec<Loc>),
 }
 
-/// A thread's means to read containers: a buffer, a decoder.
-#[derive(Default)]
-pub struct Reader {
-    buf: Option<AlignedBuf>,
-    dec: Decoder,
+/// Where a read's container is (`Flash::locate`).
+enum Located {
+    /// In a slab still in DRAM, and decoded: the item was there.
+    Dram(Area),
+    /// On the device.
+    Device(DeviceRead),
+    /// Nowhere, or not the key's.
+    Not,
+}
+
+/// A device read a flash read waits for: `len` bytes at `offset`, both
+/// multiples of [`ALIGN`] (O_DIRECT), into an [`AlignedBuf`].
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceRead {
+    pub offset: u64,
+    pub len: usize,
+    loc: Loc,
+    area: Area,
+    epoch: i64,
+    /// The container's bytes within the read.
+    skip: usize,
+    used: usize,
+    issued: Instant,
+}
+
+/// How far a read has gone through its places (`Flash::advance`).
+#[derive(Debug, Default)]
+pub struct Cursor {
+    next: usize,
+    io: Option<DeviceRead>,
+}
+
+/// What a read needs next.
+#[derive(Debug)]
+pub enum Step {
+    /// Finished: the item (in the image) and where it was, or None.
+    Done(Option<Read>),
+    /// This device read, then [`Flash::advance`] again with its bytes.
+    Io(DeviceRead),
 }
 
 /// A decompression context and the decoded block.
@@ -288,7 +322,8 @@ struct Decoder {
 }
 
 thread_local! {
-    static READER: RefCell<Reader> = RefCell::new(Reader::default());
+    static DECODER: RefCell<Decoder> = RefCell::new(Decoder::default());
+    static READ_BUF: std::cell::Cell<Option<AlignedBuf>> = const { std::cell::Cell::new(None) };
 }
 
 pub struct Flash {
@@ -469,32 +504,104 @@ impl Flash {
     }
 
     /// Read the item of `key` (hash `h`) from the first of `locs` that
-    /// holds it, into `image`: I/O, so call it holding no lock. False when
-    /// none does (a tag shared with another key, a slab recycled since the
-    /// lookup, or a fault: an I/O error or a container that fails its
-    /// checks).
+    /// holds it, into `image`, with plain `pread`s: I/O, so call it holding
+    /// no lock. None when none does (a tag shared with another key, a slab
+    /// recycled since the lookup, or a fault: an I/O error or a container
+    /// that fails its checks). [`Flash::advance`] is the same read for
+    /// callers that do their own I/O.
     pub fn read(&self, h: u64, key: &[u8], locs: &[Loc], image: &mut Vec<u8>) -> Option<Read> {
-        READER.with_borrow_mut(|r| {
-            for &loc in locs {
-                let t = Instant::now();
-                if let Some(area) = self.read_one(r, h, key, loc, image) {
-                    bump(&self.counters.hits);
-                    bump(&self.counters.hits_since_recache);
-                    let again = self.index.mark_accessed(h, loc) == Some(true);
-                    self.note_hit(area, t, image);
-                    // The last read of each slot's key: high hash bits and
-                    // the admissions count then.
-                    let admitted = self.counters.admitted.load(Ordering::Relaxed);
-                    let slot = &self.recent[(h as usize) & (RECENT_READS - 1)];
-                    let mine = h & !0xffff_ffff;
-                    let prev = slot.swap(mine | (admitted & 0xffff_ffff), Ordering::Relaxed);
-                    let distance = (again && prev & !0xffff_ffff == mine)
-                        .then(|| (admitted as u32).wrapping_sub(prev as u32) as u64);
-                    return Some(Read { loc, distance });
+        let mut buf = READ_BUF.take().unwrap_or_else(|| AlignedBuf::new(ALIGN));
+        let mut cursor = Cursor::default();
+        let mut done: Option<std::io::Result<usize>> = None;
+        let read = loop {
+            let io = done.take().map(|r| r.map(|n| &buf.as_ref()[..n]));
+            match self.advance(h, key, locs, &mut cursor, io, image) {
+                Step::Done(read) => break read,
+                Step::Io(d) => {
+                    if buf.len() < d.len {
+                        buf = AlignedBuf::new(d.len);
+                    }
+                    let into = &mut buf.as_mut()[..d.len];
+                    done = Some(self.device.read_at(into, d.offset).map(|()| d.len));
                 }
             }
-            None
+        };
+        READ_BUF.set(Some(buf));
+        read
+    }
+
+    /// One step of reading `key` from the first of `locs` that holds it:
+    /// `io` is the outcome of the device read the previous step asked for
+    /// (the bytes of [`DeviceRead::offset`]..+[`DeviceRead::len`]), None at
+    /// the first step. A container still in DRAM is decoded at once; one
+    /// on the device is asked for ([`Step::Io`]); the caller reads it its
+    /// own way (a `pread`, an io_uring read) and calls again. Holds no lock
+    /// across the caller's I/O.
+    pub fn advance(
+        &self,
+        h: u64,
+        key: &[u8],
+        locs: &[Loc],
+        cursor: &mut Cursor,
+        io: Option<std::io::Result<&[u8]>>,
+        image: &mut Vec<u8>,
+    ) -> Step {
+        DECODER.with_borrow_mut(|dec| {
+            if let (Some(d), Some(io)) = (cursor.io.take(), io) {
+                match io {
+                    Ok(bytes) if bytes.len() >= d.skip + d.used => {
+                        self.note_latency(d.issued);
+                        self.counters
+                            .read_bytes
+                            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                        let bytes = &bytes[d.skip..d.skip + d.used];
+                        if self.decode(dec, h, key, d.loc, bytes, d.epoch, image) {
+                            return Step::Done(Some(self.hit(h, d.loc, d.area, d.issued, image)));
+                        }
+                    }
+                    _ => bump(&self.counters.io_errors),
+                }
+            }
+            while let Some(&loc) = locs.get(cursor.next) {
+                cursor.next += 1;
+                let t = Instant::now();
+                match self.locate(dec, h, key, loc, image) {
+                    Located::Dram(area) => {
+                        return Step::Done(Some(self.hit(h, loc, area, t, image)));
+                    }
+                    Located::Device(d) => {
+                        bump(&self.counters.reads);
+                        cursor.io = Some(d);
+                        return Step::Io(d);
+                    }
+                    Located::Not => {}
+                }
+            }
+            Step::Done(None)
         })
+    }
+
+    /// A read found its item at `loc` (of `area`, since `t`): the counters,
+    /// the access bit, and its reuse distance.
+    fn hit(&self, h: u64, loc: Loc, area: Area, t: Instant, image: &[u8]) -> Read {
+        bump(&self.counters.hits);
+        bump(&self.counters.hits_since_recache);
+        let again = self.index.mark_accessed(h, loc) == Some(true);
+        self.note_hit(area, t, image);
+        // The last read of each slot's key: high hash bits and the
+        // admissions count then.
+        let admitted = self.counters.admitted.load(Ordering::Relaxed);
+        let slot = &self.recent[(h as usize) & (RECENT_READS - 1)];
+        let mine = h & !0xffff_ffff;
+        let prev = slot.swap(mine | (admitted & 0xffff_ffff), Ordering::Relaxed);
+        let distance = (again && prev & !0xffff_ffff == mine)
+            .then(|| (admitted as u32).wrapping_sub(prev as u32) as u64);
+        Read { loc, distance }
+    }
+
+    /// The tier's file descriptor (`Cache::flash_fd`).
+    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.device.raw_fd()
     }
 
     /// Whether the entry of `h` at `loc` is still indexed (no SET, DELETE
@@ -538,14 +645,17 @@ impl Flash {
     }
 
     /// Read `key` from `loc`; the area it was found in.
-    fn read_one(
+    /// Where the container of `loc` is: in a slab still in DRAM (decoded
+    /// here, found or not), on the device (the aligned read to do), or
+    /// nowhere any more (its slab was recycled).
+    fn locate(
         &self,
-        r: &mut Reader,
+        dec: &mut Decoder,
         h: u64,
         key: &[u8],
         loc: Loc,
         image: &mut Vec<u8>,
-    ) -> Option<Area> {
+    ) -> Located {
         // A slab still in DRAM: copy the container out, decode without
         // the lock.
         let in_dram = {
@@ -553,12 +663,12 @@ impl Flash {
             dram.container(loc)
                 .map(|(area, c)| (area, c.map(|b| b.to_vec())))
         };
-        let now = self.clock.started_unix();
-        let Reader { buf, dec } = r;
         if let Some((area, bytes)) = in_dram {
-            return self
-                .decode(dec, h, key, loc, &bytes?, now, image)
-                .then_some(area);
+            let now = self.clock.started_unix();
+            return match bytes {
+                Some(b) if self.decode(dec, h, key, loc, &b, now, image) => Located::Dram(area),
+                _ => Located::Not,
+            };
         }
         let (range, epoch, area) = {
             let mut log = self.log.lock();
@@ -567,32 +677,19 @@ impl Flash {
             (m.container(loc.container), m.epoch, m.area)
         };
         let (Some((start, end)), Some(area)) = (range, area) else {
-            return None;
+            return Located::Not;
         };
-        let base = loc.slab as u64 * SLAB as u64;
         let from = start / ALIGN * ALIGN;
-        let len = (end - from).div_ceil(ALIGN) * ALIGN;
-        let buf = buf.get_or_insert_with(|| AlignedBuf::new(len));
-        if buf.len() < len {
-            *buf = AlignedBuf::new(len);
-        }
-        let t = Instant::now();
-        bump(&self.counters.reads);
-        if self
-            .device
-            .read_at(&mut buf.as_mut()[..len], base + from as u64)
-            .is_err()
-        {
-            bump(&self.counters.io_errors);
-            return None;
-        }
-        self.note_latency(t);
-        self.counters
-            .read_bytes
-            .fetch_add(len as u64, Ordering::Relaxed);
-        let bytes = &buf.as_ref()[start - from..end - from];
-        self.decode(dec, h, key, loc, bytes, epoch, image)
-            .then_some(area)
+        Located::Device(DeviceRead {
+            offset: loc.slab as u64 * SLAB as u64 + from as u64,
+            len: (end - from).div_ceil(ALIGN) * ALIGN,
+            loc,
+            area,
+            epoch,
+            skip: start - from,
+            used: end - start,
+            issued: Instant::now(),
+        })
     }
 
     /// Check and decode a container read from `loc` (written under

@@ -910,6 +910,18 @@ fn extended(
                 }
                 flash_config(s).hot_percent = n;
             }
+            "flash_io" => {
+                s.flash_uring = match value {
+                    Some("uring") => true,
+                    Some("threads") => false,
+                    _ => {
+                        return Err(CliError::new(
+                            EXIT_FAILURE,
+                            "flash_io must be uring or threads",
+                        ))
+                    }
+                }
+            }
             "flash_codec" => {
                 flash_config(s).codec = match value {
                     Some("zstd") => Codec::Zstd,
@@ -1047,6 +1059,9 @@ pub fn usage() -> String {
    - flash_miss_cost:     microseconds a miss costs the client, for items
                           that carry no cost (default 1000)
    - flash_codec:         zstd (default), lz4 or none
+   - flash_io:            how parked GETs read flash: uring (default: each
+                          worker's own io_uring, where the kernel allows it)
+                          or threads (ext_threads reader threads)
    - rebalance:           how pages move between slab classes: off, memcached
                           (slab_automove's rule), sas (towards capacity misses),
                           cost-per-byte or mrc (default: towards the optimum of

@@ -21,7 +21,8 @@ use std::sync::Arc;
 
 use cachalot_engine::flash::fetch::{self, Fetches};
 
-use super::flash_io::{Inbox, Readers};
+use super::flash_io::FlashIo;
+use super::ring::Submitted;
 use crate::session::{self, out_full, Ctx, Handler, Step, OUT_HIGH_WATER};
 use crate::settings::Settings;
 use crate::stats::{ConnEntry, ConnState, ThreadStats};
@@ -152,9 +153,9 @@ pub struct Env<'a> {
     /// The readiness event said the peer closed its side (EPOLLRDHUP): read
     /// until EOF instead of trusting a short read to mean "drained".
     pub peer_closed: bool,
-    /// With the flash tier: the reader threads, this worker's inbox for
-    /// their results, and the connection's slot (their address).
-    pub flash: Option<(&'a Readers, &'a Arc<Inbox>)>,
+    /// With the flash tier: how this worker reads it, and the connection's
+    /// slot (where the reads come back to).
+    pub flash: Option<&'a mut FlashIo>,
     pub slot: usize,
 }
 
@@ -435,12 +436,13 @@ impl Conn {
                     ran |= n > 0;
                     let wanted = std::mem::take(&mut self.fetches.wanted);
                     self.waiting = 0;
-                    if let Some((readers, inbox)) = env.flash {
+                    if let Some(io) = env.flash.as_deref_mut() {
                         for want in wanted {
-                            match readers.submit(want, env.slot, self.entry.id, inbox) {
-                                Ok(()) => self.waiting += 1,
-                                Err(w) => {
-                                    // The queue is full: a miss.
+                            match io.submit(env.ctx.cache, want, env.slot, self.entry.id) {
+                                Submitted::Queued => self.waiting += 1,
+                                Submitted::Done(fetched) => self.fetches.done.push(fetched),
+                                Submitted::Full(w) => {
+                                    // Too many reads waiting: a miss.
                                     ThreadStats::bump(&env.ctx.stats.get_aborted_flash);
                                     self.fetches.done.push((w.key, None));
                                 }

@@ -9,9 +9,11 @@
 //! worker's inbox and wakes it; the worker gives it to the connection,
 //! which runs the request again once all its reads are in.
 //!
-//! Reads are plain `pread`s on a few threads, the portable path; the
-//! threads only wait for the device, so a handful keep an SSD's queue
-//! busy without taking CPU from the workers.
+//! Two ways, one interface ([`FlashIo`]): where the kernel allows it,
+//! each worker has its own io_uring (`ring`) and completes the reads in
+//! its event loop; otherwise (or with `-o flash_io=threads`) reads are
+//! plain `pread`s on a few shared reader threads, which put the results in
+//! the worker's inbox and wake it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +24,47 @@ use cachalot_engine::flash::fetch::Want;
 use cachalot_engine::Cache;
 use mio::Waker;
 use parking_lot::{Condvar, Mutex};
+
+use super::ring::{Ring, Submitted};
+
+/// How a worker reads flash for its parked requests.
+pub enum FlashIo {
+    /// Its own io_uring.
+    Ring(Box<Ring>),
+    /// The shared reader threads, and where they put its reads.
+    Threads(Arc<Readers>, Arc<Inbox>),
+}
+
+impl FlashIo {
+    /// Begin reading `want` for the connection of `slot` (id `conn`).
+    pub fn submit(&mut self, cache: &Cache, want: Want, slot: usize, conn: u64) -> Submitted {
+        match self {
+            FlashIo::Ring(ring) => ring.submit(cache, want, slot, conn),
+            FlashIo::Threads(readers, inbox) => match readers.submit(want, slot, conn, inbox) {
+                Ok(()) => Submitted::Queued,
+                Err(want) => Submitted::Full(want),
+            },
+        }
+    }
+
+    /// The reads completed since the last call, to `f`.
+    pub fn completed(&mut self, cache: &Cache, mut f: impl FnMut(Done)) {
+        match self {
+            FlashIo::Ring(ring) => ring.reap(cache, f),
+            FlashIo::Threads(_, inbox) => {
+                let done = std::mem::take(&mut *inbox.done.lock());
+                done.into_iter().for_each(&mut f);
+            }
+        }
+    }
+
+    /// End of the worker's round: the reads it queued go to the kernel.
+    pub fn flush(&mut self) {
+        if let FlashIo::Ring(ring) = self {
+            ring.flush();
+        }
+    }
+}
 
 /// Reads waiting at most (a few milliseconds of an SSD's reads).
 pub const MAX_QUEUED: usize = 1024;

@@ -17,13 +17,16 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
 
 use super::conn::{max_request, BufPool, Conn, Env, Status, Stream};
-use super::flash_io::{Inbox, Readers};
+use super::flash_io::{FlashIo, Inbox, Readers};
+use super::ring::Ring;
 use crate::session::Ctx;
 use crate::settings::Settings;
 use crate::stats::{ConnEntry, ConnState, Shared, ThreadStats};
 
 /// The waker's token; connection tokens are slot indexes below it.
 pub const WAKE_TOKEN: Token = Token(usize::MAX);
+/// The token of the worker's io_uring completions.
+const RING_TOKEN: Token = Token(usize::MAX - 1);
 
 /// A freshly accepted connection on its way to a worker.
 pub struct NewConn {
@@ -66,13 +69,14 @@ pub struct Worker {
     pool: BufPool,
     /// Connections that yielded with work left (`-R`).
     ready: VecDeque<usize>,
-    /// With the flash tier: the reader threads and where they put this
-    /// worker's completed reads.
-    flash: Option<(Arc<Readers>, Arc<Inbox>)>,
+    /// With the flash tier: how this worker reads it.
+    flash: Option<FlashIo>,
 }
 
 impl Worker {
-    /// Create a worker and the handle the acceptor uses to feed it.
+    /// Create a worker and the handle the acceptor uses to feed it. With
+    /// the flash tier, its reads go through its own io_uring if `uring`
+    /// and the kernel allow, else through `readers`.
     pub fn new(
         cache: Arc<Cache>,
         settings: Arc<Settings>,
@@ -80,16 +84,32 @@ impl Worker {
         stats: Arc<ThreadStats>,
         clients: Arc<std::sync::atomic::AtomicUsize>,
         readers: Option<Arc<Readers>>,
+        uring: bool,
     ) -> std::io::Result<(Worker, WorkerHandle)> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKE_TOKEN)?);
-        let flash = readers.map(|r| {
-            let inbox = Arc::new(Inbox {
-                done: Mutex::new(Vec::new()),
-                waker: waker.clone(),
-            });
-            (r, inbox)
-        });
+        let ring = match cache.has_flash() && uring {
+            true => Ring::new(&cache)
+                .and_then(|r| r.register(poll.registry(), RING_TOKEN).map(|()| r))
+                .map_err(|e| {
+                    if settings.verbose > 0 {
+                        eprintln!("io_uring unavailable ({e}); flash reads use threads");
+                    }
+                })
+                .ok(),
+            false => None,
+        };
+        let flash = match (ring, readers) {
+            (Some(ring), _) => Some(FlashIo::Ring(Box::new(ring))),
+            (None, Some(r)) => {
+                let inbox = Arc::new(Inbox {
+                    done: Mutex::new(Vec::new()),
+                    waker: waker.clone(),
+                });
+                Some(FlashIo::Threads(r, inbox))
+            }
+            (None, None) => None,
+        };
         let inbox = Arc::new(Mutex::new(Vec::new()));
         let handle = WorkerHandle {
             inbox: inbox.clone(),
@@ -143,6 +163,7 @@ impl Worker {
                         self.accept_new();
                         self.take_flash_reads();
                     }
+                    RING_TOKEN => self.take_flash_reads(),
                     Token(slot) => {
                         // Every reply we write is later followed by a
                         // writable edge; unless output is waiting, such an
@@ -168,6 +189,9 @@ impl Worker {
                     }
                     self.service(slot, false);
                 }
+            }
+            if let Some(io) = &mut self.flash {
+                io.flush();
             }
             if idle_timeout > 0 && last_idle_check.elapsed() >= Duration::from_secs(1) {
                 last_idle_check = Instant::now();
@@ -234,23 +258,23 @@ impl Worker {
     /// Completed flash reads go to their connections; one whose reads are
     /// all in runs again (after this round's events).
     fn take_flash_reads(&mut self) {
-        let Some((_, inbox)) = &self.flash else {
+        let Some(io) = &mut self.flash else {
             return;
         };
-        let done = std::mem::take(&mut *inbox.done.lock());
-        for d in done {
+        let (conns, ready) = (&mut self.conns, &mut self.ready);
+        io.completed(&self.cache, |d| {
             // The connection may have closed meanwhile, its slot reused.
-            let Some(Some(c)) = self.conns.get_mut(d.slot) else {
-                continue;
+            let Some(Some(c)) = conns.get_mut(d.slot) else {
+                return;
             };
             if c.entry.id != d.conn {
-                continue;
+                return;
             }
             if c.complete(d.key, d.image) && !c.queued {
                 c.queued = true;
-                self.ready.push_back(d.slot);
+                ready.push_back(d.slot);
             }
-        }
+        });
     }
 
     fn service(&mut self, slot: usize, peer_closed: bool) {
@@ -269,7 +293,7 @@ impl Worker {
             max_request: max_request(&self.settings),
             now: self.cache.clock().now(),
             peer_closed,
-            flash: self.flash.as_ref().map(|(r, i)| (&**r, i)),
+            flash: self.flash.as_mut(),
             slot,
         };
         // A bug reachable from client input must cost that client its
