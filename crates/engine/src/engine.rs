@@ -415,6 +415,9 @@ impl Engine {
             }
             _ => None,
         };
+        if let (Some(z), Some(f)) = (&zone, &flash) {
+            z.zone.lock().spill_to(f.clone());
+        }
         let mut engine = Engine {
             zone,
             flash,

@@ -155,15 +155,15 @@ impl Zzone {
 }
 
 impl Engine {
-    /// The item at `loc` (its stripe held) leaves the N-zone: demote it.
-    /// False if it is not kept (no Z-zone, chained, too large for a block,
-    /// or expired); kept, it is staged, and evicted later if the zone has
-    /// no room for it.
-    /// With no Z-zone, the next tier is flash, if on.
+    /// The item at `loc` (its stripe held) leaves the N-zone: demote it to
+    /// the Z-zone, or, with none or one that does not take it (too large
+    /// for a block, not worth growing, paused), to flash. False if it is
+    /// not kept (no tier below, chained, or expired); kept by the Z-zone,
+    /// it is staged, and its sweep sends it on to flash later (or evicts
+    /// it, without flash).
     pub(super) fn demote(&mut self, loc: u64) -> bool {
         let now = self.now();
-        let paused = self.zone.as_ref().is_some_and(|z| z.paused);
-        if paused || (self.zone.is_none() && self.flash.is_none()) {
+        if self.zone.is_none() && self.flash.is_none() {
             return false;
         }
         let chunk = self.slabs.chunk(loc);
@@ -176,17 +176,15 @@ impl Engine {
         }
         let image = &chunk[..item::stored_len(chunk)];
         let h = hash(item::key(image));
-        match self.zone.as_mut() {
-            Some(z) => {
-                let mut zone = z.zone.lock();
-                if !zone.admits(image.len()) {
-                    return false;
-                }
+        if let Some(z) = self.zone.as_mut().filter(|z| !z.paused) {
+            let mut zone = z.zone.lock();
+            if zone.admits(image.len()) {
                 zone.push(h, image, now);
-                true
+                return true;
             }
-            None => self.flash.as_ref().is_some_and(|f| f.admit(h, image)),
         }
+        // No Z-zone, or one that does not take it: the next tier down.
+        self.flash.as_ref().is_some_and(|f| f.admit(h, image))
     }
 
     /// The live item of `key` in either zone: the N-zone's, else the

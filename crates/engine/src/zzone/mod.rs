@@ -308,6 +308,9 @@ pub struct Zone {
     /// Their bytes (kept, not summed: `-m` is checked on every store).
     sample_bytes: usize,
     trained_at: u64,
+    /// The flash tier, where the items the sweep evicts go next (issue 12:
+    /// items leaving memory, the Z-zone included, are admitted to flash).
+    spill: Option<Arc<crate::flash::Flash>>,
 }
 
 /// The last hash of leaf `n`'s range.
@@ -361,8 +364,14 @@ impl Zone {
             samples: Vec::new(),
             sample_bytes: 0,
             trained_at: 0,
+            spill: None,
             cfg,
         }
+    }
+
+    /// Send the items the sweep evicts to `flash`.
+    pub fn spill_to(&mut self, flash: Arc<crate::flash::Flash>) {
+        self.spill = Some(flash);
     }
 
     /// Whether demotions are being sampled: until the first dictionary,
@@ -1085,6 +1094,13 @@ impl Zone {
         cold.sort_unstable();
         let evict = cold.len().div_ceil(2);
         let mut gone: Vec<usize> = cold[..evict].iter().map(|c| c.1).collect();
+        if let Some(flash) = &self.spill {
+            // A copy into the flash stage (its lock, no I/O).
+            for &i in &gone {
+                let e = entries[i];
+                flash.admit(e.h, flush::entry(&self.work, e));
+            }
+        }
         gone.sort_unstable_by(|a, b| b.cmp(a));
         for i in gone {
             entries.swap_remove(i);
@@ -1170,8 +1186,10 @@ impl Zone {
         let target = self.target_pages;
         let cfg = self.cfg;
         let stats = self.stats;
+        let spill = self.spill.take();
         *self = Zone::new(cfg);
         self.target_pages = target;
+        self.spill = spill;
         self.stats = ZoneStats {
             items: 0,
             raw_bytes: 0,
