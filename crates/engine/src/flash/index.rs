@@ -50,7 +50,9 @@ fn tag_of(h: u64) -> u64 {
     (h >> (64 - SHARD_BITS - TAG_BITS)) & TAG_MASK
 }
 
-fn shard_of(h: u64) -> usize {
+/// The shard of `h`: keys of different shards never share an entry, so
+/// threads owning disjoint shards may fill the index at once.
+pub(crate) fn shard_of(h: u64) -> usize {
     (h >> (64 - SHARD_BITS)) as usize
 }
 
@@ -147,18 +149,58 @@ impl Shard {
         false
     }
 
+    /// Insert `e`: see [`FlashIndex::insert`].
+    fn insert(&mut self, e: u64, may_grow: bool) -> Inserted {
+        let mut done = Inserted::default();
+        let before = self.capacity();
+        if may_grow {
+            if self.items + 1 > (self.capacity() as f64 * MAX_LOAD) as usize {
+                self.grow();
+            }
+            while !self.place(e) {
+                self.grow();
+            }
+        } else if !self.place(e) {
+            // Both buckets full: the first bucket's last entry goes.
+            let b = self.buckets_of(entry_tag(e))[0];
+            let victim = std::mem::replace(&mut self.buckets[b][WAYS - 1], e);
+            done.dropped.push(entry_loc(victim));
+        }
+        done.grew = (self.capacity() - before) * 8;
+        done
+    }
+
+    /// Remove every entry of `tag`, calling `gone` with each location.
+    fn remove_tag(&mut self, tag: u64, mut gone: impl FnMut(Loc)) {
+        for b in self.buckets_of(tag) {
+            for i in 0..WAYS {
+                let e = self.buckets[b][i];
+                if e != 0 && entry_tag(e) == tag {
+                    self.buckets[b][i] = 0;
+                    self.items -= 1;
+                    gone(entry_loc(e));
+                }
+            }
+        }
+    }
+
     /// A quarter more buckets (more again in the rare case that some
     /// entry finds both of its buckets full at the new size).
     fn grow(&mut self) {
-        let mut n = self.buckets.len();
+        self.grow_to(self.buckets.len() + self.buckets.len().div_ceil(4));
+    }
+
+    /// At least `n` buckets (a quarter more again until every entry
+    /// finds room).
+    fn grow_to(&mut self, mut n: usize) {
         loop {
-            n += n.div_ceil(4);
             let mut bigger = Shard::new(n);
             let mut entries = self.buckets.iter().flatten().copied().filter(|&e| e != 0);
             if entries.all(|e| bigger.place(e)) {
                 *self = bigger;
                 return;
             }
+            n += n.div_ceil(4);
         }
     }
 }
@@ -207,43 +249,52 @@ impl FlashIndex {
     /// (returned; its data stays on flash, unreachable, until its slab is
     /// recycled).
     pub fn insert(&self, h: u64, loc: Loc, may_grow: bool) -> Inserted {
-        let mut done = Inserted::default();
-        let e = pack(tag_of(h), loc);
         let mut shard = self.shards[shard_of(h)].lock();
-        let before = shard.capacity();
-        if may_grow {
-            if shard.items + 1 > (shard.capacity() as f64 * MAX_LOAD) as usize {
-                shard.grow();
-            }
-            while !shard.place(e) {
-                shard.grow();
-            }
-        } else if !shard.place(e) {
-            // Both buckets full: the first bucket's last entry goes.
-            let b = shard.buckets_of(entry_tag(e))[0];
-            let victim = std::mem::replace(&mut shard.buckets[b][WAYS - 1], e);
-            done.dropped.push(entry_loc(victim));
+        shard.insert(pack(tag_of(h), loc), may_grow)
+    }
+
+    /// [`FlashIndex::remove`] then [`FlashIndex::insert`] (growing), under
+    /// one lock and one visit of the buckets: a crash scan's step, where a
+    /// newer copy replaces any older one.
+    pub fn replace(&self, h: u64, loc: Loc) {
+        let tag = tag_of(h);
+        let mut shard = self.shards[shard_of(h)].lock();
+        shard.remove_tag(tag, |_| {});
+        shard.insert(pack(tag, loc), true);
+    }
+
+    /// Start loading the buckets of `h` into the CPU's cache (a crash scan
+    /// does this a few items ahead: its inserts are otherwise one cache
+    /// miss after another).
+    pub fn prefetch(&self, h: u64) {
+        let shard = self.shards[shard_of(h)].lock();
+        for b in shard.buckets_of(tag_of(h)) {
+            crate::prefetch(shard.buckets[b].as_ptr().cast());
         }
-        done.grew = (shard.capacity() - before) * 8;
-        done
+    }
+
+    /// Make room for `more` entries of these hashes at once (a crash
+    /// scan's): each shard grows once, to the size its growth by quarters
+    /// would reach at the lowest, rather than a step at a time, each step
+    /// placing every entry again.
+    pub fn reserve(&self, more: impl Iterator<Item = u64>) {
+        let mut counts = vec![0usize; SHARDS];
+        more.for_each(|h| counts[shard_of(h)] += 1);
+        for (shard, n) in self.shards.iter().zip(counts) {
+            let mut shard = shard.lock();
+            let want = ((shard.items + n) as f64 / MAX_LOAD).ceil() as usize;
+            let buckets = want.div_ceil(WAYS);
+            if buckets > shard.buckets.len() {
+                shard.grow_to(buckets);
+            }
+        }
     }
 
     /// Remove every entry of `h`'s tag (the item's, and any other key's
     /// that shares it: a removal must never leave a stale copy). Calls
     /// `gone` with each location removed.
-    pub fn remove(&self, h: u64, mut gone: impl FnMut(Loc)) {
-        let tag = tag_of(h);
-        let mut shard = self.shards[shard_of(h)].lock();
-        for b in shard.buckets_of(tag) {
-            for i in 0..WAYS {
-                let e = shard.buckets[b][i];
-                if e != 0 && entry_tag(e) == tag {
-                    shard.buckets[b][i] = 0;
-                    shard.items -= 1;
-                    gone(entry_loc(e));
-                }
-            }
-        }
+    pub fn remove(&self, h: u64, gone: impl FnMut(Loc)) {
+        self.shards[shard_of(h)].lock().remove_tag(tag_of(h), gone);
     }
 
     /// The entry of `h` at `loc`, if there is one: `f` gets it (to change
@@ -490,6 +541,32 @@ mod tests {
         assert!(dropped >= n / 2);
     }
 
+    /// After a reserve for a crash scan's keys, inserting them all grows
+    /// nothing (one growth per shard, not one per quarter), and the index
+    /// stays within 12 bytes an item.
+    #[test]
+    fn a_reserve_makes_room_for_the_keys_at_once() {
+        let idx = FlashIndex::default();
+        let n = 200_000u64;
+        idx.reserve((0..n).map(h_of));
+        let bytes = idx.memory_bytes();
+        for i in 0..n {
+            let loc = Loc {
+                slab: (i % 4000) as u32,
+                container: (i % 4096) as u16,
+            };
+            idx.replace(h_of(i), loc);
+        }
+        idx.validate();
+        // A key replaces any other of its shard and tag (a handful here).
+        let distinct: std::collections::HashSet<u64> = (0..n)
+            .map(|i| h_of(i) >> (64 - SHARD_BITS - TAG_BITS))
+            .collect();
+        assert_eq!(idx.len(), distinct.len());
+        assert_eq!(idx.memory_bytes(), bytes, "grew after the reserve");
+        assert!(bytes as f64 / n as f64 <= 12.0, "{bytes} bytes");
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Insert(u16, u32),
@@ -498,6 +575,8 @@ mod tests {
         Mark(u16, u32),
         Relocate(u16, u32, u32),
         RemoveSlab(u32),
+        Replace(u16, u32),
+        Reserve(Vec<u16>),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -511,7 +590,9 @@ mod tests {
             1 => (key.clone(), slab.clone()).prop_map(|(k, s)| Op::RemoveAt(k, s)),
             1 => (key.clone(), slab.clone()).prop_map(|(k, s)| Op::Mark(k, s)),
             1 => (key.clone(), slab.clone(), slab.clone()).prop_map(|(k, a, b)| Op::Relocate(k, a, b)),
-            1 => slab.prop_map(Op::RemoveSlab),
+            1 => slab.clone().prop_map(Op::RemoveSlab),
+            1 => (key.clone(), slab).prop_map(|(k, s)| Op::Replace(k, s)),
+            1 => proptest::collection::vec(key, 0..200).prop_map(Op::Reserve),
         ]
     }
 
@@ -583,6 +664,16 @@ mod tests {
                         if moved {
                             model.insert((tag_of(h), l(b)), false);
                         }
+                    }
+                    Op::Replace(k, s) => {
+                        let h = narrow(k);
+                        idx.replace(h, l(s));
+                        model.retain(|(t, _), _| *t != tag_of(h));
+                        model.insert((tag_of(h), l(s)), false);
+                    }
+                    Op::Reserve(keys) => {
+                        // Growing keeps every entry.
+                        idx.reserve(keys.iter().map(|&k| narrow(k)));
                     }
                     Op::RemoveSlab(s) => {
                         let n = idx.remove_slab(s);

@@ -28,7 +28,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use super::device::{AlignedBuf, ALIGN};
@@ -61,16 +61,22 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 /// its relative 0) to that of `to`; false if it has expired meanwhile.
 pub fn rebase(image: &mut [u8], from: i64, to: i64) -> bool {
     let exp = item::exptime(image);
-    if exp == 0 || from == to {
-        return true;
+    match moved_expiry(exp, from, to) {
+        Some(moved) if moved != exp => item::set_exptime(image, moved),
+        Some(_) => {}
+        None => return false,
     }
-    let absolute = from + i64::from(exp);
-    let rel = absolute - to;
-    if rel <= 0 {
-        return false;
-    }
-    item::set_exptime(image, u32::try_from(rel).unwrap_or(u32::MAX));
     true
+}
+
+/// A relative expiry `exp` (0: never) under the clock of `from`, on the
+/// clock of `to`; None if it has passed meanwhile.
+fn moved_expiry(exp: u32, from: i64, to: i64) -> Option<u32> {
+    if exp == 0 || from == to {
+        return Some(exp);
+    }
+    let rel = from + i64::from(exp) - to;
+    (rel > 0).then(|| u32::try_from(rel).unwrap_or(u32::MAX))
 }
 
 /// A little-endian reader over a byte slice that reports running out.
@@ -327,9 +333,32 @@ fn encode_batch(records: &[(u64, u64)]) -> Vec<u8> {
 pub struct ScannedSlab {
     pub header: SlabHeader,
     pub offsets: Vec<u32>,
-    /// (container, hash, image) of every item of a valid container.
-    pub items: Vec<(u16, u64, Vec<u8>)>,
+    /// Every item of a valid container: what recovery needs of it (the
+    /// image itself stays on flash; copying 1.7 M of them out took most
+    /// of a crash scan's time).
+    pub items: Vec<ScannedItem>,
     pub bad_containers: usize,
+}
+
+/// How many items ahead of its inserts a crash scan prefetches their
+/// index buckets.
+const PREFETCH_AHEAD: usize = 8;
+
+/// What one crash-scan thread found: (seq, slab, contents) of each valid
+/// slab, and the damage.
+#[derive(Default)]
+struct ScanPart {
+    found: Vec<(u64, u32, ScannedSlab)>,
+    bad_slabs: u64,
+    bad_containers: u64,
+}
+
+/// An item found by a scan.
+pub struct ScannedItem {
+    pub container: u16,
+    pub h: u64,
+    pub exptime: u32,
+    pub cas: u64,
 }
 
 /// Walk the containers of a slab's bytes (`bytes`: the whole slab).
@@ -360,7 +389,12 @@ pub fn scan_slab(bytes: &[u8], coder: &mut crate::codec::Coder) -> Option<Scanne
             Ok(_) => {
                 if let Ok(entries) = block::entries(&raw) {
                     for (h, image) in entries.flatten() {
-                        items.push((c, h, image.to_vec()));
+                        items.push(ScannedItem {
+                            container: c,
+                            h,
+                            exptime: item::exptime(image),
+                            cas: item::Header::read(image).cas,
+                        });
                     }
                 }
             }
@@ -447,6 +481,32 @@ impl Flash {
         true
     }
 
+    /// A crash scan's share: the slabs it takes from `next` (below
+    /// `slabs`), read and walked; those older than the last `flush_all`
+    /// (`flushed`) are left out.
+    fn scan_some(&self, next: &AtomicUsize, slabs: usize, flushed: u64) -> ScanPart {
+        let mut part = ScanPart::default();
+        let mut buf = AlignedBuf::new(SLAB);
+        let mut coder = Coder::default();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= slabs {
+                return part;
+            }
+            let at = i as u64 * SLAB as u64;
+            if self.device.read_at(buf.as_mut(), at).is_err() {
+                part.bad_slabs += 1;
+                continue;
+            }
+            if let Some(s) = scan_slab(buf.as_ref(), &mut coder) {
+                part.bad_containers += s.bad_containers as u64;
+                if s.header.seq >= flushed {
+                    part.found.push((s.header.seq, i as u32, s));
+                }
+            }
+        }
+    }
+
     /// Rebuild the index from the slabs themselves (after a crash): oldest
     /// slab first, so a newer copy of a key replaces an older one; copies
     /// older than a tombstone of their key, or than a `flush_all`, stay
@@ -462,42 +522,81 @@ impl Flash {
                 *e = (*e).max(seq);
             }
         }
+        // Slabs are read and decoded on every CPU (decompression is most
+        // of a scan's time); the index is then built in slab order.
         let slabs = self.log.lock().slabs.len();
+        let next = AtomicUsize::new(0);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        let scanned: Vec<ScanPart> = std::thread::scope(|sc| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| sc.spawn(|| self.scan_some(&next, slabs, flushed)))
+                .collect();
+            // A scanner that panicked (it must not: every length it reads
+            // is checked) loses its slabs, not the server.
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_default())
+                .collect()
+        });
         let mut found = Vec::new();
-        let mut buf = AlignedBuf::new(SLAB);
-        let mut coder = Coder::default();
-        for i in 0..slabs {
-            if self
-                .device
-                .read_at(buf.as_mut(), i as u64 * SLAB as u64)
-                .is_err()
-            {
-                r.bad_slabs += 1;
-                continue;
-            }
-            if let Some(s) = scan_slab(buf.as_ref(), &mut coder) {
-                r.bad_containers += s.bad_containers as u64;
-                if s.header.seq >= flushed {
-                    found.push((s.header.seq, i as u32, s));
-                }
-            }
+        for part in scanned {
+            r.bad_slabs += part.bad_slabs;
+            r.bad_containers += part.bad_containers;
+            found.extend(part.found);
         }
         found.sort_unstable_by_key(|f| f.0);
+        self.index
+            .reserve(found.iter().flat_map(|f| f.2.items.iter().map(|it| it.h)));
         let now = self.clock.started_unix();
+        // The index is filled by as many threads, each owning the shards
+        // of its residue: every key's copies are met in slab order, by one
+        // thread.
+        let max_cas = std::thread::scope(|sc| {
+            let fillers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (found, newest_tomb) = (&found, &newest_tomb);
+                    sc.spawn(move || {
+                        let mut max_cas = 0;
+                        for (seq, slab, s) in found {
+                            let mine = |h: u64| index::shard_of(h) % threads == t;
+                            let items = &s.items;
+                            for (i, it) in items.iter().enumerate() {
+                                if let Some(ahead) = items.get(i + PREFETCH_AHEAD) {
+                                    if mine(ahead.h) {
+                                        self.index.prefetch(ahead.h);
+                                    }
+                                }
+                                if !mine(it.h) {
+                                    continue;
+                                }
+                                let tombed = !newest_tomb.is_empty()
+                                    && newest_tomb.get(&it.h).is_some_and(|&t| t > *seq);
+                                if tombed || moved_expiry(it.exptime, s.header.epoch, now).is_none()
+                                {
+                                    continue;
+                                }
+                                max_cas = max_cas.max(it.cas);
+                                // An older copy of the key (or of a key
+                                // sharing its tag) goes.
+                                let loc = Loc {
+                                    slab: *slab,
+                                    container: it.container,
+                                };
+                                self.index.replace(it.h, loc);
+                            }
+                        }
+                        max_cas
+                    })
+                })
+                .collect();
+            fillers
+                .into_iter()
+                .map(|f| f.join().unwrap_or(0))
+                .max()
+                .unwrap_or(0)
+        });
         let mut log = self.log.lock();
-        let mut max_cas = 0;
         for (seq, slab, s) in found {
-            for (c, h, mut image) in s.items {
-                if newest_tomb.get(&h).is_some_and(|&t| t > seq)
-                    || !rebase(&mut image, s.header.epoch, now)
-                {
-                    continue;
-                }
-                max_cas = max_cas.max(item::Header::read(&image).cas);
-                // An older copy of the key (or of a key sharing its tag) goes.
-                self.index.remove(h, |_| {});
-                self.index.insert(h, Loc { slab, container: c }, true);
-            }
             log.slabs[slab as usize] = log::SlabMeta {
                 area: Some(s.header.area),
                 seq,
