@@ -21,8 +21,7 @@ use std::sync::Arc;
 
 use cachalot_engine::flash::fetch::{self, Fetches};
 
-use super::flash_io::FlashIo;
-use super::ring::Submitted;
+use super::flash_io::{FlashIo, Submitted};
 use crate::session::{self, out_full, Ctx, Handler, Step, OUT_HIGH_WATER};
 use crate::settings::Settings;
 use crate::stats::{ConnEntry, ConnState, ThreadStats};

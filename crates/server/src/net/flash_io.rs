@@ -20,12 +20,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use cachalot_engine::flash::fetch::Want;
+use cachalot_engine::flash::fetch::{Fetched, Want};
 use cachalot_engine::Cache;
 use mio::Waker;
 use parking_lot::{Condvar, Mutex};
 
-use super::ring::{Ring, Submitted};
+use super::ring::Ring;
+
+/// What became of a read handed to [`FlashIo::submit`].
+pub enum Submitted {
+    /// In flight; [`FlashIo::completed`] reports it.
+    Queued,
+    /// Finished at once (its container was still in DRAM, or it is not on
+    /// flash after all): the key and the image or None.
+    Done(Fetched),
+    /// Too many reads wait already (`ring::MAX_IN_FLIGHT` on the worker's
+    /// ring, [`MAX_QUEUED`] for the threads): answer it as a miss.
+    Full(Want),
+}
 
 /// How a worker reads flash for its parked requests.
 pub enum FlashIo {

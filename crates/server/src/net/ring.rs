@@ -18,14 +18,14 @@ use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use cachalot_engine::flash::device::AlignedBuf;
-use cachalot_engine::flash::fetch::{Fetched, FlashStep, Want};
+use cachalot_engine::flash::fetch::{FlashStep, Want};
 use cachalot_engine::flash::{Cursor, DeviceRead};
 use cachalot_engine::Cache;
 use io_uring::{opcode, types, IoUring};
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 
-use super::flash_io::Done;
+use super::flash_io::{Done, Submitted};
 
 /// Reads a worker has in flight at most; a GET that would be one more is
 /// answered as a miss (`get_aborted_extstore`), as with the threads.
@@ -45,17 +45,6 @@ struct InFlight {
     len: usize,
     slot: usize,
     conn: u64,
-}
-
-/// What became of a read handed to [`Ring::submit`].
-pub enum Submitted {
-    /// In flight; [`Ring::reap`] reports it.
-    Queued,
-    /// Finished at once (its container was still in DRAM, or it is not on
-    /// flash after all): the key and the image or None.
-    Done(Fetched),
-    /// [`MAX_IN_FLIGHT`] reads are in flight already.
-    Full(Want),
 }
 
 pub struct Ring {
@@ -135,14 +124,19 @@ impl Ring {
             conn,
         });
         self.in_flight += 1;
-        self.push(i, d);
-        Submitted::Queued
+        match self.push(i, d) {
+            Ok(()) => Submitted::Queued,
+            Err(r) => Submitted::Full(r.want),
+        }
     }
 
     /// Queue the device read `d` of read `i` (submitted by [`Ring::flush`]).
-    fn push(&mut self, i: usize, d: DeviceRead) {
+    /// If the submission queue has no room even after a submit (it cannot:
+    /// it has an entry for each read allowed in flight), the read is taken
+    /// out and given back, for its caller to answer as a miss.
+    fn push(&mut self, i: usize, d: DeviceRead) -> Result<(), Box<InFlight>> {
         let Some(r) = self.reads[i].as_mut() else {
-            return;
+            return Ok(());
         };
         if r.buf.len() < d.len {
             r.buf = AlignedBuf::new(d.len);
@@ -161,21 +155,17 @@ impl Ring {
         // for every read in flight before the buffers go.
         let mut pushed = unsafe { self.ring.submission().push(&entry).is_ok() };
         if !pushed {
-            // The submission queue is full: hand it to the kernel, retry.
             let _ = self.ring.submit();
             // SAFETY: as above.
             pushed = unsafe { self.ring.submission().push(&entry).is_ok() };
         }
         if pushed {
             self.unsubmitted = true;
-        } else {
-            // Cannot happen with at most MAX_IN_FLIGHT reads on a queue of
-            // MAX_IN_FLIGHT entries; if it did, the read fails (a miss).
-            let r = self.reads[i].take();
-            self.free.push(i);
-            self.in_flight -= 1;
-            drop(r);
+            return Ok(());
         }
+        self.free.push(i);
+        self.in_flight -= 1;
+        self.reads[i].take().map_or(Ok(()), |r| Err(Box::new(r)))
     }
 
     /// Hand the reads queued this round to the kernel in one system call.
@@ -215,23 +205,27 @@ impl Ring {
                     }
                     _ => Ok(&r.buf.as_ref()[..r.len]),
                 };
-                match cache.flash_advance(&r.want, &mut r.cursor, Some(io)) {
-                    FlashStep::Io(d) => self.push(i, d),
+                let (r, image) = match cache.flash_advance(&r.want, &mut r.cursor, Some(io)) {
+                    FlashStep::Io(d) => match self.push(i, d) {
+                        Ok(()) => continue,
+                        Err(r) => (*r, None),
+                    },
                     FlashStep::Done(image) => {
                         let Some(r) = self.reads[i].take() else {
                             continue;
                         };
                         self.free.push(i);
                         self.in_flight -= 1;
-                        self.spare.push(r.buf);
-                        f(Done {
-                            slot: r.slot,
-                            conn: r.conn,
-                            key: r.want.key,
-                            image,
-                        });
+                        (r, image)
                     }
-                }
+                };
+                self.spare.push(r.buf);
+                f(Done {
+                    slot: r.slot,
+                    conn: r.conn,
+                    key: r.want.key,
+                    image,
+                });
             }
         }
         self.flush();

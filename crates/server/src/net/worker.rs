@@ -93,7 +93,7 @@ impl Worker {
                 .and_then(|r| r.register(poll.registry(), RING_TOKEN).map(|()| r))
                 .map_err(|e| {
                     if settings.verbose > 0 {
-                        eprintln!("io_uring unavailable ({e}); flash reads use threads");
+                        eprintln!("io_uring unavailable ({e}); flash reads use threads or block");
                     }
                 })
                 .ok(),
