@@ -866,7 +866,7 @@ impl Engine {
         let plain = req.mode == StoreMode::Set && req.cas == 0;
         let old = match plain {
             true => self.find_live(req.key, h),
-            false => self.find_any(req.key, h),
+            false => self.find_to_change(req.key, h),
         };
         let mut stale = false;
         if let Some(loc) = old {
@@ -1416,7 +1416,7 @@ impl Engine {
     /// Change an item's expiry (touch/gat); returns the item if it exists.
     pub fn touch(&mut self, key: &[u8], expiry: Expiry) -> Option<ItemRef<'_>> {
         let h = hash(key);
-        let loc = self.find_any(key, h)?;
+        let loc = self.find_to_change(key, h)?;
         item::set_exptime(self.slabs.chunk_mut(loc), exptime_of(expiry));
         self.access(loc, Lookup::GET);
         let class = self.slabs.class_of(loc);
@@ -1426,7 +1426,7 @@ impl Engine {
 
     pub fn arith(&mut self, key: &[u8], req: &Arith) -> ArithOutcome {
         let h = hash(key);
-        let Some(loc) = self.find_any(key, h) else {
+        let Some(loc) = self.find_to_change(key, h) else {
             let Some((initial, expiry)) = req.autovivify else {
                 return ArithOutcome::NotFound;
             };

@@ -189,10 +189,15 @@ impl Harness {
         }
     }
 
-    /// Items the engine has let go of so far (evicted, or lost in a page move).
+    /// Items the engine has let go of so far (evicted, or lost in a page
+    /// move), and the items it sent towards flash: from the flash stage on
+    /// only a GET finds them,
+    /// and every other command acts as after an eviction (docs/protocol.md,
+    /// "The flash tier"). A GET that answers must still give the latest
+    /// bytes, flags, CAS and expiry.
     fn lost(&self) -> u64 {
         let s = self.cache.lock().stats();
-        s.evictions + s.slab_reassign_evictions
+        s.evictions + s.slab_reassign_evictions + s.flash.map_or(0, |f| f.staged_total)
     }
 
     /// Whether the engine may refuse a store for lack of memory: a small
@@ -255,8 +260,11 @@ impl Harness {
         assert!(
             forgettable && fits(None),
             "{what} of {:?}: no model state explains the engine's answer \
-             (model: {entry:?}, evictions so far {lost})",
-            String::from_utf8_lossy(k)
+             (model: {:?}, evictions so far {lost})",
+            String::from_utf8_lossy(k),
+            entry
+                .as_ref()
+                .map(|e| (e.value.len(), e.flags, e.dies, e.cas, e.lost_at))
         );
         model.remove(k);
         None
@@ -355,6 +363,12 @@ impl Harness {
                 self.cache.lock().maintain(budget);
                 self.cache.flush_zone(budget);
                 self.cache.train_zone();
+                // The flash writer's thread: a few steps.
+                for _ in 0..budget.min(4) {
+                    if !self.cache.flash_write_step() {
+                        break;
+                    }
+                }
             }
             Op::Reassign { src, dst } => {
                 self.cache.lock().slabs_reassign(src, dst);
@@ -439,7 +453,8 @@ impl Harness {
             (StoreOutcome::NoMemory, StoreOutcome::Stored { .. }) => refuse,
             (g, w) => g == w,
         };
-        let old = Self::explain(&mut self.model, &k, lost, "store", fits);
+        let what = format!("{mode:?} (cas {c}) answered {got:?}");
+        let old = Self::explain(&mut self.model, &k, lost, &what, fits);
         match got {
             StoreOutcome::Stored { cas } => {
                 self.new_cas(&k, cas);

@@ -204,6 +204,21 @@ impl Engine {
         self.promote(h)
     }
 
+    /// The live item of `key` for a command that changes it (a store with
+    /// a mode or a CAS, touch, incr/decr): as [`Engine::find_any`]. With
+    /// none, a copy on flash goes: those commands treat an item only on
+    /// flash as evicted (docs/protocol.md, "The flash tier"), so a later
+    /// GET must not find what they answered was not there.
+    pub(super) fn find_to_change(&mut self, key: &[u8], h: u64) -> Option<u64> {
+        let found = self.find_any(key, h);
+        if found.is_none() {
+            if let Some(f) = &self.flash {
+                f.forget(h);
+            }
+        }
+        found
+    }
+
     /// Move the item a zone lookup just copied to `image` into the
     /// N-zone, with its header unchanged (CAS, expiry, flags, cost); its
     /// Z-zone copy goes.

@@ -151,6 +151,9 @@ pub struct FlashStats {
     /// Item bytes admitted and written (their images), and what the
     /// containers holding them took.
     pub admitted: u64,
+    /// Items taken into the stage (on their way to flash; only a GET finds
+    /// them from then on), and items refused there.
+    pub staged_total: u64,
     pub admit_refused: u64,
     pub raw_bytes: u64,
     pub stored_bytes: u64,
@@ -189,6 +192,7 @@ pub struct FlashStats {
 #[derive(Default)]
 struct Counters {
     admitted: AtomicU64,
+    staged_total: AtomicU64,
     admit_refused: AtomicU64,
     raw_bytes: AtomicU64,
     stored_bytes: AtomicU64,
@@ -443,6 +447,7 @@ impl Flash {
             return false;
         }
         stage.push(Area::Cold, h, Arc::from(image), None);
+        bump(&self.counters.staged_total);
         self.max_cas
             .fetch_max(item::Header::read(image).cas, Ordering::Relaxed);
         true
@@ -806,6 +811,7 @@ impl Flash {
             memory_bytes: self.memory_bytes() as u64,
             index_bytes: self.index_bytes.load(Ordering::Relaxed) as u64,
             admitted: get(&c.admitted),
+            staged_total: get(&c.staged_total),
             admit_refused: get(&c.admit_refused),
             raw_bytes: get(&c.raw_bytes),
             stored_bytes: get(&c.stored_bytes),
