@@ -352,6 +352,7 @@ fn flash(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
         format!("{:.2}", ratio(f.index_bytes, f.items)),
     );
     stat(out, "flash_admitted", f.admitted);
+    stat(out, "flash_staged_total", f.staged_total);
     stat(out, "flash_admit_refused", f.admit_refused);
     stat(out, "flash_bytes_in", f.raw_bytes);
     stat(out, "flash_bytes_out", f.stored_bytes);
