@@ -14,8 +14,9 @@
 #     both live in one slab class and its keys stay in memory in both modes
 #     (the hit column shows they do).
 # Runs alternate the MODES (off: no flash; uring, threads: flash, read by
-# the workers' io_uring or by reader threads), REPEAT rounds; medians are
-# what to quote.
+# the workers' io_uring or by reader threads; memcached and extstore:
+# memcached 1.6 without and with extstore on the same file size, for
+# comparison), REPEAT rounds; medians are what to quote.
 #
 # Usage: benches/flash-stalls.sh   (see docs/benchmarks.md)
 # Environment: CACHALOT_BIN, LOADGEN_BIN, LAB_BIN (default
@@ -23,7 +24,7 @@
 # KEYS_FLASH (1000000), FLASH_RATE (3000), VALUE_SIZE (100), KEYS_HOT (10000:
 # they must fit in memory beside the flash index), RATE (10000), CONNS (8),
 # REQUESTS (150000), REPEAT (3), MODES ("off uring threads"), CACHALOT_ARGS
-# (extra flags for every mode), OUT_DIR.
+# (extra flags for the cachalot modes), OUT_DIR.
 set -euo pipefail
 # shellcheck source=benches/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -40,10 +41,16 @@ CONNS=${CONNS:-8}
 REQUESTS=${REQUESTS:-150000}
 REPEAT=${REPEAT:-3}
 MODES=${MODES:-off uring threads}
+# memcached's extstore keeps items under 512 bytes in memory by default;
+# the flash reader's are 100 bytes.
+EXT_ITEM_SIZE=${EXT_ITEM_SIZE:-64}
 LAB=${LAB_BIN:-$BENCH_ROOT/target/release/cachalot-lab}
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/cachalot-flash-stalls.XXXXXX)}
 mkdir -p "$OUT_DIR"
 SERVERS="cachalot"
+case " $MODES " in
+*" memcached "* | *" extstore "*) SERVERS="cachalot memcached" ;;
+esac
 
 check_bins
 ensure_loadgen
@@ -53,17 +60,22 @@ echo "measured: ycsb-c over $KEYS_HOT keys x $VALUE_SIZE B at $RATE req/s on $CO
 echo
 
 # shellcheck disable=SC2206
-FLAGS=(-l 127.0.0.1 -m "$MEM_MB" -t "$THREADS" -U 0 $USER_FLAG ${CACHALOT_ARGS:-})
+FLAGS=(-l 127.0.0.1 -m "$MEM_MB" -t "$THREADS" -U 0 $USER_FLAG)
 printf '%-4s %-8s %8s %8s %8s %8s %12s\n' rep mode p50_us p99_us p999_us hit flash_hits
 for rep in $(seq 1 "$REPEAT"); do
     for mode in $MODES; do
-        extra=()
         file=$OUT_DIR/flash-$rep
-        if [ "$mode" != off ]; then
-            rm -f "$file" "$file".*
-            extra=(--flash-path "$file" --flash-size "$FLASH_MB" -o "flash_io=$mode")
-        fi
-        start_server cachalot - "${FLAGS[@]}" "${extra[@]}"
+        rm -f "$file" "$file".*
+        server=cachalot
+        # shellcheck disable=SC2206
+        extra=(${CACHALOT_ARGS:-})
+        case $mode in
+        off) ;;
+        memcached) server=memcached extra=() ;;
+        extstore) server=memcached extra=(-o "ext_path=$file:${FLASH_MB}m,ext_item_size=$EXT_ITEM_SIZE") ;;
+        *) extra+=(--flash-path "$file" --flash-size "$FLASH_MB" -o "flash_io=$mode") ;;
+        esac
+        start_server "$server" - "${FLAGS[@]}" "${extra[@]}"
         addr=127.0.0.1:$SERVER_PORT
         # The flash reader writes its keys first (warm), then only GETs.
         "$LOADGEN" load --addr "$addr" --keys "$KEYS_FLASH" --value-size "$VALUE_SIZE" \
