@@ -822,16 +822,15 @@ impl Cache {
     /// A request is parked on a flash read: note the reads these keys
     /// will want too (keys later in its multi-get, GETs pipelined behind
     /// it), so they are done together rather than one park after another.
-    /// A hint: keys in memory, staged or absent are passed over.
+    /// A hint: keys in the N-zone, staged or absent are passed over (a key
+    /// in the Z-zone has no flash copy: it goes to flash only when it
+    /// leaves there); the request, run again, looks in memory first.
     pub fn want_from_flash(&self, keys: &[&[u8]]) {
         use crate::flash::fetch;
         let sh = &self.shared;
         let Some(flash) = &sh.flash else {
             return;
         };
-        if sh.zone.is_some() {
-            return;
-        }
         for key in keys {
             let h = hash(key);
             let in_memory = sh

@@ -189,25 +189,44 @@ fn items_come_back_from_flash_through_reader_threads() {
     every_protocol("threads");
 }
 
+/// With the Z-zone between memory and flash (its evictions go on to
+/// flash).
+#[test]
+fn items_come_back_from_flash_behind_the_zzone() {
+    every_protocol("uring,zzone=1");
+}
+
 fn every_protocol(io: &str) {
     let (server, _file) = start("8", "64", &["-o", &format!("flash_io={io}")]);
     let mut s = server.connect();
     let in_use = &stats(&mut s, "settings")["flash_io"];
-    if io == "uring" && in_use != "uring" {
+    let wanted = io.split(',').next().unwrap_or(io);
+    if wanted == "uring" && in_use != "uring" {
         eprintln!("io_uring refused here: the test runs on reader threads");
     } else {
-        assert_eq!(in_use, io);
+        assert_eq!(in_use, wanted);
     }
-    let n = 60_000;
+    // With the Z-zone, memory holds more of the keys (compressed), and
+    // flash the rest.
+    let n = if io.contains("zzone") {
+        120_000
+    } else {
+        60_000
+    };
     fill(&mut s, n);
     settle(&mut s);
-    assert!(stat(&mut s, "flash", "flash_items") > n / 3);
+    let on_flash = stat(&mut s, "flash", "flash_items");
+    assert!(on_flash > n / 3, "{on_flash} of {n} on flash");
     // Single-key gets pipelined, and multi-key gets.
     let single = read_all(&mut s, n, 1, 64);
     let multi = read_all(&mut s, n, 40, 4);
     assert!(single > n * 95 / 100, "{single} of {n} found by get");
+    // Reading churns memory: with the Z-zone, what it has no room for when
+    // a read moves items around is evicted, not sent to flash (about 7%
+    // of the keys after the first pass here).
+    let kept = if io.contains("zzone") { 90 } else { 99 };
     assert!(
-        multi >= single * 99 / 100,
+        multi >= single * kept / 100,
         "{multi} found by multi-get, {single} by get"
     );
     let f = stats(&mut s, "flash");

@@ -168,6 +168,8 @@ pub struct ZoneStats {
     /// Demotions the zone had no room for, or items too large for a block
     /// ([`Zone::admits`]): evicted.
     pub refused: u64,
+    /// Items the sweep sent on to flash.
+    pub spilled: u64,
     /// Demotions a zone that does not compress let go unsampled (it takes
     /// one in [`PROBE_EVERY`]): evicted.
     pub skipped: u64,
@@ -1094,11 +1096,13 @@ impl Zone {
         cold.sort_unstable();
         let evict = cold.len().div_ceil(2);
         let mut gone: Vec<usize> = cold[..evict].iter().map(|c| c.1).collect();
+        // Those flash takes (a copy into its stage: its lock, no I/O) leave
+        // the zone without leaving the cache: no evictions.
+        let mut spilled = 0;
         if let Some(flash) = &self.spill {
-            // A copy into the flash stage (its lock, no I/O).
             for &i in &gone {
                 let e = entries[i];
-                flash.admit(e.h, flush::entry(&self.work, e));
+                spilled += u64::from(flash.admit(e.h, flush::entry(&self.work, e)));
             }
         }
         gone.sort_unstable_by(|a, b| b.cmp(a));
@@ -1106,6 +1110,8 @@ impl Zone {
             entries.swap_remove(i);
         }
         self.drop_items(evict as u64);
+        self.stats.evictions -= spilled;
+        self.stats.spilled += spilled;
         self.descs[id as usize].access.clear();
         self.rewrite_in_place(id, &mut entries, d.loc, d.stored as usize);
         self.entries = entries;
