@@ -96,6 +96,19 @@ fn fill(cache: &Cache, n: u64) {
     drain(cache);
 }
 
+/// How many of keys `0..n` are found; every value found must be version
+/// 1's, byte for byte.
+fn found_intact(cache: &Cache, n: u64) -> u64 {
+    let mut hits = 0;
+    for k in 0..n {
+        if let Some(v) = get(cache, k) {
+            assert_eq!(v, value(k, 1), "key {k} read back wrong");
+            hits += 1;
+        }
+    }
+    hits
+}
+
 fn flash_stats(cache: &Cache) -> FlashStats {
     cache.lock().stats().flash.expect("flash is on")
 }
@@ -117,13 +130,7 @@ fn items_leaving_memory_come_back_from_flash() {
     assert!(s.containers_compressed > 0);
     let ratio = s.raw_bytes as f64 / s.stored_bytes as f64;
     assert!(ratio > 1.8, "compression ratio {ratio}");
-    let mut hits = 0;
-    for k in 0..n {
-        if let Some(v) = get(&cache, k) {
-            assert_eq!(v, value(k, 1), "key {k}");
-            hits += 1;
-        }
-    }
+    let hits = found_intact(&cache, n);
     // 4 MB of memory holds under 20 K of these; flash holds the rest.
     assert!(
         hits > n * 95 / 100,
@@ -184,13 +191,7 @@ fn the_zzone_evictions_go_on_to_flash() {
     let s = stats.flash.expect("flash is on");
     assert!(zone.items > 0, "nothing in the Z-zone: {zone:?}");
     assert!(s.items > n / 4, "{} items on flash: {s:?}", s.items);
-    let mut hits = 0;
-    for k in 0..n {
-        if let Some(v) = get(&cache, k) {
-            assert_eq!(v, value(k, 1), "key {k}");
-            hits += 1;
-        }
-    }
+    let hits = found_intact(&cache, n);
     assert!(hits > n * 9 / 10, "{hits} of {n} found: {s:?}");
     assert!(flash_stats(&cache).hits > n / 4);
     cache.lock().validate();
@@ -313,16 +314,7 @@ fn faults_cost_misses_never_wrong_bytes() {
     .expect("cache");
     let n = 30_000;
     fill(&cache, n);
-    let check_all = |cache: &Cache| {
-        let mut hits = 0;
-        for k in 0..n {
-            if let Some(v) = get(cache, k) {
-                assert_eq!(v, value(k, 1), "key {k} read back wrong");
-                hits += 1;
-            }
-        }
-        hits
-    };
+    let check_all = |cache: &Cache| found_intact(cache, n);
     // Everything on the file, none of it in the writer's open slab.
     assert!(cache.flash_sync());
     let on_flash = flash_stats(&cache).items;

@@ -43,10 +43,7 @@ impl Flash {
             // Space-based eviction (or a slab that could not be read):
             // everything in it goes, found by a walk of the index.
             bump(&self.counters.gc_evicted);
-            let n = self.index.remove_slab(victim);
-            self.counters
-                .evictions
-                .fetch_add(n as u64, Ordering::Relaxed);
+            self.evict_slab(victim);
         }
         self.log.lock().release(victim);
     }

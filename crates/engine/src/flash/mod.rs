@@ -604,6 +604,16 @@ impl Flash {
         Read { loc, distance }
     }
 
+    /// Everything in `slab` goes (it is given up unread: space-based
+    /// eviction, or a write that failed): its entries leave the index and
+    /// count as evictions.
+    fn evict_slab(&self, slab: u32) {
+        let n = self.index.remove_slab(slab);
+        self.counters
+            .evictions
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
     /// The tier's file descriptor (`Cache::flash_fd`).
     pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         self.device.raw_fd()

@@ -277,10 +277,7 @@ impl Flash {
             }
             Err(_) => {
                 bump(&self.counters.write_errors);
-                let n = self.index.remove_slab(slab);
-                self.counters
-                    .evictions
-                    .fetch_add(n as u64, Ordering::Relaxed);
+                self.evict_slab(slab);
                 self.log.lock().release(slab);
             }
         }

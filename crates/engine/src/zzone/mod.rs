@@ -1109,8 +1109,8 @@ impl Zone {
         for i in gone {
             entries.swap_remove(i);
         }
-        self.drop_items(evict as u64);
-        self.stats.evictions -= spilled;
+        self.drop_items(evict as u64 - spilled);
+        self.stats.items -= spilled;
         self.stats.spilled += spilled;
         self.descs[id as usize].access.clear();
         self.rewrite_in_place(id, &mut entries, d.loc, d.stored as usize);
