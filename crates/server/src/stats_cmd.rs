@@ -346,6 +346,7 @@ fn flash(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     stat(out, "flash_split_moves", f.split_moves);
     stat(out, "flash_memory_bytes", f.memory_bytes);
     stat(out, "flash_index_bytes", f.index_bytes);
+    stat(out, "flash_dictionary_bytes", f.dictionary_bytes);
     stat(
         out,
         "flash_dram_per_item",

@@ -45,7 +45,7 @@ impl Flash {
             bump(&self.counters.gc_evicted);
             self.evict_slab(victim);
         }
-        self.log.lock().release(victim);
+        self.release_slab(victim);
     }
 
     /// Locality-based recycling of `victim` (§3.6): read it; items read
@@ -75,7 +75,7 @@ impl Flash {
         let mut clean = true;
         for (c, pair) in offsets.windows(2).enumerate() {
             let bytes = &w.gc.as_ref()[pair[0] as usize..pair[1] as usize];
-            if container::read(bytes, &mut w.coder, |_| None, &mut w.raw).is_err() {
+            if container::read(bytes, &mut w.coder, |id| self.dictionary(id), &mut w.raw).is_err() {
                 bump(&self.counters.read_errors);
                 clean = false;
                 continue;

@@ -50,6 +50,12 @@ fn tag_of(h: u64) -> u64 {
     (h >> (64 - SHARD_BITS - TAG_BITS)) & TAG_MASK
 }
 
+/// The bits of a key hash an entry keeps (its shard and tag, the top 34):
+/// all that is known of a key whose entry is dropped.
+pub fn prefix_of(h: u64) -> u64 {
+    h & !((1 << (64 - SHARD_BITS - TAG_BITS)) - 1)
+}
+
 /// The shard of `h`: keys of different shards never share an entry, so
 /// threads owning disjoint shards may fill the index at once.
 pub(crate) fn shard_of(h: u64) -> usize {
@@ -164,7 +170,7 @@ impl Shard {
             // Both buckets full: the first bucket's last entry goes.
             let b = self.buckets_of(entry_tag(e))[0];
             let victim = std::mem::replace(&mut self.buckets[b][WAYS - 1], e);
-            done.dropped.push(entry_loc(victim));
+            done.dropped.push((entry_tag(victim), entry_loc(victim)));
         }
         done.grew = (self.capacity() - before) * 8;
         done
@@ -225,8 +231,9 @@ impl Default for FlashIndex {
 pub struct Inserted {
     /// Bytes the index grew by.
     pub grew: usize,
-    /// Entries dropped to make room (their items are lost from flash).
-    pub dropped: Vec<Loc>,
+    /// Entries dropped to make room (their items are lost from flash):
+    /// the [`prefix_of`] their keys' hashes, and where they were.
+    pub dropped: Vec<(u64, Loc)>,
 }
 
 impl FlashIndex {
@@ -250,7 +257,13 @@ impl FlashIndex {
     /// recycled).
     pub fn insert(&self, h: u64, loc: Loc, may_grow: bool) -> Inserted {
         let mut shard = self.shards[shard_of(h)].lock();
-        shard.insert(pack(tag_of(h), loc), may_grow)
+        let mut r = shard.insert(pack(tag_of(h), loc), may_grow);
+        for d in &mut r.dropped {
+            // The shard's own bits, then the tag.
+            d.0 = prefix_of(h) & !(TAG_MASK << (64 - SHARD_BITS - TAG_BITS))
+                | d.0 << (64 - SHARD_BITS - TAG_BITS);
+        }
+        r
     }
 
     /// [`FlashIndex::remove`] then [`FlashIndex::insert`] (growing), under
@@ -622,12 +635,18 @@ mod tests {
                         }
                         let r = idx.insert(h, l(s), k % 3 != 0);
                         model.insert((tag_of(h), l(s)), false);
-                        for d in r.dropped {
+                        for (prefix, d) in r.dropped {
                             let key = model
                                 .keys()
                                 .find(|(t, lo)| *lo == d && idx.entries().iter().all(|e| (e.1, e.2) != (*t, *lo)))
                                 .copied();
                             prop_assert!(key.is_some(), "dropped {d:?} not in the model");
+                            prop_assert_eq!(
+                                prefix,
+                                prefix_of(h) & !(TAG_MASK << (64 - SHARD_BITS - TAG_BITS))
+                                    | key.unwrap().0 << (64 - SHARD_BITS - TAG_BITS)
+                            );
+                            prop_assert_eq!(tag_of(prefix), key.unwrap().0);
                             model.remove(&key.unwrap());
                         }
                     }

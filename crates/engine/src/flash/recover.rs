@@ -35,8 +35,8 @@ use super::device::{AlignedBuf, ALIGN};
 use super::index::{self, Loc};
 use super::log::{self, SlabHeader, SLAB, SLAB_HEADER};
 use super::stage::Area;
-use super::{bump, container, Flash, Recovery, FLUSH_ALL};
-use crate::codec::Coder;
+use super::{bump, container, dict, dropped_mark, Flash, Recovery, FLUSH_ALL, RETIRED};
+use crate::codec::{Coder, Dictionary};
 use crate::item;
 use crate::zzone::block;
 
@@ -51,7 +51,7 @@ pub fn journal_path(path: &Path) -> PathBuf {
     with_suffix(path, ".journal")
 }
 
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+pub(super) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(suffix);
     PathBuf::from(p)
@@ -362,7 +362,11 @@ pub struct ScannedItem {
 }
 
 /// Walk the containers of a slab's bytes (`bytes`: the whole slab).
-pub fn scan_slab(bytes: &[u8], coder: &mut crate::codec::Coder) -> Option<ScannedSlab> {
+pub fn scan_slab(
+    bytes: &[u8],
+    coder: &mut Coder,
+    dict: Option<&Dictionary>,
+) -> Option<ScannedSlab> {
     let header = SlabHeader::read(bytes)?;
     let used = header.used as usize;
     let mut at = SLAB_HEADER;
@@ -370,6 +374,7 @@ pub fn scan_slab(bytes: &[u8], coder: &mut crate::codec::Coder) -> Option<Scanne
     let mut items = Vec::new();
     let mut bad = 0;
     let mut raw = Vec::new();
+    let named = |id: u16| dict.filter(|d| d.id == u32::from(id));
     while at < used && offsets.len() < header.containers as usize {
         // The header's stored length is only trusted once the checksum
         // over it and the payload passes; a bad container ends the walk
@@ -385,7 +390,7 @@ pub fn scan_slab(bytes: &[u8], coder: &mut crate::codec::Coder) -> Option<Scanne
         }
         let c = offsets.len() as u16;
         offsets.push(at as u32);
-        match container::read(&bytes[at..end], coder, |_| None, &mut raw) {
+        match container::read(&bytes[at..end], coder, named, &mut raw) {
             Ok(_) => {
                 if let Ok(entries) = block::entries(&raw) {
                     for (h, image) in entries.flatten() {
@@ -416,6 +421,9 @@ impl Flash {
     /// valid, else a scan of every slab (`recover`).
     pub(super) fn recover(&self) {
         let t = Instant::now();
+        if let Some(bytes) = dict::load(&self.config.path) {
+            let _ = self.dict.set(dict::digest(bytes, self.config.zstd_level));
+        }
         let mut journal = Journal::open(&journal_path(&self.config.path)).ok();
         let clean = match take_snapshot(&snapshot_path(&self.config.path)) {
             Some(snap) => self.load_snapshot(snap),
@@ -498,7 +506,7 @@ impl Flash {
                 part.bad_slabs += 1;
                 continue;
             }
-            if let Some(s) = scan_slab(buf.as_ref(), &mut coder) {
+            if let Some(s) = scan_slab(buf.as_ref(), &mut coder, self.dict.get()) {
                 part.bad_containers += s.bad_containers as u64;
                 if s.header.seq >= flushed {
                     part.found.push((s.header.seq, i as u32, s));
@@ -513,10 +521,14 @@ impl Flash {
     /// out.
     fn scan(&self, tombs: &[(u64, u64)], r: &mut Recovery) {
         let mut newest_tomb: std::collections::HashMap<u64, u64> = Default::default();
+        let mut retired: std::collections::HashMap<u32, u64> = Default::default();
         let mut flushed = 0;
         for &(h, seq) in tombs {
             if h == FLUSH_ALL {
                 flushed = flushed.max(seq);
+            } else if h >= RETIRED {
+                let e = retired.entry((h - RETIRED) as u32).or_insert(0);
+                *e = (*e).max(seq);
             } else {
                 let e = newest_tomb.entry(h).or_insert(0);
                 *e = (*e).max(seq);
@@ -544,6 +556,8 @@ impl Flash {
             r.bad_containers += part.bad_containers;
             found.extend(part.found);
         }
+        // A slab given up and not written since holds nothing to serve.
+        found.retain(|(seq, slab, _)| retired.get(slab).is_none_or(|&r| *seq >= r));
         found.sort_unstable_by_key(|f| f.0);
         self.index
             .reserve(found.iter().flat_map(|f| f.2.items.iter().map(|it| it.h)));
@@ -570,7 +584,9 @@ impl Flash {
                                     continue;
                                 }
                                 let tombed = !newest_tomb.is_empty()
-                                    && newest_tomb.get(&it.h).is_some_and(|&t| t > *seq);
+                                    && [it.h, dropped_mark(index::prefix_of(it.h))]
+                                        .iter()
+                                        .any(|k| newest_tomb.get(k).is_some_and(|&t| t > *seq));
                                 if tombed || moved_expiry(it.exptime, s.header.epoch, now).is_none()
                                 {
                                     continue;
@@ -638,10 +654,26 @@ impl Flash {
     /// slab: those newer than the oldest slab written or being filled (a
     /// tombstone shadows copies in slabs older than itself).
     fn compact_journal(&self, journal: &mut Journal, records: Vec<(u64, u64)>) {
-        let sealed = self.log.lock().oldest_seq();
         let open = self.dram.lock().open.iter().flatten().map(|o| o.seq).min();
-        let oldest = sealed.into_iter().chain(open).min().unwrap_or(u64::MAX);
-        let keep: Vec<(u64, u64)> = records.into_iter().filter(|t| t.1 > oldest).collect();
+        let log = self.log.lock();
+        let oldest = log
+            .oldest_seq()
+            .into_iter()
+            .chain(open)
+            .min()
+            .unwrap_or(u64::MAX);
+        // A retired slab's mark stays until the slab is sealed again.
+        let rewritten = |slab: u64, since: u64| {
+            let m = log.slabs.get(slab as usize);
+            m.is_some_and(|m| m.area.is_some() && m.seq >= since)
+        };
+        let keep: Vec<(u64, u64)> = records
+            .into_iter()
+            .filter(|&(h, seq)| {
+                seq > oldest || (h >= RETIRED && h != FLUSH_ALL && !rewritten(h - RETIRED, seq))
+            })
+            .collect();
+        drop(log);
         if journal.rewrite(&keep).is_err() {
             bump(&self.counters.write_errors);
         }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::device::AlignedBuf;
+use super::dict::{self, Trainer};
 use super::index::Loc;
 use super::log::{SlabHeader, SLAB, SLAB_HEADER};
 use super::stage::{Area, Taken};
@@ -37,6 +38,7 @@ pub(super) struct Writer {
     pub(super) refilled: Instant,
     /// The `flush_all`s it has caught up with.
     pub(super) cleared: u64,
+    pub(super) trainer: Trainer,
 }
 
 /// A slab being filled in DRAM: its containers are indexed and read from
@@ -140,13 +142,17 @@ impl Flash {
         let Some(first_seq) = w.taken.first().map(|t| t.0) else {
             return false;
         };
+        if compress && self.config.codec == Codec::Zstd {
+            self.train_step(w);
+        }
+        let dict = self.dict.get();
         let mut items: Vec<(u64, &[u8])> = w.taken.iter().map(|t| (t.1, &t.2[..])).collect();
         let (used, entropy, tried) = if compress {
             crate::zzone::flush::encode(
                 &mut w.coder,
                 &mut w.recognizer,
                 self.config.codec,
-                None,
+                dict,
                 &mut items,
                 &mut w.raw,
                 &mut w.packed,
@@ -160,7 +166,7 @@ impl Flash {
         let count = items.len();
         drop(items);
         w.container.clear();
-        container::write(used, None, count, w.raw.len(), &w.packed, &mut w.container);
+        container::write(used, dict, count, w.raw.len(), &w.packed, &mut w.container);
         let Some((slab, c)) = self.append(w, area) else {
             // No room and no slab to open: the items wait.
             self.stage.lock().untake(area, first_seq);
@@ -181,6 +187,29 @@ impl Flash {
             .fetch_add(w.container.len() as u64, Ordering::Relaxed);
         self.publish(w, area, Loc { slab, container: c });
         true
+    }
+
+    /// Sample what the writer packs until a dictionary is trained on it;
+    /// install it once it is saved (a container may name it only then: it
+    /// must decode after a crash too).
+    fn train_step(&self, w: &mut Writer) {
+        if self.dict.get().is_some() {
+            return;
+        }
+        if w.trainer.sampling() {
+            for t in &w.taken {
+                w.trainer.sample(&t.2);
+            }
+        }
+        if let Some(bytes) = w.trainer.poll() {
+            w.trainer.stop();
+            if dict::save(&self.config.path, &bytes).is_ok() {
+                let _ = self.dict.set(dict::digest(bytes, self.config.zstd_level));
+            }
+        }
+        if w.trainer.finished() {
+            self.training.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Append the writer's container to the open slab of `area`, sealing
@@ -278,7 +307,7 @@ impl Flash {
             Err(_) => {
                 bump(&self.counters.write_errors);
                 self.evict_slab(slab);
-                self.log.lock().release(slab);
+                self.release_slab(slab);
             }
         }
         let mut dram = self.dram.lock();
@@ -344,6 +373,15 @@ impl Flash {
                         self.counters
                             .evictions
                             .fetch_add(r.dropped.len() as u64, Ordering::Relaxed);
+                        if !r.dropped.is_empty() {
+                            // Their copies stay in slabs: a crash scan must
+                            // not bring them back past a later removal.
+                            let seq = self.log.lock().next_seq;
+                            let mut tombs = self.tombs.lock();
+                            for (prefix, _) in r.dropped {
+                                tombs.push((super::dropped_mark(prefix), seq));
+                            }
+                        }
                     }
                 }
             }

@@ -935,6 +935,16 @@ fn extended(
                     }
                 }
             }
+            "flash_zstd_level" => {
+                let n = sub_number::<i32>(key, value)?;
+                if !(1..=19).contains(&n) {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        "flash_zstd_level must be between 1 and 19",
+                    ));
+                }
+                flash_config(s).zstd_level = n;
+            }
             // extstore's tuning of its own design (page sizes, compaction
             // thresholds, recache rates, its write buffers and threads):
             // accepted, so start-up scripts keep working; the tier's own
@@ -1059,6 +1069,8 @@ pub fn usage() -> String {
    - flash_miss_cost:     microseconds a miss costs the client, for items
                           that carry no cost (default 1000)
    - flash_codec:         zstd (default), lz4 or none
+   - flash_zstd_level:    zstd's level for flash containers (default 3;
+                          higher packs more items for more writer CPU)
    - flash_io:            how parked GETs read flash: uring (default: each
                           worker's own io_uring, where the kernel allows it)
                           or threads (ext_threads reader threads)
