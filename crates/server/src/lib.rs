@@ -6,6 +6,7 @@
 //! `meta` / `binary` (parse with cachalot-protocol, execute on the engine,
 //! encode replies) -> `cachalot_engine::Engine`.
 
+pub mod auth;
 pub mod binary;
 pub mod meta;
 pub mod net;

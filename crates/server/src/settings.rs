@@ -60,6 +60,8 @@ pub struct Settings {
     pub backlog: i32,
     /// `-B`
     pub protocol: ProtocolChoice,
+    /// `-Y`: the users a connection must authenticate as (text only).
+    pub auth: Option<std::sync::Arc<crate::auth::AuthFile>>,
     /// `-A`
     pub shutdown_enabled: bool,
     /// `-F` disables flush_all
@@ -155,6 +157,7 @@ impl Default for Settings {
             reqs_per_event: 20,
             backlog: 1024,
             protocol: ProtocolChoice::Auto,
+            auth: None,
             shutdown_enabled: false,
             flush_enabled: true,
             verbose: 0,

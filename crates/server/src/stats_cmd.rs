@@ -486,7 +486,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "tcp_backlog", s.backlog);
     stat(out, "binding_protocol", s.protocol.name());
     stat(out, "auth_enabled_sasl", "no");
-    stat(out, "auth_enabled_ascii", "no");
+    stat(out, "auth_enabled_ascii", yes_no(s.auth.is_some()));
     stat(out, "item_size_max", ec.item_size_max);
     stat(out, "maxconns_fast", yes_no(s.maxconns_fast));
     stat(out, "hashpower_init", s.hashpower_init);

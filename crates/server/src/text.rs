@@ -38,6 +38,7 @@ use cachalot_protocol::text::{
     KEY_MAX_LENGTH, MEMCACHED_COMPAT_VERSION,
 };
 
+use crate::auth;
 use crate::meta::{self, MetaStep};
 use crate::session::{out_full, Ctx, Handler, Step};
 use crate::stats::ThreadStats;
@@ -61,6 +62,8 @@ pub struct AsciiHandler {
     /// A multi-get at the front of the input that stopped at the output's
     /// high-water mark.
     paused: Option<PausedGet>,
+    /// Whether it has authenticated (only asked with `-Y`: `crate::auth`).
+    authenticated: bool,
 }
 
 /// Where a multi-get resumes. Offsets are into the input, which starts with
@@ -109,6 +112,46 @@ fn stopped(pos: usize) -> Step {
 impl AsciiHandler {
     pub fn new() -> AsciiHandler {
         AsciiHandler::default()
+    }
+
+    /// Whether it must authenticate before anything else (`-Y`).
+    fn refused(&self, ctx: &Ctx<'_>) -> bool {
+        ctx.settings.auth.is_some() && !self.authenticated
+    }
+
+    /// A request before authentication: only a `set` carrying `<user>
+    /// <password>` is read (`crate::auth`).
+    fn authenticate(
+        &mut self,
+        ctx: &Ctx<'_>,
+        line: &[u8],
+        after: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        let Some(users) = &ctx.settings.auth else {
+            return Outcome::Done(0);
+        };
+        match auth::gate(line) {
+            auth::Gate::Refuse(msg) => {
+                reply(out, false, msg);
+                Outcome::Done(0)
+            }
+            auth::Gate::Close => Outcome::Close,
+            auth::Gate::Token(size) if after.len() < size + 2 => Outcome::NeedMore,
+            auth::Gate::Token(size) => {
+                let (msg, ok) = auth::answer(users, &after[..size + 2]);
+                // memcached counts checked pairs only, not malformed blocks.
+                if ok || msg == auth::FAILURE {
+                    bump(&ctx.stats.auth_cmds);
+                }
+                if msg == auth::FAILURE {
+                    bump(&ctx.stats.auth_errors);
+                }
+                self.authenticated = ok;
+                reply(out, false, msg);
+                Outcome::Done(size + 2)
+            }
+        }
     }
 }
 
@@ -255,7 +298,7 @@ impl Handler for AsciiHandler {
                 bump(&ctx.stats.conn_yields);
                 return progress(pos);
             }
-            if pos >= prefetched {
+            if pos >= prefetched && !self.refused(ctx) {
                 prefetched = pos + prefetch_pipelined_gets(ctx, &input[pos..]);
             }
             let rest = &input[pos..];
@@ -306,6 +349,9 @@ impl Handler for AsciiHandler {
 impl AsciiHandler {
     /// Run one request line; `after` holds the bytes that follow its newline.
     fn execute(&mut self, ctx: &Ctx<'_>, line: &[u8], after: &[u8], out: &mut Vec<u8>) -> Outcome {
+        if self.refused(ctx) {
+            return self.authenticate(ctx, line, after, out);
+        }
         if is_meta(line) {
             return match meta::handle(ctx, line, after, out) {
                 MetaStep::Done { consumed } => {

@@ -350,6 +350,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     let mut listen_given = false;
     let mut item_size = 1i32 << 20;
     let mut rebalance_given = false;
+    let mut auth_file = None;
 
     for opt in opts {
         let (c, value) = opt?;
@@ -509,12 +510,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
                     "This server is not built with TLS support.",
                 ))
             }
-            'Y' => {
-                return Err(CliError::new(
-                    EX_USAGE,
-                    "This server is not built with ASCII authentication (-Y) support.",
-                ))
-            }
+            'Y' => auth_file = Some(std::path::PathBuf::from(&v)),
             'e' => {
                 return Err(CliError::new(
                     EX_USAGE,
@@ -552,6 +548,21 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
         s.udp_port = 0;
     }
     s.engine.item_size_max = check_item_size(item_size, &s.engine)?;
+    if let Some(path) = auth_file {
+        // memcached's order: the protocol conflict, then the file.
+        match s.protocol {
+            ProtocolChoice::Binary => {
+                return Err(CliError::new(
+                    EX_USAGE,
+                    "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens.",
+                ))
+            }
+            _ => s.protocol = ProtocolChoice::Ascii,
+        }
+        let auth =
+            crate::auth::AuthFile::load(&path).map_err(|m| CliError::new(EXIT_FAILURE, m))?;
+        s.auth = Some(std::sync::Arc::new(auth));
+    }
     if let Some(f) = &s.engine.flash {
         if f.path.as_os_str().is_empty() || f.size == 0 {
             return Err(CliError::new(
@@ -1017,6 +1028,8 @@ pub fn usage() -> String {
 -F, --disable-flush-all   disable flush_all command
 -X, --disable-dumping     disable stats cachedump and lru_crawler metadump
 -W, --disable-watch       disable watch commands (live logging)
+-Y, --auth-file=<file>    enable ASCII protocol authentication. format:
+                          user:pass\nuser2:pass2\n
     --flash-path=<file>   keep items that leave memory in a flash tier in this
                           file (compressed, indexed in a few bytes of memory
                           each; -o ext_path=FILE:SIZE is the same)
