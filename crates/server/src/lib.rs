@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod binary;
 pub mod meta;
+pub mod metrics;
 pub mod net;
 pub mod session;
 pub mod settings;

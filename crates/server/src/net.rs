@@ -228,6 +228,14 @@ impl Server {
                 Listener::Unix { .. } => None,
             })
             .collect();
+        // Bound before the port file says the server is up.
+        let metrics = match &settings.metrics_listen {
+            Some(addr) => Some(crate::metrics::bind(addr).map_err(|e| StartError {
+                message: format!("failed to listen on metrics_listen={addr}: {e}"),
+                code: cli::EXIT_FAILURE,
+            })?),
+            None => None,
+        };
         if let Some(path) = &settings.port_file {
             write_port_file(path, &tcp_addrs);
         }
@@ -308,6 +316,20 @@ impl Server {
             background.push(spawn("flash-writer", |cache, _, shared, stop| {
                 flash_writer_thread(cache, shared, stop)
             })?);
+        }
+        if let Some(listener) = metrics {
+            let (cache, settings, shared, stop) = (
+                cache.clone(),
+                settings.clone(),
+                shared.clone(),
+                stop.clone(),
+            );
+            background.push(
+                std::thread::Builder::new()
+                    .name("metrics".into())
+                    .spawn(move || crate::metrics::serve(listener, cache, settings, shared, stop))
+                    .map_err(io_err)?,
+            );
         }
 
         let acceptor = Acceptor {

@@ -60,6 +60,8 @@ pub struct Settings {
     pub backlog: i32,
     /// `-B`
     pub protocol: ProtocolChoice,
+    /// `-o metrics_listen=HOST:PORT`: the Prometheus endpoint (`metrics`).
+    pub metrics_listen: Option<String>,
     /// `-Y`: the users a connection must authenticate as (text only).
     pub auth: Option<std::sync::Arc<crate::auth::AuthFile>>,
     /// `-A`
@@ -158,6 +160,7 @@ impl Default for Settings {
             backlog: 1024,
             protocol: ProtocolChoice::Auto,
             auth: None,
+            metrics_listen: None,
             shutdown_enabled: false,
             flush_enabled: true,
             verbose: 0,

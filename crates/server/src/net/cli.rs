@@ -718,6 +718,16 @@ fn extended(
             "warm_max_factor" => s.warm_max_factor = sub_float(key, value)?,
             "temporary_ttl" => s.temporary_ttl = sub_number(key, value)?,
             "idle_timeout" => s.idle_timeout = sub_number(key, value)?,
+            "metrics_listen" => {
+                s.metrics_listen = Some(
+                    value
+                        .filter(|v| !v.is_empty())
+                        .map(str::to_string)
+                        .ok_or_else(|| {
+                            CliError::new(EXIT_FAILURE, "metrics_listen needs HOST:PORT")
+                        })?,
+                )
+            }
             "watcher_logbuf_size" => {
                 s.watcher_logbuf_size = sub_number::<usize>(key, value)?.saturating_mul(1024)
             }
@@ -1081,6 +1091,8 @@ pub fn usage() -> String {
                           default 5); the cost model moves it from there
    - flash_miss_cost:     microseconds a miss costs the client, for items
                           that carry no cost (default 1000)
+   - metrics_listen:      HOST:PORT of an HTTP listener for Prometheus
+                          (GET /metrics); default: none
    - flash_codec:         zstd (default), lz4 or none
    - flash_zstd_level:    zstd's level for flash containers (default 3;
                           higher packs more items for more writer CPU)
