@@ -18,7 +18,7 @@ PY_REQS="$ROOT/tests/clients/python/requirements.txt"
 NODE_DIR="$ROOT/tests/clients/node"
 
 install_debian_packages() {
-	local want=(libmemcached-tools libmemcached-dev zlib1g-dev memcached)
+	local want=(libmemcached-tools libmemcached-dev zlib1g-dev memcached nutcracker)
 	# The venv module is split out of Debian's python3.
 	python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
 	# pylibmc ships wheels for CPython <= 3.11 only; elsewhere pip compiles
