@@ -1886,6 +1886,54 @@ impl Engine {
         out
     }
 
+    /// `lru_crawler metadump`: the live items of the first page at or
+    /// after `from` whose class `wanted` accepts (ids from 1), appended to
+    /// `out`; returns the page to go on from, or None once every page has
+    /// been visited. One page per call, so the engine lock is held for a
+    /// page at a time however large the dump.
+    pub fn metadump_page(
+        &mut self,
+        from: usize,
+        wanted: impl Fn(u32) -> bool,
+        out: &mut Vec<MetaItem>,
+    ) -> Option<usize> {
+        self.hold_all();
+        let now = self.now();
+        let cas = self.config.cas_enabled;
+        for p in from..self.slabs.pages.len() {
+            let Some(class) = self.slabs.pages[p].as_ref().map(|pg| pg.class) else {
+                continue;
+            };
+            if class == 0 || !wanted(class as u32) {
+                continue;
+            }
+            for loc in self.slabs.live_in_page(p as PageId) {
+                let chunk = self.slabs.chunk(loc);
+                let h = item::Header::read(chunk);
+                if h.exptime != 0 && h.exptime <= now {
+                    continue;
+                }
+                let flags = item::flags(chunk);
+                out.push(MetaItem {
+                    key: item::key(chunk).to_vec(),
+                    exptime: h.exptime,
+                    accessed: now.saturating_sub(item::atime_age(self.slabs.atime(loc), now)),
+                    cas: if cas { h.cas } else { 0 },
+                    fetched: h.bits & item::FETCHED != 0,
+                    class: class as u32,
+                    size: item::memcached_size(
+                        h.key_len as usize,
+                        h.value_len as usize,
+                        flags,
+                        cas,
+                    ),
+                });
+            }
+            return Some(p + 1);
+        }
+        None
+    }
+
     /// `stats sizes`: (size rounded up to 32 bytes, item count), ascending.
     pub fn size_histogram(&mut self) -> Vec<(u32, u64)> {
         self.hold_all();
@@ -2061,6 +2109,22 @@ impl Engine {
         self.policy.validate(&self.slabs);
         self.validate_drain();
     }
+}
+
+/// An item as `lru_crawler metadump` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetaItem {
+    pub key: Vec<u8>,
+    /// Relative expiry time (0: never).
+    pub exptime: RelTime,
+    /// Relative time of its last access.
+    pub accessed: RelTime,
+    pub cas: u64,
+    pub fetched: bool,
+    /// Its slab class id (from 1).
+    pub class: u32,
+    /// The size memcached would give it (`item::memcached_size`).
+    pub size: usize,
 }
 
 /// memcached's incr/decr read the value with `safe_strtoull` on the item's

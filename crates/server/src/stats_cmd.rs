@@ -504,7 +504,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "lru_crawler_tocrawl", s.lru_crawler_tocrawl);
     stat(out, "tail_repair_time", s.tail_repair_time);
     stat(out, "flush_enabled", yes_no(s.flush_enabled));
-    stat(out, "dump_enabled", "yes");
+    stat(out, "dump_enabled", yes_no(s.dump_enabled));
     stat(out, "hash_algorithm", "xxh3");
     stat(out, "lru_maintainer_thread", yes_no(s.lru_maintainer));
     stat(out, "lru_segmented", yes_no(s.lru_maintainer));

@@ -64,6 +64,16 @@ pub struct AsciiHandler {
     paused: Option<PausedGet>,
     /// Whether it has authenticated (only asked with `-Y`: `crate::auth`).
     authenticated: bool,
+    /// An `lru_crawler metadump` being written, a page at a time.
+    dump: Option<Metadump>,
+}
+
+/// Where a metadump goes on: the next page, and the classes asked for
+/// (None: all).
+#[derive(Debug, Clone, Copy)]
+struct Metadump {
+    next: usize,
+    classes: Option<[bool; 64]>,
 }
 
 /// Where a multi-get resumes. Offsets are into the input, which starts with
@@ -112,6 +122,67 @@ fn stopped(pos: usize) -> Step {
 impl AsciiHandler {
     pub fn new() -> AsciiHandler {
         AsciiHandler::default()
+    }
+
+    /// `lru_crawler metadump all|hash|<class,...>` (what `memcached-tool
+    /// dump` sends): starts a dump that `continue_dump` writes. None for any
+    /// other line (the other `lru_crawler` commands are not built: `ERROR`).
+    fn start_dump(&mut self, ctx: &Ctx<'_>, line: &[u8], out: &mut Vec<u8>) -> Option<Outcome> {
+        let words: Vec<&[u8]> = line
+            .split(|&b| b == b' ')
+            .filter(|w| !w.is_empty())
+            .collect();
+        let [b"lru_crawler", b"metadump", arg] = words[..] else {
+            return None;
+        };
+        if !ctx.settings.dump_enabled {
+            reply(out, false, "ERROR metadump not allowed");
+            return Some(Outcome::Done(0));
+        }
+        let classes = match arg {
+            b"all" | b"hash" => None,
+            list => {
+                let mut wanted = [false; 64];
+                for id in list.split(|&b| b == b',') {
+                    match text::strtoul32(id).filter(|c| (1..64).contains(c)) {
+                        Some(c) => wanted[c as usize] = true,
+                        None => {
+                            reply(out, false, "BADCLASS invalid class id");
+                            return Some(Outcome::Done(0));
+                        }
+                    }
+                }
+                Some(wanted)
+            }
+        };
+        self.dump = Some(Metadump { next: 0, classes });
+        Some(Outcome::Done(0))
+    }
+
+    /// Write the dump a page at a time until it ends (`END`; true) or the
+    /// output reaches its high-water mark (false).
+    fn continue_dump(&mut self, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> bool {
+        let started = ctx.cache.clock().started_unix();
+        let mut items = Vec::new();
+        while let Some(d) = self.dump.as_mut() {
+            if out_full(out) {
+                return false;
+            }
+            items.clear();
+            let classes = d.classes;
+            let wanted = |c: u32| classes.is_none_or(|w| w[c as usize % 64]);
+            match ctx.cache.lock().metadump_page(d.next, wanted, &mut items) {
+                Some(next) => d.next = next,
+                None => {
+                    self.dump = None;
+                    reply(out, false, "END");
+                }
+            }
+            for it in &items {
+                write_meta_line(out, it, started);
+            }
+        }
+        true
     }
 
     /// Whether it must authenticate before anything else (`-Y`).
@@ -287,6 +358,10 @@ impl Handler for AsciiHandler {
                     }
                 }
             }
+            if self.dump.is_some() && !self.continue_dump(ctx, out) {
+                // The output's high-water mark: go on once it drains.
+                return Step::Blocked(pos);
+            }
             if pos == input.len() {
                 return progress(pos);
             }
@@ -351,6 +426,9 @@ impl AsciiHandler {
     fn execute(&mut self, ctx: &Ctx<'_>, line: &[u8], after: &[u8], out: &mut Vec<u8>) -> Outcome {
         if self.refused(ctx) {
             return self.authenticate(ctx, line, after, out);
+        }
+        if let Some(done) = self.start_dump(ctx, line, out) {
+            return done;
         }
         if is_meta(line) {
             return match meta::handle(ctx, line, after, out) {
@@ -590,6 +668,33 @@ impl AsciiHandler {
 }
 
 /// Append `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
+/// One `lru_crawler metadump` line, as memcached writes it: the key
+/// URI-encoded, absolute times, a bare `\n`.
+fn write_meta_line(out: &mut Vec<u8>, it: &cachalot_engine::MetaItem, started: i64) {
+    use std::io::Write as _;
+    out.extend_from_slice(b"key=");
+    for &b in &it.key {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    let exp = match it.exptime {
+        0 => -1,
+        t => started + i64::from(t),
+    };
+    let _ = writeln!(
+        out,
+        " exp={exp} la={} cas={} fetch={} cls={} size={}",
+        started + i64::from(it.accessed),
+        it.cas,
+        if it.fetched { "yes" } else { "no" },
+        it.class,
+        it.size
+    );
+}
+
 fn write_value(out: &mut Vec<u8>, item: &ItemRef<'_>, with_cas: bool) {
     let mut num = itoa::Buffer::new();
     out.reserve(item.key.len() + item.value.len() + 48);

@@ -1,0 +1,118 @@
+//! memcached's own operator tool against cachalot (issue 13): Debian's
+//! `memcached-tool` (`display`, `stats`, `settings`, `dump`), with
+//! memcached 1.6.18 as the oracle for what `dump` prints; and `lru_crawler
+//! metadump`, which `dump` reads, over many items (written a page at a
+//! time as the client reads them).
+
+mod common;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use common::{read_until, Memcached, Server};
+
+const TOOL: &str = "/usr/share/memcached/scripts/memcached-tool";
+
+fn tool(addr: SocketAddr, mode: &str) -> String {
+    let out = Command::new("perl")
+        .args([TOOL, &addr.to_string(), mode])
+        .output()
+        .expect("run memcached-tool (Debian package memcached)");
+    assert!(out.status.success(), "memcached-tool {mode}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn fill(addr: SocketAddr, requests: &[u8]) {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.write_all(requests).expect("send");
+    s.write_all(b"mn\r\n").expect("send");
+    let got = read_until(&mut s, b"MN\r\n");
+    assert!(got.ends_with(b"MN\r\n"));
+}
+
+#[test]
+fn memcached_tool_dumps_what_memcached_would() {
+    let at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        + 3600;
+    let requests = format!(
+        "set plain 0 0 5 noreply\r\nhello\r\nset a:b/c%d~e 7 0 3 noreply\r\nodd\r\n\
+         set later 42 {at} 4 noreply\r\nsoon\r\nset gone 0 0 1 noreply\r\nx\r\ndelete gone noreply\r\n"
+    );
+    let memcached = Memcached::start(&[]);
+    let cachalot = Server::start(&[]);
+    fill(memcached.addr(), requests.as_bytes());
+    fill(cachalot.addr(), requests.as_bytes());
+    let sorted = |text: String| {
+        // One `add` (two lines) per item, in the order the server walks.
+        let lines: Vec<&str> = text.split("\r\n").filter(|l| !l.is_empty()).collect();
+        let mut items: Vec<String> = lines.chunks(2).map(|c| c.join("|")).collect();
+        items.sort();
+        items
+    };
+    let want = sorted(tool(memcached.addr(), "dump"));
+    assert_eq!(want.len(), 3, "{want:?}");
+    assert_eq!(sorted(tool(cachalot.addr(), "dump")), want);
+
+    // The other modes run and show what they should.
+    assert!(tool(cachalot.addr(), "display").contains("Item_Size"));
+    let stats = tool(cachalot.addr(), "stats");
+    assert!(
+        stats.contains("curr_items") && stats.contains("cmd_set"),
+        "{stats}"
+    );
+    assert!(tool(cachalot.addr(), "settings").contains("maxconns"));
+}
+
+#[test]
+fn metadump_walks_every_item_whatever_the_output_size() {
+    let server = Server::start(&["-m", "64"]);
+    let n = 60_000;
+    let mut req = Vec::new();
+    for i in 0..n {
+        req.extend_from_slice(
+            format!("set key:{i:06} 0 0 {} noreply\r\n", 10 + i % 200).as_bytes(),
+        );
+        req.extend(std::iter::repeat_n(b'v', 10 + i % 200));
+        req.extend_from_slice(b"\r\n");
+    }
+    fill(server.addr(), &req);
+    let mut s = server.connect();
+    s.write_all(b"lru_crawler metadump all\r\nversion\r\n")
+        .expect("send");
+    let got = read_until(&mut s, b"END\r\nVERSION ");
+    let text = String::from_utf8_lossy(&got);
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("key=")).collect();
+    assert_eq!(lines.len(), n, "every item once");
+    let mut keys: Vec<&str> = lines
+        .iter()
+        .map(|l| l.split(' ').next().unwrap_or_default())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), n, "no item twice");
+    assert!(lines
+        .iter()
+        .all(|l| l.contains(" exp=-1 ") && l.contains(" fetch=no ")));
+    // Classes one by one, and refusals as memcached's.
+    assert_eq!(
+        server.ask(b"lru_crawler metadump 0\r\n", b"\r\n"),
+        b"BADCLASS invalid class id\r\n"
+    );
+    assert_eq!(
+        server.ask(b"lru_crawler metadump\r\n", b"\r\n"),
+        b"ERROR\r\n"
+    );
+    let one = server.ask(b"lru_crawler metadump 1\r\n", b"END\r\n");
+    assert!(String::from_utf8_lossy(&one)
+        .lines()
+        .all(|l| l == "END" || l.contains(" cls=1 ")));
+    let off = Server::start(&["-X"]);
+    assert_eq!(
+        off.ask(b"lru_crawler metadump all\r\n", b"\r\n"),
+        b"ERROR metadump not allowed\r\n"
+    );
+}
