@@ -266,7 +266,7 @@ pub fn parse(line: &[u8]) -> Result<MetaCommand<'_>, MetaError> {
         Some(i) => &line[..i],
         None => line,
     };
-    let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
+    let mut words = crate::text::words(line);
     let op = match words.next() {
         Some([b'm', c]) => match c {
             b'g' => MetaOp::Get,

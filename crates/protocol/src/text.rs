@@ -269,6 +269,12 @@ pub fn find_newline(buf: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', buf)
 }
 
+/// The words of a line as memcached's tokenizer sees them: split on single
+/// spaces, empty ones skipped (no token limit).
+pub fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
+    line.split(|&b| b == b' ').filter(|w| !w.is_empty())
+}
+
 /// `buf` up to its first NUL byte: memcached handles request lines as C
 /// strings, so anything after a NUL is invisible to it.
 pub fn until_nul(buf: &[u8]) -> &[u8] {

@@ -110,14 +110,9 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
-/// memcached's tokenizer: words split on single spaces, empty ones skipped.
-fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> {
-    line.split(|&b| b == b' ').filter(|w| !w.is_empty())
-}
-
 /// What an unauthenticated connection's request line asks for.
 pub fn gate(line: &[u8]) -> Gate {
-    let w: Vec<&[u8]> = words(line).take(5).collect();
+    let w: Vec<&[u8]> = text::words(line).take(5).collect();
     let size = match w.as_slice() {
         [b"set", _, _, _, size] => text::strtoul32(size),
         _ => None,
@@ -135,7 +130,7 @@ pub fn answer(auth: &AuthFile, block: &[u8]) -> (&'static str, bool) {
     let Some(data) = block.strip_suffix(b"\r\n") else {
         return ("CLIENT_ERROR bad command line termination", false);
     };
-    let mut w = words(text::until_nul(data));
+    let mut w = text::words(text::until_nul(data));
     match (w.next(), w.next()) {
         (Some(user), Some(pass)) if auth.check(user, pass) => ("STORED", true),
         (Some(_), Some(_)) => (FAILURE, false),

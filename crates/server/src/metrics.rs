@@ -25,6 +25,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::session::Ctx;
@@ -307,7 +308,7 @@ impl Collector for Snapshot {
                 "memcached_version",
                 "the version of the server",
                 None,
-                prometheus_client::metrics::MetricType::Gauge,
+                MetricType::Gauge,
             )?;
             let labels = [("version", v)];
             ConstGauge::new(1i64).encode(m.encode_family(&labels)?)?;
@@ -334,7 +335,7 @@ impl Collector for Snapshot {
             "memcached_commands",
             "commands by command and outcome",
             None,
-            prometheus_client::metrics::MetricType::Counter,
+            MetricType::Counter,
         )?;
         for &(command, status, field) in COMMANDS {
             if let Some(x) = find(g, field).and_then(number) {
@@ -357,7 +358,7 @@ impl Collector for Snapshot {
             "cachalot_info",
             "the engine's policies (stats settings)",
             None,
-            prometheus_client::metrics::MetricType::Gauge,
+            MetricType::Gauge,
         )?;
         ConstGauge::new(1i64).encode(m.encode_family(&info)?)?;
         for tier in &self.tiers {
@@ -378,21 +379,20 @@ impl Collector for Snapshot {
 }
 
 fn gauge(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, x: f64) -> std::fmt::Result {
-    let m = enc.encode_descriptor(
-        name,
-        help,
-        None,
-        prometheus_client::metrics::MetricType::Gauge,
-    )?;
-    ConstGauge::new(x).encode(m)
+    metric(enc, name, help, ConstGauge::new(x))
 }
 
 fn counter(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, x: f64) -> std::fmt::Result {
-    let m = enc.encode_descriptor(
-        name,
-        help,
-        None,
-        prometheus_client::metrics::MetricType::Counter,
-    )?;
-    ConstCounter::new(x).encode(m)
+    metric(enc, name, help, ConstCounter::new(x))
+}
+
+/// One metric without labels: its descriptor, then its value.
+fn metric(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    m: impl EncodeMetric,
+) -> std::fmt::Result {
+    let e = enc.encode_descriptor(name, help, None, m.metric_type())?;
+    m.encode(e)
 }

@@ -128,10 +128,7 @@ impl AsciiHandler {
     /// dump` sends): starts a dump that `continue_dump` writes. None for any
     /// other line (the other `lru_crawler` commands are not built: `ERROR`).
     fn start_dump(&mut self, ctx: &Ctx<'_>, line: &[u8], out: &mut Vec<u8>) -> Option<Outcome> {
-        let words: Vec<&[u8]> = line
-            .split(|&b| b == b' ')
-            .filter(|w| !w.is_empty())
-            .collect();
+        let words: Vec<&[u8]> = text::words(line).collect();
         let [b"lru_crawler", b"metadump", arg] = words[..] else {
             return None;
         };

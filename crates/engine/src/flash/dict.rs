@@ -59,6 +59,11 @@ pub fn dict_path(path: &Path) -> PathBuf {
     super::recover::with_suffix(path, ".dict")
 }
 
+/// `dict` if it is the one a container names by `id`.
+pub fn named(dict: Option<&Dictionary>, id: u16) -> Option<&Dictionary> {
+    dict.filter(|d| d.id == u32::from(id))
+}
+
 /// The id containers record for a dictionary: from its bytes, never 0.
 pub fn id_of(bytes: &[u8]) -> u16 {
     (crc32fast::hash(bytes) % 0xffff) as u16 + 1
@@ -106,8 +111,7 @@ impl Trainer {
     /// samples again, up to [`ATTEMPTS`] times).
     pub fn poll(&mut self) -> Option<Vec<u8>> {
         if let Some(job) = self.job.take_if(|j| j.is_finished()) {
-            let trained = job.join().ok().flatten();
-            return trained;
+            return job.join().ok().flatten();
         }
         if self.job.is_none() && self.full() && self.attempts < ATTEMPTS {
             self.attempts += 1;

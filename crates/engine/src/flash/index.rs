@@ -56,6 +56,11 @@ pub fn prefix_of(h: u64) -> u64 {
     h & !((1 << (64 - SHARD_BITS - TAG_BITS)) - 1)
 }
 
+/// [`prefix_of`] a key from its shard and its entry's tag.
+fn prefix_from(shard: usize, tag: u64) -> u64 {
+    (shard as u64) << (64 - SHARD_BITS) | tag << (64 - SHARD_BITS - TAG_BITS)
+}
+
 /// The shard of `h`: keys of different shards never share an entry, so
 /// threads owning disjoint shards may fill the index at once.
 pub(crate) fn shard_of(h: u64) -> usize {
@@ -259,9 +264,7 @@ impl FlashIndex {
         let mut shard = self.shards[shard_of(h)].lock();
         let mut r = shard.insert(pack(tag_of(h), loc), may_grow);
         for d in &mut r.dropped {
-            // The shard's own bits, then the tag.
-            d.0 = prefix_of(h) & !(TAG_MASK << (64 - SHARD_BITS - TAG_BITS))
-                | d.0 << (64 - SHARD_BITS - TAG_BITS);
+            d.0 = prefix_from(shard_of(h), d.0);
         }
         r
     }

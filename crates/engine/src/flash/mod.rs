@@ -384,7 +384,8 @@ pub struct Flash {
     /// The containers' zstd dictionary, once trained or recovered
     /// ([`dict`]).
     dict: OnceLock<Dictionary>,
-    /// A dictionary is being sampled for or trained (its DRAM is reserved).
+    /// A dictionary is being sampled for or trained (its DRAM is reserved;
+    /// the writer feeds the trainer only meanwhile).
     training: AtomicBool,
 }
 
@@ -435,18 +436,14 @@ impl Flash {
             device,
         };
         f.recover();
-        match f.dict.get() {
-            // An empty tier trains a dictionary on what it will hold.
-            Some(_) if f.index.is_empty() => {
+        if f.dict.get().is_some() {
+            if f.index.is_empty() {
+                // An empty tier trains a dictionary on what it will hold.
                 f.dict = OnceLock::new();
                 dict::remove(&f.config.path);
-            }
-            Some(_) => {
-                f.writer.lock().trainer.stop();
+            } else {
                 f.training.store(false, Ordering::Relaxed);
             }
-            None if !f.training.load(Ordering::Relaxed) => f.writer.lock().trainer.stop(),
-            None => {}
         }
         f.index_bytes
             .store(f.index.memory_bytes(), Ordering::Relaxed);
@@ -487,7 +484,7 @@ impl Flash {
 
     /// The dictionary a container names, if it is this tier's.
     fn dictionary(&self, id: u16) -> Option<&Dictionary> {
-        self.dict.get().filter(|d| d.id == u32::from(id))
+        dict::named(self.dict.get(), id)
     }
 
     /// An item image leaves memory: stage it for the writer. False if not

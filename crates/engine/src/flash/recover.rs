@@ -374,7 +374,6 @@ pub fn scan_slab(
     let mut items = Vec::new();
     let mut bad = 0;
     let mut raw = Vec::new();
-    let named = |id: u16| dict.filter(|d| d.id == u32::from(id));
     while at < used && offsets.len() < header.containers as usize {
         // The header's stored length is only trusted once the checksum
         // over it and the payload passes; a bad container ends the walk
@@ -390,7 +389,7 @@ pub fn scan_slab(
         }
         let c = offsets.len() as u16;
         offsets.push(at as u32);
-        match container::read(&bytes[at..end], coder, named, &mut raw) {
+        match container::read(&bytes[at..end], coder, |id| dict::named(dict, id), &mut raw) {
             Ok(_) => {
                 if let Ok(entries) = block::entries(&raw) {
                     for (h, image) in entries.flatten() {

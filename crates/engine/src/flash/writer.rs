@@ -142,7 +142,7 @@ impl Flash {
         let Some(first_seq) = w.taken.first().map(|t| t.0) else {
             return false;
         };
-        if compress && self.config.codec == Codec::Zstd {
+        if compress && self.training.load(Ordering::Relaxed) {
             self.train_step(w);
         }
         let dict = self.dict.get();
@@ -193,9 +193,6 @@ impl Flash {
     /// install it once it is saved (a container may name it only then: it
     /// must decode after a crash too).
     fn train_step(&self, w: &mut Writer) {
-        if self.dict.get().is_some() {
-            return;
-        }
         if w.trainer.sampling() {
             for t in &w.taken {
                 w.trainer.sample(&t.2);
