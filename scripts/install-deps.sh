@@ -3,7 +3,8 @@
 # node+npm, Java 17+maven and gcc, idempotently and quickly on re-runs:
 #   - Debian packages: libmemcached-tools (memccapable), and what pylibmc
 #     needs when pip has to build it (libmemcached-dev, zlib1g-dev), and
-#     memcached itself (the lab's tests run it side by side with cachalot);
+#     memcached itself (the lab's tests run it side by side with cachalot),
+#     nutcracker (the pool test) and openssl (the TLS tests' certificates);
 #   - rustfmt and clippy, if the toolchain lacks them;
 #   - a Python venv in .venv with tests/clients/python/requirements.txt, and
 #     the pymemcache sdist whose test_integration.py conformance.sh runs;
@@ -18,7 +19,7 @@ PY_REQS="$ROOT/tests/clients/python/requirements.txt"
 NODE_DIR="$ROOT/tests/clients/node"
 
 install_debian_packages() {
-	local want=(libmemcached-tools libmemcached-dev zlib1g-dev memcached nutcracker)
+	local want=(libmemcached-tools libmemcached-dev zlib1g-dev memcached nutcracker openssl)
 	# The venv module is split out of Debian's python3.
 	python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
 	# pylibmc ships wheels for CPython <= 3.11 only; elsewhere pip compiles

@@ -240,6 +240,10 @@ pub enum TextCommand<'a> {
         noreply: bool,
     },
     Quit,
+    /// `refresh_certs [noreply]`: reload the TLS certificates.
+    RefreshCerts {
+        noreply: bool,
+    },
     Shutdown {
         mode: ShutdownMode,
     },
@@ -453,6 +457,9 @@ pub fn parse(line: &[u8]) -> Result<TextCommand<'_>, ParseError> {
         }
         b"version" => Ok(TextCommand::Version),
         b"quit" => Ok(TextCommand::Quit),
+        b"refresh_certs" => Ok(TextCommand::RefreshCerts {
+            noreply: t.noreply(),
+        }),
         b"verbosity" => {
             want(nt == 3 || nt == 4)?;
             let noreply = t.noreply();

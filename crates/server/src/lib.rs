@@ -16,6 +16,7 @@ pub mod settings;
 pub mod stats;
 pub mod stats_cmd;
 pub mod text;
+pub mod tls;
 
 pub use settings::Settings;
 

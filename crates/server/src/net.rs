@@ -203,6 +203,17 @@ impl Server {
             code: EX_USAGE,
         })?;
         let cache = Arc::new(cache);
+        // Certificates are loaded before anything listens (memcached's order
+        // and exit code).
+        let tls = match settings.tls.enabled {
+            true => Some(Arc::new(
+                crate::tls::Tls::new(&settings.tls, clock.now()).map_err(|message| StartError {
+                    message,
+                    code: EX_USAGE,
+                })?,
+            )),
+            false => None,
+        };
         let listeners = listener::bind_all(&settings).map_err(|e| StartError {
             message: e.message,
             code: e.code,
@@ -249,6 +260,7 @@ impl Server {
             .collect();
         let shared = Arc::new(Shared {
             threads: threads.clone(),
+            tls,
             ..Shared::default()
         });
         shared.verbosity.store(settings.verbose, Ordering::Relaxed);
@@ -627,18 +639,21 @@ impl Acceptor {
                 return true;
             }
             let accepted = match self.listeners.get(i) {
-                Some(Listener::Tcp { sock, name, .. }) => sock.accept().map(|(s, addr)| {
+                Some(Listener::Tcp {
+                    sock, name, tls, ..
+                }) => sock.accept().map(|(s, addr)| {
                     let _ = s.set_nodelay(true);
-                    (Stream::Tcp(s), listener::tcp_name(&addr), name.clone())
+                    let tls = self.shared.tls.clone().filter(|_| *tls);
+                    (Stream::Tcp(s), listener::tcp_name(&addr), name.clone(), tls)
                 }),
                 Some(Listener::Unix { sock, name, .. }) => sock.accept().map(|(s, _)| {
                     // memcached prints a unix peer this way (no name).
-                    (Stream::Unix(s), "?:<AF 0>".to_string(), name.clone())
+                    (Stream::Unix(s), "?:<AF 0>".to_string(), name.clone(), None)
                 }),
                 None => return false,
             };
             match accepted {
-                Ok((mut stream, addr, listen_addr)) => {
+                Ok((mut stream, addr, listen_addr, tls)) => {
                     if at_limit {
                         // memcached's maxconns_fast: tell the client, close.
                         use std::io::Write;
@@ -651,6 +666,19 @@ impl Acceptor {
                         }
                         continue;
                     }
+                    // The handshake itself runs on the worker.
+                    let stream = match (tls, stream) {
+                        (Some(tls), Stream::Tcp(sock)) => match tls.accept(sock) {
+                            Ok(t) => Stream::Tls(Box::new(t)),
+                            Err(e) => {
+                                if self.settings.verbose > 0 {
+                                    eprintln!("TLS setup failed: {e}");
+                                }
+                                continue;
+                            }
+                        },
+                        (_, stream) => stream,
+                    };
                     self.clients.fetch_add(1, Ordering::AcqRel);
                     let w = self.next % self.workers.len().max(1);
                     self.next = self.next.wrapping_add(1);

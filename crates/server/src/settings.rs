@@ -64,6 +64,8 @@ pub struct Settings {
     pub metrics_listen: Option<String>,
     /// `-Y`: the users a connection must authenticate as (text only).
     pub auth: Option<std::sync::Arc<crate::auth::AuthFile>>,
+    /// `-Z` and `-o ssl_*`.
+    pub tls: crate::tls::TlsSettings,
     /// `-A`
     pub shutdown_enabled: bool,
     /// `-F` disables flush_all
@@ -160,6 +162,7 @@ impl Default for Settings {
             backlog: 1024,
             protocol: ProtocolChoice::Auto,
             auth: None,
+            tls: Default::default(),
             metrics_listen: None,
             shutdown_enabled: false,
             flush_enabled: true,

@@ -244,11 +244,19 @@ fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
         "log_watcher_skipped",
         "log_watcher_sent",
         "log_watchers",
-        "unexpected_napi_ids",
-        "round_robin_fallback",
     ] {
         stat(out, name, 0);
     }
+    if let Some(tls) = &sh.tls {
+        stat(out, "ssl_handshake_errors", load(&tls.handshake_errors));
+        stat(
+            out,
+            "time_since_server_cert_refresh",
+            tls.since_refresh(clock.now()),
+        );
+    }
+    stat(out, "unexpected_napi_ids", 0);
+    stat(out, "round_robin_fallback", 0);
     stat(out, "bytes", e.bytes);
     stat(out, "curr_items", e.curr_items);
     stat(out, "total_items", e.total_items);
@@ -537,22 +545,33 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
         ("ext_max_frag", "0.80"),
         ("slab_automove_freeratio", "0.010"),
         ("ext_drop_unread", "no"),
-        ("ssl_enabled", "no"),
-        ("ssl_chain_cert", "(null)"),
-        ("ssl_key", "(null)"),
-        ("ssl_verify_mode", "0"),
-        ("ssl_keyformat", "1"),
-        ("ssl_ciphers", "NULL"),
-        ("ssl_ca_cert", "NULL"),
-        ("ssl_wbuf_size", "16384"),
-        ("ssl_session_cache", "no"),
-        ("ssl_kernel_tls", "no"),
-        ("ssl_min_version", "tlsv1.2"),
-        ("num_napi_ids", "(null)"),
-        ("memory_file", "(null)"),
     ] {
         stat(out, name, value);
     }
+    // memcached prints unset paths as "(null)" or "NULL", and the verify
+    // mode as OpenSSL's flags (2 = PEER | FAIL_IF_NO_PEER_CERT = 3).
+    let tls = &s.tls;
+    let path = |p: &Option<std::path::PathBuf>, none: &str| {
+        p.as_ref()
+            .map_or(none.to_string(), |p| p.display().to_string())
+    };
+    stat(out, "ssl_enabled", yes_no(tls.enabled));
+    stat(out, "ssl_chain_cert", path(&tls.chain_cert, "(null)"));
+    stat(out, "ssl_key", path(&tls.key, "(null)"));
+    stat(
+        out,
+        "ssl_verify_mode",
+        [0, 1, 3, 7][tls.verify_mode.min(3) as usize],
+    );
+    stat(out, "ssl_keyformat", tls.keyformat);
+    stat(out, "ssl_ciphers", tls.ciphers.as_deref().unwrap_or("NULL"));
+    stat(out, "ssl_ca_cert", path(&tls.ca_cert, "NULL"));
+    stat(out, "ssl_wbuf_size", tls.wbuf_size);
+    stat(out, "ssl_session_cache", yes_no(tls.session_cache));
+    stat(out, "ssl_kernel_tls", yes_no(tls.kernel_tls));
+    stat(out, "ssl_min_version", tls.min_version_name());
+    stat(out, "num_napi_ids", "(null)");
+    stat(out, "memory_file", "(null)");
     // cachalot's own settings (docs/cost.md).
     stat(out, "eviction", ec.eviction.name());
     stat(out, "learn_costs", yes_no(ec.learn_costs));

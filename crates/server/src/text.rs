@@ -598,6 +598,14 @@ impl AsciiHandler {
                 reply(out, noreply, "OK");
             }
             TextCommand::Quit => return Outcome::Close,
+            TextCommand::RefreshCerts { noreply } => match &ctx.shared.tls {
+                // memcached's words, including its capitalisation.
+                None => reply(out, noreply, "Error TLS not enabled"),
+                Some(tls) => match tls.refresh(ctx.cache.clock().now()) {
+                    Ok(()) => reply(out, noreply, "OK"),
+                    Err(e) => reply(out, noreply, &e),
+                },
+            },
             TextCommand::Shutdown { mode } => {
                 if !ctx.settings.shutdown_enabled {
                     reply(out, false, "ERROR: shutdown not enabled");

@@ -9,23 +9,11 @@ mod common;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, temp_path, Server};
-
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("CACHALOT_PYTHON").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        PathBuf::from("python3")
-    }
-}
+use common::{free_port, python, temp_path, Server};
 
 /// An HTTP exchange: (status line, body).
 fn http(port: u16, request: &str) -> (String, String) {

@@ -504,12 +504,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
                     "This server is not built with SASL support.",
                 ))
             }
-            'Z' => {
-                return Err(CliError::new(
-                    EX_USAGE,
-                    "This server is not built with TLS support.",
-                ))
-            }
+            'Z' => s.tls.enabled = true,
             'Y' => auth_file = Some(std::path::PathBuf::from(&v)),
             'e' => {
                 return Err(CliError::new(
@@ -595,6 +590,17 @@ fn sub_number<T: std::str::FromStr>(name: &str, value: Option<&str>) -> Result<T
     })?;
     number::<T>(v)
         .ok_or_else(|| CliError::new(EXIT_FAILURE, format!("Invalid numeric argument for {name}")))
+}
+
+/// An `ssl_*` value (memcached: "Missing <name> argument").
+fn ssl_arg<'v>(name: &str, value: Option<&'v str>) -> Result<&'v str, CliError> {
+    value.ok_or_else(|| CliError::new(EXIT_FAILURE, format!("Missing {name} argument")))
+}
+
+/// A numeric `ssl_*` value, parsed as memcached's `safe_strtol`.
+fn ssl_number(name: &str, value: Option<&str>) -> Result<i64, CliError> {
+    number::<i64>(ssl_arg(name, value)?)
+        .ok_or_else(|| CliError::new(EXIT_FAILURE, format!("could not parse argument to {name}")))
 }
 
 /// A `-o` switch: `name`, `name=1` or `name=on`; `name=0` or `name=off`.
@@ -982,8 +988,55 @@ fn extended(
                     format!("Illegal suboption \"{item}\""),
                 ))
             }
-            k if k.starts_with("ssl_") => {
-                warnings.push(format!("WARNING: TLS is not supported; ignoring -o {item}"))
+            // TLS (`tls`), with memcached's parsing and messages.
+            "ssl_chain_cert" => s.tls.chain_cert = Some(ssl_arg(key, value)?.into()),
+            "ssl_key" => s.tls.key = Some(ssl_arg(key, value)?.into()),
+            "ssl_ca_cert" => s.tls.ca_cert = Some(ssl_arg(key, value)?.into()),
+            "ssl_ciphers" => s.tls.ciphers = Some(ssl_arg(key, value)?.to_string()),
+            "ssl_keyformat" => {
+                s.tls.keyformat = ssl_number(key, value)?.try_into().map_err(|_| {
+                    CliError::new(EXIT_FAILURE, "ssl_keyformat must be 1 (PEM) or 2 (DER)")
+                })?
+            }
+            "ssl_verify_mode" => {
+                s.tls.verify_mode = match ssl_number(key, value)? {
+                    m @ 0..=3 => m as u8,
+                    _ => {
+                        return Err(CliError::new(
+                            EXIT_FAILURE,
+                            "Invalid ssl_verify_mode. Use help to see valid options.",
+                        ))
+                    }
+                }
+            }
+            "ssl_min_version" => {
+                s.tls.min_version = match ssl_number(key, value)? {
+                    m @ 0..=3 => m as u8,
+                    _ => {
+                        return Err(CliError::new(
+                            EXIT_FAILURE,
+                            "Invalid ssl_min_version. Use help to see valid options.",
+                        ))
+                    }
+                };
+                if s.tls.min_version < 2 {
+                    warnings.push(
+                        "WARNING: TLS 1.0 and 1.1 are not offered; ssl_min_version means TLS 1.2"
+                            .to_string(),
+                    );
+                }
+            }
+            "ssl_wbuf_size" => {
+                let kb = u32::try_from(ssl_number(key, value)?).map_err(|_| {
+                    CliError::new(EXIT_FAILURE, "could not parse argument to ssl_wbuf_size")
+                })?;
+                s.tls.wbuf_size = kb as usize * 1024;
+            }
+            "ssl_session_cache" => s.tls.session_cache = true,
+            "ssl_kernel_tls" => {
+                warnings
+                    .push("WARNING: kernel TLS is not supported; ignoring ssl_kernel_tls".into());
+                s.tls.kernel_tls = true;
             }
             _ => {
                 return Err(CliError::new(
@@ -1040,6 +1093,8 @@ pub fn usage() -> String {
 -W, --disable-watch       disable watch commands (live logging)
 -Y, --auth-file=<file>    enable ASCII protocol authentication. format:
                           user:pass\nuser2:pass2\n
+-Z, --enable-ssl          enable TLS/SSL on the TCP listeners; 'notls' prefix
+                          disables it for one (-l notls:<ip>:<port>)
     --flash-path=<file>   keep items that leave memory in a flash tier in this
                           file (compressed, indexed in a few bytes of memory
                           each; -o ext_path=FILE:SIZE is the same)
@@ -1093,6 +1148,21 @@ pub fn usage() -> String {
                           that carry no cost (default 1000)
    - metrics_listen:      HOST:PORT of an HTTP listener for Prometheus
                           (GET /metrics); default: none
+   - ssl_chain_cert:      certificate chain file in PEM format
+   - ssl_key:             private key, if not part of the ssl_chain_cert
+   - ssl_keyformat:       private key format, 1 (PEM, default) or 2 (DER)
+   - ssl_verify_mode:     peer certificate verification mode, default is 0(None).
+                          valid values are 0(None), 1(Request), 2(Require)
+                          or 3(Once); 1-3 need ssl_ca_cert
+   - ssl_ca_cert:         PEM format file of acceptable client CA's
+   - ssl_wbuf_size:       size in kilobytes of per-connection TLS output buffer
+                          (default: 16)
+   - ssl_session_cache:   enable server-side session cache, to support session
+                          resumption
+   - ssl_min_version:     minimum protocol version to accept (default: tlsv1.2)
+                          valid values are 0-2 (tlsv1.2) or 3 (tlsv1.3)
+   - ssl_ciphers, ssl_kernel_tls: accepted and reported; rustls' own cipher
+                          suites are used, and there is no kernel TLS
    - flash_codec:         zstd (default), lz4 or none
    - flash_zstd_level:    zstd's level for flash containers (default 3;
                           higher packs more items for more writer CPU)

@@ -16,6 +16,7 @@
 //! past the pooled size are freed as soon as the connection is idle.
 
 use std::io::{self, ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -25,6 +26,7 @@ use super::flash_io::{FlashIo, Submitted};
 use crate::session::{self, out_full, Ctx, Handler, Step, OUT_HIGH_WATER};
 use crate::settings::Settings;
 use crate::stats::{ConnEntry, ConnState, ThreadStats};
+use crate::tls::TlsStream;
 
 /// Size of a pooled buffer (memcached's READ_BUFFER_SIZE).
 pub const BUF_SIZE: usize = 16 * 1024;
@@ -40,10 +42,40 @@ const POOL_MAX: usize = 16;
 /// thousands of slow senders (slowloris) do not pin 16 KB each.
 const PARTIAL_KEEP: usize = 4 * 1024;
 
-/// A TCP or unix-domain stream.
+/// A TCP, TLS-over-TCP or unix-domain stream.
 pub enum Stream {
     Tcp(mio::net::TcpStream),
     Unix(mio::net::UnixStream),
+    Tls(Box<TlsStream>),
+}
+
+impl Stream {
+    /// TLS keeps bytes of its own on both sides (see `tls`).
+    fn is_tls(&self) -> bool {
+        matches!(self, Stream::Tls(_))
+    }
+
+    /// Encrypted output waits inside TLS for the socket.
+    fn tls_pending(&self) -> bool {
+        matches!(self, Stream::Tls(s) if s.wants_write())
+    }
+
+    pub fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tls(s) => s.socket().as_raw_fd(),
+        }
+    }
+
+    /// The socket the poller watches.
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+            Stream::Tls(s) => s.socket_mut(),
+        }
+    }
 }
 
 impl Read for Stream {
@@ -51,6 +83,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -60,10 +93,15 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
         }
     }
+    /// Pushes out what TLS holds; sockets have nothing to flush.
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            Stream::Tls(s) => s.flush(),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -74,10 +112,7 @@ impl mio::event::Source for Stream {
         token: mio::Token,
         interests: mio::Interest,
     ) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.register(registry, token, interests),
-            Stream::Unix(s) => s.register(registry, token, interests),
-        }
+        self.source().register(registry, token, interests)
     }
     fn reregister(
         &mut self,
@@ -85,16 +120,10 @@ impl mio::event::Source for Stream {
         token: mio::Token,
         interests: mio::Interest,
     ) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.reregister(registry, token, interests),
-            Stream::Unix(s) => s.reregister(registry, token, interests),
-        }
+        self.source().reregister(registry, token, interests)
     }
     fn deregister(&mut self, registry: &mio::Registry) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.deregister(registry),
-            Stream::Unix(s) => s.deregister(registry),
-        }
+        self.source().deregister(registry)
     }
 }
 
@@ -241,9 +270,9 @@ impl Conn {
         self.waiting == 0
     }
 
-    /// Bytes of output not yet written.
+    /// Bytes of output not yet written (at least 1 while TLS holds some).
     fn pending_out(&self) -> usize {
-        self.wbuf.len() - self.wpos
+        self.wbuf.len() - self.wpos + usize::from(self.stream.tls_pending())
     }
 
     /// Whether replies are waiting for the socket to drain (or the
@@ -520,7 +549,9 @@ impl Conn {
                         .stats
                         .bytes_read
                         .fetch_add(n as u64, Ordering::Relaxed);
-                    if n < space && !env.peer_closed {
+                    // TLS may hold decrypted bytes the socket no longer
+                    // has, or the reverse: read on until WouldBlock.
+                    if n < space && !env.peer_closed && !self.stream.is_tls() {
                         return Filled::Drained;
                     }
                     return Filled::Data;
@@ -547,6 +578,7 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
+        self.stream.flush()?;
         // Keep only the unsent tail, at the front: handlers measure `wbuf`
         // as the unsent output, and the buffer does not creep.
         self.wbuf.drain(..self.wpos);

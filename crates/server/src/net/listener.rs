@@ -22,6 +22,8 @@ pub enum Listener {
         addr: SocketAddr,
         /// memcached's name for it ("tcp:127.0.0.1:11211").
         name: String,
+        /// Connections start TLS (`-Z`, unless listed as `notls:`).
+        tls: bool,
     },
     Unix {
         sock: mio::net::UnixListener,
@@ -48,7 +50,7 @@ pub fn tcp_name(addr: &SocketAddr) -> String {
 
 /// Split one `-l` entry into host and port (memcached's rules).
 pub fn split_host_port(entry: &str, default_port: u16) -> Result<(String, u16), String> {
-    // memcached's TLS builds accept a "notls:" prefix; there is no TLS here.
+    // With -Z, "notls:" marks a listener without TLS (see `bind_all`).
     let entry = entry.strip_prefix("notls:").unwrap_or(entry);
     let bad = || format!("ERROR: Invalid listen address {entry}.");
     if let Some(rest) = entry.strip_prefix('[') {
@@ -130,6 +132,7 @@ pub fn bind_all(settings: &Settings) -> Result<Vec<Listener>, BindError> {
                 sock,
                 addr,
                 name: tcp_name(&addr),
+                tls: settings.tls.enabled && !entry.starts_with("notls:"),
             });
         }
     }

@@ -7,7 +7,6 @@
 //! reading to waiting for a slow client to drain its replies.
 
 use std::collections::VecDeque;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -206,10 +205,7 @@ impl Worker {
         let now = self.cache.clock().now();
         for nc in new {
             let mut stream = nc.stream;
-            let fd = match &stream {
-                Stream::Tcp(s) => s.as_raw_fd(),
-                Stream::Unix(s) => s.as_raw_fd(),
-            };
+            let fd = stream.as_raw_fd();
             let slot = match self.free.pop() {
                 Some(s) => s,
                 None => {

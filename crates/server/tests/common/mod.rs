@@ -310,6 +310,20 @@ impl Drop for Server {
     }
 }
 
+/// The Python with the suite's packages: `$CACHALOT_PYTHON`, else the
+/// `.venv` scripts/install-deps.sh makes, else `python3`.
+pub fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("CACHALOT_PYTHON").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
 /// The memcached binary: `$MEMCACHED_BIN` or the Debian package's. Missing
 /// is a failure, not a skip: the tests that use it are oracle checks.
 pub fn memcached_bin() -> PathBuf {
