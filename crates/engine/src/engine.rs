@@ -1934,6 +1934,45 @@ impl Engine {
         None
     }
 
+    /// Warm restart (`warm::save`): call `f` with each live item of the
+    /// first page at or after `from` whose last access is at least
+    /// `min_age` and less than `max_age` seconds ago; returns the page to
+    /// go on from, or None once every page has been visited. One page per
+    /// call, as `metadump_page`.
+    pub fn export_page(
+        &mut self,
+        from: usize,
+        min_age: u32,
+        max_age: u32,
+        mut f: impl FnMut(&ItemRef<'_>),
+    ) -> Option<usize> {
+        self.hold_all();
+        let now = self.now();
+        for p in from..self.slabs.pages.len() {
+            match &self.slabs.pages[p] {
+                Some(pg) if pg.class != 0 => {}
+                _ => continue,
+            }
+            for loc in self.slabs.live_in_page(p as PageId) {
+                let h = item::Header::read(self.slabs.chunk(loc));
+                let age = item::atime_age(self.slabs.atime(loc), now);
+                if (h.exptime != 0 && h.exptime <= now) || age < min_age || age >= max_age {
+                    continue;
+                }
+                f(&self.view(loc));
+            }
+            return Some(p + 1);
+        }
+        None
+    }
+
+    /// Make every CAS handed out from now on larger than `cas` (items
+    /// restored with their old CAS values must not see them reused).
+    pub fn raise_cas(&self, cas: u64) {
+        self.cas_counter
+            .fetch_max(cas.saturating_add(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// `stats sizes`: (size rounded up to 32 bytes, item count), ascending.
     pub fn size_histogram(&mut self) -> Vec<(u32, u64)> {
         self.hold_all();

@@ -52,6 +52,7 @@ pub mod stats;
 pub mod stripe;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod warm;
 pub mod zzone;
 
 pub use cache::{Cache, EngineGuard, Footprint};

@@ -109,6 +109,7 @@ pub fn run(mut settings: Settings) -> i32 {
             &mut settings.pid_file,
             &mut settings.unix_socket,
             &mut settings.port_file,
+            &mut settings.memory_file,
         ]
         .into_iter()
         .flatten()
@@ -140,11 +141,15 @@ pub fn run(mut settings: Settings) -> i32 {
         }
     }
     // memcached survives SIGHUP (and SIGUSR1 without a memory file): a
-    // closed terminal must not take the cache down.
+    // closed terminal must not take the cache down. With `-e`, SIGUSR1 is
+    // memcached's graceful stop for a restart.
     let ignored = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGHUP, signal_hook::consts::SIGUSR1] {
-        let _ = signal_hook::flag::register(sig, ignored.clone());
-    }
+    let usr1 = match settings.memory_file {
+        Some(_) => stop.clone(),
+        None => ignored.clone(),
+    };
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGHUP, ignored);
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGUSR1, usr1);
     let pid_file = settings.pid_file.clone();
     let server = match Server::start_with_stop(settings, stop) {
         Ok(s) => s,
@@ -214,6 +219,10 @@ impl Server {
             )),
             false => None,
         };
+        // A warm restart's items are back before anyone can ask for them.
+        if let Some(path) = &settings.memory_file {
+            warm_load(&cache, path, settings.verbose)?;
+        }
         let listeners = listener::bind_all(&settings).map_err(|e| StartError {
             message: e.message,
             code: e.code,
@@ -413,10 +422,54 @@ impl Server {
             b.thread().unpark();
             let _ = b.join();
         }
+        if let Some(path) = &self.settings.memory_file {
+            // Every thread that changes items has stopped.
+            let started = std::time::Instant::now();
+            match cachalot_engine::warm::save(&self.cache, path) {
+                Ok(s) if self.settings.verbose > 0 => eprintln!(
+                    "warm restart: saved {} items ({} bytes) to {} in {:.2?}",
+                    s.items,
+                    s.bytes,
+                    path.display(),
+                    started.elapsed()
+                ),
+                Ok(_) => {}
+                Err(e) => eprintln!("warm restart: could not save to {}: {e}", path.display()),
+            }
+        }
         if let Some(path) = &self.unix_path {
             let _ = std::fs::remove_file(path);
         }
     }
+}
+
+/// Load what the last clean shutdown saved with `-e` (nothing on a first
+/// start). A file that is not ours stops start-up rather than being
+/// overwritten at the next shutdown.
+fn warm_load(cache: &Cache, path: &std::path::Path, verbose: u8) -> Result<(), StartError> {
+    let started = std::time::Instant::now();
+    let s = cachalot_engine::warm::load(cache, path).map_err(|e| StartError {
+        message: format!("warm restart: cannot load {}: {e}", path.display()),
+        code: cli::EXIT_FAILURE,
+    })?;
+    if s.damaged {
+        eprintln!(
+            "warm restart: {} is damaged; loaded the {} items before the damage",
+            path.display(),
+            s.items
+        );
+    }
+    if verbose > 0 && (s.items > 0 || s.skipped > 0) {
+        eprintln!(
+            "warm restart: loaded {} items ({} bytes) from {} in {:.2?}; {} expired or not taken",
+            s.items,
+            s.bytes,
+            path.display(),
+            started.elapsed(),
+            s.skipped
+        );
+    }
+    Ok(())
 }
 
 /// memcached's `MEMCACHED_PORT_FILENAME`: one "TCP INET: <port>" line per TCP

@@ -64,6 +64,9 @@ pub struct Settings {
     pub metrics_listen: Option<String>,
     /// `-Y`: the users a connection must authenticate as (text only).
     pub auth: Option<std::sync::Arc<crate::auth::AuthFile>>,
+    /// `-e`: where items go at a clean shutdown and come back from at start
+    /// (`cachalot_engine::warm`).
+    pub memory_file: Option<PathBuf>,
     /// `-Z` and `-o ssl_*`.
     pub tls: crate::tls::TlsSettings,
     /// `-A`
@@ -162,6 +165,7 @@ impl Default for Settings {
             backlog: 1024,
             protocol: ProtocolChoice::Auto,
             auth: None,
+            memory_file: None,
             tls: Default::default(),
             metrics_listen: None,
             shutdown_enabled: false,

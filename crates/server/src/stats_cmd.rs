@@ -571,7 +571,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "ssl_kernel_tls", yes_no(tls.kernel_tls));
     stat(out, "ssl_min_version", tls.min_version_name());
     stat(out, "num_napi_ids", "(null)");
-    stat(out, "memory_file", "(null)");
+    stat(out, "memory_file", path(&s.memory_file, "(null)"));
     // cachalot's own settings (docs/cost.md).
     stat(out, "eviction", ec.eviction.name());
     stat(out, "learn_costs", yes_no(ec.learn_costs));

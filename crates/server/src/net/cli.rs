@@ -506,12 +506,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
             }
             'Z' => s.tls.enabled = true,
             'Y' => auth_file = Some(std::path::PathBuf::from(&v)),
-            'e' => {
-                return Err(CliError::new(
-                    EX_USAGE,
-                    "This server is not built with memory file (-e) support.",
-                ))
-            }
+            'e' => s.memory_file = Some(PathBuf::from(&v)),
             'F' => s.flush_enabled = false,
             'X' => s.dump_enabled = false,
             'W' => s.watch_enabled = false,
@@ -1093,6 +1088,9 @@ pub fn usage() -> String {
 -W, --disable-watch       disable watch commands (live logging)
 -Y, --auth-file=<file>    enable ASCII protocol authentication. format:
                           user:pass\nuser2:pass2\n
+-e, --memory-file=<file>  save the items in memory to <file> at a clean
+                          shutdown (SIGTERM, SIGINT, SIGUSR1, shutdown) and
+                          load them back at the next start (warm restart)
 -Z, --enable-ssl          enable TLS/SSL on the TCP listeners; 'notls' prefix
                           disables it for one (-l notls:<ip>:<port>)
     --flash-path=<file>   keep items that leave memory in a flash tier in this

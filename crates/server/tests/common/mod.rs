@@ -380,6 +380,24 @@ impl Memcached {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+
+    /// Send a signal (`kill -<name>`) and wait up to `timeout` for the exit.
+    pub fn stop_with(&mut self, name: &str, timeout: Duration) -> Option<ExitStatus> {
+        let ok = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "kill -{name} memcached");
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
 }
 
 impl Drop for Memcached {
