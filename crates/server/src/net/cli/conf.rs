@@ -404,6 +404,59 @@ mod tests {
         );
     }
 
+    /// Debian's /etc/memcached.conf (memcached 1.6.18, bookworm), less its
+    /// `logfile` line: the rest means what memcached's wrapper passes.
+    #[test]
+    fn debian_memcached_conf_carries_over() {
+        let debian = "# memcached default config file\n\
+            # 2003 - Jay Bonci <jaybonci@debian.org>\n\
+            \n\
+            # Run memcached as a daemon. This command is implied, and is not needed for the\n\
+            -d\n\
+            \n\
+            # Log memcached's output to /var/log/memcached\n\
+            logfile /var/log/memcached.log\n\
+            \n\
+            # Be verbose\n\
+            # -v\n\
+            -m 64\n\
+            \n\
+            # Default connection port is 11211\n\
+            -p 11211\n\
+            -u memcache\n\
+            -l 127.0.0.1\n\
+            # -c 1024\n\
+            # -k\n\
+            -P /var/run/memcached/memcached.pid\n";
+        let conf = TempConf::new(debian);
+        let e = error(&[conf.arg()]);
+        assert!(
+            e.message.contains(":8:") && e.message.contains("logfile"),
+            "{}",
+            e.message
+        );
+        let without_logfile: String = debian
+            .lines()
+            .filter(|l| !l.starts_with("logfile"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&conf.0, without_logfile).unwrap();
+        let wrapper_args = strings(&[
+            "-d",
+            "-m",
+            "64",
+            "-p",
+            "11211",
+            "-u",
+            "memcache",
+            "-l",
+            "127.0.0.1",
+            "-P",
+            "/var/run/memcached/memcached.pid",
+        ]);
+        assert_eq!(settings(&[conf.arg()]), settings(&wrapper_args));
+    }
+
     #[test]
     fn errors_name_the_file_and_line() {
         let missing = std::env::temp_dir().join("cachalot-no-such-dir/cachalot.conf");
