@@ -1,16 +1,16 @@
-//! The Debian package (issue: packaging): `cargo deb --no-build` packs the
-//! already built binary; the test reads the .deb's contents and control
-//! files, installs it with `dpkg -i`, verifies the installed unit with
-//! `systemd-analyze verify`, starts the server as systemd would (the unit's
-//! `ExecStart`, as its `User=`) with one flag appended, `-p <free port>`,
-//! which wins over the conffile's `-p 11211`, talks to it, stops it with
-//! SIGTERM and purges the package, leaving the machine as it was (a guard
-//! purges on failure too).
+//! The Debian package: `cargo deb --no-build` packs the already built
+//! binary; the test reads the .deb's contents and control files, installs it
+//! with `dpkg -i`, verifies the installed unit with `systemd-analyze verify`,
+//! starts the server as systemd would (the unit's `ExecStart`, as its
+//! `User=`, in its `StateDirectory=`) with flags appended: `-p <free port>`,
+//! which wins over the conffile's `-p 11211`, and the conffile's flash tier
+//! example. It talks to it, stops it with SIGTERM and purges the package,
+//! leaving the machine as it was (a guard purges on failure too).
 //!
 //! Needs root, dpkg, systemd-analyze, setpriv and cargo-deb (all installed
 //! by scripts/install-deps.sh on Debian): without them it fails, it does
-//! not skip. It also fails if a cachalot package or user is already there,
-//! rather than touch them.
+//! not skip. It also fails if a cachalot package, user or /var/lib/cachalot
+//! is already there, rather than touch them.
 
 mod common;
 
@@ -25,6 +25,8 @@ use common::{cachalot_bin, free_port, read_until, temp_path};
 const UNIT: &str = "/usr/lib/systemd/system/cachalot.service";
 const CONF: &str = "/etc/cachalot.conf";
 const BIN: &str = "/usr/bin/cachalot";
+/// The unit's StateDirectory=, for the flash tier.
+const STATE: &str = "/var/lib/cachalot";
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -148,8 +150,11 @@ fn deb_installs_runs_as_its_service_and_purges() {
         );
     }
     assert!(
-        !package_installed() && !Path::new(BIN).exists() && !user_exists("cachalot"),
-        "a cachalot package, {BIN} or user cachalot is already on this machine; \
+        !package_installed()
+            && !Path::new(BIN).exists()
+            && !Path::new(STATE).exists()
+            && !user_exists("cachalot"),
+        "a cachalot package, {BIN}, {STATE} or user cachalot is already on this machine; \
          the package test installs and purges its own: remove them first \
          (dpkg --purge cachalot)"
     );
@@ -264,8 +269,9 @@ fn deb_installs_runs_as_its_service_and_purges() {
         text(&verify)
     );
 
-    // 5. Start it as systemd would: ExecStart as User=/Group=, with one
-    //    flag appended, on a free port.
+    // 5. Start it as systemd would: ExecStart as User=/Group=, in the
+    //    StateDirectory= systemd makes for that user, with flags appended:
+    //    a free port, and the conffile's flash example in that directory.
     let unit = std::fs::read_to_string(UNIT).unwrap();
     let exec = unit_value(&unit, "ExecStart").expect("ExecStart in the unit");
     assert!(
@@ -277,6 +283,20 @@ fn deb_installs_runs_as_its_service_and_purges() {
     assert_eq!(unit_value(&unit, "Type").as_deref(), Some("simple"));
     let user = unit_value(&unit, "User").expect("User= in the unit");
     let group = unit_value(&unit, "Group").expect("Group= in the unit");
+    assert_eq!(
+        unit_value(&unit, "StateDirectory").map(|d| format!("/var/lib/{d}")),
+        Some(STATE.to_string())
+    );
+    let mode = unit_value(&unit, "StateDirectoryMode").unwrap_or_else(|| "0755".into());
+    ok(Command::new("install").args(["-d", "-o", &user, "-g", &group, "-m", &mode, STATE]));
+    let flash_file = format!("{STATE}/flash");
+    let flash_example = format!("-o ext_path={flash_file}:1g");
+    assert!(
+        std::fs::read_to_string(CONF)
+            .unwrap()
+            .contains(&format!("# {flash_example}")),
+        "the conffile's flash example is not {flash_example:?}"
+    );
     let port = free_port();
     let log = temp_path("service.log");
     let child = Command::new("setpriv")
@@ -288,6 +308,7 @@ fn deb_installs_runs_as_its_service_and_purges() {
         ])
         .args(&argv)
         .args(["-p", &port.to_string()])
+        .args(["-o", &format!("ext_path={flash_file}:64m")])
         .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -338,6 +359,12 @@ fn deb_installs_runs_as_its_service_and_purges() {
         assert!(settings.contains(&line), "{line:?} not in:\n{settings}");
     }
 
+    // The flash tier writes its file as the service's user.
+    let owner = ok(Command::new("stat").args(["-c", "%U", &flash_file]));
+    assert_eq!(owner.trim(), user, "owner of {flash_file}");
+    let flash = ask(port, b"stats flash\r\n", b"END\r\n");
+    assert!(flash.starts_with("STAT "), "stats flash: {flash:?}");
+
     // 7. Stop it as systemctl stop would (SIGTERM), then purge.
     let mut child = installed.server.take().expect("server running");
     ok(Command::new("kill").args(["-TERM", &pid.to_string()]));
@@ -367,6 +394,7 @@ fn deb_installs_runs_as_its_service_and_purges() {
         CONF,
         UNIT,
         "/etc/systemd/system/multi-user.target.wants/cachalot.service",
+        STATE,
     ] {
         assert!(!Path::new(gone).exists(), "{gone} left after purge");
     }
