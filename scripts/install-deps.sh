@@ -5,7 +5,10 @@
 #     needs when pip has to build it (libmemcached-dev, zlib1g-dev), and
 #     memcached itself (the lab's tests run it side by side with cachalot),
 #     nutcracker (the pool test) and openssl (the TLS tests' certificates);
+#     dpkg-dev, adduser and systemd (the package test: dpkg-shlibdeps,
+#     the postinst's adduser, systemd-analyze, deb-systemd-helper);
 #   - rustfmt and clippy, if the toolchain lacks them;
+#   - cargo-deb (the package test), with cargo install, once (about a minute);
 #   - a Python venv in .venv with tests/clients/python/requirements.txt, and
 #     the pymemcache sdist whose test_integration.py conformance.sh runs;
 #   - memjs under tests/clients/node (npm ci from the committed lock file).
@@ -19,7 +22,8 @@ PY_REQS="$ROOT/tests/clients/python/requirements.txt"
 NODE_DIR="$ROOT/tests/clients/node"
 
 install_debian_packages() {
-	local want=(libmemcached-tools libmemcached-dev zlib1g-dev memcached nutcracker openssl)
+	local want=(libmemcached-tools libmemcached-dev zlib1g-dev memcached nutcracker openssl
+		dpkg-dev adduser systemd)
 	# The venv module is split out of Debian's python3.
 	python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
 	# pylibmc ships wheels for CPython <= 3.11 only; elsewhere pip compiles
@@ -47,6 +51,17 @@ install_rust_components() {
 	fi
 	command -v rustup >/dev/null || die "cargo fmt / cargo clippy missing and no rustup to add them"
 	rustup component add rustfmt clippy
+}
+
+# cargo-deb builds the .deb (crates/cachalot/Cargo.toml's [package.metadata.deb]).
+CARGO_DEB_VERSION=3.8.0
+install_cargo_deb() {
+	if command -v cargo-deb >/dev/null || [[ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-deb" ]]; then
+		log "cargo-deb: present"
+		return 0
+	fi
+	log "cargo-deb: cargo install cargo-deb $CARGO_DEB_VERSION"
+	cargo install --quiet --locked cargo-deb --version "$CARGO_DEB_VERSION"
 }
 
 # The requirements file's hash is kept in the venv, so an unchanged venv is
@@ -114,6 +129,7 @@ main() {
 	check_tools
 	install_debian_packages
 	install_rust_components
+	install_cargo_deb
 	install_python
 	install_node
 }

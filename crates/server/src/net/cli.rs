@@ -13,6 +13,8 @@ use std::path::PathBuf;
 use crate::settings::{ProtocolChoice, Settings};
 use cachalot_engine::codec::Codec;
 
+mod conf;
+
 /// sysexits.h codes memcached uses.
 pub const EX_USAGE: i32 = 64;
 pub const EX_NOUSER: i32 = 67;
@@ -344,7 +346,8 @@ fn flash_config(s: &mut Settings) -> &mut cachalot_engine::flash::FlashConfig {
 
 /// Parse memcached's arguments (without the program name).
 pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
-    let (opts, extra) = tokenize(args);
+    let args = conf::expand(args)?;
+    let (opts, extra) = tokenize(&args);
     let mut s = Settings::default();
     let mut warnings = Vec::new();
     let mut listen_given = false;
@@ -1067,6 +1070,8 @@ pub fn usage() -> String {
 -vv                       very verbose (also print client connections)
 -vvv                      extremely verbose
 -h, --help                print this help and exit
+    --config-file=<file>  read options from <file>, one per line as typed here
+                          (-m 64, # comments); options after it win
 -i, --license             print the license and exit
 -V, --version             print version and exit
 -P, --pidfile=<file>      save PID in <file> (removed at exit)
