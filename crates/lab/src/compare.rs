@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::{self, RunResult};
+use crate::pool::Pool;
 use crate::replay::{self, DriveArgs};
 use crate::servers::{LocalServer, ServerConfig, ServerKind};
 use crate::workload::Source;
@@ -49,6 +50,11 @@ pub struct CompareArgs {
     /// The directory of those files (default: the temporary directory).
     #[arg(long)]
     pub flash_dir: Option<PathBuf>,
+    /// Run each side as a pool of this many nodes behind twemproxy
+    /// (Debian's nutcracker, ketama over md5), each node with --memory MB
+    /// and --threads; the clients talk to the proxy (text protocol).
+    #[arg(long, default_value_t = 0)]
+    pub pool: usize,
     #[command(flatten)]
     pub drive: DriveArgs,
     /// Write every run and the summary here.
@@ -63,6 +69,35 @@ fn remove_flash_file(file: &std::path::Path) {
         let mut p = file.as_os_str().to_owned();
         p.push(suffix);
         let _ = std::fs::remove_file(p);
+    }
+}
+
+/// What a repetition runs against: one server, or a pool behind a proxy.
+enum Target {
+    Single(LocalServer),
+    Pool(Pool),
+}
+
+impl Target {
+    fn start(cfg: &ServerConfig, pool: usize) -> anyhow::Result<Target> {
+        Ok(match pool {
+            0 => Target::Single(LocalServer::start(cfg)?),
+            n => Target::Pool(Pool::start(cfg, n)?),
+        })
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        match self {
+            Target::Single(s) => s.addr(),
+            Target::Pool(p) => p.addr(),
+        }
+    }
+
+    fn command_line(&self) -> Vec<String> {
+        match self {
+            Target::Single(s) => s.command_line(),
+            Target::Pool(p) => p.command_line(),
+        }
     }
 }
 
@@ -97,6 +132,9 @@ pub struct CompareResult {
 pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     // Fail early on a bad source, before starting servers.
     drop(args.source.open()?);
+    if args.pool > 0 && args.flash.is_some() {
+        anyhow::bail!("--pool and --flash together are not supported (one flash file per node)");
+    }
     let repeat = args.repeat.max(1);
     let mut runs = Vec::new();
     let mut server_lines: Vec<Vec<String>> = Vec::new();
@@ -135,15 +173,32 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
                 cachalot_bin: args.cachalot_bin.clone(),
                 ..ServerConfig::new(kind, args.memory, args.threads)
             };
-            let server = LocalServer::start(&cfg)?;
+            let server = Target::start(&cfg, args.pool)?;
             if rep == 0 {
                 server_lines.push(server.command_line());
             }
-            let mut result =
-                replay::replay_source(server.addr(), kind, kind.name(), &args.source, &args.drive)?;
+            let proxied = matches!(server, Target::Pool(_));
+            let mut result = replay::replay_source(
+                server.addr(),
+                kind,
+                kind.name(),
+                &args.source,
+                &args.drive,
+                proxied,
+            )?;
+            if let Target::Pool(pool) = &server {
+                // The proxy has no `stats`: the pool's are its nodes' added up.
+                let stats = pool.stats()?;
+                result.meta.memory_mb = stats
+                    .get("limit_maxbytes")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .map(|b| b >> 20);
+                result.meta.server_stats = stats;
+            }
             result.meta.tool = "compare".to_string();
             let s = &mut result.meta.settings;
             s.insert("repetition".into(), rep.into());
+            s.insert("pool".into(), args.pool.into());
             s.insert("server_command_line".into(), server.command_line().into());
             drop(server);
             if let Some(f) = &flash_file {

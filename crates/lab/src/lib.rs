@@ -10,7 +10,8 @@
 //!   latency histograms; the JSON result format every command writes.
 //! - [`replay`] (network), [`sim`] (in-process engine), [`mrc`] (miss-ratio
 //!   curves and the offline optimal slab assignment), [`compare`] (memcached
-//!   vs cachalot), [`plot`] (PNG/SVG charts).
+//!   vs cachalot, single servers or [`pool`]s behind twemproxy), [`plot`]
+//!   (PNG/SVG charts).
 //! - [`enginebench`]: the engine in-process with N threads, its throughput
 //!   and how its lock is held (issue 10).
 //! - [`hostile`]: hostile-client probes with the server's resident memory
@@ -24,6 +25,7 @@ pub mod hostile;
 pub mod metrics;
 pub mod mrc;
 pub mod plot;
+pub mod pool;
 pub mod replay;
 pub mod servers;
 pub mod sim;

@@ -120,7 +120,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         None => servers::detect_kind(addr).unwrap_or(ServerKind::Memcached),
     };
     let label = kind.name();
-    let result = replay_source(addr, kind, label, &args.source, &args.drive)?;
+    let result = replay_source(addr, kind, label, &args.source, &args.drive, false)?;
     metrics::print_table(std::slice::from_ref(&result));
     println!();
     print!("{}", metrics::format_latency(&result));
@@ -135,14 +135,18 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
 
 /// Replay `source` against the server at `addr` and build the result
 /// document (metadata, server stats afterwards, totals, intervals).
+/// `proxied`: `addr` is a proxy (twemproxy), whose parser refuses the
+/// `cost=` token, so no costs are sent.
 pub fn replay_source(
     addr: SocketAddr,
     kind: ServerKind,
     label: &str,
     source: &Source,
     drive: &DriveArgs,
+    proxied: bool,
 ) -> anyhow::Result<RunResult> {
-    let cfg = ReplayConfig::from_drive(addr, kind, drive);
+    let mut cfg = ReplayConfig::from_drive(addr, kind, drive);
+    cfg.send_costs &= !proxied;
     let expected = source.trace.is_none().then_some(source.requests);
     let out = replay(&cfg, expected, || source.open())?;
     let mut meta = RunMeta::new("replay", label, source);

@@ -24,6 +24,17 @@ use cachalot_lab::workload::Source;
 
 #[test]
 fn compare_runs_both_servers_alternating_and_writes_the_document() {
+    compare_and_check(0);
+}
+
+/// The same against three nodes of each behind twemproxy (nutcracker): the
+/// same hits, and the pool's stats are its nodes' added up.
+#[test]
+fn compare_runs_pools_behind_twemproxy() {
+    compare_and_check(3);
+}
+
+fn compare_and_check(pool: usize) {
     let source = Source {
         model: Some("ycsb-c".to_string()),
         params: vec![
@@ -40,7 +51,8 @@ fn compare_runs_both_servers_alternating_and_writes_the_document() {
     let distinct = reqs.iter().map(|r| r.key).collect::<HashSet<_>>().len() as u64;
     let want_hit = 1.0 - distinct as f64 / reqs.len() as f64;
 
-    let json = std::env::temp_dir().join(format!("replay-compare-{}.json", std::process::id()));
+    let json =
+        std::env::temp_dir().join(format!("replay-compare-{}-{pool}.json", std::process::id()));
     let args = CompareArgs {
         source,
         memory: 64,
@@ -51,6 +63,7 @@ fn compare_runs_both_servers_alternating_and_writes_the_document() {
         cachalot_args: vec![],
         flash: None,
         flash_dir: None,
+        pool,
         drive: DriveArgs {
             protocol: Protocol::Text,
             connections: 2,
@@ -81,16 +94,17 @@ fn compare_runs_both_servers_alternating_and_writes_the_document() {
         assert_eq!(t.fills, distinct);
         assert_eq!(t.errors, 0);
         assert_eq!(r.intervals.len(), 2);
-        assert_eq!(r.meta.memory_mb, Some(64));
+        // A pool's memory is its nodes' together.
+        assert_eq!(r.meta.memory_mb, Some(64 * pool.max(1) as u64));
         assert_eq!(r.meta.server_kind, r.meta.label);
         assert_eq!(r.meta.tool, "compare");
         assert!(t.throughput_rps > 0.0);
         assert!(t.latency["get"].count == t.counts.gets);
         // The server saw what the client counted.
         assert_eq!(r.meta.server_stats["get_hits"], t.counts.hits.to_string());
-        // Costs go to cachalot only.
+        // Costs go to cachalot only, and not through twemproxy.
         let costs = r.meta.settings["send_costs"].as_bool();
-        assert_eq!(costs, Some(r.meta.label == "cachalot"));
+        assert_eq!(costs, Some(r.meta.label == "cachalot" && pool == 0));
     }
     let hit = doc
         .summary
