@@ -248,6 +248,9 @@ pub struct Engine {
     /// `pending_flush` for the GET path outside the lock (0: none).
     flush_at: Arc<CachePadded<AtomicU32>>,
     counters: Counters,
+    /// Evictions for `watch evictions`, until the server takes them (None:
+    /// nobody watches). Bounded by `EVICTION_LOG_MAX`.
+    eviction_log: Option<Vec<Evicted>>,
     /// Background reclaimer position: (page number, chunk).
     reclaim_at: (usize, u32),
     /// Hot/cold re-partitioning within pages (`-o repartition=1` under
@@ -447,6 +450,7 @@ impl Engine {
             cas_counter: Arc::new(CachePadded::new(AtomicU64::new(1))),
             pending_flush: None,
             flush_at: Arc::new(CachePadded::new(AtomicU32::new(0))),
+            eviction_log: None,
             counters: Counters {
                 get_hits: vec![0; sizes.len()],
                 ..Counters::default()
@@ -1297,8 +1301,54 @@ impl Engine {
         }
         if !demoted {
             self.counters.evictions += 1;
+            if let Some(log) = self
+                .eviction_log
+                .as_mut()
+                .filter(|l| l.len() < EVICTION_LOG_MAX)
+            {
+                let ttl = match hdr.exptime {
+                    0 => -1,
+                    t => i64::from(t.saturating_sub(now)),
+                };
+                log.push(Evicted {
+                    key: self.slabs.key_of(loc).to_vec(),
+                    fetched: hdr.bits & item::FETCHED != 0,
+                    ttl,
+                    age: item::atime_age(hdr.atime, now),
+                    class: class as u32 + 1,
+                    size: hdr.value_len,
+                });
+            }
         }
         self.unlink(loc);
+    }
+
+    /// `watch evictions`: start or stop recording evictions.
+    pub fn log_evictions(&mut self, on: bool) {
+        match (on, self.eviction_log.is_some()) {
+            (true, false) => self.eviction_log = Some(Vec::new()),
+            (false, true) => self.eviction_log = None,
+            _ => {}
+        }
+    }
+
+    /// The evictions recorded since the last call.
+    pub fn take_evictions(&mut self) -> Vec<Evicted> {
+        self.eviction_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The slab class (from 1) an item of these sizes goes to; the largest
+    /// class for a chained one. For `watch`'s `clsid`.
+    pub fn class_id(&self, key_len: usize, value_len: usize, flags: u32) -> u32 {
+        let classes = self.slabs.classes.len();
+        let c = self
+            .slabs
+            .class_for(item::total_len(key_len, value_len, flags))
+            .unwrap_or(classes.saturating_sub(1));
+        c as u32 + 1
     }
 
     /// Remove an item from the index and the counters; its chunk is not freed.
@@ -2148,6 +2198,23 @@ impl Engine {
         self.policy.validate(&self.slabs);
         self.validate_drain();
     }
+}
+
+/// Evictions kept for `watch` between two visits of the server's
+/// maintainer; more are not recorded.
+const EVICTION_LOG_MAX: usize = 4096;
+
+/// An eviction as `watch evictions` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evicted {
+    pub key: Vec<u8>,
+    pub fetched: bool,
+    /// Seconds it had left (-1: no expiry).
+    pub ttl: i64,
+    /// Seconds since its last access.
+    pub age: u32,
+    pub class: u32,
+    pub size: u32,
 }
 
 /// An item as `lru_crawler metadump` reports it.

@@ -58,8 +58,8 @@ pub mod zzone;
 pub use cache::{Cache, EngineGuard, Footprint};
 pub use clock::{Clock, Expiry, RelTime};
 pub use engine::{
-    ArithOutcome, DeleteOutcome, Engine, ItemId, ItemRef, MetaItem, RepartitionStats, Store,
-    StoreMode, StoreOutcome,
+    ArithOutcome, DeleteOutcome, Engine, Evicted, ItemId, ItemRef, MetaItem, RepartitionStats,
+    Store, StoreMode, StoreOutcome,
 };
 pub use stats::{EngineStats, SlabClassStats};
 

@@ -115,6 +115,20 @@ pub enum StoreKind {
     Cas,
 }
 
+impl StoreKind {
+    /// The command's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Set => "set",
+            StoreKind::Add => "add",
+            StoreKind::Replace => "replace",
+            StoreKind::Append => "append",
+            StoreKind::Prepend => "prepend",
+            StoreKind::Cas => "cas",
+        }
+    }
+}
+
 /// `flush_all`'s optional delay, kept unparsed-on-error because memcached
 /// checks `-F` (flush disabled) before it looks at the argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,6 +254,10 @@ pub enum TextCommand<'a> {
         noreply: bool,
     },
     Quit,
+    /// `watch [kind...]`: the whole line; the server reads the kinds.
+    Watch {
+        line: &'a [u8],
+    },
     /// `refresh_certs [noreply]`: reload the TLS certificates.
     RefreshCerts {
         noreply: bool,
@@ -457,6 +475,7 @@ pub fn parse(line: &[u8]) -> Result<TextCommand<'_>, ParseError> {
         }
         b"version" => Ok(TextCommand::Version),
         b"quit" => Ok(TextCommand::Quit),
+        b"watch" => Ok(TextCommand::Watch { line }),
         b"refresh_certs" => Ok(TextCommand::RefreshCerts {
             noreply: t.noreply(),
         }),

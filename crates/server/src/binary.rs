@@ -354,18 +354,20 @@ impl BinaryHandler {
                 if with_value {
                     it.value.copy_to(out);
                 }
-                true
+                Some((it.value.len(), it.flags))
             }
-            None => false,
+            None => None,
         };
-        let hit = match expiry {
+        let found = match expiry {
             Some(e) => reply(ctx.cache.lock().touch(key, e)),
             // A GET reads its stripe only (`Cache::get`).
             None => ctx.cache.get(key, Lookup::GET, reply),
         };
+        let hit = found.is_some();
         if !hit && expiry.is_none() && fetch::parked() {
             return true;
         }
+        crate::watch::fetched(ctx, key, found);
         stats_cmd::detail_record(ctx, key, DetailOp::Get { hit });
         let s = ctx.stats;
         if touch.is_some() {
@@ -441,7 +443,7 @@ impl BinaryHandler {
         } else {
             mode
         };
-        let outcome = ctx.cache.store(&Store {
+        let req = Store {
             key,
             value,
             flags,
@@ -451,7 +453,17 @@ impl BinaryHandler {
             new_cas: None,
             cost: None,
             invalidate: false,
-        });
+        };
+        let outcome = ctx.cache.store(&req);
+        let cmd = match (mode, cas != 0) {
+            (StoreMode::Append, _) => "append",
+            (StoreMode::Prepend, _) => "prepend",
+            (_, true) => "cas",
+            (StoreMode::Add, false) => "add",
+            (StoreMode::Replace, false) => "replace",
+            (StoreMode::Set, false) => "set",
+        };
+        crate::watch::stored(ctx, &req, cmd, &outcome);
         let s = ctx.stats;
         bump(&s.cmd_set);
         if cas != 0 && !concat {

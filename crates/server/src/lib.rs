@@ -17,6 +17,7 @@ pub mod stats;
 pub mod stats_cmd;
 pub mod text;
 pub mod tls;
+pub mod watch;
 
 pub use settings::Settings;
 

@@ -213,9 +213,10 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
         let done = ctx.cache.get(key, Lookup::GET, |item| match item {
             None => Some(None),
             Some(it) if it.stale => None,
-            Some(it) => Some(Some(mget_reply(
-                cmd, &it, false, now, None, None, None, out,
-            ))),
+            Some(it) => {
+                let fx = mget_reply(cmd, &it, false, now, None, None, None, out);
+                Some(Some((fx, it.value.len(), it.flags)))
+            }
         });
         match done {
             Some(None) if fetch::parked() => return ControlFlow::Break(()),
@@ -223,7 +224,8 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
                 mget_miss(ctx, cmd, start, out);
                 return ControlFlow::Continue(());
             }
-            Some(Some(fx)) => {
+            Some(Some((fx, len, flags))) => {
+                crate::watch::fetched(ctx, key, Some((len, flags)));
                 if fx.opaque_error {
                     out.truncate(start);
                     out.extend_from_slice(MetaErrorKind::OpaqueTooLong.line());
@@ -252,6 +254,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
     };
 
     let it = eng.item(id);
+    let shape = (it.value.len(), it.flags);
     let fx = mget_reply(cmd, &it, created, now, new_ttl, vivify, recache, out);
     if fx.ttl_set || created {
         eng.set_expiry(id, fx.exp);
@@ -269,6 +272,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
         eng.lookup(key, Lookup::GET);
     }
     drop(eng);
+    crate::watch::fetched(ctx, key, Some(shape));
     if fx.ttl_set {
         bump(&ctx.stats.cmd_touch);
         bump(&ctx.stats.touch_hits);
@@ -282,6 +286,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
 /// The `EN` reply (nothing with `q`) of an mg that missed; `start` is where
 /// its reply begins in `out`.
 fn mget_miss(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, start: usize, out: &mut Vec<u8>) {
+    crate::watch::fetched(ctx, cmd.key(), None);
     bump(&ctx.stats.cmd_get);
     bump(&ctx.stats.get_misses);
     out.extend_from_slice(b"EN");
@@ -493,6 +498,15 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
         // As a text `set`: without the engine lock when it can.
         ctx.cache.store(&req)
     };
+    let name = match (mode, cas_mode) {
+        (_, true) => "cas",
+        (StoreMode::Add, _) => "add",
+        (StoreMode::Replace, _) => "replace",
+        (StoreMode::Append, _) => "append",
+        (StoreMode::Prepend, _) => "prepend",
+        (StoreMode::Set, _) => "set",
+    };
+    crate::watch::stored(ctx, &req, name, &outcome);
     let appending = matches!(mode, StoreMode::Append | StoreMode::Prepend);
     let outcome = match outcome {
         // memcached allocates the joined value while storing; when that

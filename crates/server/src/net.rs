@@ -505,7 +505,21 @@ fn clock_thread(clock: &Clock, shared: &Shared, stop: &AtomicBool) {
 /// Background engine work a few times a second, in small slices so a
 /// request never waits long for the engine lock.
 fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
+    let mut logging = false;
     while !stopping(stop, shared) {
+        // `watch evictions`: the engine records them only while watched.
+        let want = shared.watchers.wants(crate::watch::EVICTIONS);
+        if want || logging {
+            let evicted = {
+                let mut engine = cache.lock();
+                engine.log_evictions(want);
+                engine.take_evictions()
+            };
+            for e in &evicted {
+                shared.watchers.eviction(e);
+            }
+            logging = want;
+        }
         let slices = cache.lock().maintain_slices();
         for _ in 0..slices {
             let visited = cache.lock().maintain(MAINTAIN_BUDGET);

@@ -63,6 +63,15 @@ pub trait Handler: Send {
     /// appending replies to `out` (which holds only unsent output).
     fn step(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut Vec<u8>) -> Step;
 
+    /// Whether this is a `watch` connection.
+    fn watching(&self) -> bool {
+        false
+    }
+
+    /// A `watch` connection: move its pending lines to `out`, about `room`
+    /// bytes at most.
+    fn watch_lines(&mut self, _out: &mut Vec<u8>, _room: usize) {}
+
     /// Whether it parks a GET whose item is on flash ([`Step::Parked`]);
     /// a handler that does not gets flash reads done in place.
     fn parks(&self) -> bool {

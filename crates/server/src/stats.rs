@@ -188,6 +188,8 @@ pub struct Shared {
     /// Open connections and listening sockets (by id = fd), for `stats conns`.
     /// Read it with [`Shared::conns_snapshot`].
     pub conns: Mutex<BTreeMap<u64, Arc<ConnEntry>>>,
+    /// `watch` connections and the lines they are sent.
+    pub watchers: Arc<crate::watch::Watchers>,
     /// With `-Z`: the certificates new connections get, and TLS counters.
     pub tls: Option<Arc<crate::tls::Tls>>,
 }

@@ -237,16 +237,13 @@ fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "lru_crawler_running", 0);
     stat(out, "lru_crawler_starts", 0);
     stat(out, "lru_maintainer_juggles", 0);
-    for name in [
-        "malloc_fails",
-        "log_worker_dropped",
-        "log_worker_written",
-        "log_watcher_skipped",
-        "log_watcher_sent",
-        "log_watchers",
-    ] {
+    for name in ["malloc_fails", "log_worker_dropped", "log_worker_written"] {
         stat(out, name, 0);
     }
+    let w = &sh.watchers;
+    stat(out, "log_watcher_skipped", load(&w.skipped));
+    stat(out, "log_watcher_sent", load(&w.sent));
+    stat(out, "log_watchers", w.count());
     if let Some(tls) = &sh.tls {
         stat(out, "ssl_handshake_errors", load(&tls.handshake_errors));
         stat(

@@ -43,6 +43,7 @@ use crate::meta::{self, MetaStep};
 use crate::session::{out_full, Ctx, Handler, Step};
 use crate::stats::ThreadStats;
 use crate::stats_cmd;
+use crate::watch;
 
 /// memcached's `MAX_VERBOSITY_LEVEL`.
 const MAX_VERBOSITY_LEVEL: u32 = 2;
@@ -66,6 +67,8 @@ pub struct AsciiHandler {
     authenticated: bool,
     /// An `lru_crawler metadump` being written, a page at a time.
     dump: Option<Metadump>,
+    /// After `watch`: the connection only receives log lines (`watch`).
+    watch: Option<crate::watch::WatchGuard>,
 }
 
 /// Where a metadump goes on: the next page, and the classes asked for
@@ -319,7 +322,21 @@ impl Handler for AsciiHandler {
         true
     }
 
+    fn watching(&self) -> bool {
+        self.watch.is_some()
+    }
+
+    fn watch_lines(&mut self, out: &mut Vec<u8>, room: usize) {
+        if let Some(w) = &self.watch {
+            w.drain(out, room);
+        }
+    }
+
     fn step(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut Vec<u8>) -> Step {
+        if self.watch.is_some() {
+            // A watcher's commands are ignored, as memcached ignores them.
+            return Step::Consumed(input.len());
+        }
         let mut pos = 0;
         let mut handled = 0usize;
         // Input up to here has had its pipelined GETs prefetched.
@@ -598,6 +615,37 @@ impl AsciiHandler {
                 reply(out, noreply, "OK");
             }
             TextCommand::Quit => return Outcome::Close,
+            TextCommand::Watch { line } => {
+                let mut kinds = 0;
+                let mut words = text::words(line).skip(1).peekable();
+                if words.peek().is_none() {
+                    kinds = watch::FETCHERS;
+                }
+                let mut valid = true;
+                for w in words {
+                    match watch::kind(w) {
+                        Some(k) => kinds |= k,
+                        None => valid = false,
+                    }
+                }
+                if !ctx.settings.watch_enabled {
+                    reply(out, false, "CLIENT_ERROR watch commands not allowed");
+                } else if !valid {
+                    reply(out, false, "ERROR");
+                } else {
+                    match ctx.shared.watchers.add(kinds) {
+                        Some(guard) => {
+                            if kinds & watch::EVICTIONS != 0 {
+                                // From now on, not from the maintainer's next turn.
+                                ctx.cache.lock().log_evictions(true);
+                            }
+                            self.watch = Some(guard);
+                            reply(out, false, "OK");
+                        }
+                        None => reply(out, false, "WATCHER_TOO_MANY log watcher limit reached"),
+                    }
+                }
+            }
             TextCommand::RefreshCerts { noreply } => match &ctx.shared.tls {
                 // memcached's words, including its capitalisation.
                 None => reply(out, noreply, "Error TLS not enabled"),
@@ -758,7 +806,7 @@ fn serve_keys(
                 }
             }
         } else {
-            let mut hits = [false; LOOKUP_BATCH];
+            let mut hits: [Option<(usize, u32)>; LOOKUP_BATCH] = [None; LOOKUP_BATCH];
             ctx.cache.get_batch(&batch[..n], Lookup::GET, |i, _, item| {
                 // On flash: stop before this key, which is served once the
                 // read is done (the request resumes here).
@@ -771,7 +819,7 @@ fn serve_keys(
                 }
                 if let Some(item) = &item {
                     write_value(out, item, with_cas);
-                    hits[i] = true;
+                    hits[i] = Some((item.value.len(), item.flags));
                 }
                 done = i + 1;
                 if out_full(out) {
@@ -780,8 +828,9 @@ fn serve_keys(
                     ControlFlow::Continue(())
                 }
             });
-            for (key, hit) in batch.iter().zip(hits).take(done) {
-                count_fetch(ctx, key, false, hit);
+            for (key, found) in batch.iter().zip(hits).take(done) {
+                watch::fetched(ctx, key, found);
+                count_fetch(ctx, key, false, found.is_some());
             }
         }
         if done < n {
@@ -815,13 +864,14 @@ fn fetch(
         if let (Some(item), Some(out)) = (&item, out) {
             write_value(out, item, with_cas);
         }
-        item.is_some()
+        item.map(|it| (it.value.len(), it.flags))
     };
-    let hit = match touch {
+    let found = match touch {
         Some(expiry) => write(ctx.cache.lock().touch(key, expiry)),
         None => ctx.cache.get(key, Lookup::GET, write),
     };
-    count_fetch(ctx, key, touch.is_some(), hit);
+    watch::fetched(ctx, key, found);
+    count_fetch(ctx, key, touch.is_some(), found.is_some());
 }
 
 /// Count one key of a retrieval (a touch if `touched`).
@@ -929,6 +979,7 @@ fn store(ctx: &Ctx<'_>, req: &StoreLine<'_>, after: &[u8], out: &mut Vec<u8>) ->
     } else {
         ctx.cache.store(&store)
     };
+    watch::stored(ctx, &store, req.kind.name(), &outcome);
     let s = ctx.stats;
     let msg = match outcome {
         StoreOutcome::Stored { .. } => {

@@ -281,6 +281,12 @@ impl Conn {
         self.pending_out() > 0 || self.closing
     }
 
+    /// Whether this is a `watch` connection (its worker services it on a
+    /// timer too).
+    pub fn is_watcher(&self) -> bool {
+        self.handler.as_ref().is_some_and(|h| h.watching())
+    }
+
     /// Whether the connection waits for a command (for `-o idle_timeout`).
     pub fn is_idle(&self) -> bool {
         self.rpos == self.rend && self.pending_out() == 0
@@ -299,6 +305,11 @@ impl Conn {
     fn cycle(&mut self, env: &mut Env<'_>) -> Status {
         let mut reqs = 0usize;
         let mut drained = false;
+        if let Some(h) = self.handler.as_mut().filter(|h| h.watching()) {
+            // A watcher's log lines, as much as the output has room for.
+            let room = OUT_HIGH_WATER.saturating_sub(self.wbuf.len() - self.wpos);
+            h.watch_lines(&mut self.wbuf, room);
+        }
         if self.waiting > 0 {
             // Parked on flash reads: only replies already made go out.
             if self.pending_out() > 0 && self.flush(env.ctx.stats).is_err() {

@@ -68,6 +68,9 @@ pub struct Worker {
     pool: BufPool,
     /// Connections that yielded with work left (`-R`).
     ready: VecDeque<usize>,
+    /// `watch` connections (slot, id): serviced every `watch::POLL_INTERVAL`
+    /// at least, to send the lines logged meanwhile.
+    watchers: Vec<(usize, u64)>,
     /// With the flash tier: how this worker reads it.
     flash: Option<FlashIo>,
 }
@@ -128,6 +131,7 @@ impl Worker {
                 free: Vec::new(),
                 pool: BufPool::default(),
                 ready: VecDeque::new(),
+                watchers: Vec::new(),
                 flash,
             },
             handle,
@@ -142,6 +146,8 @@ impl Worker {
         loop {
             let timeout = if !self.ready.is_empty() {
                 Some(Duration::ZERO)
+            } else if !self.watchers.is_empty() {
+                Some(crate::watch::POLL_INTERVAL)
             } else if idle_timeout > 0 {
                 Some(Duration::from_secs(1))
             } else {
@@ -186,6 +192,12 @@ impl Worker {
                     if let Some(Some(c)) = self.conns.get_mut(slot) {
                         c.queued = false;
                     }
+                    self.service(slot, false);
+                }
+            }
+            // Watchers get their log lines whether or not they sent anything.
+            for (slot, id) in std::mem::take(&mut self.watchers) {
+                if matches!(self.conns.get(slot), Some(Some(c)) if c.entry.id == id) {
                     self.service(slot, false);
                 }
             }
@@ -304,6 +316,14 @@ impl Worker {
                     );
                     Status::Close
                 });
+        if let Some(Some(c)) = self.conns.get(slot) {
+            if c.is_watcher() && status != Status::Close {
+                let id = c.entry.id;
+                if !self.watchers.contains(&(slot, id)) {
+                    self.watchers.push((slot, id));
+                }
+            }
+        }
         match status {
             Status::Open => {}
             Status::Yield => {
