@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod binary;
+pub mod log;
 pub mod meta;
 pub mod metrics;
 pub mod net;

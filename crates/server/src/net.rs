@@ -33,6 +33,7 @@ use self::cli::{Action, EX_OSERR, EX_USAGE};
 use self::conn::Stream;
 use self::listener::Listener;
 use self::worker::{NewConn, Worker, WorkerHandle};
+use crate::log::{self, Level};
 use crate::settings::Settings;
 use crate::stats::{ConnEntry, ConnState, Shared, ThreadStats};
 
@@ -221,7 +222,7 @@ impl Server {
         };
         // A warm restart's items are back before anyone can ask for them.
         if let Some(path) = &settings.memory_file {
-            warm_load(&cache, path, settings.verbose)?;
+            warm_load(&cache, path, &settings)?;
         }
         let listeners = listener::bind_all(&settings).map_err(|e| StartError {
             message: e.message,
@@ -425,16 +426,35 @@ impl Server {
         if let Some(path) = &self.settings.memory_file {
             // Every thread that changes items has stopped.
             let started = std::time::Instant::now();
+            let format = self.settings.log_format;
+            let file = path.display();
             match cachalot_engine::warm::save(&self.cache, path) {
-                Ok(s) if self.settings.verbose > 0 => eprintln!(
-                    "warm restart: saved {} items ({} bytes) to {} in {:.2?}",
-                    s.items,
-                    s.bytes,
-                    path.display(),
-                    started.elapsed()
-                ),
+                Ok(s) if self.settings.verbose > 0 => {
+                    let secs = started.elapsed().as_secs_f64();
+                    log::emit(
+                        format,
+                        Level::Info,
+                        "warm_saved",
+                        format_args!(
+                            "warm restart: saved {} items ({} bytes) to {file} in {secs:.3} s",
+                            s.items, s.bytes
+                        ),
+                        &[
+                            ("items", &s.items),
+                            ("bytes", &s.bytes),
+                            ("file", &file),
+                            ("secs", &secs),
+                        ],
+                    );
+                }
                 Ok(_) => {}
-                Err(e) => eprintln!("warm restart: could not save to {}: {e}", path.display()),
+                Err(e) => log::emit(
+                    format,
+                    Level::Error,
+                    "warm_save_failed",
+                    format_args!("warm restart: could not save to {file}: {e}"),
+                    &[("file", &file), ("error", &e)],
+                ),
             }
         }
         if let Some(path) = &self.unix_path {
@@ -446,27 +466,43 @@ impl Server {
 /// Load what the last clean shutdown saved with `-e` (nothing on a first
 /// start). A file that is not ours stops start-up rather than being
 /// overwritten at the next shutdown.
-fn warm_load(cache: &Cache, path: &std::path::Path, verbose: u8) -> Result<(), StartError> {
+fn warm_load(cache: &Cache, path: &std::path::Path, settings: &Settings) -> Result<(), StartError> {
     let started = std::time::Instant::now();
     let s = cachalot_engine::warm::load(cache, path).map_err(|e| StartError {
         message: format!("warm restart: cannot load {}: {e}", path.display()),
         code: cli::EXIT_FAILURE,
     })?;
+    let (format, file) = (settings.log_format, path.display());
     if s.damaged {
-        eprintln!(
-            "warm restart: {} is damaged; loaded the {} items before the damage",
-            path.display(),
-            s.items
+        log::emit(
+            format,
+            Level::Warn,
+            "warm_damaged",
+            format_args!(
+                "warm restart: {file} is damaged; loaded the {} items before the damage",
+                s.items
+            ),
+            &[("file", &file), ("items", &s.items)],
         );
     }
-    if verbose > 0 && (s.items > 0 || s.skipped > 0) {
-        eprintln!(
-            "warm restart: loaded {} items ({} bytes) from {} in {:.2?}; {} expired or not taken",
-            s.items,
-            s.bytes,
-            path.display(),
-            started.elapsed(),
-            s.skipped
+    if settings.verbose > 0 && (s.items > 0 || s.skipped > 0) {
+        let secs = started.elapsed().as_secs_f64();
+        log::emit(
+            format,
+            Level::Info,
+            "warm_loaded",
+            format_args!(
+                "warm restart: loaded {} items ({} bytes) from {file} in {secs:.3} s; \
+                 {} expired or not taken",
+                s.items, s.bytes, s.skipped
+            ),
+            &[
+                ("items", &s.items),
+                ("bytes", &s.bytes),
+                ("skipped", &s.skipped),
+                ("file", &file),
+                ("secs", &secs),
+            ],
         );
     }
     Ok(())
@@ -639,7 +675,14 @@ impl Acceptor {
             )));
             listener_ids.push(fd);
             if self.settings.verbose > 1 {
-                eprintln!("<{fd} server listening ({})", self.settings.protocol.name());
+                let proto = self.settings.protocol.name();
+                log::emit(
+                    self.settings.log_format,
+                    Level::Info,
+                    "listening",
+                    format_args!("<{fd} server listening ({proto})"),
+                    &[("fd", &fd), ("listener", &l.name()), ("protocol", &proto)],
+                );
             }
         }
 
@@ -729,7 +772,13 @@ impl Acceptor {
                             .rejected_connections
                             .fetch_add(1, Ordering::Relaxed);
                         if self.settings.verbose > 0 {
-                            eprintln!("Too many open connections");
+                            log::emit(
+                                self.settings.log_format,
+                                Level::Warn,
+                                "conn_rejected",
+                                "Too many open connections",
+                                &[("peer", &addr), ("max_conns", &self.settings.max_conns)],
+                            );
                         }
                         continue;
                     }
@@ -739,7 +788,13 @@ impl Acceptor {
                             Ok(t) => Stream::Tls(Box::new(t)),
                             Err(e) => {
                                 if self.settings.verbose > 0 {
-                                    eprintln!("TLS setup failed: {e}");
+                                    log::emit(
+                                        self.settings.log_format,
+                                        Level::Warn,
+                                        "tls_setup_failed",
+                                        format_args!("TLS setup failed: {e}"),
+                                        &[("peer", &addr), ("error", &e)],
+                                    );
                                 }
                                 continue;
                             }
@@ -765,7 +820,13 @@ impl Acceptor {
                 Err(e) => {
                     // EMFILE/ENFILE and the like: back off and retry soon.
                     if self.settings.verbose > 0 {
-                        eprintln!("accept(): {e}");
+                        log::emit(
+                            self.settings.log_format,
+                            Level::Error,
+                            "accept_failed",
+                            format_args!("accept(): {e}"),
+                            &[("error", &e)],
+                        );
                     }
                     return true;
                 }

@@ -64,6 +64,8 @@ pub struct Settings {
     pub metrics_listen: Option<String>,
     /// `-Y`: the users a connection must authenticate as (text only).
     pub auth: Option<std::sync::Arc<crate::auth::AuthFile>>,
+    /// `-o log_format=text|logfmt`: the shape of stderr's lines (`log`).
+    pub log_format: crate::log::Format,
     /// `-e`: where items go at a clean shutdown and come back from at start
     /// (`cachalot_engine::warm`).
     pub memory_file: Option<PathBuf>,
@@ -165,6 +167,7 @@ impl Default for Settings {
             backlog: 1024,
             protocol: ProtocolChoice::Auto,
             auth: None,
+            log_format: Default::default(),
             memory_file: None,
             tls: Default::default(),
             metrics_listen: None,

@@ -574,6 +574,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "learn_costs", yes_no(ec.learn_costs));
     stat(out, "hugepages", yes_no(ec.hugepages || ec.prealloc));
     stat(out, "lock_stripes", ec.lock_stripes);
+    stat(out, "log_format", s.log_format.name());
     stat(out, "in_place_sets", yes_no(ec.in_place_sets));
     stat(out, "lockfree_inserts", yes_no(ec.lockfree_inserts));
     stat(out, "repartition", yes_no(ec.repartition));

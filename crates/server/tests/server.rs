@@ -15,7 +15,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cachalot_bin, read_some, read_until, spawn_server, temp_path};
+use common::{cachalot_bin, read_some, read_until, spawn_server, temp_path, Server};
 
 /// Run the binary to completion with these arguments: (exit code, stdout, stderr).
 fn run_cli(args: &[&str]) -> (i32, String, String) {
@@ -584,4 +584,57 @@ fn daemon_mode_with_pid_file() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `-vv` in both log formats: memcached's connection lines as they are
+/// (`text`, the default), or as logfmt events carrying those lines.
+#[test]
+fn connection_events_in_both_log_formats() {
+    let wait_for = |server: &Server, needle: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = server.stderr();
+            if log.contains(needle) {
+                return log;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{needle:?} not in\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let text = Server::start(&["-vv"]);
+    drop(text.connect());
+    let log = wait_for(&text, "connection closed.");
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with('<') && l.ends_with(" new auto-negotiating client connection")),
+        "{log}"
+    );
+
+    let structured = Server::start(&["-vv", "-o", "log_format=logfmt"]);
+    drop(structured.connect());
+    let log = wait_for(&structured, "event=conn_close");
+    let open = log
+        .lines()
+        .find(|l| l.contains(" event=conn_open "))
+        .unwrap_or_else(|| panic!("no conn_open in\n{log}"));
+    assert!(
+        open.starts_with("ts=") && open.contains(" level=info "),
+        "{open}"
+    );
+    assert!(open.contains(" peer=tcp:127.0.0.1:"), "{open}");
+    assert!(
+        open.ends_with(" new auto-negotiating client connection\""),
+        "{open}"
+    );
+    for line in log.lines() {
+        assert!(
+            line.starts_with("ts="),
+            "a line that is not logfmt: {line:?}"
+        );
+    }
+    let (code, _, err) = run_cli(&["-o", "log_format=json"]);
+    assert_eq!((code, err.trim()), (1, "log_format must be text or logfmt"));
 }

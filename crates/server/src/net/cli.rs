@@ -1030,6 +1030,11 @@ fn extended(
                 })?;
                 s.tls.wbuf_size = kb as usize * 1024;
             }
+            "log_format" => {
+                s.log_format = value.and_then(crate::log::Format::parse).ok_or_else(|| {
+                    CliError::new(EXIT_FAILURE, "log_format must be text or logfmt")
+                })?
+            }
             "ssl_session_cache" => s.tls.session_cache = true,
             "ssl_kernel_tls" => {
                 warnings
@@ -1151,6 +1156,8 @@ pub fn usage() -> String {
                           that carry no cost (default 1000)
    - metrics_listen:      HOST:PORT of an HTTP listener for Prometheus
                           (GET /metrics); default: none
+   - log_format:          text (default: memcached's -v lines) or logfmt (one
+                          key=value line per event: ts, level, event, fields, msg)
    - ssl_chain_cert:      certificate chain file in PEM format
    - ssl_key:             private key, if not part of the ssl_chain_cert
    - ssl_keyformat:       private key format, 1 (PEM, default) or 2 (DER)

@@ -367,9 +367,13 @@ impl Conn {
                 }
                 Filled::TooBig => {
                     if env.ctx.settings.verbose > 0 {
-                        eprintln!(
-                            "<{} request larger than {} bytes, closing",
-                            self.entry.id, env.max_request
+                        let (id, max) = (self.entry.id, env.max_request);
+                        crate::log::emit(
+                            env.ctx.settings.log_format,
+                            crate::log::Level::Warn,
+                            "request_too_large",
+                            format_args!("<{id} request larger than {max} bytes, closing"),
+                            &[("fd", &id), ("max_bytes", &max), ("peer", &self.entry.addr)],
                         );
                     }
                     return Status::Close;

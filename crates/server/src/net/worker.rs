@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use super::conn::{max_request, BufPool, Conn, Env, Status, Stream};
 use super::flash_io::{FlashIo, Inbox, Readers};
 use super::ring::Ring;
+use crate::log::{self, Level};
 use crate::session::Ctx;
 use crate::settings::Settings;
 use crate::stats::{ConnEntry, ConnState, Shared, ThreadStats};
@@ -247,14 +248,21 @@ impl Worker {
             self.shared.register_conn(entry.clone());
             if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
                 // memcached's wording, period included or not.
-                eprintln!(
-                    "<{fd} new {}",
-                    match self.settings.protocol {
-                        crate::settings::ProtocolChoice::Auto =>
-                            "auto-negotiating client connection",
-                        crate::settings::ProtocolChoice::Ascii => "ascii client connection.",
-                        crate::settings::ProtocolChoice::Binary => "binary client connection.",
-                    }
+                let kind = match self.settings.protocol {
+                    crate::settings::ProtocolChoice::Auto => "auto-negotiating client connection",
+                    crate::settings::ProtocolChoice::Ascii => "ascii client connection.",
+                    crate::settings::ProtocolChoice::Binary => "binary client connection.",
+                };
+                log::emit(
+                    self.settings.log_format,
+                    Level::Info,
+                    "conn_open",
+                    format_args!("<{fd} new {kind}"),
+                    &[
+                        ("fd", &fd),
+                        ("peer", &entry.addr),
+                        ("listener", &entry.listen_addr),
+                    ],
                 );
             }
             self.conns[slot] = Some(Conn::new(stream, entry));
@@ -310,9 +318,15 @@ impl Worker {
         let status =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.service(&mut env)))
                 .unwrap_or_else(|_| {
-                    eprintln!(
-                        "<{} internal error while serving this connection; closing it",
-                        slot
+                    log::emit(
+                        self.settings.log_format,
+                        Level::Error,
+                        "conn_panic",
+                        format_args!(
+                            "<{} internal error while serving this connection; closing it",
+                            slot
+                        ),
+                        &[("slot", &slot)],
                     );
                     Status::Close
                 });
@@ -347,7 +361,14 @@ impl Worker {
         // be reused by a new connection while still listed.
         self.shared.unregister_conn(conn.entry.id);
         if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
-            eprintln!("<{} connection closed.", conn.entry.id);
+            let id = conn.entry.id;
+            log::emit(
+                self.settings.log_format,
+                Level::Info,
+                "conn_close",
+                format_args!("<{id} connection closed."),
+                &[("fd", &id), ("peer", &conn.entry.addr)],
+            );
         }
         drop(conn);
         self.clients.fetch_sub(1, Ordering::AcqRel);
@@ -371,7 +392,14 @@ impl Worker {
         for slot in stale {
             if self.settings.verbose > 0 {
                 if let Some(Some(c)) = self.conns.get(slot) {
-                    eprintln!("<{} idle timeout, closing", c.entry.id);
+                    let id = c.entry.id;
+                    log::emit(
+                        self.settings.log_format,
+                        Level::Info,
+                        "conn_idle_timeout",
+                        format_args!("<{id} idle timeout, closing"),
+                        &[("fd", &id), ("peer", &c.entry.addr)],
+                    );
                 }
             }
             self.close(slot);
