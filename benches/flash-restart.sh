@@ -42,17 +42,7 @@ FLAGS=(-l 127.0.0.1 -m "$MEM_MB" -U 0 $USER_FLAG --flash-path "$file" --flash-si
 # `stats flash` values of the server at $1: items recovered, microseconds.
 recovered() {
     "$LOADGEN" stats --addr "$1" >/dev/null
-    python3 - "$1" <<'PY'
-import socket, sys
-host, port = sys.argv[1].rsplit(":", 1)
-s = socket.create_connection((host, int(port)))
-s.sendall(b"stats flash\r\n")
-b = b""
-while not b.endswith(b"END\r\n"):
-    b += s.recv(65536)
-st = dict(l.split()[1:3] for l in b.decode().split("\r\n") if l.startswith("STAT "))
-print(st["flash_recovered_items"], st["flash_recovery_us"], st["flash_recovered_clean"])
-PY
+    server_stats "$1" flash flash_recovered_items flash_recovery_us flash_recovered_clean
 }
 
 printf '%-4s %-8s %10s %12s %14s\n' rep restart items micros s_per_10M

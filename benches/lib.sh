@@ -158,3 +158,20 @@ wait_quiet() {
         sleep 1
     done
 }
+
+# server_stats ADDR GROUP NAME... -> the values of those stats, space
+# separated, from `stats GROUP` ("" for plain `stats`) of the server at ADDR.
+server_stats() {
+    python3 - "$@" <<'PY'
+import socket, sys
+addr, group, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+host, port = addr.rsplit(":", 1)
+s = socket.create_connection((host, int(port)))
+s.sendall(("stats %s\r\n" % group).replace("stats \r", "stats\r").encode())
+b = b""
+while not b.endswith(b"END\r\n"):
+    b += s.recv(65536)
+st = dict(l.split()[1:3] for l in b.decode().split("\r\n") if l.startswith("STAT "))
+print(" ".join(st[n] for n in names))
+PY
+}

@@ -35,19 +35,7 @@ echo "-m $MEM_MB; $ITEMS $VALUES items of $VALUE_SIZE B at $FILL_RATE/s; files i
 echo
 
 # curr_items of the server at $1
-items() {
-    python3 - "$1" <<'PY'
-import socket, sys
-host, port = sys.argv[1].rsplit(":", 1)
-s = socket.create_connection((host, int(port)))
-s.sendall(b"stats\r\n")
-b = b""
-while not b.endswith(b"END\r\n"):
-    b += s.recv(65536)
-st = dict(l.split()[1:3] for l in b.decode().split("\r\n") if l.startswith("STAT "))
-print(st["curr_items"])
-PY
-}
+items() { server_stats "$1" "" curr_items; }
 
 now() { date +%s.%N; }
 secs() { python3 -c "print(round($2 - $1, 3))"; }

@@ -166,7 +166,7 @@ fn cachalot_restart(file: &Path, extra: &[&str], signal: &str) -> (usize, usize,
     let before = read_all(first.addr(), ITEMS, true);
     // (Without a flash tier, `stats flash` is an unknown group: ERROR.)
     let flash_items = match extra.contains(&"--flash-path") {
-        true => stat(&first, "flash", "flash_items"),
+        true => first.stat("flash", "flash_items"),
         false => 0,
     };
     let started = std::time::Instant::now();
@@ -196,20 +196,6 @@ fn cachalot_restart(file: &Path, extra: &[&str], signal: &str) -> (usize, usize,
     let max = before.values().map(|v| v.1).max().unwrap_or(0);
     assert!(cas > max, "new CAS {cas} not above the restored {max}");
     (before.len(), kept, flash_items)
-}
-
-/// A number from `stats <group>` (0 when absent).
-fn stat(server: &Server, group: &str, name: &str) -> u64 {
-    let reply = server.ask(format!("stats {group}\r\n").as_bytes(), b"END\r\n");
-    String::from_utf8_lossy(&reply)
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(&format!("STAT {name} "))?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
 }
 
 #[test]

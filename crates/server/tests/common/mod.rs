@@ -234,6 +234,18 @@ impl Server {
         }
     }
 
+    /// A number from `stats [group]` (`group` "" for plain `stats`); 0 when
+    /// absent. The group must be one the server knows: an unknown one
+    /// answers `ERROR`, and this waits for the read timeout.
+    pub fn stat(&self, group: &str, name: &str) -> u64 {
+        let req = format!("stats {group}\r\n").replace("stats \r", "stats\r");
+        let reply = self.ask(req.as_bytes(), b"END\r\n");
+        String::from_utf8_lossy(&reply)
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("STAT {name} "))?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Send a signal (e.g. libc::SIGTERM) with the `kill` command.
     pub fn signal(&self, name: &str) {
         let ok = Command::new("kill")
