@@ -242,7 +242,12 @@ impl Server {
         let reply = self.ask(req.as_bytes(), b"END\r\n");
         String::from_utf8_lossy(&reply)
             .lines()
-            .find_map(|l| l.strip_prefix(&format!("STAT {name} "))?.trim().parse().ok())
+            .find_map(|l| {
+                l.strip_prefix(&format!("STAT {name} "))?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
             .unwrap_or(0)
     }
 
