@@ -169,3 +169,26 @@ fn watch_answers_as_memcached_does() {
     assert!(stats.contains("STAT log_watchers 1\r\n"), "{stats}");
     drop(w);
 }
+
+/// `-o idle_timeout` closes connections that send nothing, but a watcher
+/// waits for lines, not commands: it stays (memcached does not time out
+/// its watchers either).
+#[test]
+fn a_watcher_outlives_the_idle_timeout() {
+    let server = Server::start(&["-o", "idle_timeout=1"]);
+    let mut w = TcpStream::connect(server.addr()).expect("connect watcher");
+    w.write_all(b"watch mutations\r\n").expect("send");
+    assert_eq!(common::read_until(&mut w, b"\r\n"), b"OK\r\n");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        server.ask(b"set late 0 0 1\r\nx\r\n", b"\r\n"),
+        b"STORED\r\n"
+    );
+    w.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let line = String::from_utf8_lossy(&common::read_until(&mut w, b"\n")).into_owned();
+    assert!(
+        line.contains(" type=item_store key=late status=stored cmd=set "),
+        "{line:?}"
+    );
+}

@@ -386,7 +386,9 @@ impl Worker {
             .filter_map(|(slot, c)| {
                 let c = c.as_ref()?;
                 let idle_for = now.saturating_sub(c.entry.last_cmd()) as u64;
-                (c.is_idle() && idle_for > idle_timeout).then_some(slot)
+                // A watcher waits for lines, not commands (memcached's
+                // conn_watch state is never timed out either).
+                (c.is_idle() && !c.is_watcher() && idle_for > idle_timeout).then_some(slot)
             })
             .collect();
         for slot in stale {
