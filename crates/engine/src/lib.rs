@@ -40,6 +40,7 @@ pub mod chain;
 pub mod clock;
 pub mod codec;
 pub mod cost;
+pub mod durable;
 pub mod engine;
 pub mod evict;
 pub mod flash;

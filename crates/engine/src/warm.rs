@@ -24,9 +24,10 @@
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, ErrorKind, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::clock::Expiry;
+use crate::durable;
 use crate::engine::{ItemRef, Lookup, Store, StoreMode, StoreOutcome};
 use crate::Cache;
 
@@ -56,34 +57,17 @@ pub struct WarmStats {
     pub damaged: bool,
 }
 
-/// Write every item in memory to `path` (through `path.tmp`, then renamed).
+/// Write every item in memory to `path` (`durable::replace`).
 pub fn save(cache: &Cache, path: &Path) -> io::Result<WarmStats> {
-    let tmp = tmp_path(path);
-    let result = write_file(cache, &tmp);
-    match result {
-        Ok(stats) => {
-            std::fs::rename(&tmp, path)?;
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                // The rename itself must reach the disk.
-                File::open(dir)?.sync_all()?;
-            }
-            Ok(stats)
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
+    durable::replace(path, |file| {
+        let mut out = BufWriter::new(file);
+        let stats = write_items(cache, &mut out)?;
+        out.flush()?;
+        Ok(stats)
+    })
 }
 
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".tmp");
-    PathBuf::from(name)
-}
-
-fn write_file(cache: &Cache, tmp: &Path) -> io::Result<WarmStats> {
-    let mut out = BufWriter::new(File::create(tmp)?);
+fn write_items(cache: &Cache, out: &mut impl Write) -> io::Result<WarmStats> {
     out.write_all(MAGIC)?;
     let clock = cache.clock();
     let (unix_now, now) = (clock.unix_now(), clock.now());
@@ -105,20 +89,17 @@ fn write_file(cache: &Cache, tmp: &Path) -> io::Result<WarmStats> {
                 stats.bytes += (item.key.len() + item.value.len()) as u64;
             });
             if block.len() >= BLOCK {
-                write_block(&mut out, &block)?;
+                write_block(out, &block)?;
                 block.clear();
             }
         }
         max_age = min_age;
     }
     if !block.is_empty() {
-        write_block(&mut out, &block)?;
+        write_block(out, &block)?;
     }
     out.write_all(&END.to_le_bytes())?;
     out.write_all(&stats.items.to_le_bytes())?;
-    let mut file = out.into_inner().map_err(|e| e.into_error())?;
-    file.flush()?;
-    file.sync_all()?;
     Ok(stats)
 }
 
@@ -275,6 +256,7 @@ fn decode_block(
 mod tests {
     use super::*;
     use crate::{Clock, Config};
+    use std::path::PathBuf;
     use std::sync::Arc;
 
     fn cache() -> Cache {

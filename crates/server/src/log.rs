@@ -60,6 +60,13 @@ impl Level {
     }
 }
 
+/// `at` as Unix seconds with microseconds (`1795757723.068633`), the
+/// `ts=` of log and `watch` lines.
+pub fn unix_ts(at: SystemTime) -> String {
+    let t = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    format!("{}.{:06}", t.as_secs(), t.subsec_micros())
+}
+
 /// Write one event to stderr: `msg` as it is (text), or with `event` and
 /// `fields` as a logfmt line.
 pub fn emit(
@@ -82,13 +89,7 @@ fn logfmt(
     msg: &dyn Display,
     fields: &[(&str, &dyn Display)],
 ) -> String {
-    let t = at.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let mut line = format!(
-        "ts={}.{:06} level={} event={event}",
-        t.as_secs(),
-        t.subsec_micros(),
-        level.name()
-    );
+    let mut line = format!("ts={} level={} event={event}", unix_ts(at), level.name());
     for (k, v) in fields.iter().chain([&("msg", msg)]) {
         let _ = write!(line, " {k}=");
         push_value(&mut line, &v.to_string());

@@ -720,7 +720,6 @@ impl AsciiHandler {
     }
 }
 
-/// Append `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
 /// One `lru_crawler metadump` line, as memcached writes it: the key
 /// URI-encoded, absolute times, a bare `\n`.
 fn write_meta_line(out: &mut Vec<u8>, it: &cachalot_engine::MetaItem, started: i64) {
@@ -748,6 +747,7 @@ fn write_meta_line(out: &mut Vec<u8>, it: &cachalot_engine::MetaItem, started: i
     );
 }
 
+/// Append `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
 fn write_value(out: &mut Vec<u8>, item: &ItemRef<'_>, with_cas: bool) {
     let mut num = itoa::Buffer::new();
     out.reserve(item.key.len() + item.value.len() + 48);

@@ -18,7 +18,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use cachalot_engine::engine::Lookup;
 use cachalot_engine::{Store, StoreOutcome};
@@ -111,14 +111,10 @@ impl Watchers {
     /// Append one line to every watcher of `kind`; `body` writes what
     /// follows `ts=... gid=... `.
     fn emit(&self, kind: u8, body: impl Fn(&mut Vec<u8>)) {
-        let mut line = Vec::with_capacity(128);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
         let gid = self.gid.fetch_add(1, Ordering::Relaxed) + 1;
-        line.extend_from_slice(
-            format!("ts={}.{:06} gid={gid} ", now.as_secs(), now.subsec_micros()).as_bytes(),
-        );
+        let ts = crate::log::unix_ts(SystemTime::now());
+        let mut line = Vec::with_capacity(128);
+        line.extend_from_slice(format!("ts={ts} gid={gid} ").as_bytes());
         body(&mut line);
         line.push(b'\n');
         for w in self.list.lock().iter().filter(|w| w.kinds & kind != 0) {

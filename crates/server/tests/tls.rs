@@ -17,6 +17,15 @@ use std::time::Duration;
 
 use common::{free_port, python, temp_path, Memcached, Server};
 
+/// `openssl req` arguments for a new P-256 key without a passphrase.
+const NEW_KEY: &[&str] = &[
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+];
+
 struct Certs {
     dir: PathBuf,
 }
@@ -54,23 +63,14 @@ impl Certs {
     fn ca(&self, name: &str) {
         let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
         let subj = format!("/CN=cachalot test {name}");
-        self.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &pem,
-            "-days",
-            "2",
-            "-subj",
-            &subj,
-        ]);
+        self.openssl(
+            &[
+                &["req", "-x509"],
+                NEW_KEY,
+                &["-keyout", &key, "-out", &pem, "-days", "2", "-subj", &subj],
+            ]
+            .concat(),
+        );
     }
 
     fn leaf(&self, name: &str, ca: &str, ext: &str) {
@@ -82,20 +82,14 @@ impl Certs {
         let ext_file = format!("{name}.ext");
         std::fs::write(self.dir.join(&ext_file), format!("{ext}\n")).expect("ext file");
         let subj = format!("/CN={name}");
-        self.openssl(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            &subj,
-        ]);
+        self.openssl(
+            &[
+                &["req"],
+                NEW_KEY,
+                &["-keyout", &key, "-out", &csr, "-subj", &subj],
+            ]
+            .concat(),
+        );
         self.openssl(&[
             "x509",
             "-req",

@@ -15,7 +15,7 @@
 //!   container is never decoded with another run's dictionary; zstd also
 //!   checks the dictionary's own id, written in every frame.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
@@ -56,7 +56,7 @@ pub fn digest(bytes: Vec<u8>, level: i32) -> Dictionary {
 }
 
 pub fn dict_path(path: &Path) -> PathBuf {
-    super::recover::with_suffix(path, ".dict")
+    crate::durable::with_suffix(path, ".dict")
 }
 
 /// `dict` if it is the one a container names by `id`.
@@ -132,22 +132,15 @@ impl Trainer {
     }
 }
 
-/// Save `bytes` as the dictionary beside the tier's file, durably (a
-/// temporary file, synced, renamed over the old one, the directory synced).
+/// Save `bytes` as the dictionary beside the tier's file, durably
+/// (`durable::replace`).
 pub fn save(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let to = dict_path(path);
-    let tmp = super::recover::with_suffix(&to, ".tmp");
-    let mut f = File::create(&tmp)?;
-    f.write_all(&MAGIC)?;
-    f.write_all(&(bytes.len() as u32).to_le_bytes())?;
-    f.write_all(&crc32fast::hash(bytes).to_le_bytes())?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    fs::rename(&tmp, &to)?;
-    if let Some(dir) = to.parent().filter(|d| !d.as_os_str().is_empty()) {
-        File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+    crate::durable::replace(&dict_path(path), |f| {
+        f.write_all(&MAGIC)?;
+        f.write_all(&(bytes.len() as u32).to_le_bytes())?;
+        f.write_all(&crc32fast::hash(bytes).to_le_bytes())?;
+        f.write_all(bytes)
+    })
 }
 
 /// The dictionary saved beside the tier's file, if there is one and it is

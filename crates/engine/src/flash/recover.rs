@@ -37,6 +37,7 @@ use super::log::{self, SlabHeader, SLAB, SLAB_HEADER};
 use super::stage::Area;
 use super::{bump, container, dict, dropped_mark, Flash, Recovery, FLUSH_ALL, RETIRED};
 use crate::codec::{Coder, Dictionary};
+use crate::durable::{self, with_suffix};
 use crate::item;
 use crate::zzone::block;
 
@@ -49,12 +50,6 @@ pub fn snapshot_path(path: &Path) -> PathBuf {
 
 pub fn journal_path(path: &Path) -> PathBuf {
     with_suffix(path, ".journal")
-}
-
-pub(super) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut p = path.as_os_str().to_owned();
-    p.push(suffix);
-    PathBuf::from(p)
 }
 
 /// Move an item image's expiry from the clock of `from` (the Unix time of
@@ -204,13 +199,9 @@ impl Snapshot {
     }
 }
 
-/// Write `snap` to `path` (through a temporary file and a rename, synced).
+/// Write `snap` to `path` (`durable::replace`).
 pub fn save_snapshot(path: &Path, snap: &Snapshot) -> io::Result<()> {
-    let tmp = with_suffix(path, ".tmp");
-    let mut f = File::create(&tmp)?;
-    f.write_all(&snap.encode())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    durable::replace(path, |f| f.write_all(&snap.encode()))
 }
 
 /// Read the snapshot at `path`, if there is a valid one, and delete it
@@ -296,19 +287,17 @@ impl Journal {
         out
     }
 
-    /// Rewrite the journal with only `keep` (through a temporary file and
-    /// a rename, synced).
+    /// Rewrite the journal with only `keep` (`durable::replace`).
     pub fn rewrite(&mut self, keep: &[(u64, u64)]) -> io::Result<()> {
-        let tmp = with_suffix(&self.path, ".tmp");
-        let mut f = File::create(&tmp)?;
-        let mut written = 0;
-        for chunk in keep.chunks(1 << 16) {
-            let b = encode_batch(chunk);
-            f.write_all(&b)?;
-            written += b.len() as u64;
-        }
-        f.sync_all()?;
-        std::fs::rename(&tmp, &self.path)?;
+        let written = durable::replace(&self.path, |f| {
+            let mut written = 0;
+            for chunk in keep.chunks(1 << 16) {
+                let b = encode_batch(chunk);
+                f.write_all(&b)?;
+                written += b.len() as u64;
+            }
+            Ok(written)
+        })?;
         *self = Journal::open(&self.path)?;
         debug_assert_eq!(self.bytes, written);
         Ok(())

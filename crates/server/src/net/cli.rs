@@ -601,6 +601,17 @@ fn ssl_number(name: &str, value: Option<&str>) -> Result<i64, CliError> {
         .ok_or_else(|| CliError::new(EXIT_FAILURE, format!("could not parse argument to {name}")))
 }
 
+/// `ssl_verify_mode` and `ssl_min_version`: 0 to 3.
+fn ssl_choice(name: &str, value: Option<&str>) -> Result<u8, CliError> {
+    match ssl_number(name, value)? {
+        m @ 0..=3 => Ok(m as u8),
+        _ => Err(CliError::new(
+            EXIT_FAILURE,
+            format!("Invalid {name}. Use help to see valid options."),
+        )),
+    }
+}
+
 /// A `-o` switch: `name`, `name=1` or `name=on`; `name=0` or `name=off`.
 fn sub_switch(name: &str, value: Option<&str>) -> Result<bool, CliError> {
     match value {
@@ -996,27 +1007,9 @@ fn extended(
                     CliError::new(EXIT_FAILURE, "ssl_keyformat must be 1 (PEM) or 2 (DER)")
                 })?
             }
-            "ssl_verify_mode" => {
-                s.tls.verify_mode = match ssl_number(key, value)? {
-                    m @ 0..=3 => m as u8,
-                    _ => {
-                        return Err(CliError::new(
-                            EXIT_FAILURE,
-                            "Invalid ssl_verify_mode. Use help to see valid options.",
-                        ))
-                    }
-                }
-            }
+            "ssl_verify_mode" => s.tls.verify_mode = ssl_choice(key, value)?,
             "ssl_min_version" => {
-                s.tls.min_version = match ssl_number(key, value)? {
-                    m @ 0..=3 => m as u8,
-                    _ => {
-                        return Err(CliError::new(
-                            EXIT_FAILURE,
-                            "Invalid ssl_min_version. Use help to see valid options.",
-                        ))
-                    }
-                };
+                s.tls.min_version = ssl_choice(key, value)?;
                 if s.tls.min_version < 2 {
                     warnings.push(
                         "WARNING: TLS 1.0 and 1.1 are not offered; ssl_min_version means TLS 1.2"
