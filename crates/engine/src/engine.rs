@@ -260,8 +260,6 @@ pub struct Engine {
     /// transit (`engine/pages.rs`).
     rebal: Rebalancer,
     drain: Option<pages::Drain>,
-    /// When a class last gave its only page to a steal (one per second).
-    last_page_stolen_at: Option<RelTime>,
     /// Reused buffer for append/prepend/incr.
     scratch: Vec<u8>,
     /// Victim selection within a class (CLOCK or GD-Wheel), see `evict`.
@@ -433,7 +431,6 @@ impl Engine {
                 page_size,
             ),
             drain: None,
-            last_page_stolen_at: None,
             policy: Policy::new(config.eviction, sizes.len()),
             learner: config
                 .learn_costs
@@ -1113,13 +1110,16 @@ impl Engine {
             self.tiers_forget(h, false);
         }
         self.enforce_budget(Some(loc));
-        // Memory could only be kept by giving up the item itself (its page
-        // was the last one to give, the policy's tables having grown for
-        // it): the store failed for lack of memory.
-        if !self.slabs.is_live(loc) {
-            return Err(self.out_of_memory(class));
+        if self.slabs.is_live(loc) {
+            return Ok(loc);
         }
-        Ok(loc)
+        // Its page was the last one to give: the item was moved to a free
+        // chunk of its class, or, with none, given up (the policy's tables
+        // having grown for it): then the store failed for lack of memory.
+        match self.find(key, h) {
+            Some(moved) => Ok(moved),
+            None => Err(self.out_of_memory(class)),
+        }
     }
 
     /// The largest chunk: items above it are chained.
@@ -1128,6 +1128,45 @@ impl Engine {
             .classes
             .last()
             .map_or(0, |c| c.chunk_size as usize)
+    }
+
+    /// The pages a class in use may hold even beyond `-m`: one, or for the
+    /// last class, what one item of `-I` bytes takes (its head and segments
+    /// are all chunks of that class). memcached grants a class its first
+    /// page beyond `-m` (`do_slabs_newslab`) so that a small cache stores
+    /// every size it is sent, with fewer pages than classes in use; here
+    /// `enforce_budget` takes the excess back from classes above their
+    /// floor. So memory stays within the larger of `-m` and the floors of
+    /// the classes in use, plus what `aux_bytes` counts.
+    pub(super) fn floor_pages(&self, class: usize) -> usize {
+        let c = &self.slabs.classes[class];
+        if class + 1 < self.slabs.classes.len() {
+            return 1;
+        }
+        let chunks = 1 + chain::segments(self.config.item_size_max, c.chunk_size as usize);
+        chunks.div_ceil(c.per_page.max(1) as usize)
+    }
+
+    /// A page for `class` beyond `-m`, if it is below its floor.
+    fn grant_floor_page(&mut self, class: usize) -> bool {
+        if self.slabs.classes[class].pages.len() >= self.floor_pages(class) {
+            return false;
+        }
+        let Some(p) = self.slabs.new_page() else {
+            return false;
+        };
+        self.slabs.assign(p, class);
+        true
+    }
+
+    /// Whether every page is within its class's floor: memory may then be
+    /// over `-m` (`floor_pages`).
+    #[cfg(any(test, feature = "testing"))]
+    fn at_floors(&self) -> bool {
+        let floors: usize = (0..self.slabs.classes.len())
+            .map(|c| self.slabs.classes[c].pages.len().min(self.floor_pages(c)))
+            .sum();
+        self.slabs.pages_allocated() == floors
     }
 
     fn can_add_page(&self) -> bool {
@@ -1203,8 +1242,9 @@ impl Engine {
     /// A chunk for an item of `size` bytes: a free chunk, a new page, or an
     /// evicted item's chunk, else a page taken from another class.
     /// `protect` is never evicted.
-    fn alloc(&mut self, size: usize, protect: Option<u64>) -> Result<u64, StoreOutcome> {
+    fn alloc(&mut self, size: usize, mut protect: Option<u64>) -> Result<u64, StoreOutcome> {
         let class = self.slabs.class_for(size).ok_or(StoreOutcome::TooLarge)?;
+        let mut took_back = false;
         loop {
             if let Some(loc) = self.chunk_of_class(class, protect) {
                 return Ok(loc);
@@ -1213,8 +1253,22 @@ impl Engine {
             // the largest class instead of failing (memcached needs
             // slab_reassign for the first case).
             if !self.config.evict || !self.steal_page_for(class, protect) {
-                // The Z-zone gives the N-zone a page before a store fails.
-                if self.zone_yield_page() {
+                // The Z-zone gives the N-zone a page, else the class gets
+                // its floor beyond `-m`, before a store fails.
+                if self.zone_yield_page() || self.grant_floor_page(class) {
+                    continue;
+                }
+                // The chunks threads reserved (`magazine`) may be the
+                // class's last ones (a class of a few large chunks).
+                if !took_back {
+                    took_back = true;
+                    self.take_back_reserved();
+                    continue;
+                }
+                // Last, the item being replaced may go, as in memcached
+                // (a class of one chunk at its floor holds only it). The
+                // new value is never read from it: callers copied it.
+                if protect.take().is_some() {
                     continue;
                 }
                 return Err(self.out_of_memory(class));
@@ -1397,7 +1451,10 @@ impl Engine {
     }
 
     /// Give pages back until items + index fit in the memory limit again.
-    fn enforce_budget(&mut self, protect: Option<u64>) {
+    fn enforce_budget(&mut self, mut protect: Option<u64>) {
+        // No rescues after a store: a rescue evicts the class's next
+        // victim, which may be the item just stored, or moves that item.
+        let rescue = protect.is_none();
         while self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes()
             > self.memory_limit
         {
@@ -1410,8 +1467,10 @@ impl Engine {
             // that item goes too (the memory limit comes first: a GD-Wheel
             // side array or the index may have just grown past it).
             let keep = protect.map_or_else(Vec::new, |l| self.pages_of_item(l));
+            // A class keeps its floor, granted even beyond `-m`.
             let largest = |e: &Engine, keep: &[PageId]| {
                 (0..e.slabs.classes.len())
+                    .filter(|&c| e.slabs.classes[c].pages.len() > e.floor_pages(c))
                     .filter_map(|c| e.pick_page(c, keep).map(|p| (c, p)))
                     .max_by_key(|&(c, _)| e.slabs.classes[c].pages.len())
             };
@@ -1423,14 +1482,16 @@ impl Engine {
                 pick = largest(self, &[]);
             }
             let Some((donor, page)) = pick else { return };
+            if keep.contains(&page) {
+                // The item just stored goes with its page.
+                protect = None;
+            }
             // Items that find no other chunk are evictions for lack of
             // memory, as memcached counts them (curr_items + evictions
             // stays equal to total_items when nothing is deleted).
             let moved_before = self.counters.reassign_evictions;
-            // No rescues after a store: a rescue evicts the class's next
-            // victim, which may be the item just stored.
             let paused = self.pause_demotions(true);
-            self.empty_page(page, protect.is_none());
+            self.empty_page(page, rescue);
             self.pause_demotions(paused);
             let lost = self.counters.reassign_evictions - moved_before;
             self.counters.reassign_evictions = moved_before;
@@ -1681,6 +1742,8 @@ impl Engine {
         self.counters.bytes = 0;
         self.rebal.flushed();
         self.drain_after_flush();
+        // The page in transit may have become a spare one, over `-m`.
+        self.enforce_budget(None);
         if let Some(z) = self.zone.as_mut() {
             z.zone.lock().clear();
         }
@@ -2184,11 +2247,14 @@ impl Engine {
         assert_eq!(bytes, self.counters.bytes, "bytes");
         let used: u64 = self.slabs.classes.iter().map(|c| c.used).sum();
         assert_eq!(used, live, "class used counts");
+        // Within `-m`, or over it only by classes' floors.
         assert!(
             self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes()
-                <= self.memory_limit.max(self.slabs.page_size),
-            "memory budget: {} pages, index {}, policy {}, rebalancer {}, zone {}, flash {}",
+                <= self.memory_limit.max(self.slabs.page_size)
+                || self.at_floors(),
+            "memory budget: {} pages ({:?} per class), index {}, policy {}, rebalancer {}, zone {}, flash {}",
             self.slabs.pages_allocated(),
+            self.slabs.classes.iter().map(|c| c.pages.len()).collect::<Vec<_>>(),
             self.index_bytes + self.index_grown.load(Ordering::Relaxed),
             self.policy.memory_bytes(),
             self.rebal.memory_bytes(),

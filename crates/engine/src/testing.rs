@@ -200,11 +200,12 @@ impl Harness {
         s.evictions + s.slab_reassign_evictions + s.flash.map_or(0, |f| f.staged_total)
     }
 
-    /// Whether the engine may refuse a store for lack of memory: a small
-    /// cache can have nothing left to evict in a class.
+    /// Whether the engine may refuse a store for lack of memory: only
+    /// with evictions off. With them on, every store memcached accepts is
+    /// stored at every size of cache (a class's floor of pages is granted
+    /// even beyond `-m`: `Engine::floor_pages`).
     fn may_refuse(&self) -> bool {
-        let e = self.cache.lock();
-        e.memory_limit() < 32 << 20 || !e.config().evict
+        !self.cache.lock().config().evict
     }
 
     fn dies(&self, ttl: i64) -> Option<RelTime> {

@@ -118,7 +118,9 @@ fn run_with(
 ) {
     let config = Config {
         zzone,
-        memory_limit: 24 << 20,
+        // Some 30 classes are in use, each granted a floor of pages even
+        // beyond `-m`: the Z-zone needs room above that to have pages.
+        memory_limit: if zzone { 48 << 20 } else { 24 << 20 },
         eviction,
         rebalance,
         lock_stripes: stripes,
@@ -278,8 +280,9 @@ fn run_with(
     e.validate();
     let s = e.stats();
     assert!(s.evictions > 0, "{eviction:?}: memory was short: {s:?}");
-    // A few dozen classes share 22 pages: some stores find none.
-    assert!(s.outofmemory < s.total_items / 4, "{eviction:?}: {s:?}");
+    // A few dozen classes share 22 pages, yet no store is refused: a class
+    // with no page gets one even beyond `-m`, as in memcached.
+    assert_eq!(s.outofmemory, 0, "{eviction:?}: {s:?}");
     // GETs read the Z-zone while it changed.
     assert_eq!(
         s.zzone.is_some_and(|z| z.zone.hits > 100),

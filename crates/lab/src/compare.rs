@@ -211,6 +211,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     println!();
     let summary = summarize(&runs);
     print!("{}", format_summary(&summary, repeat));
+    let checked = check_errors(&runs);
     if let Some(path) = &args.json {
         let doc = CompareResult {
             command_line: std::env::args().collect(),
@@ -226,7 +227,38 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         };
         metrics::write_json(path, &doc)?;
     }
-    Ok(())
+    checked
+}
+
+/// An error reply memcached did not give in the same repetition is a
+/// defect, not a figure: the run fails (after its table and JSON are out).
+fn check_errors(runs: &[RunResult]) -> anyhow::Result<()> {
+    let rep = |r: &RunResult| r.meta.settings.get("repetition").and_then(|v| v.as_u64());
+    let worse: Vec<String> = runs
+        .iter()
+        .filter(|c| c.meta.server_kind == ServerKind::Cachalot.name())
+        .filter_map(|c| {
+            let m = runs
+                .iter()
+                .find(|m| m.meta.server_kind == ServerKind::Memcached.name() && rep(m) == rep(c))?;
+            (c.totals.errors > m.totals.errors).then(|| {
+                format!(
+                    "repetition {}: cachalot {} errors, memcached {}",
+                    rep(c).map_or(0, |r| r + 1),
+                    c.totals.errors,
+                    m.totals.errors
+                )
+            })
+        })
+        .collect();
+    if worse.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "cachalot returned errors memcached did not: {}",
+            worse.join("; ")
+        )
+    }
 }
 
 /// The figures the summary compares, read from a run.

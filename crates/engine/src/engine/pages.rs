@@ -551,23 +551,14 @@ impl Engine {
     /// Its items are evicted; this runs inside a store, so it is the one
     /// move that is not incremental (a class gets its first page this way).
     pub(super) fn steal_page_for(&mut self, class: usize, protect: Option<u64>) -> bool {
-        // A donor keeps its last page if another class can give: with
-        // fewer pages than active classes, taking last pages starts a chain
-        // of steals (pages ping-pong between classes, each steal evicting a
-        // page). When no class has two pages (a tiny -m), a last page may
-        // still go, at most once per second; otherwise the item fails as in
-        // memcached.
-        let now = self.now();
+        // A donor keeps its floor (`Engine::floor_pages`): taking a class's
+        // last page would only start a chain of steals, pages ping-ponging
+        // between classes, each steal evicting a page; a class below its
+        // floor gets a page beyond `-m` instead (`grant_floor_page`).
         let donor = (0..self.slabs.classes.len())
-            .filter(|&c| c != class && !self.slabs.classes[c].pages.is_empty())
+            .filter(|&c| c != class && self.slabs.classes[c].pages.len() > self.floor_pages(c))
             .max_by_key(|&c| self.slabs.classes[c].pages.len());
         let Some(donor) = donor else { return false };
-        if self.slabs.classes[donor].pages.len() < 2 {
-            if self.last_page_stolen_at == Some(now) {
-                return false;
-            }
-            self.last_page_stolen_at = Some(now);
-        }
         let protected_page = protect.map(|l| self.slabs.split(l).0);
         let Some(page) = self.least_valuable_page(donor, protected_page) else {
             return false;
