@@ -1,5 +1,8 @@
 //! Execution of memcached's meta commands (`mg`, `ms`, `md`, `ma`, `me`, `mn`)
-//! on the engine, writing memcached 1.6.18's replies byte for byte.
+//! on the engine, writing memcached 1.6.18's replies byte for byte, and
+//! memcached 1.6.45's where it gave flags a meaning 1.6.18 lacks (`mg C`,
+//! `E`, `ms s`, `N` in append mode, `md x`; docs/protocol.md, "memcached
+//! 1.6.45").
 //!
 //! The request is parsed by `cachalot_protocol::meta`; this module follows the
 //! order of effects of memcached's `proto_text.c` (`process_mget_command` and
@@ -25,8 +28,8 @@
 //! Engine gaps worked around here (docs/protocol.md, "Meta commands", lists
 //! what is still different): memcached keeps the old TTL and win bit when
 //! `ms I` stores a stale value; `C0` on ms means "compare with 0" rather than
-//! "no compare"; an append that grows too large is `NS`; `E` on `md I` / `ma`
-//! (new CAS) goes through a store with `new_cas`.
+//! "no compare"; an append that grows too large is `NS`; `E` on `ma` (new
+//! CAS) and `md x` (an empty item) go through a store with `new_cas`.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::AtomicU64;
@@ -330,7 +333,7 @@ fn mget_reply(
 ) -> GetEffects {
     // protocol.txt 1.6.45 (mg, "C(token): check CAS value against item,
     // remove 'v' flag if matches"): the reply is `HD` when the CAS matches.
-    let with_value = cmd.has(b'v') && !cmd.cas.is_some_and(|c| c == it.cas);
+    let with_value = cmd.has(b'v') && cmd.cas.is_none_or(|c| c != it.cas);
     if with_value {
         out.extend_from_slice(b"VA ");
         push_u64(out, it.value.len() as u64);
