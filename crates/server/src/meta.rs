@@ -687,8 +687,9 @@ fn mdelete(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
     }
 }
 
-/// Rewrite an item in place of the current one (a plain set), with CAS `cas`
-/// when non-zero. Returns the new item.
+/// Rewrite an item in place of the current one (a plain set), with CAS
+/// `cas` (even 0: memcached links these items with `E`'s CAS as given).
+/// Returns the new item.
 fn restore(
     eng: &mut Engine,
     key: &[u8],
@@ -702,7 +703,7 @@ fn restore(
         flags,
         expiry: exp,
         cost: Some(cost),
-        new_cas: (cas != 0).then_some(cas),
+        new_cas: Some(cas),
         ..Store::set(key, value)
     };
     match eng.store(&req) {
