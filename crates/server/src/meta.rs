@@ -1069,6 +1069,12 @@ mod tests {
         assert_eq!(count(&s.cmd_set), 2);
         assert_eq!(rig.ask(&mut c, b"md a I\r\nmd b\r\n"), b"HD\r\nNF\r\n");
         assert_eq!((count(&s.delete_hits), count(&s.delete_misses)), (0, 1));
+        // memcached 1.6.45: `md x` counts as a delete hit, `md I x` does not.
+        assert_eq!(
+            rig.ask(&mut c, b"ms xd 1\r\nx\r\nmd xd x\r\nmd xd I x\r\n"),
+            b"HD\r\nHD\r\nHD\r\n"
+        );
+        assert_eq!((count(&s.delete_hits), count(&s.delete_misses)), (1, 1));
         assert_eq!(rig.ask(&mut c, b"ma n\r\nma n MD\r\n"), b"NF\r\nNF\r\n");
         assert_eq!((count(&s.incr_misses), count(&s.decr_misses)), (1, 1));
         assert_eq!(rig.ask(&mut c, b"ma n N0\r\nma n\r\n"), b"HD\r\nHD\r\n");
