@@ -1682,12 +1682,16 @@ impl Engine {
         self.update_bits(id, |b| if sent { b | item::WIN } else { b & !item::WIN });
     }
 
-    /// Meta `md I`: mark stale, give a new CAS, optionally a new expiry.
-    pub fn invalidate(&mut self, id: ItemId, expiry: Option<Expiry>) {
+    /// Meta `md I`: mark stale, give a new CAS (`new_cas`, the client's
+    /// `E`, or the next counter value), optionally a new expiry.
+    pub fn invalidate(&mut self, id: ItemId, expiry: Option<Expiry>, new_cas: Option<u64>) {
         if self.live_id(id).is_none() {
             return;
         }
-        let cas = self.next_cas();
+        let cas = match new_cas {
+            Some(c) => c & item::CAS_MASK,
+            None => self.next_cas(),
+        };
         let chunk = self.slabs.chunk_mut(id.0);
         item::set_cas(chunk, cas);
         let b = item::bits(chunk);

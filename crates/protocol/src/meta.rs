@@ -24,10 +24,12 @@
 //! - `b` keys go through memcached's lenient base64 decoder (junk bytes are
 //!   skipped, decoding stops after the first padded block), not a strict one.
 //!
-//! Our extensions (memcached 1.6.18 answers `CLIENT_ERROR invalid flag`):
-//! `w<N>` on `ms` stores a recomputation cost (u32), bare `w` on `mg` returns
-//! it; `E<cas>` (use this CAS for the item written) and `md x` (empty the value,
-//! keep the item) follow later memcached 1.6 releases. See docs/protocol.md.
+//! Flags memcached 1.6.18 answers `CLIENT_ERROR invalid flag` to: `E<cas>`
+//! (use this CAS for the item written) and `x` (`md`: leave an empty item),
+//! from memcached 1.6.45's protocol.txt, and our extension `w<N>` on `ms`
+//! (store a recomputation cost, u32; bare `w` on `mg` returns it). The
+//! parser only collects flags; what they mean is the executor's
+//! (`crates/server/src/meta.rs`). See docs/protocol.md.
 
 use crate::text::{strtol32, strtoul32, strtoull, KEY_MAX_LENGTH};
 
@@ -194,7 +196,7 @@ pub struct MetaCommand<'a> {
     pub recache: Option<i32>,
     /// `C`: compare CAS.
     pub cas: Option<u64>,
-    /// `E` (extension): CAS to give the item written.
+    /// `E` (memcached 1.6.45): CAS to give the item written.
     pub new_cas: Option<u64>,
     /// `F`: client flags (0 when absent).
     pub client_flags: u32,

@@ -1,5 +1,8 @@
 //! Execution of memcached's meta commands (`mg`, `ms`, `md`, `ma`, `me`, `mn`)
-//! on the engine, writing memcached 1.6.18's replies byte for byte.
+//! on the engine, writing memcached 1.6.18's replies byte for byte, and
+//! memcached 1.6.45's where it gave flags a meaning 1.6.18 lacks (`mg C`,
+//! `E`, `ms s`, `N` in append mode, `md x`; docs/protocol.md, "memcached
+//! 1.6.45").
 //!
 //! The request is parsed by `cachalot_protocol::meta`; this module follows the
 //! order of effects of memcached's `proto_text.c` (`process_mget_command` and
@@ -25,8 +28,8 @@
 //! Engine gaps worked around here (docs/protocol.md, "Meta commands", lists
 //! what is still different): memcached keeps the old TTL and win bit when
 //! `ms I` stores a stale value; `C0` on ms means "compare with 0" rather than
-//! "no compare"; an append that grows too large is `NS`; `E` on `md I` / `ma`
-//! (new CAS) goes through a store with `new_cas`.
+//! "no compare"; an append that grows too large is `NS`; `E` on `ma` (new
+//! CAS) and `md x` (an empty item) go through a store with `new_cas`.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::AtomicU64;
@@ -328,7 +331,9 @@ fn mget_reply(
     recache: Option<Expiry>,
     out: &mut Vec<u8>,
 ) -> GetEffects {
-    let with_value = cmd.has(b'v');
+    // protocol.txt 1.6.45 (mg, "C(token): check CAS value against item,
+    // remove 'v' flag if matches"): the reply is `HD` when the CAS matches.
+    let with_value = cmd.has(b'v') && cmd.cas.is_none_or(|c| c != it.cas);
     if with_value {
         out.extend_from_slice(b"VA ");
         push_u64(out, it.value.len() as u64);
@@ -443,6 +448,37 @@ fn mset_cas(ctx: &Ctx<'_>, req: &mut Store<'_>) -> StoreOutcome {
     outcome
 }
 
+/// An ms in append or prepend mode, under the engine lock: with `N`
+/// (`vivify`, the TTL it gives), a miss stores the data as a new item
+/// (protocol.txt 1.6.45, ms: "N(token): if in append mode, autovivify on
+/// miss with supplied TTL"; "it will create a new item seeded with the data
+/// from the append command. It uses the TTL from N instead of T"). Returns
+/// the outcome and, when stored, the length of the value now stored.
+fn mset_append(
+    ctx: &Ctx<'_>,
+    req: &Store<'_>,
+    vivify: Option<Expiry>,
+) -> (StoreOutcome, Option<usize>) {
+    let mut eng = ctx.cache.lock();
+    let mut outcome = eng.store(req);
+    if let (Some(exp), StoreOutcome::NotStored | StoreOutcome::NotFound) = (vivify, outcome) {
+        // A miss (NotFound when a CAS was given): memcached's APPENDVIV
+        // stores whatever the CAS, with the client flags of `F`.
+        let viv = Store {
+            mode: StoreMode::Add,
+            cas: 0,
+            expiry: exp,
+            ..*req
+        };
+        outcome = eng.store(&viv);
+    }
+    let joined = match outcome {
+        StoreOutcome::Stored { .. } => eng.lookup(req.key, Lookup::PEEK).map(|it| it.value.len()),
+        _ => None,
+    };
+    (outcome, joined)
+}
+
 fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) -> MetaStep {
     let key = cmd.key();
     let len = cmd.datalen;
@@ -488,12 +524,21 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
         expiry: expiry(ctx, cmd.ttl.unwrap_or(0)),
         mode: if cas_mode { StoreMode::Set } else { mode },
         cas,
-        new_cas: cmd.new_cas,
+        // memcached stores with `E`'s CAS unless it is 0 (then a new one).
+        new_cas: cmd.new_cas.filter(|&c| c != 0),
         cost: cmd.cost,
         invalidate: cas_mode && cmd.has(b'I'),
     };
+    let appending = matches!(mode, StoreMode::Append | StoreMode::Prepend);
+    // `s`: the size of the item stored, which an append makes larger.
+    let mut stored_len = len;
     let outcome = if cas_mode {
         mset_cas(ctx, &mut req)
+    } else if appending {
+        let vivify = cmd.vivify.map(|t| expiry(ctx, t));
+        let (outcome, joined) = mset_append(ctx, &req, vivify);
+        stored_len = joined.unwrap_or(len);
+        outcome
     } else {
         // As a text `set`: without the engine lock when it can.
         ctx.cache.store(&req)
@@ -507,7 +552,6 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
         (StoreMode::Set, _) => "set",
     };
     crate::watch::stored(ctx, &req, name, &outcome);
-    let appending = matches!(mode, StoreMode::Append | StoreMode::Prepend);
     let outcome = match outcome {
         // memcached allocates the joined value while storing; when that
         // fails the append is just "not stored" and the old item stays.
@@ -558,6 +602,10 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
             }
             Some(b'k') => push_key(out, key, cmd.base64),
             Some(b'c') => push_flag_u64(out, b'c', new_cas),
+            // protocol.txt 1.6.45, ms: "s: return the size of the stored
+            // item on success (ie; new size on append)". On a failure
+            // memcached prints the size of the value sent.
+            Some(b's') => push_flag_u64(out, b's', stored_len as u64),
             _ => {}
         }
     }
@@ -574,10 +622,12 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
 fn mdelete(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
     let key = cmd.key();
     let start = out.len();
+    let new_exp = cmd.ttl.map(|t| expiry(ctx, t));
     let mut eng = ctx.cache.lock();
     let found = eng
         .lookup(key, Lookup::PEEK)
-        .map(|it| (it.id, it.cas, it.flags, it.expiry, it.cost));
+        .map(|it| (it.id, it.cas, it.value.len(), it.flags, it.cost));
+    let mut deleted = None;
     let code: &[u8] = match found {
         None => {
             bump(&ctx.stats.delete_misses);
@@ -587,45 +637,47 @@ fn mdelete(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
             bump(&ctx.stats.delete_misses);
             b"EX"
         }
-        Some((id, _, flags, exp, cost)) => {
-            let new_exp = cmd.ttl.map(|t| expiry(ctx, t));
-            if cmd.has(b'I') {
-                // Keep the item, mark it stale with a new CAS so the next
-                // reader wins the right to recache it.
-                match cmd.new_cas {
-                    None => eng.invalidate(id, new_exp),
-                    Some(c) => {
-                        let value = eng.item(id).value.to_vec();
-                        let exp = new_exp.unwrap_or(exp);
-                        if let Some(id) = restore(&mut eng, key, &value, flags, exp, cost, c) {
-                            eng.set_stale(id, true);
-                        }
+        Some((mut id, item_cas, len, flags, cost)) => {
+            if cmd.has(b'x') {
+                // protocol.txt 1.6.45, md: "x: removes the item value, but
+                // leaves the item" by "replacing it with an empty value item
+                // atomically". As memcached's process_mdelete_cmd builds it:
+                // client flags from `F` (0 without), TTL from `T` (none
+                // without), the CAS from `E` or else the old item's.
+                let exp = new_exp.unwrap_or(Expiry::Never);
+                let cas = cmd.new_cas.unwrap_or(item_cas);
+                match restore(&mut eng, key, b"", cmd.client_flags, exp, cost, cas) {
+                    Some(new_id) => id = new_id,
+                    None => {
+                        drop(eng);
+                        out.extend_from_slice(b"SERVER_ERROR out of memory\r\n");
+                        return;
                     }
                 }
-                b"HD"
-            } else if cmd.has(b'x') {
-                // Extension (later memcached): drop the value, keep the item
-                // with its flags and TTL.
-                match restore(
-                    &mut eng,
-                    key,
-                    b"",
-                    flags,
-                    exp,
-                    cost,
-                    cmd.new_cas.unwrap_or(0),
-                ) {
-                    Some(_) => b"HD",
-                    None => b"NS",
-                }
-            } else {
-                eng.delete(key, 0);
-                bump(&ctx.stats.delete_hits);
-                b"HD"
             }
+            if cmd.has(b'I') {
+                // Keep the item, mark it stale with a new CAS (`E`'s, or the
+                // next one) so the next reader wins the right to recache it.
+                eng.invalidate(id, new_exp, cmd.new_cas);
+            } else {
+                if !cmd.has(b'x') {
+                    eng.delete(key, 0);
+                }
+                bump(&ctx.stats.delete_hits);
+                // memcached logs the item it leaves: `x`'s empty one.
+                deleted = Some(match cmd.has(b'x') {
+                    true => (0, cmd.client_flags),
+                    false => (len, flags),
+                });
+            }
+            b"HD"
         }
     };
+    let class = deleted.map(|(len, flags)| (eng.class_id(key.len(), len, flags), len));
     drop(eng);
+    if let Some((class, len)) = class {
+        crate::watch::deleted(ctx, key, "md", class, len);
+    }
     out.extend_from_slice(code);
     // The parser already refused a too-long opaque for md.
     push_opaque_and_key(out, cmd);
@@ -635,8 +687,9 @@ fn mdelete(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
     }
 }
 
-/// Rewrite an item in place of the current one (a plain set), with CAS `cas`
-/// when non-zero. Returns the new item.
+/// Rewrite an item in place of the current one (a plain set), with CAS
+/// `cas` (even 0: memcached links these items with `E`'s CAS as given).
+/// Returns the new item.
 fn restore(
     eng: &mut Engine,
     key: &[u8],
@@ -650,7 +703,7 @@ fn restore(
         flags,
         expiry: exp,
         cost: Some(cost),
-        new_cas: (cas != 0).then_some(cas),
+        new_cas: Some(cas),
         ..Store::set(key, value)
     };
     match eng.store(&req) {
@@ -1016,6 +1069,12 @@ mod tests {
         assert_eq!(count(&s.cmd_set), 2);
         assert_eq!(rig.ask(&mut c, b"md a I\r\nmd b\r\n"), b"HD\r\nNF\r\n");
         assert_eq!((count(&s.delete_hits), count(&s.delete_misses)), (0, 1));
+        // memcached 1.6.45: `md x` counts as a delete hit, `md I x` does not.
+        assert_eq!(
+            rig.ask(&mut c, b"ms xd 1\r\nx\r\nmd xd x\r\nmd xd I x\r\n"),
+            b"HD\r\nHD\r\nHD\r\n"
+        );
+        assert_eq!((count(&s.delete_hits), count(&s.delete_misses)), (1, 1));
         assert_eq!(rig.ask(&mut c, b"ma n\r\nma n MD\r\n"), b"NF\r\nNF\r\n");
         assert_eq!((count(&s.incr_misses), count(&s.decr_misses)), (1, 1));
         assert_eq!(rig.ask(&mut c, b"ma n N0\r\nma n\r\n"), b"HD\r\nHD\r\n");

@@ -551,9 +551,22 @@ impl AsciiHandler {
             } => arith(ctx, incr, key, delta, noreply, out),
             TextCommand::Delete { key, noreply } => {
                 stats_cmd::detail_record(ctx, key, stats_cmd::DetailOp::Delete);
-                let outcome = ctx.cache.lock().delete(key, 0);
+                let mut eng = ctx.cache.lock();
+                // The deletion watchers' line describes the item deleted.
+                let shape = match ctx.shared.watchers.wants(watch::DELETIONS) {
+                    true => eng
+                        .lookup(key, Lookup::PEEK)
+                        .map(|it| (it.value.len(), it.flags)),
+                    false => None,
+                };
+                let outcome = eng.delete(key, 0);
+                let class = shape.map(|(len, flags)| (eng.class_id(key.len(), len, flags), len));
+                drop(eng);
                 match outcome {
                     DeleteOutcome::Deleted => {
+                        if let Some((class, len)) = class {
+                            watch::deleted(ctx, key, "delete", class, len);
+                        }
                         bump(&ctx.stats.delete_hits);
                         reply(out, noreply, "DELETED");
                     }

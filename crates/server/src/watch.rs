@@ -1,12 +1,15 @@
 //! `watch` (memcached's log watchers): a connection that sends `watch
-//! [fetchers] [mutations] [evictions]` stops taking commands and receives a
+//! [fetchers] [mutations] [evictions] [deletions]` stops taking commands and receives a
 //! line per event, in memcached 1.6's format:
 //!
 //! ```text
 //! ts=<sec>.<usec> gid=<n> type=item_get key=<k> status=found|not_found clsid=<c> cfd=<fd> size=<n>
 //! ts=<sec>.<usec> gid=<n> type=item_store key=<k> status=stored|... cmd=set|... ttl=<s> clsid=<c> cfd=<fd> size=<n>
 //! ts=<sec>.<usec> gid=<n> type=eviction key=<k> fetch=yes|no ttl=<s> la=<s> clsid=<c> size=<n>
+//! ts=<sec>.<usec> gid=<n> type=deleted key=<k> cmd=delete|md clsid=<c> size=<n>
 //! ```
+//!
+//! (`deletions`, the last kind, is memcached 1.6.45's; 1.6.18 refuses it.)
 //!
 //! Requests write lines into each interested watcher's buffer (nothing is
 //! formatted while nobody watches: one atomic load); the watcher's worker
@@ -29,6 +32,9 @@ use crate::session::Ctx;
 pub const FETCHERS: u8 = 1;
 pub const MUTATIONS: u8 = 2;
 pub const EVICTIONS: u8 = 4;
+/// memcached 1.6.45's `deletions` (protocol.txt: "Emits logs when an item is
+/// successfully deleted from the cache using `delete` or `md` commands").
+pub const DELETIONS: u8 = 8;
 /// memcached's `WATCHER_LIMIT`.
 const MAX_WATCHERS: usize = 20;
 /// Bytes of lines kept for a watcher that has not read them yet.
@@ -44,8 +50,9 @@ pub fn kind(word: &[u8]) -> Option<u8> {
         b"fetchers" => FETCHERS,
         b"mutations" => MUTATIONS,
         b"evictions" => EVICTIONS,
+        b"deletions" => DELETIONS,
         b"rawcmds" | b"sysevents" | b"connevents" | b"proxyreqs" | b"proxyevents"
-        | b"proxyuser" | b"deletions" => 0,
+        | b"proxyuser" => 0,
         _ => return None,
     })
 }
@@ -164,6 +171,17 @@ impl Watchers {
         });
     }
 
+    /// An item a client deleted (`deletions`): `cmd` is `delete` or `md`,
+    /// `size` the length of the value. memcached 1.6.45's line.
+    pub fn deletion(&self, key: &[u8], cmd: &str, class: u32, size: usize) {
+        self.emit(DELETIONS, |l| {
+            l.extend_from_slice(b"type=deleted key=");
+            push_key(l, key);
+            let rest = format!(" cmd={cmd} clsid={class} size={size}");
+            l.extend_from_slice(rest.as_bytes());
+        });
+    }
+
     /// An item the engine evicted (`evictions`).
     pub fn eviction(&self, e: &cachalot_engine::Evicted) {
         self.emit(EVICTIONS, |l| {
@@ -187,6 +205,15 @@ pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
         let found =
             found.map(|(len, flags)| (ctx.cache.lock().class_id(key.len(), len, flags), len));
         w.fetch(key, found, ctx.conn_id);
+    }
+}
+
+/// `deletions`: `delete` or `md` (`cmd`) removed `key`, whose value of
+/// `size` bytes was in slab class `class`.
+pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, class: u32, size: usize) {
+    let w = &ctx.shared.watchers;
+    if w.wants(DELETIONS) {
+        w.deletion(key, cmd, class, size);
     }
 }
 

@@ -192,3 +192,67 @@ fn a_watcher_outlives_the_idle_timeout() {
         "{line:?}"
     );
 }
+
+/// `watch deletions`, memcached 1.6.45's kind (1.6.18 answers `ERROR`), so
+/// written from its protocol.txt (lines 1265-1266: "Emits logs when an item
+/// is successfully deleted from the cache using `delete` or `md` commands.
+/// delete misses wouldn't be logged") and the line of its logger.c
+/// (`type=deleted key=%s cmd=%s clsid=%u size=%d`, cmd `delete` or `md`).
+/// `md I` marks stale and deletes nothing; `md x` leaves an empty item and
+/// logs it, as memcached's process_mdelete_cmd does.
+#[test]
+fn deletions_are_watched() {
+    let server = Server::start(&[]);
+    let mut w = TcpStream::connect(server.addr()).expect("connect watcher");
+    w.write_all(b"watch deletions\r\n").expect("send");
+    assert_eq!(common::read_until(&mut w, b"\r\n"), b"OK\r\n");
+    let replies = server.ask(
+        b"set a 0 0 3\r\nabc\r\ndelete a\r\ndelete a\r\n\
+          ms b 2\r\nhi\r\nmd b q\r\nmd b\r\n\
+          ms c 1\r\nx\r\nmd c I\r\n\
+          ms d 4 F5\r\nabcd\r\nmd d x\r\n\
+          ms e 1\r\nx\r\nmd e C1\r\nmd nope\r\n\
+          set last 0 0 1\r\nz\r\ndelete last\r\nmn\r\n",
+        b"MN\r\n",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&replies),
+        "STORED\r\nDELETED\r\nNOT_FOUND\r\nHD\r\nNF\r\nHD\r\nHD\r\nHD\r\nHD\r\n\
+         HD\r\nEX\r\nNF\r\nSTORED\r\nDELETED\r\nMN\r\n"
+    );
+    w.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    // Lines come in order: the one for `last` ends them.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !(got.ends_with(b"\n") && String::from_utf8_lossy(&got).contains(" key=last ")) {
+        let n = w.read(&mut buf).expect("watched lines");
+        assert!(n > 0, "watcher closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let fields: Vec<&str> = l.split(' ').collect();
+            assert!(
+                fields.len() == 7
+                    && fields[0].starts_with("ts=")
+                    && fields[1].starts_with("gid=")
+                    && fields[5].starts_with("clsid="),
+                "{l:?}"
+            );
+            [fields[2], fields[3], fields[4], fields[6]].join(" ")
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "type=deleted key=a cmd=delete size=3",
+            "type=deleted key=b cmd=md size=2",
+            "type=deleted key=d cmd=md size=0",
+            "type=deleted key=last cmd=delete size=1",
+        ],
+        "{text}"
+    );
+}

@@ -33,7 +33,11 @@
 //!   once, alone in its pipeline, it even sent two `END`s instead.
 //! - Base64 (`b`) keys: memcached remembers an item was stored with one and
 //!   prints its key base64-encoded to every later request (docs/protocol.md).
-//! - cachalot's extensions (`cost=`, `w`, `E`, `md x`) and `stats` (internals).
+//! - cachalot's extensions (`cost=`, `w`) and `stats` (internals).
+//! - What memcached 1.6.45 does differently from 1.6.18, which cachalot
+//!   follows (docs/protocol.md, "memcached 1.6.45"; tested from its
+//!   protocol.txt in `tests/meta_cases.txt`): `E`, `md x`, `ms s`, `N` in
+//!   append mode, `mg C` with `v` and a matching CAS, `watch deletions`.
 //! - A delayed `flush_all` after an immediate one: see `Gen::flush_delay`.
 
 use fastrand::Rng;
@@ -672,7 +676,11 @@ impl Gen {
             ("mg ", " Oabcdefghijklmnopqrstuvwxyz0123456789 v"),
             ("mg ", " v k c f s q u O1 O2"),
             ("mg ", " 1 2 3 4 5 6 7 8 9 a b c d e f g h"),
+            ("mg ", " Cabc v"),
+            ("mg ", " C1 v C2"),
             ("md ", " C"),
+            ("md ", " I I"),
+            ("md ", " Tx I"),
             ("md ", " q q"),
             ("ma ", " Dabc"),
             ("ma ", " MX"),
@@ -734,6 +742,16 @@ impl Gen {
                 if self.r.u8(0..8) == 0 {
                     flags.push(MFlag::Int(b'R', self.r.i64(1..30)));
                 }
+                if self.r.u8(0..6) == 0 {
+                    // `C` on mg: 1.6.18 ignores it, 1.6.45 leaves the value
+                    // out when it matches. Both send the value for a CAS
+                    // that matches nothing, and nothing else depends on it.
+                    let arg = match flags.contains(&MFlag::Bare(b'v')) {
+                        true => CasArg::Bogus,
+                        false => cas_arg(&mut self.r),
+                    };
+                    flags.push(MFlag::Cas(b'C', arg));
+                }
                 self.r.shuffle(&mut flags);
                 self.push(Cmd::Meta {
                     op: "mg",
@@ -770,9 +788,11 @@ impl Gen {
                         if matches!(mode, b'A' | b'P') {
                             v.truncate(50);
                             v.push(b'z');
-                            if self.r.bool() {
-                                flags.push(MFlag::Int(b'N', self.r.i64(100..10_000)));
-                            }
+                        }
+                        // `N` outside append mode: ignored by both. In
+                        // append mode 1.6.45 vivifies, 1.6.18 does not.
+                        if !matches!(mode, b'A' | b'P') && self.r.u8(0..4) == 0 {
+                            flags.push(MFlag::Int(b'N', self.r.i64(100..10_000)));
                         }
                     }
                     if self.r.u8(0..3) == 0 {

@@ -8,6 +8,9 @@
 //!
 //! ```text
 //! ## case name [ext]     a new case; [ext] = cachalot extension, not sent to memcached
+//! ## case name [1.6.45]  memcached 1.6.45 semantics that 1.6.18 lacks, written
+//!                        from 1.6.45's protocol.txt (the case cites the line);
+//!                        like [ext], not sent to memcached 1.6.18
 //! > request bytes        sent as one write
 //! < expected reply       the lines after a `>` are concatenated and must be
 //!                        exactly what arrives in answer to it (none = nothing)
@@ -59,7 +62,8 @@ pub struct Step {
 #[derive(Clone, Debug)]
 pub struct Case {
     pub name: String,
-    /// Uses a cachalot extension: not replayed against memcached.
+    /// Uses a cachalot extension or a memcached 1.6.45 behaviour: not
+    /// replayed against memcached 1.6.18.
     pub ext: bool,
     steps: Vec<Step>,
 }
@@ -73,8 +77,12 @@ pub fn parse(script: &str) -> Vec<Case> {
             continue;
         }
         if let Some(title) = raw.strip_prefix("## ") {
-            let ext = title.contains("[ext]");
-            let name = title.replace("[ext]", "").trim().to_string();
+            let ext = title.contains("[ext]") || title.contains("[1.6.45]");
+            let name = title
+                .replace("[ext]", "")
+                .replace("[1.6.45]", "")
+                .trim()
+                .to_string();
             cases.push(Case {
                 name,
                 ext,
