@@ -287,6 +287,17 @@ pub fn read_some(s: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     }
 }
 
+/// A process's resident memory (`VmRSS`), in bytes.
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("read /proc/<pid>/status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS in /proc/<pid>/status")
+        * 1024
+}
+
 /// The first port in a `MEMCACHED_PORT_FILENAME` file ("TCP INET: <port>").
 pub fn read_port_file(path: &Path) -> Option<u16> {
     std::fs::read_to_string(path)
@@ -396,6 +407,10 @@ impl Memcached {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Send a signal (`kill -<name>`) and wait up to `timeout` for the exit.
