@@ -801,7 +801,10 @@ mod tests {
 
     #[test]
     fn heads_end_at_their_blank_line() {
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\nA: b\r\n\r\nrest\n\n"), Some(24));
+        assert_eq!(
+            head_end(b"GET / HTTP/1.1\r\nA: b\r\n\r\nrest\n\n"),
+            Some(24)
+        );
         assert_eq!(head_end(b"GET / HTTP/1.0\n\n"), Some(16));
         assert_eq!(head_end(b"GET / HTTP/1.1\r\nA: b\r\n"), None);
         assert_eq!(number_text(67108864.0), "67108864");
