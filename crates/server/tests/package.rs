@@ -216,7 +216,9 @@ impl Drop for Sandbox {
         // Anything else running there (a daemon a maintainer script
         // started) would keep the namespace alive: kill it.
         for (pid, _) in self.processes() {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
         }
         // EOF on the holder's stdin ends it, and with it the namespace.
         drop(self.stdin.take());
