@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs beyond the Rust toolchain, python3+pip,
-# node+npm, Java 17+maven and gcc, idempotently and quickly on re-runs:
-#   - Debian packages: libmemcached-tools (memccapable), and what pylibmc
+# Installs what the test suite needs beyond rustup's stable toolchain, gcc
+# and git, idempotently and quickly on re-runs (as root, or with sudo):
+#   - the toolchain rust-toolchain.toml pins: where rustup's stable is that
+#     very version it is registered under the pinned name (no download),
+#     else `rustup toolchain install`;
+#   - Debian packages: python3 (+venv, pip), nodejs + npm, a JDK and maven
+#     where missing; libmemcached-tools (memccapable), and what pylibmc
 #     needs when pip has to build it (libmemcached-dev, zlib1g-dev), and
-#     memcached itself (the lab's tests run it side by side with cachalot),
+#     memcached itself (the oracle tests run it side by side with cachalot;
+#     installed with a policy-rc.d that refuses to start services, and its
+#     service then disabled: the suite starts its own memcacheds, and
+#     leaves no memcached.service running or enabled on 11211),
 #     nutcracker (the pool test) and openssl (the TLS tests' certificates);
 #     dpkg-dev, adduser and systemd (the package test: dpkg-shlibdeps,
 #     the postinst's adduser, systemd-analyze, deb-systemd-helper);
@@ -24,6 +31,15 @@ NODE_DIR="$ROOT/tests/clients/node"
 install_debian_packages() {
 	local want=(libmemcached-tools libmemcached-dev zlib1g-dev memcached nutcracker openssl
 		dpkg-dev adduser systemd)
+	# The suites' own tools, where missing (a fresh machine may have only
+	# rustup, a C compiler and git).
+	local -A tool_packages=([python3]="python3 python3-venv python3-pip" [node]=nodejs [npm]=npm
+		[java]=default-jdk-headless [mvn]=maven)
+	local tool
+	for tool in "${!tool_packages[@]}"; do
+		# shellcheck disable=SC2206 # word splitting wanted
+		command -v "$tool" >/dev/null || want+=(${tool_packages[$tool]})
+	done
 	# The venv module is split out of Debian's python3.
 	python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
 	# pylibmc ships wheels for CPython <= 3.11 only; elsewhere pip compiles
@@ -42,7 +58,74 @@ install_debian_packages() {
 	fi
 	log "debian packages: installing ${missing[*]}"
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# No package may start a service meanwhile (memcached's postinst starts
+	# memcached.service on 11211): a policy-rc.d answering 101 ("action
+	# forbidden", invoke-rc.d and deb-systemd-invoke ask it), unless the
+	# machine already has one (Docker images do).
+	local policy=/usr/sbin/policy-rc.d own_policy=0
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\n# scripts/install-deps.sh: no service starts while it installs.\nexit 101\n' |
+			as_root tee "$policy" >/dev/null
+		as_root chmod 755 "$policy"
+		own_policy=1
+	fi
+	local rc=0
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+	[[ $own_policy == 0 ]] || as_root rm -f "$policy"
+	[[ $rc == 0 ]] || die "apt-get install ${missing[*]} failed ($rc)"
+	# A memcached installed here is only the oracle binary: its service
+	# stays stopped and disabled (a memcached the machine had is left as
+	# it was).
+	if [[ " ${missing[*]} " == *" memcached "* ]]; then
+		disable_service memcached
+	fi
+}
+
+# Stop and disable a service a package enabled, with or without systemd
+# running (on CI containers systemd is not PID 1: nothing ran, but the
+# unit is still enabled for the next boot).
+disable_service() {
+	local name=$1
+	if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null; then
+		as_root systemctl disable --now "$name.service" >/dev/null 2>&1 || true
+	else
+		command -v deb-systemd-helper >/dev/null && as_root deb-systemd-helper disable "$name.service" >/dev/null 2>&1 || true
+		command -v update-rc.d >/dev/null && as_root update-rc.d "$name" disable >/dev/null 2>&1 || true
+		[[ -x /etc/init.d/$name ]] && as_root /etc/init.d/"$name" stop >/dev/null 2>&1 || true
+	fi
+	log "debian packages: $name.service stopped and disabled (the suite starts its own $name)"
+}
+
+# rust-toolchain.toml pins the toolchain. rustup installs it on the first
+# cargo command (unless RUSTUP_AUTO_INSTALL=0); here, where rustup's stable
+# is that very version, the stable toolchain is registered under the pinned
+# name instead (rustup refuses `toolchain link` for a release name, hence
+# the link in its toolchains directory), so nothing is downloaded.
+install_rust_toolchain() {
+	local want host home stable
+	want=$(sed -n 's/^channel *= *"\(.*\)"$/\1/p' "$ROOT/rust-toolchain.toml")
+	[[ -n $want ]] || die "no channel in rust-toolchain.toml"
+	if ! command -v rustup >/dev/null; then
+		log "rust toolchain: no rustup; using $(rustc --version) (rust-toolchain.toml pins $want)"
+		return 0
+	fi
+	if [[ "$(rustup run "$want" rustc --version 2>/dev/null)" == "rustc $want "* ]]; then
+		log "rust toolchain: $want present"
+		return 0
+	fi
+	host=$(rustup run stable rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+	home=${RUSTUP_HOME:-$HOME/.rustup}
+	stable="$home/toolchains/stable-$host"
+	# A link left from an older stable names the wrong version: replace it.
+	[[ -L "$home/toolchains/$want-$host" ]] && rm -f "$home/toolchains/$want-$host"
+	if [[ -n $host && "$(rustup run stable rustc --version 2>/dev/null)" == "rustc $want "* &&
+		! -e "$home/toolchains/$want-$host" ]]; then
+		ln -s "$stable" "$home/toolchains/$want-$host"
+		log "rust toolchain: $want is rustup's stable, linked ($home/toolchains/$want-$host)"
+	else
+		log "rust toolchain: rustup toolchain install $want"
+		rustup toolchain install "$want" --profile minimal --component rustfmt,clippy
+	fi
 }
 
 install_rust_components() {
@@ -126,8 +209,9 @@ check_tools() {
 }
 
 main() {
-	check_tools
+	install_rust_toolchain
 	install_debian_packages
+	check_tools
 	install_rust_components
 	install_cargo_deb
 	install_python

@@ -16,6 +16,7 @@
 //!   and how its lock is held (issue 10).
 //! - [`hostile`]: hostile-client probes with the server's resident memory
 //!   sampled (issue 9).
+//! - [`oracle`]: the check that the memcached compared against is 1.6.18.
 
 use clap::{Parser, Subcommand};
 
@@ -24,6 +25,7 @@ pub mod enginebench;
 pub mod hostile;
 pub mod metrics;
 pub mod mrc;
+pub mod oracle;
 pub mod plot;
 pub mod pool;
 pub mod replay;

@@ -233,7 +233,14 @@ pub fn is_root() -> bool {
 
 /// memcached from PATH or /usr/bin; installed with apt-get when missing and
 /// we are root (the Debian package is what `compare` measures against).
+/// A memcached other than 1.6.18 is used, with a warning ([`crate::oracle`]).
 pub fn memcached_bin() -> anyhow::Result<PathBuf> {
+    let bin = find_memcached()?;
+    crate::oracle::check_oracle(&bin);
+    Ok(bin)
+}
+
+fn find_memcached() -> anyhow::Result<PathBuf> {
     if let Some(p) = find_in_path("memcached") {
         return Ok(p);
     }

@@ -1,23 +1,32 @@
 //! The Debian package: `cargo deb --no-build` packs the already built
-//! binary; the test reads the .deb's contents and control files, installs it
-//! with `dpkg -i`, verifies the installed unit with `systemd-analyze verify`,
-//! starts the server as systemd would (the unit's `ExecStart`, as its
-//! `User=`, in its `StateDirectory=`) with flags appended: `-p <free port>`,
-//! which wins over the conffile's `-p 11211`, and the conffile's flash tier
-//! example. It talks to it, stops it with SIGTERM and purges the package,
-//! leaving the machine as it was (a guard purges on failure too).
+//! binary; the test reads the .deb's contents and control files, then
+//! installs it with `dpkg -i` in a sandbox: a private mount namespace whose
+//! root is a copy-on-write view of the machine's (an overlay over `/`, its
+//! changes in a tmpfs), with a `policy-rc.d` that forbids starting
+//! services. There it checks that the postinst made the `cachalot` user,
+//! enabled the unit and started nothing, verifies the installed unit with
+//! `systemd-analyze verify`, starts the server as systemd would (the unit's
+//! `ExecStart`, as its `User=`, in its `StateDirectory=`) with flags
+//! appended: `-p <free port>`, which wins over the conffile's `-p 11211`,
+//! and the conffile's flash tier example. It talks to it, stops it with
+//! SIGTERM and purges the package (user, state and conffile gone). The
+//! sandbox then vanishes with everything written in it, and the test checks
+//! that the host has no cachalot package, user, file or process, and that
+//! 11211 is as free as it was: nothing of the test touches the host's
+//! `/etc`, `/usr`, `/var` or dpkg database, even if it fails half-way.
 //!
-//! Needs root, dpkg, systemd-analyze, setpriv and cargo-deb (all installed
-//! by scripts/install-deps.sh on Debian): without them it fails, it does
-//! not skip. It also fails if a cachalot package, user or /var/lib/cachalot
-//! is already there, rather than touch them.
+//! Needs root, dpkg, systemd-analyze, setpriv, unshare, nsenter, overlayfs
+//! and cargo-deb (scripts/install-deps.sh installs what Debian lacks):
+//! without them it fails, it does not skip. It also fails if a cachalot
+//! package, user or /var/lib/cachalot is already on the host, rather than
+//! run beside them.
 
 mod common;
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{cachalot_bin, free_port, read_until, temp_path};
@@ -52,15 +61,178 @@ fn ok(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn user_exists(name: &str) -> bool {
-    run(Command::new("getent").args(["passwd", name]))
+/// A command on the host, or in the sandbox.
+fn cmd(sandbox: Option<&Sandbox>, program: &str) -> Command {
+    match sandbox {
+        Some(sb) => sb.command(program),
+        None => Command::new(program),
+    }
+}
+
+fn user_exists(sandbox: Option<&Sandbox>, name: &str) -> bool {
+    run(cmd(sandbox, "getent").args(["passwd", name]))
         .status
         .success()
 }
 
-fn package_installed() -> bool {
-    let out = run(Command::new("dpkg-query").args(["-W", "-f=${Status}", "cachalot"]));
+fn package_installed(sandbox: Option<&Sandbox>) -> bool {
+    let out = run(cmd(sandbox, "dpkg-query").args(["-W", "-f=${Status}", "cachalot"]));
     out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("not-installed")
+}
+
+/// Whether something accepts on 127.0.0.1:11211 (the conffile's port).
+fn port_11211_taken() -> bool {
+    TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], 11211)),
+        Duration::from_secs(1),
+    )
+    .is_ok()
+}
+
+/// The sandbox's shell: a tmpfs holds the overlay's upper layer, the
+/// overlay over `/` becomes the root (with the machine's /proc, /dev and
+/// /sys; its /run is the root file system's, without a running systemd's
+/// sockets), a policy-rc.d forbids starting services, then it waits on
+/// stdin: when the test closes it (or dies), the last process of the
+/// namespace exits and the namespace, mounts and tmpfs go with it.
+const SANDBOX_SH: &str = r#"set -e
+d=$1
+mount -t tmpfs -o mode=0755 cachalot-test "$d"
+mkdir "$d/upper" "$d/work" "$d/root"
+mount -t overlay overlay -o "lowerdir=/,upperdir=$d/upper,workdir=$d/work" "$d/root"
+for m in proc dev sys; do mount --rbind "/$m" "$d/root/$m"; done
+printf '#!/bin/sh
+exit 101
+' > "$d/root/usr/sbin/policy-rc.d"
+chmod 755 "$d/root/usr/sbin/policy-rc.d"
+exec chroot "$d/root" /bin/sh -c 'echo ready; exec cat >/dev/null'
+"#;
+
+/// A copy-on-write view of this machine in a mount namespace of its own
+/// (see the module comment); commands run in it through nsenter, its files
+/// are read and written through /proc/<pid>/root.
+struct Sandbox {
+    holder: Child,
+    stdin: Option<ChildStdin>,
+    mountpoint: PathBuf,
+    /// The server started in it, killed when the sandbox goes.
+    server: Option<Child>,
+}
+
+impl Sandbox {
+    fn new() -> Sandbox {
+        let mountpoint = temp_path("sandbox");
+        std::fs::create_dir_all(&mountpoint).unwrap();
+        let mut holder = Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                SANDBOX_SH,
+                "sh",
+            ])
+            .arg(&mountpoint)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run unshare (util-linux)");
+        let mut ready = String::new();
+        let _ = BufReader::new(holder.stdout.take().expect("stdout")).read_line(&mut ready);
+        if ready.trim() != "ready" {
+            let _ = holder.kill();
+            let out = holder.wait_with_output().expect("the sandbox's exit");
+            panic!(
+                "could not make the sandbox (unshare --mount, overlayfs over /, chroot): {}",
+                text(&out)
+            );
+        }
+        let stdin = holder.stdin.take();
+        Sandbox {
+            holder,
+            stdin,
+            mountpoint,
+            server: None,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.holder.id()
+    }
+
+    /// `program` inside: the holder's mount namespace and root.
+    fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("nsenter");
+        c.args([
+            "-t",
+            &self.pid().to_string(),
+            "-m",
+            "-r",
+            "-w",
+            "--",
+            program,
+        ]);
+        c
+    }
+
+    /// Where a path inside is, seen from the host.
+    fn path(&self, inside: &str) -> PathBuf {
+        Path::new(&format!("/proc/{}/root", self.pid())).join(inside.trim_start_matches('/'))
+    }
+
+    fn namespace(pid: u32) -> Option<PathBuf> {
+        std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()
+    }
+
+    /// The processes in the sandbox's namespace, the holder aside.
+    fn processes(&self) -> Vec<(u32, String)> {
+        let Some(ns) = Sandbox::namespace(self.pid()) else {
+            return Vec::new();
+        };
+        std::fs::read_dir("/proc")
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                    .filter(|&p| p != self.pid() && Sandbox::namespace(p).as_ref() == Some(&ns))
+                    .map(|p| {
+                        let comm =
+                            std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+                        (p, comm.trim().to_string())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.server.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Anything else running there (a daemon a maintainer script
+        // started) would keep the namespace alive: kill it.
+        for (pid, _) in self.processes() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+        // EOF on the holder's stdin ends it, and with it the namespace.
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.holder.try_wait().ok().flatten().is_none() {
+            if Instant::now() > deadline {
+                let _ = self.holder.kill();
+                let _ = self.holder.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_dir(&self.mountpoint);
+    }
 }
 
 /// cargo-deb: on PATH, or where `cargo install` puts it.
@@ -77,35 +249,6 @@ fn cargo_deb() -> PathBuf {
     on_path
         .or(home_bin.filter(|p| p.exists()))
         .expect("cargo-deb not found: run scripts/install-deps.sh (cargo install cargo-deb)")
-}
-
-/// What the test installed: purged (and the server killed) when dropped,
-/// so a failed assertion leaves the machine as it was.
-struct Installed {
-    server: Option<Child>,
-    purged: bool,
-}
-
-impl Installed {
-    fn purge(&mut self) -> Output {
-        if let Some(mut child) = self.server.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.purged = true;
-        run(Command::new("dpkg").args(["--purge", "cachalot"]))
-    }
-}
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        if !self.purged {
-            let out = self.purge();
-            if !out.status.success() {
-                eprintln!("dpkg --purge cachalot failed: {}", text(&out));
-            }
-        }
-    }
 }
 
 /// One request on a fresh connection, read until `end`.
@@ -141,6 +284,8 @@ fn deb_installs_runs_as_its_service_and_purges() {
         "dpkg-query",
         "systemd-analyze",
         "setpriv",
+        "unshare",
+        "nsenter",
     ] {
         let found = run(Command::new("sh").args(["-c", &format!("command -v {tool}")]));
         assert!(
@@ -149,15 +294,19 @@ fn deb_installs_runs_as_its_service_and_purges() {
              dpkg, systemd and util-linux (scripts/install-deps.sh)"
         );
     }
+    let on_host = || {
+        package_installed(None)
+            || Path::new(BIN).exists()
+            || Path::new(STATE).exists()
+            || user_exists(None, "cachalot")
+    };
     assert!(
-        !package_installed()
-            && !Path::new(BIN).exists()
-            && !Path::new(STATE).exists()
-            && !user_exists("cachalot"),
+        !on_host(),
         "a cachalot package, {BIN}, {STATE} or user cachalot is already on this machine; \
-         the package test installs and purges its own: remove them first \
+         the package test installs and purges its own, in a sandbox: remove them first \
          (dpkg --purge cachalot)"
     );
+    let port_was_taken = port_11211_taken();
 
     // 1. Build the .deb from the binary the suite built (no cargo build).
     let bin = cachalot_bin();
@@ -241,26 +390,44 @@ fn deb_installs_runs_as_its_service_and_purges() {
     assert!(read("postrm").contains("deb-systemd-helper purge cachalot.service"));
     let _ = std::fs::remove_dir_all(&control);
 
-    // 3. Install it (from here on the guard purges on any failure).
-    let mut installed = Installed {
-        server: None,
-        purged: false,
-    };
-    ok(Command::new("dpkg").arg("-i").arg(&deb));
+    // 3. Install it in the sandbox (which, dropped, takes everything with
+    //    it, on success or failure).
+    let mut sb = Sandbox::new();
+    std::fs::copy(&deb, sb.path("/cachalot-test.deb")).expect("copy the .deb into the sandbox");
     let _ = std::fs::remove_dir_all(&out_dir);
-    assert!(package_installed(), "dpkg -i did not install cachalot");
-    assert!(user_exists("cachalot"), "postinst made no cachalot user");
+    ok(sb.command("dpkg").args(["-i", "/cachalot-test.deb"]));
+    assert!(
+        package_installed(Some(&sb)),
+        "dpkg -i did not install cachalot"
+    );
+    assert!(
+        user_exists(Some(&sb), "cachalot"),
+        "postinst made no cachalot user"
+    );
+    assert!(
+        !user_exists(None, "cachalot") && !package_installed(None) && !Path::new(BIN).exists(),
+        "the sandbox's install reached the host"
+    );
     assert_eq!(
-        std::fs::read_to_string(CONF).unwrap(),
+        std::fs::read_to_string(sb.path(CONF)).unwrap(),
         std::fs::read_to_string(repo().join("packaging/debian/cachalot.conf")).unwrap()
     );
     assert!(
-        Path::new("/etc/systemd/system/multi-user.target.wants/cachalot.service").exists(),
+        sb.path("/etc/systemd/system/multi-user.target.wants/cachalot.service")
+            .symlink_metadata()
+            .is_ok(),
         "postinst did not enable the unit"
+    );
+    // The postinst started nothing (policy-rc.d refused, and no systemd
+    // runs there): the namespace holds no process but its holder.
+    let running = sb.processes();
+    assert!(
+        running.is_empty(),
+        "processes left running by the install: {running:?}"
     );
 
     // 4. The installed unit passes systemd's checks (ExecStart exists now).
-    let verify = run(Command::new("systemd-analyze").args(["verify", UNIT]));
+    let verify = run(sb.command("systemd-analyze").args(["verify", UNIT]));
     let complaints = String::from_utf8_lossy(&verify.stderr).into_owned()
         + &String::from_utf8_lossy(&verify.stdout);
     assert!(
@@ -272,7 +439,7 @@ fn deb_installs_runs_as_its_service_and_purges() {
     // 5. Start it as systemd would: ExecStart as User=/Group=, in the
     //    StateDirectory= systemd makes for that user, with flags appended:
     //    a free port, and the conffile's flash example in that directory.
-    let unit = std::fs::read_to_string(UNIT).unwrap();
+    let unit = std::fs::read_to_string(sb.path(UNIT)).unwrap();
     let exec = unit_value(&unit, "ExecStart").expect("ExecStart in the unit");
     assert!(
         !exec.contains(['"', '\'', '$', '%']),
@@ -288,18 +455,21 @@ fn deb_installs_runs_as_its_service_and_purges() {
         Some(STATE.to_string())
     );
     let mode = unit_value(&unit, "StateDirectoryMode").unwrap_or_else(|| "0755".into());
-    ok(Command::new("install").args(["-d", "-o", &user, "-g", &group, "-m", &mode, STATE]));
+    ok(sb
+        .command("install")
+        .args(["-d", "-o", &user, "-g", &group, "-m", &mode, STATE]));
     let flash_file = format!("{STATE}/flash");
     let flash_example = format!("-o ext_path={flash_file}:1g");
     assert!(
-        std::fs::read_to_string(CONF)
+        std::fs::read_to_string(sb.path(CONF))
             .unwrap()
             .contains(&format!("# {flash_example}")),
         "the conffile's flash example is not {flash_example:?}"
     );
     let port = free_port();
     let log = temp_path("service.log");
-    let child = Command::new("setpriv")
+    let child = sb
+        .command("setpriv")
         .args([
             &format!("--reuid={user}"),
             &format!("--regid={group}"),
@@ -309,18 +479,17 @@ fn deb_installs_runs_as_its_service_and_purges() {
         .args(&argv)
         .args(["-p", &port.to_string()])
         .args(["-o", &format!("ext_path={flash_file}:64m")])
-        .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("spawn the unit's ExecStart");
     let pid = child.id();
-    installed.server = Some(child);
+    sb.server = Some(child);
     let stderr = || std::fs::read_to_string(&log).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(15);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Some(Ok(Some(status))) = installed.server.as_mut().map(|c| c.try_wait()) {
+        if let Some(Ok(Some(status))) = sb.server.as_mut().map(|c| c.try_wait()) {
             panic!("{exec} -p {port} exited with {status}:\n{}", stderr());
         }
         assert!(
@@ -331,7 +500,7 @@ fn deb_installs_runs_as_its_service_and_purges() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let uid = ok(Command::new("id").args(["-u", &user]));
+    let uid = ok(sb.command("id").args(["-u", &user]));
     assert!(
         status
             .lines()
@@ -360,13 +529,13 @@ fn deb_installs_runs_as_its_service_and_purges() {
     }
 
     // The flash tier writes its file as the service's user.
-    let owner = ok(Command::new("stat").args(["-c", "%U", &flash_file]));
+    let owner = ok(sb.command("stat").args(["-c", "%U", &flash_file]));
     assert_eq!(owner.trim(), user, "owner of {flash_file}");
     let flash = ask(port, b"stats flash\r\n", b"END\r\n");
     assert!(flash.starts_with("STAT "), "stats flash: {flash:?}");
 
     // 7. Stop it as systemctl stop would (SIGTERM), then purge.
-    let mut child = installed.server.take().expect("server running");
+    let mut child = sb.server.take().expect("server running");
     ok(Command::new("kill").args(["-TERM", &pid.to_string()]));
     let deadline = Instant::now() + Duration::from_secs(10);
     let exit = loop {
@@ -382,13 +551,16 @@ fn deb_installs_runs_as_its_service_and_purges() {
     };
     assert!(exit.success(), "exit after SIGTERM: {exit}\n{}", stderr());
     let _ = std::fs::remove_file(&log);
-    let purge = installed.purge();
+    let purge = run(sb.command("dpkg").args(["--purge", "cachalot"]));
     assert!(
         purge.status.success(),
         "dpkg --purge cachalot: {}",
         text(&purge)
     );
-    assert!(!package_installed(), "cachalot still installed after purge");
+    assert!(
+        !package_installed(Some(&sb)),
+        "cachalot still installed after purge"
+    );
     for gone in [
         BIN,
         CONF,
@@ -396,9 +568,39 @@ fn deb_installs_runs_as_its_service_and_purges() {
         "/etc/systemd/system/multi-user.target.wants/cachalot.service",
         STATE,
     ] {
-        assert!(!Path::new(gone).exists(), "{gone} left after purge");
+        // (A link inside points at the host's path: look at the link.)
+        assert!(
+            sb.path(gone).symlink_metadata().is_err(),
+            "{gone} left after purge"
+        );
     }
-    assert!(!user_exists("cachalot"), "user cachalot left after purge");
+    assert!(
+        !user_exists(Some(&sb), "cachalot"),
+        "user cachalot left after purge"
+    );
+    let running = sb.processes();
+    assert!(
+        running.is_empty(),
+        "processes left in the sandbox: {running:?}"
+    );
+
+    // 8. The sandbox goes, and the host is as it was.
+    let namespace = Sandbox::namespace(sb.pid()).expect("the sandbox's namespace");
+    drop(sb);
+    assert!(
+        !on_host(),
+        "a cachalot package, file or user is on the host"
+    );
+    assert!(
+        port_was_taken || !port_11211_taken(),
+        "127.0.0.1:11211 was free before the test and is taken after it"
+    );
+    let left: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| Sandbox::namespace(p).as_ref() == Some(&namespace))
+        .collect();
+    assert!(left.is_empty(), "processes still in the sandbox: {left:?}");
     eprintln!(
         "package test: cargo deb {:.1} s, whole test {:.1} s",
         deb_time.as_secs_f64(),
