@@ -22,6 +22,7 @@ REQUESTS=${REQUESTS:-300000}
 REPEAT=${REPEAT:-1}
 THREADS=${THREADS:-2}
 OUT_DIR=${OUT_DIR:-$(mktemp -d)}
+mkdir -p "$OUT_DIR"
 [ -x "$LAB_BIN" ] || (cd "$ROOT" && cargo build --release -p cachalot-lab -p cachalot)
 
 failed=0

@@ -406,9 +406,7 @@ impl Engine {
         let flash = match (&config.flash, device) {
             (Some(f), Some(d)) => {
                 let mut f = f.clone();
-                if f.stage_bytes == 0 {
-                    f.stage_bytes = (config.memory_limit / 32).clamp(2 << 20, 64 << 20);
-                }
+                f.stage_bytes = f.stage_bytes_for(config.memory_limit);
                 if f.memory_cap == 0 {
                     f.memory_cap = config.memory_limit / 2;
                 }
@@ -1820,6 +1818,9 @@ impl Engine {
             self.remove(loc);
             return true;
         }
+        if self.age_to_flash(loc, now) {
+            return true;
+        }
         // Keep the 16-bit access time from wrapping around.
         if item::atime_age(self.slabs.atime(loc), now) > item::ATIME_SATURATE {
             self.hold_item(loc);
@@ -1827,6 +1828,33 @@ impl Engine {
             item::set_atime(self.slabs.chunk_mut(loc), code);
         }
         false
+    }
+
+    /// memcached's `ext_item_age`: the live item at `loc`, idle longer than
+    /// it, goes to flash ahead of eviction, and memory keeps nothing of it
+    /// but the tier's index entry (memcached keeps its header). False if
+    /// it stays: fresher, chained, too small, or the tier's stage is full
+    /// (the reclaimer's next pass tries again).
+    fn age_to_flash(&mut self, loc: u64, now: RelTime) -> bool {
+        let Some(age) = self.flash.as_ref().and_then(|f| f.config().item_age) else {
+            return false;
+        };
+        if item::atime_age(self.slabs.atime(loc), now) <= age {
+            return false;
+        }
+        self.hold_item(loc);
+        let chunk = self.slabs.chunk(loc);
+        if chain::is_head(chunk) {
+            return false;
+        }
+        let image = &chunk[..item::stored_len(chunk)];
+        let h = hash(item::key(image));
+        if !self.flash.as_ref().is_some_and(|f| f.admit(h, image)) {
+            return false;
+        }
+        self.unlink(loc);
+        self.slabs.free(loc);
+        true
     }
 
     /// `cache_memlimit`: change `-m` at run time. Shrinking frees pages.

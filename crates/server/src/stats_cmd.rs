@@ -531,11 +531,17 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     // reader threads are ours.
     let item_size = ec.flash.as_ref().map_or(512, |f| f.item_min);
     stat(out, "ext_item_size", item_size);
+    let item_age = ec.flash.as_ref().and_then(|f| f.item_age);
+    stat(out, "ext_item_age", item_age.unwrap_or(u32::MAX));
+    let recache = ec.flash.as_ref().map_or(2000, |f| f.recache_rate);
+    stat(out, "ext_recache_rate", recache);
+    let wbuf = ec
+        .flash
+        .as_ref()
+        .map_or(4 << 20, |f| f.stage_bytes_for(ec.memory_limit));
+    stat(out, "ext_wbuf_size", wbuf);
     for (name, value) in [
-        ("ext_item_age", "4294967295"),
         ("ext_low_ttl", "0"),
-        ("ext_recache_rate", "2000"),
-        ("ext_wbuf_size", "4194304"),
         ("ext_compact_under", "0"),
         ("ext_drop_under", "0"),
         ("ext_max_sleep", "1000000"),

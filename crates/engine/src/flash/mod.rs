@@ -92,6 +92,13 @@ pub struct FlashConfig {
     pub hot_percent: u8,
     /// Smallest item image admitted (memcached's `ext_item_size`).
     pub item_min: usize,
+    /// memcached's `ext_item_age`: items idle longer than this many
+    /// seconds go to flash ahead of eviction (None: only on eviction, as
+    /// memcached's default, which is unlimited).
+    pub item_age: Option<u32>,
+    /// Flash hits per recache at most (memcached's `ext_recache_rate`:
+    /// `Flash::recache_allowed`).
+    pub recache_rate: u64,
     /// The cost of a miss, microseconds, for items that carry none
     /// (`split`).
     pub miss_cost_us: u64,
@@ -110,6 +117,14 @@ pub struct FlashConfig {
 }
 
 impl FlashConfig {
+    /// The stage's size: as given, else 1/32 of `-m` within 2..64 MB.
+    pub fn stage_bytes_for(&self, memory_limit: usize) -> usize {
+        match self.stage_bytes {
+            0 => (memory_limit / 32).clamp(2 << 20, 64 << 20),
+            n => n,
+        }
+    }
+
     /// The write budget in bytes a second (0: none).
     pub fn effective_write_rate(&self) -> u64 {
         let dwpd = (self.write_dwpd * self.size as f64 / 86_400.0) as u64;
@@ -129,6 +144,8 @@ impl FlashConfig {
             hot_percent: 5,
             miss_cost_us: 1000,
             item_min: 0,
+            item_age: None,
+            recache_rate: RECACHE_EVERY,
             // 0: the engine sizes these from `-m`.
             stage_bytes: 0,
             memory_cap: 0,
@@ -281,7 +298,9 @@ pub struct Read {
     pub distance: Option<u64>,
 }
 
-/// Flash hits per recache at most (`Flash::recache_allowed`).
+/// Flash hits per recache at most by default (`Flash::recache_allowed`;
+/// memcached's `ext_recache_rate` defaults to 2000, for a tier that keeps
+/// every item's header in memory and recaches at no memory cost).
 const RECACHE_EVERY: u64 = 8;
 
 /// Slots of the table of recent flash reads (8 bytes each, in `-m`).
@@ -696,15 +715,16 @@ impl Flash {
         bump(&self.counters.recached);
     }
 
-    /// Whether a recache may happen now: at most one per [`RECACHE_EVERY`]
+    /// Whether a recache may happen now: at most one per `recache_rate`
     /// flash hits (memcached's `ext_recache_rate` is such a cap), so that
     /// however many keys qualify, memory is not churned by them.
     pub fn recache_allowed(&self) -> bool {
         let c = &self.counters.hits_since_recache;
-        if c.load(Ordering::Relaxed) < RECACHE_EVERY {
+        let every = self.config.recache_rate;
+        if c.load(Ordering::Relaxed) < every {
             return false;
         }
-        c.swap(0, Ordering::Relaxed) >= RECACHE_EVERY
+        c.swap(0, Ordering::Relaxed) >= every
     }
 
     /// A hit from `area` that took since `t`: the split's measurements

@@ -988,8 +988,16 @@ fn extended(
             "ext_threads" => {
                 s.flash_readers = sub_number::<usize>(key, value)?.clamp(1, 64);
             }
-            "ext_wbuf_size" | "ext_io_depth" | "ext_page_size" | "ext_item_age" | "ext_low_ttl"
-            | "ext_recache_rate" | "ext_compact_under" | "ext_drop_under" | "ext_max_frag"
+            "ext_item_age" => flash_config(s).item_age = Some(sub_number::<u32>(key, value)?),
+            "ext_recache_rate" => {
+                flash_config(s).recache_rate = sub_number::<u64>(key, value)?.max(1)
+            }
+            // The stage is the tier's write buffer; it must hold an N-zone
+            // page emptied at once (1 MB), and counts in `-m`.
+            "ext_wbuf_size" => {
+                flash_config(s).stage_bytes = (sub_number::<usize>(key, value)?.clamp(2, 64)) << 20
+            }
+            "ext_io_depth" | "ext_page_size" | "ext_low_ttl" | "ext_compact_under" | "ext_drop_under" | "ext_max_frag"
             | "ext_max_sleep" | "ext_drop_unread" | "no_ext_drop_unread" => {}
             k if k.starts_with("ext_") => {
                 return Err(CliError::new(
@@ -1138,6 +1146,13 @@ pub fn usage() -> String {
                           0: the Z-zone takes all it can)
    - ext_path:            FILE:SIZE, the flash tier (as --flash-path/--flash-size)
    - ext_item_size:       smallest item written to flash (default 0: all)
+   - ext_item_age:        seconds idle after which an item goes to flash
+                          ahead of eviction (default: unlimited, only on
+                          eviction)
+   - ext_recache_rate:    flash hits per item brought back to memory at most
+                          (default 8)
+   - ext_wbuf_size:       MB of the tier's write stage, 2 to 64, counted in -m
+                          (default: -m / 32 within those)
    - flash_write_rate:    bytes per second the flash writer may write (k/m/g
                           suffixes), or drive writes per day (e.g. 3dwpd);
                           default 0: no limit; items that arrive faster are
