@@ -65,7 +65,7 @@ pub struct CompareArgs {
 /// Remove a run's flash file and what cachalot keeps beside it (a
 /// snapshot, a journal): the next run must start cold.
 fn remove_flash_file(file: &std::path::Path) {
-    for suffix in ["", ".index", ".journal", ".tmp"] {
+    for suffix in ["", ".index", ".journal", ".memory", ".dict", ".tmp"] {
         let mut p = file.as_os_str().to_owned();
         p.push(suffix);
         let _ = std::fs::remove_file(p);

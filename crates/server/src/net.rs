@@ -221,8 +221,8 @@ impl Server {
             false => None,
         };
         // A warm restart's items are back before anyone can ask for them.
-        if let Some(path) = &settings.memory_file {
-            warm_load(&cache, path, &settings)?;
+        if let Some(path) = settings.warm_file() {
+            warm_load(&cache, &path, &settings)?;
         }
         let listeners = listener::bind_all(&settings).map_err(|e| StartError {
             message: e.message,
@@ -423,12 +423,12 @@ impl Server {
             b.thread().unpark();
             let _ = b.join();
         }
-        if let Some(path) = &self.settings.memory_file {
+        if let Some(path) = self.settings.warm_file() {
             // Every thread that changes items has stopped.
             let started = std::time::Instant::now();
             let format = self.settings.log_format;
             let file = path.display();
-            match cachalot_engine::warm::save(&self.cache, path) {
+            match cachalot_engine::warm::save(&self.cache, &path) {
                 Ok(s) if self.settings.verbose > 0 => {
                     let secs = started.elapsed().as_secs_f64();
                     log::emit(

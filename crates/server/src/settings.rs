@@ -147,6 +147,21 @@ pub struct Settings {
     pub modern: bool,
 }
 
+impl Settings {
+    /// Where the items in memory go at a clean stop and come back from at
+    /// start: `-e`, else, with a flash tier, `<ext_path>.memory` beside its
+    /// file, so that a clean stop keeps the whole cache, memory and flash
+    /// (issue 32). Loaded once and removed, as `-e`'s file is.
+    pub fn warm_file(&self) -> Option<PathBuf> {
+        self.memory_file.clone().or_else(|| {
+            let flash = self.engine.flash.as_ref()?;
+            let mut p = flash.path.clone().into_os_string();
+            p.push(".memory");
+            Some(PathBuf::from(p))
+        })
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {

@@ -49,7 +49,9 @@ impl Conn {
     }
 
     fn get(&mut self, key: &str) -> Option<Vec<u8>> {
-        self.w.write_all(format!("get {key}\r\n").as_bytes()).unwrap();
+        self.w
+            .write_all(format!("get {key}\r\n").as_bytes())
+            .unwrap();
         let head = self.line();
         if head == "END" {
             return None;

@@ -997,8 +997,9 @@ fn extended(
             "ext_wbuf_size" => {
                 flash_config(s).stage_bytes = (sub_number::<usize>(key, value)?.clamp(2, 64)) << 20
             }
-            "ext_io_depth" | "ext_page_size" | "ext_low_ttl" | "ext_compact_under" | "ext_drop_under" | "ext_max_frag"
-            | "ext_max_sleep" | "ext_drop_unread" | "no_ext_drop_unread" => {}
+            "ext_io_depth" | "ext_page_size" | "ext_low_ttl" | "ext_compact_under"
+            | "ext_drop_under" | "ext_max_frag" | "ext_max_sleep" | "ext_drop_unread"
+            | "no_ext_drop_unread" => {}
             k if k.starts_with("ext_") => {
                 return Err(CliError::new(
                     EXIT_FAILURE,
