@@ -109,10 +109,19 @@ fn stat(s: &mut TcpStream, group: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in stats {group}"))
 }
 
-/// Wait until the writer has nothing staged.
+/// Wait until the writer has nothing staged (it runs at idle priority: on
+/// a busy machine that can take a while, but it must happen).
 fn settle(s: &mut TcpStream) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while stat(s, "flash", "flash_staged") > 0 && Instant::now() < deadline {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let staged = stat(s, "flash", "flash_staged");
+        if staged == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{staged} items still staged after 60 s"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
