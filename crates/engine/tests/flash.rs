@@ -432,58 +432,107 @@ fn a_clean_shutdown_serves_the_flash_contents_again() {
 #[test]
 fn a_crash_brings_back_valid_items_and_no_removed_ones() {
     let f = TempFile::new("crash");
-    crash_and_check(config(&f, 8, 64), 80_000, true, 0.9);
+    let cfg = config(&f, 8, 64);
+    let n = 80_000;
+    let cache = Cache::new(cfg.clone(), Arc::new(Clock::new())).expect("cache");
+    fill(&cache, n);
+    remove_some(&cache, n);
+    assert!(cache.flash_sync());
+    let before = flash_stats(&cache);
+    drop(cache);
+    // Everything was synced: all of it comes back (99.3% measured).
+    restart_and_check(cfg, n, &before, 0.97);
 }
 
-/// The same with copies the tier gave up but that are still on disk: an
-/// index too small for the flash (its entries are dropped), and a flash
-/// so small that the collector recycles and evicts slabs. A removal of
-/// such a key finds no entry; the crash scan must still not bring the old
-/// copy back.
+/// The same with an index too small for the flash: its entries are
+/// dropped (their copies stay on disk), and a removal of such a key finds
+/// no entry; the crash scan must still not bring the old copy back.
 #[test]
-fn a_crash_does_not_bring_back_copies_the_tier_gave_up() {
+fn a_crash_does_not_bring_back_copies_the_index_dropped() {
     let f = TempFile::new("crash-capped");
     let mut cfg = config(&f, 8, 64);
     if let Some(fc) = cfg.flash.as_mut() {
         fc.memory_cap = 2_700_000;
     }
-    let s = crash_and_check(cfg, 80_000, true, 0.0);
-    assert!(s.evictions > 10_000 && s.gc_recycled == 0, "{s:?}");
-    let f = TempFile::new("crash-recycled");
-    // No sync before the crash: the open slab, a recycled one, still
-    // holds its old contents on disk.
-    let s = crash_and_check(config(&f, 8, 8), 250_000, false, 0.0);
-    assert!(s.gc_recycled > 0, "{s:?}");
-}
-
-/// Fill keys `0..n`, overwrite every tenth and delete every tenth (+5),
-/// crash (no shutdown; after a sync of the open slabs if `sync`) and
-/// restart: at least `back` of what flash held comes back, and never a
-/// removed key or an old value. Returns the tier's figures before the
-/// crash.
-fn crash_and_check(cfg: Config, n: u64, sync: bool, back: f64) -> FlashStats {
+    let n = 80_000;
     let cache = Cache::new(cfg.clone(), Arc::new(Clock::new())).expect("cache");
     fill(&cache, n);
-    // Overwrite some, delete some, after their copies reached flash; the
-    // writer's next step journals the tombstones.
-    for k in (0..n).step_by(10) {
-        set(&cache, k, 2);
+    remove_some(&cache, n);
+    assert!(cache.flash_sync());
+    let before = flash_stats(&cache);
+    drop(cache);
+    assert!(
+        before.evictions > 10_000 && before.gc_recycled == 0,
+        "{before:?}"
+    );
+    // The index comes back as full as it was (the scan finds more copies
+    // than it has room for).
+    restart_and_check(cfg, n, &before, 0.95);
+}
+
+/// The same with copies the collector gave up: a slab it recycled or
+/// evicted keeps its old contents on disk until it is written again (the
+/// free slabs, and the open one: no sync before the crash). The keys it
+/// dropped from those slabs are then removed: with no index entry there
+/// is no tombstone, and only the slab's retired mark keeps the scan from
+/// bringing their old copies back.
+#[test]
+fn a_crash_does_not_bring_back_copies_the_collector_gave_up() {
+    let f = TempFile::new("crash-recycled");
+    let cfg = config(&f, 8, 8);
+    let cache = Cache::new(cfg.clone(), Arc::new(Clock::new())).expect("cache");
+    let mut n = 250_000;
+    fill(&cache, n);
+    // Go on until the collector gives up one more slab, and stop there:
+    // its old contents are on disk, its items gone from the index.
+    let released = flash_stats(&cache).gc_recycled;
+    assert!(released > 0, "nothing recycled: {:?}", flash_stats(&cache));
+    while flash_stats(&cache).gc_recycled == released {
+        for _ in 0..100 {
+            set(&cache, n, 1);
+            n += 1;
+        }
+        drain(&cache);
+        assert!(n < 400_000, "no slab recycled: {:?}", flash_stats(&cache));
     }
+    // Deletions first (they write nothing to flash, and make room in
+    // memory for the overwrites, so these hardly evict anything): the
+    // slabs given up are not written again before the crash.
+    remove_some(&cache, n);
+    let before = flash_stats(&cache);
+    drop(cache);
+    // Only the open slab's contents are lost (no sync): 92.8% measured.
+    restart_and_check(cfg, n, &before, 0.8);
+}
+
+/// Delete every tenth key (+5) of `0..n`, then overwrite every tenth with
+/// version 2, after their copies reached flash; the writer's steps journal
+/// the tombstones.
+fn remove_some(cache: &Cache, n: u64) {
     for k in (5..n).step_by(10) {
         cache.lock().delete(&key(k), 0);
     }
-    drain(&cache);
-    assert!(!sync || cache.flash_sync());
-    let before = flash_stats(&cache);
-    let flash_items = before.items;
-    // A crash: no shutdown, the cache just goes (kill -9 in the server
-    // test).
-    drop(cache);
+    for k in (0..n).step_by(10) {
+        set(cache, k, 2);
+    }
+    drain(cache);
+}
+
+/// Start again from the file after a crash (no shutdown): at least
+/// `back` of what flash held (`before`) comes back, every key found is
+/// one that was recovered, and never a removed key or an old value.
+fn restart_and_check(cfg: Config, n: u64, before: &FlashStats, back: f64) {
     let cache = Cache::new(cfg, Arc::new(Clock::new())).expect("restart");
     let s = flash_stats(&cache);
     assert!(!s.recovered_clean);
+    let flash_items = before.items;
     assert!(
         s.items as f64 >= flash_items as f64 * back,
+        "{} of {flash_items} recovered: {before:?}",
+        s.items
+    );
+    assert!(
+        s.items <= flash_items,
         "{} of {flash_items} recovered",
         s.items
     );
@@ -491,25 +540,27 @@ fn crash_and_check(cfg: Config, n: u64, sync: bool, back: f64) -> FlashStats {
     for k in 0..n {
         let v = get(&cache, k);
         match k % 10 {
-            0 => {
-                // Version 2 was in memory (or on flash): never version 1.
-                assert!(
-                    v.is_none() || v == Some(value(k, 2)),
-                    "key {k} came back stale"
-                );
-            }
+            // Version 2 was in memory (or on flash): never version 1.
+            0 => assert!(
+                v.is_none() || v == Some(value(k, 2)),
+                "key {k} came back stale"
+            ),
             5 => assert_eq!(v, None, "deleted key {k} came back"),
             _ => {
                 if let Some(v) = &v {
-                    assert_eq!(v, &value(k, 1));
+                    assert_eq!(v, &value(k, 1), "key {k}");
                 }
             }
         }
         found += v.is_some() as u64;
     }
-    assert!(found as f64 >= n as f64 / 2.0 * back, "{found} keys back");
+    // Memory starts empty: what is found is what the scan recovered.
+    assert!(
+        found * 100 >= s.items * 99,
+        "{found} keys found, {} recovered",
+        s.items
+    );
     cache.lock().validate();
-    before
 }
 
 /// Keys from `from` on, until the tier has trained its dictionary (on a
@@ -605,15 +656,26 @@ fn the_write_budget_is_kept_and_what_exceeds_it_is_not_admitted() {
         fc.write_rate = rate;
     }
     let cache = Cache::new(cfg, Arc::new(Clock::new())).expect("cache");
-    let start = std::time::Instant::now();
+    let start = Instant::now();
     let mut k = 0;
-    // Far more than 4 MB/s of evictions for 1.5 s.
-    while start.elapsed().as_secs_f64() < 1.5 {
+    // Far more than 4 MB/s of evictions, the writer doing all it may after
+    // every 2000 stores, for at least 1.5 s and until it has sealed two
+    // slabs and refused items (however slowly a busy machine gets there).
+    let deadline = start + Duration::from_secs(120);
+    loop {
         for _ in 0..2000 {
             set(&cache, k, 1);
             k += 1;
         }
-        cache.flash_write_step();
+        while cache.flash_write_step() {}
+        let s = flash_stats(&cache);
+        if start.elapsed() >= Duration::from_millis(1500)
+            && s.device_bytes >= 2 << 20
+            && s.admit_refused > 0
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nothing written: {s:?}");
     }
     let secs = start.elapsed().as_secs_f64();
     let s = flash_stats(&cache);
@@ -623,7 +685,5 @@ fn the_write_budget_is_kept_and_what_exceeds_it_is_not_admitted() {
         "{} bytes written in {secs:.2} s",
         s.device_bytes
     );
-    assert!(s.device_bytes >= 1 << 20, "nothing written");
-    assert!(s.admit_refused > 0, "the stage never filled: {s:?}");
     cache.lock().validate();
 }

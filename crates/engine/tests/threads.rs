@@ -758,9 +758,11 @@ fn new_keys_race_page_moves_and_flushes() {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let unlocked = Arc::new(AtomicU64::new(0));
+    let stores = Arc::new(AtomicU64::new(0));
     let writers: Vec<_> = (0..2u64)
         .map(|t| {
             let (cache, stop, unlocked) = (cache.clone(), stop.clone(), unlocked.clone());
+            let stores = stores.clone();
             std::thread::spawn(move || {
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1));
                 let (mut bad, mut i) = (0u64, 0u64);
@@ -793,6 +795,7 @@ fn new_keys_race_page_moves_and_flushes() {
                         });
                     }
                     i += 1;
+                    stores.fetch_add(1, Ordering::Relaxed);
                 }
                 (bad, i)
             })
@@ -800,8 +803,20 @@ fn new_keys_race_page_moves_and_flushes() {
         .collect();
     let maintainer = Maintainer::start(&cache, &clock, 64, 1000);
     let mut moved = 0;
+    // Each move or flush waits for the writers to have stored 200 more
+    // keys since the last one (not for a time: on a busy machine they
+    // might not have run at all).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let mut seen = 0;
     for round in 0..400u32 {
-        std::thread::sleep(std::time::Duration::from_micros(500));
+        while stores.load(Ordering::Relaxed) < seen + 200 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writers stalled at round {round}"
+            );
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        seen = stores.load(Ordering::Relaxed);
         let mut e = cache.lock();
         let classes: Vec<u32> = e
             .slab_stats()

@@ -8,10 +8,11 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{read_until, spawn_server, temp_path, Server};
@@ -108,10 +109,19 @@ fn stat(s: &mut TcpStream, group: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in stats {group}"))
 }
 
-/// Wait until the writer has nothing staged.
+/// Wait until the writer has nothing staged (it runs at idle priority: on
+/// a busy machine that can take a while, but it must happen).
 fn settle(s: &mut TcpStream) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while stat(s, "flash", "flash_staged") > 0 && Instant::now() < deadline {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let staged = stat(s, "flash", "flash_staged");
+        if staged == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{staged} items still staged after 60 s"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -322,6 +332,99 @@ fn a_damaged_or_truncated_file_costs_misses_never_wrong_values() {
     assert_eq!(reply, b"STORED\r\nVALUE fresh 0 5\r\nhello\r\nEND\r\n");
 }
 
+/// How the writer of [`write_until_killed`] ended.
+#[derive(Debug)]
+struct WriterEnd {
+    /// Batches acknowledged (`MN` read) before the kill.
+    acked: u64,
+    /// Writes attempted after the kill (the rest of the batch in flight,
+    /// then whole batches).
+    tried_after: u64,
+    /// What ended it: the server gone (EOF, reset, broken pipe).
+    error: ErrorKind,
+    /// The first key not sent.
+    next_key: u64,
+}
+
+/// One batch of 1000 SETs of keys from `from` (`noreply`), then `mn`,
+/// whose `MN` acknowledges the batch.
+fn batch(from: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    for k in from..from + 1000 {
+        let v = value(k);
+        out.extend_from_slice(format!("set {} 0 0 {} noreply\r\n", key(k), v.len()).as_bytes());
+        out.extend_from_slice(&v);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"mn\r\n");
+    out
+}
+
+/// Read one batch's acknowledgement: Ok(()) for `MN`, else what failed.
+fn read_ack(w: &mut TcpStream) -> Result<(), ErrorKind> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    while !got.ends_with(b"MN\r\n") {
+        match common::read_some(w, &mut buf) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof),
+            Ok(r) => got.extend_from_slice(&buf[..r]),
+            Err(e) => return Err(e.kind()),
+        }
+    }
+    assert_eq!(got, b"MN\r\n", "a noreply SET answered");
+    Ok(())
+}
+
+/// SET keys from `from` on in batches until 5 are acknowledged, then
+/// send half of the next batch, say so on `in_flight` and wait on
+/// `killed` for the server's death; then go on writing (the batch's
+/// other half, then whole batches) and reading acknowledgements until
+/// the connection fails.
+fn write_until_killed(
+    w: &mut TcpStream,
+    from: u64,
+    in_flight: mpsc::Sender<()>,
+    killed: mpsc::Receiver<()>,
+) -> WriterEnd {
+    w.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut k = from;
+    let mut acked = 0;
+    while acked < 5 {
+        w.write_all(&batch(k)).expect("write a batch");
+        k += 1000;
+        read_ack(w).expect("a batch acknowledged");
+        acked += 1;
+    }
+    let next = batch(k);
+    k += 1000;
+    let (half, rest) = next.split_at(next.len() / 2);
+    w.write_all(half).expect("write half a batch");
+    in_flight.send(()).expect("the test is gone");
+    killed
+        .recv_timeout(Duration::from_secs(120))
+        .expect("no kill");
+    let mut pending = rest.to_vec();
+    let mut tried_after = 0;
+    let error = loop {
+        tried_after += 1;
+        if let Err(e) = w.write_all(&pending) {
+            break e.kind();
+        }
+        if let Err(e) = read_ack(w) {
+            break e;
+        }
+        assert!(tried_after < 100, "the connection outlived the server");
+        pending = batch(k);
+        k += 1000;
+    };
+    WriterEnd {
+        acked,
+        tried_after,
+        error,
+        next_key: k,
+    }
+}
+
 /// Every key of `0..n` that is found must have its value; returns how
 /// many were found.
 fn count_found(s: &mut TcpStream, n: u64) -> u64 {
@@ -362,23 +465,33 @@ fn restarts_after_sigterm_and_kill_9_keep_the_flash_contents() {
     // kill -9 while a client is still writing: the scan brings back what
     // was on flash, every value checked by read_all.
     let before = stat(&mut s, "flash", "flash_items");
-    let addr = server.addr();
-    let writer = std::thread::spawn(move || {
-        let mut w = TcpStream::connect(addr).expect("connect");
-        for k in n..n + 200_000 {
-            let v = value(k);
-            let mut req = format!("set {} 0 0 {} noreply\r\n", key(k), v.len()).into_bytes();
-            req.extend_from_slice(&v);
-            req.extend_from_slice(b"\r\n");
-            if w.write_all(&req).is_err() {
-                return;
-            }
-        }
-    });
-    std::thread::sleep(Duration::from_millis(300));
+    let (in_flight, killed) = (mpsc::channel(), mpsc::channel());
+    let writer = {
+        let mut w = server.connect();
+        let (in_flight, killed) = (in_flight.0, killed.1);
+        std::thread::spawn(move || write_until_killed(&mut w, n, in_flight, killed))
+    };
+    // The writer has had batches acknowledged and is half-way through
+    // sending one more: kill the server now.
+    in_flight
+        .1
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the writer never got 5 batches acknowledged");
     server.signal("KILL");
-    let _ = writer.join();
     assert!(server.wait_exit(Duration::from_secs(10)).is_some());
+    killed.0.send(()).expect("the writer is gone");
+    let end = writer.join().expect("writer thread");
+    assert!(end.acked >= 5 && end.tried_after >= 1, "{end:?}");
+    assert!(
+        matches!(
+            end.error,
+            ErrorKind::UnexpectedEof
+                | ErrorKind::ConnectionReset
+                | ErrorKind::BrokenPipe
+                | ErrorKind::ConnectionAborted
+        ),
+        "the writer did not see the connection go: {end:?}"
+    );
     drop(server);
     let server = spawn_server(&args);
     let mut s = server.connect();
@@ -389,7 +502,7 @@ fn restarts_after_sigterm_and_kill_9_keep_the_flash_contents() {
         "{recovered} recovered after kill -9, {before} were on flash"
     );
     // Every value found is the one written (read_all checks each).
-    let found = count_found(&mut s, n + 200_000);
+    let found = count_found(&mut s, end.next_key);
     assert!(
         found >= recovered * 9 / 10,
         "{found} found, {recovered} recovered"

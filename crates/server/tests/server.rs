@@ -105,21 +105,56 @@ fn bad_flags_fail_with_a_message() {
     assert!(err.contains("option requires an argument -- 't'"), "{err}");
 }
 
+/// memcached refuses to run as root without `-u`; cachalot deliberately
+/// only warns (net/os.rs: the README's plain start command works on a
+/// fresh machine, where everything runs as root), and refuses a `-u`
+/// naming no user as memcached does. Not root, both ignore `-u`.
 #[test]
-fn root_needs_user_flag() {
+fn as_root_without_user_flag_cachalot_warns_where_memcached_refuses() {
     if !is_root() {
-        // Not root: -u is ignored, so there is nothing to refuse. Check that.
         let (code, _, err) = run_cli(&["-u", "nobody", "-V"]);
         assert_eq!(code, 0, "{err}");
         return;
     }
-    // Unlike memcached, root without -u only warns (and keeps serving).
+    // memcached 1.6.18: exit 64 (EX_USAGE) before it listens.
+    let mut memcached = Command::new(common::memcached_bin())
+        .args(["-p", "0", "-U", "0", "-l", "127.0.0.1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run memcached");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = memcached.try_wait().expect("wait for memcached") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = memcached.kill();
+            let _ = memcached.wait();
+            panic!("memcached started as root without -u");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    memcached
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("memcached's stderr");
+    assert_eq!(status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("can't run as root without the -u switch"),
+        "{err}"
+    );
+    // cachalot: serves, with a warning that says what memcached would do.
     let server = spawn_server(&["-u", ""]);
     assert_eq!(server.ask(b"version\r\n", b"\r\n"), b"VERSION 1.6.18\r\n");
     assert!(
         server
             .stderr()
-            .contains("running as root without the -u switch"),
+            .contains("running as root without the -u switch (memcached would refuse"),
         "{}",
         server.stderr()
     );
@@ -363,7 +398,32 @@ fn slow_reader_is_throttled_not_buffered_without_bound() {
         let mut w = slow.try_clone().unwrap();
         std::thread::spawn(move || w.write_all(&b"get fat\r\n".repeat(200)))
     };
-    std::thread::sleep(Duration::from_millis(300));
+    // Wait until the server has stopped on this client: its output at the
+    // high-water mark, the connection in memcached's conn_mwrite.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let conns = ask(&mut setter, b"stats conns\r\n", b"END\r\n");
+        if conns.contains(":state conn_mwrite\r\n") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slow reader was never throttled; got {} get hits\n{conns}",
+            stat(&mut setter, "get_hits")
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // And it stays there: of the 200 gets, the few whose replies the
+    // socket buffers and the mark hold were answered, and no more are
+    // while others come and go.
+    let hits = stat(&mut setter, "get_hits");
+    assert!(
+        hits < 100,
+        "{hits} of 200 gets answered to a client that reads nothing"
+    );
+    for _ in 0..5 {
+        assert_eq!(stat(&mut server.connect(), "get_hits"), hits);
+    }
     // Meanwhile others are served promptly.
     let t = Instant::now();
     assert_eq!(
@@ -457,20 +517,55 @@ fn shutdown_command_needs_dash_a() {
     assert!(TcpStream::connect(server.addr()).is_err());
 }
 
+/// SIGHUP's bit in /proc's signal masks.
+const SIGHUP_BIT: u64 = 1;
+
+/// A signal mask (`SigCgt`, `ShdPnd`, `SigPnd`) of /proc/<pid>/status, or of
+/// a task's (`pid` as "pid/task/tid").
+fn signal_mask(pid: impl std::fmt::Display, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0)
+}
+
+/// Whether a SIGHUP waits for delivery: to the process, or to one of its
+/// threads.
+fn sighup_pending(pid: u32) -> bool {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    signal_mask(pid, "ShdPnd") & SIGHUP_BIT != 0
+        || tasks.iter().any(|t| {
+            signal_mask(format!("{pid}/task/{}", t.to_string_lossy()), "SigPnd") & SIGHUP_BIT != 0
+        })
+}
+
 #[test]
 fn pid_file_written_and_removed() {
     let pid_path = temp_path("cachalot.pid");
     let mut server = spawn_server(&["-P", pid_path.to_str().unwrap()]);
     let written = std::fs::read_to_string(&pid_path).expect("pid file");
     assert_eq!(written, format!("{}\n", server.pid()));
-    // SIGHUP is survived, as by memcached.
+    // SIGHUP is survived, as by memcached: caught, and once the kernel has
+    // delivered it (no longer pending), the server still answers.
+    assert!(
+        signal_mask(server.pid(), "SigCgt") & SIGHUP_BIT != 0,
+        "SIGHUP is not caught"
+    );
     server.signal("HUP");
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(server.try_wait().is_none(), "SIGHUP killed the server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sighup_pending(server.pid()) {
+        assert!(Instant::now() < deadline, "SIGHUP never delivered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(
         ask(&mut server.connect(), b"version\r\n", b"\r\n"),
         "VERSION 1.6.18\r\n"
     );
+    assert!(server.try_wait().is_none(), "SIGHUP killed the server");
     server.signal("INT");
     let status = server
         .wait_exit(Duration::from_secs(10))

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{temp_path, Memcached, Server};
 
@@ -45,9 +45,10 @@ fn connect(addr: SocketAddr) -> TcpStream {
 
 /// Store items `0..n` with `set ... [cost=N] noreply` (the cost only for
 /// cachalot: memcached refuses a second optional token), waiting for a
-/// `version` to come back after every 2000 (the flash tier's writer keeps
-/// up with that pace) and at the end.
-fn fill(addr: SocketAddr, n: usize, costs: bool) {
+/// `version` to come back after every 2000 and at the end; with a flash
+/// tier, also for its writer to have nothing staged (items that find its
+/// stage full are evicted, not written).
+fn fill(addr: SocketAddr, n: usize, costs: bool, flash: bool) {
     let mut s = connect(addr);
     let mut batch = Vec::new();
     for i in 0..n {
@@ -74,8 +75,29 @@ fn fill(addr: SocketAddr, n: usize, costs: bool) {
                 "{}",
                 String::from_utf8_lossy(&got)
             );
-            std::thread::sleep(Duration::from_millis(20));
+            if flash {
+                settle(&mut s);
+            }
         }
+    }
+}
+
+/// Wait until the flash tier's writer has nothing staged.
+fn settle(s: &mut TcpStream) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        s.write_all(b"stats flash\r\n").expect("send");
+        let reply = String::from_utf8_lossy(&common::read_until(s, b"END\r\n")).into_owned();
+        let staged: u64 = reply
+            .lines()
+            .find_map(|l| l.strip_prefix("STAT flash_staged "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no flash_staged in {reply}"));
+        if staged == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{staged} items still staged");
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -162,10 +184,11 @@ fn cachalot_restart(file: &Path, extra: &[&str], signal: &str) -> (usize, usize,
     let mut args = vec!["-m", "64", "-e", &file];
     args.extend_from_slice(extra);
     let mut first = Server::start(&args);
-    fill(first.addr(), ITEMS, true);
-    let before = read_all(first.addr(), ITEMS, true);
     // (Without a flash tier, `stats flash` is an unknown group: ERROR.)
-    let flash_items = match extra.contains(&"--flash-path") {
+    let flash = extra.contains(&"--flash-path");
+    fill(first.addr(), ITEMS, true, flash);
+    let before = read_all(first.addr(), ITEMS, true);
+    let flash_items = match flash {
         true => first.stat("flash", "flash_items"),
         false => 0,
     };
@@ -210,7 +233,7 @@ fn a_restart_keeps_the_items_as_memcached_does() {
     let mc_path = mc_file.to_string_lossy().into_owned();
     let flags = ["-m", "64", "-e", mc_path.as_str()];
     let mut first = Memcached::start(&flags);
-    fill(first.addr(), ITEMS, false);
+    fill(first.addr(), ITEMS, false, false);
     let before = read_all(first.addr(), ITEMS, false);
     let started = std::time::Instant::now();
     assert!(first.stop_with("USR1", Duration::from_secs(60)).is_some());
