@@ -260,6 +260,9 @@ pub struct Engine {
     /// transit (`engine/pages.rs`).
     rebal: Rebalancer,
     drain: Option<pages::Drain>,
+    /// Pages granted beyond `-m` to classes below their floor
+    /// (`floor_pages`), as memcached grants a class its first page.
+    pub(super) granted: usize,
     /// Reused buffer for append/prepend/incr.
     scratch: Vec<u8>,
     /// Victim selection within a class (CLOCK or GD-Wheel), see `evict`.
@@ -429,6 +432,7 @@ impl Engine {
                 page_size,
             ),
             drain: None,
+            granted: 0,
             policy: Policy::new(config.eviction, sizes.len()),
             learner: config
                 .learn_costs
@@ -1131,11 +1135,11 @@ impl Engine {
     /// The pages a class in use may hold even beyond `-m`: one, or for the
     /// last class, what one item of `-I` bytes takes (its head and segments
     /// are all chunks of that class). memcached grants a class its first
-    /// page beyond `-m` (`do_slabs_newslab`) so that a small cache stores
-    /// every size it is sent, with fewer pages than classes in use; here
-    /// `enforce_budget` takes the excess back from classes above their
-    /// floor. So memory stays within the larger of `-m` and the floors of
-    /// the classes in use, plus what `aux_bytes` counts.
+    /// page beyond `-m` (`do_slabs_newslab`), so that a small cache stores
+    /// every size it is sent, with fewer pages than classes in use, and a
+    /// class that appears once memory is full does not take a page from the
+    /// others; so does `chunk_of_class`, and the limit grows by the pages so
+    /// granted (`allowance`), at most the classes' floors.
     pub(super) fn floor_pages(&self, class: usize) -> usize {
         let c = &self.slabs.classes[class];
         if class + 1 < self.slabs.classes.len() {
@@ -1145,16 +1149,16 @@ impl Engine {
         chunks.div_ceil(c.per_page.max(1) as usize)
     }
 
-    /// A page for `class` beyond `-m`, if it is below its floor.
-    fn grant_floor_page(&mut self, class: usize) -> bool {
-        if self.slabs.classes[class].pages.len() >= self.floor_pages(class) {
-            return false;
+    /// The bytes granted beyond `-m` (`floor_pages`): the pages granted,
+    /// at most the floors of the classes now in use.
+    fn allowance(&self) -> usize {
+        if self.granted == 0 {
+            return 0;
         }
-        let Some(p) = self.slabs.new_page() else {
-            return false;
-        };
-        self.slabs.assign(p, class);
-        true
+        let floors: usize = (0..self.slabs.classes.len())
+            .map(|c| self.slabs.classes[c].pages.len().min(self.floor_pages(c)))
+            .sum();
+        self.granted.min(floors) * self.slabs.page_size
     }
 
     /// Whether every page is within its class's floor: memory may then be
@@ -1185,7 +1189,7 @@ impl Engine {
             + self.aux_bytes()
             + extra
             + self.page_headroom()
-            <= self.memory_limit
+            <= self.memory_limit + self.allowance()
     }
 
     /// Room left beyond a new page. The Z-zone's metadata (descriptors,
@@ -1251,9 +1255,8 @@ impl Engine {
             // the largest class instead of failing (memcached needs
             // slab_reassign for the first case).
             if !self.config.evict || !self.steal_page_for(class, protect) {
-                // The Z-zone gives the N-zone a page, else the class gets
-                // its floor beyond `-m`, before a store fails.
-                if self.zone_yield_page() || self.grant_floor_page(class) {
+                // The Z-zone gives the N-zone a page before a store fails.
+                if self.zone_yield_page() {
                     continue;
                 }
                 // The chunks threads reserved (`magazine`) may be the
@@ -1287,9 +1290,12 @@ impl Engine {
                 continue;
             }
             // The page and what the policy allocates for the class's first
-            // item (GD-Wheel's wheels) must fit together in `-m`.
-            if self.can_add_page_with(self.policy.first_item_bytes(class)) {
+            // item (GD-Wheel's wheels) must fit together in `-m`, unless
+            // the class is below its floor: that page is granted beyond it.
+            let fits = self.can_add_page_with(self.policy.first_item_bytes(class));
+            if fits || self.slabs.classes[class].pages.len() < self.floor_pages(class) {
                 if let Some(p) = self.slabs.new_page() {
+                    self.granted += usize::from(!fits);
                     self.slabs.assign(p, class);
                     continue;
                 }
@@ -1453,9 +1459,11 @@ impl Engine {
         // No rescues after a store: a rescue evicts the class's next
         // victim, which may be the item just stored, or moves that item.
         let rescue = protect.is_none();
-        while self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes()
-            > self.memory_limit
-        {
+        loop {
+            let used = self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes();
+            if used <= self.memory_limit || used <= self.memory_limit + self.allowance() {
+                return;
+            }
             if let Some(p) = self.slabs.spare.pop() {
                 self.slabs.release_page(p);
                 continue;
@@ -2279,10 +2287,11 @@ impl Engine {
         assert_eq!(bytes, self.counters.bytes, "bytes");
         let used: u64 = self.slabs.classes.iter().map(|c| c.used).sum();
         assert_eq!(used, live, "class used counts");
-        // Within `-m`, or over it only by classes' floors.
+        // Within `-m` and the pages granted beyond it, or over them only by
+        // classes' floors.
         assert!(
             self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes()
-                <= self.memory_limit.max(self.slabs.page_size)
+                <= self.memory_limit.max(self.slabs.page_size) + self.allowance()
                 || self.at_floors(),
             "memory budget: {} pages ({:?} per class), index {}, policy {}, rebalancer {}, zone {}, flash {}",
             self.slabs.pages_allocated(),

@@ -320,6 +320,11 @@ impl Engine {
     /// Give an emptied page of `from` to `to` (or the pool), with the stats.
     fn hand_over(&mut self, page: PageId, from: usize, to: Option<usize>) {
         self.slabs.unassign(page);
+        // A class taken below its floor gives back the allowance its floor
+        // was granted (`Engine::allowance`): page moves never grow memory.
+        if self.slabs.classes[from].pages.len() < self.floor_pages(from) {
+            self.granted = self.granted.saturating_sub(1);
+        }
         match to {
             Some(to) => {
                 self.slabs.assign(page, to);
@@ -554,7 +559,7 @@ impl Engine {
         // A donor keeps its floor (`Engine::floor_pages`): taking a class's
         // last page would only start a chain of steals, pages ping-ponging
         // between classes, each steal evicting a page; a class below its
-        // floor gets a page beyond `-m` instead (`grant_floor_page`).
+        // floor gets a page beyond `-m` instead (`chunk_of_class`).
         let donor = (0..self.slabs.classes.len())
             .filter(|&c| c != class && self.slabs.classes[c].pages.len() > self.floor_pages(c))
             .max_by_key(|&c| self.slabs.classes[c].pages.len());
