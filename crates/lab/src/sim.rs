@@ -887,15 +887,15 @@ mod tests {
 
     #[test]
     fn zone_split_is_sampled_per_interval() {
-        // A skewed stream over more keys than 8 MB holds: the N-zone
-        // demotes to the Z-zone, which serves some GET hits. (At 4 MB the
-        // classes in use would hold their floors beyond `-m`, and the two
-        // zones' shares add up to more than 1.)
-        let reqs = stream(300_000, 120_000, 4);
+        // A skewed stream over more keys than 16 MB holds: the N-zone
+        // demotes to the Z-zone, which serves some GET hits. (In a smaller
+        // cache, classes that appear once memory is full are granted pages
+        // beyond `-m`, and the two zones' shares add up to more than 1.)
+        let reqs = stream(300_000, 240_000, 4);
         let cfg = SimConfig {
             values: ValueKind::Proto,
             ..SimConfig::new(Config {
-                memory_limit: 8 << 20,
+                memory_limit: 16 << 20,
                 zzone: true,
                 ..Config::default()
             })
@@ -914,7 +914,7 @@ mod tests {
             let z = i.zzone.as_ref().unwrap();
             assert!(z.zzone_hits <= i.counts.hits);
             assert!((0.0..=1.0).contains(&z.nzone_hit_share(i.counts.hits)));
-            assert_eq!(z.memory_limit, 8 << 20);
+            assert_eq!(z.memory_limit, 16 << 20);
         }
         // The last sample is the engine at the end of the run.
         let last = zones[2];
