@@ -84,7 +84,9 @@ fn main() -> ExitCode {
     };
     let r = match cmd.as_str() {
         "free-port" => free_port(),
-        "wait" => Opts::parse(rest, &["addr", "timeout-ms", "poll-ms", "get"]).and_then(|o| wait(&o)),
+        "wait" => {
+            Opts::parse(rest, &["addr", "timeout-ms", "poll-ms", "get"]).and_then(|o| wait(&o))
+        }
         "stats" => Opts::parse(rest, &["addr"]).and_then(|o| stats(&o)),
         "fill" => Opts::parse(
             rest,

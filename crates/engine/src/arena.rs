@@ -32,8 +32,9 @@
 //! code: the mapping, the advice, and turning a chunk's address into a slice
 //! or an atomic byte.
 
+use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU16, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU8, Ordering};
 
 /// Huge page size on x86-64 and the alignment of every region.
 const HUGE: usize = 2 << 20;
@@ -114,6 +115,9 @@ pub struct Arena {
     /// under the engine lock (one writer), read by anyone.
     regions: Box<[AtomicPtr<Region>]>,
     hugepages: bool,
+    /// Some page was mapped from a file (`map_file`): releasing a page
+    /// must then also free the file's memory under it.
+    file_backed: AtomicBool,
 }
 
 // SAFETY: the regions are owned anonymous mappings reached through atomic
@@ -149,6 +153,7 @@ impl Arena {
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             hugepages,
+            file_backed: AtomicBool::new(false),
         }
     }
 
@@ -324,6 +329,40 @@ impl Arena {
         unsafe { AtomicU16::from_ptr(p.cast()) }.store(v.to_le(), Ordering::Relaxed);
     }
 
+    /// Make page `id` the page-sized range of `file` at `offset` (a
+    /// multiple of 4 KB), mapped shared: a warm restart's saved page, on a
+    /// RAM disk, becomes the page itself with no copy and no fresh memory
+    /// to zero (memcached's restart maps its memory onto its file so).
+    /// Writes go to the file's memory, which outlives the file's name.
+    /// Engine lock only, and only for a page in no class (no item, no
+    /// reader). The page reads as the file's bytes after.
+    pub fn map_file(&self, id: u32, file: &std::fs::File, offset: u64) -> std::io::Result<()> {
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        self.file_backed.store(true, Ordering::Relaxed);
+        let at = self.ptr(id, 0);
+        // SAFETY: MAP_FIXED over exactly one page of our own mapping (the
+        // page lies inside its region, `ptr`), which no reference points
+        // into: the page is in no class, so nothing indexes it and no
+        // thread reads it. The kernel checks the file and offset; on an
+        // error the old mapping stays as it was.
+        let p = unsafe {
+            libc::mmap(
+                at.cast(),
+                self.page_size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                offset,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        debug_assert_eq!(p.cast::<u8>(), at);
+        Ok(())
+    }
+
     /// Give a page's memory back to the kernel; it reads as zeros after.
     /// Engine lock only, and only for a page in no class (no item, no reader).
     pub fn release(&self, id: u32) {
@@ -335,6 +374,15 @@ impl Arena {
             // bound the resident memory (measured: 17 MB over at -m 64 as
             // the flash index grew page by page).
             self.advise_huge(id, false);
+        }
+        if self.file_backed.load(Ordering::Relaxed) {
+            // SAFETY: on a page `map_file` mapped, MADV_REMOVE frees the
+            // file's memory under it (a hole: it reads back as zeros); on
+            // an anonymous private page it fails (EINVAL) and does nothing.
+            // No reference into the page is alive: it holds no item.
+            unsafe {
+                libc::madvise(self.ptr(id, 0).cast(), self.page_size, libc::MADV_REMOVE);
+            }
         }
         // SAFETY: MADV_DONTNEED on a page of our private anonymous mapping
         // drops its frames; the range stays mapped and reads back as zeros.

@@ -20,7 +20,7 @@ mod zone;
 const RECLAIM_SLICES: usize = 8;
 
 pub use repartition::RepartitionStats;
-pub use restore::{Adopted, PageLayout, SavedClock};
+pub use restore::{Adopted, PageLayout, PageSource, SavedClock, SavedPage};
 pub use zone::ZzoneStats;
 
 use crate::chain::{self, Value};

@@ -15,22 +15,31 @@
 //! What the page does not carry is rebuilt from the items: the index, the
 //! eviction policy's state beyond the item's own bits (CLOCK's REF bit is
 //! in the header and comes back as it was; GD-Wheel's queues are linked
-//! again), the class and engine counters, the rebalancer's profile. A
+//! again), the class and engine counters. The rebalancer starts from
+//! nothing, as at any start: its profile of SETs and GETs is not fed the
+//! loaded items (in page order they are no reference stream; feeding them
+//! cost a cache miss each, a fifth of the load). A
 //! chained item (a head and its segments, all in the last class) is freed
 //! here and stored again from its own record (`warm.rs`): its segments name
 //! their chunks by location, which a page loaded elsewhere would not keep.
 
-use std::io;
+use std::io::{self, Read};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
 
 use super::{hash, Engine, ItemRef};
+use crate::arena::Arena;
 use crate::chain;
 use crate::clock::RelTime;
 use crate::index::Index;
 use crate::item;
 use crate::slab::{PageId, NONE};
+use crate::stripe::Stripes;
 
-/// Items indexed per batch, their buckets prefetched first.
-const BATCH: usize = 16;
+/// Items sent to the index thread at a time.
+const INDEX_BATCH: usize = 16 << 10;
+/// How far ahead in a batch the index thread prefetches buckets.
+const PREFETCH_AHEAD: usize = 8;
 /// Index bytes an item is assumed to take when deciding whether saved pages
 /// fit a memory limit (measured: 9.05-9.76, `index.rs`).
 const INDEX_BYTES_PER_ITEM: usize = 12;
@@ -56,7 +65,7 @@ pub struct SavedClock {
     pub now: RelTime,
 }
 
-/// What [`Engine::adopt_page`] brought back.
+/// What [`Engine::adopt_pages`] brought back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Adopted {
     pub items: u64,
@@ -65,6 +74,17 @@ pub struct Adopted {
     /// Items whose TTL ran out while the server was down.
     pub expired: u64,
     pub max_cas: u64,
+    /// Pages that failed their check.
+    pub bad_pages: u64,
+}
+
+/// Where [`Engine::adopt_pages`] gets a saved page's bytes.
+pub enum PageSource<'a> {
+    /// Read a page's worth from the file where it stands.
+    Read(&'a std::fs::File),
+    /// Map a page's worth of a file on a RAM disk, from an offset that is
+    /// a multiple of 4 KB (`Arena::map_file`): no copy, no memory to zero.
+    Map(&'a std::fs::File, u64),
 }
 
 /// What a chunk of a saved page holds, once its times are moved.
@@ -156,70 +176,129 @@ impl Engine {
             && room
     }
 
-    /// Before the first [`Engine::adopt_page`]: size each stripe's index
-    /// for its share of `items` (empty ones only), so that no index grows,
-    /// which would read every indexed item's key again, while pages load.
-    pub fn adopt_begin(&mut self, items: usize) {
+    /// Bring back saved `pages` (as `warm::save` wrote them, from a clock
+    /// `saved`, `items` items in all): each page's bytes from its source
+    /// into a new page, checked against its CRC-32, then its items, their
+    /// times moved to this clock. A page that fails its check, or of a
+    /// class or cursor this engine has not, loads nothing (counted in
+    /// `bad_pages`). An error of a source stops the load there, what was
+    /// loaded kept, and is returned.
+    ///
+    /// Two threads: this one maps or reads, checks and walks the pages and
+    /// links their items in the policy; a helper builds the index from the
+    /// (hash, location) pairs it is sent, a batch at a time, prefetching
+    /// buckets ahead (the index's random writes are half the work).
+    pub fn adopt_pages<'a>(
+        &mut self,
+        saved: SavedClock,
+        items: usize,
+        pages: impl Iterator<Item = SavedPage<'a>>,
+    ) -> (Adopted, io::Result<()>) {
+        self.hold_all();
         let n = self.stripes.len();
         for s in 0..n {
-            self.hold(s);
             // SAFETY: as in `Engine::stripe`: `&mut self` is the engine
-            // lock's holder, stripe `s` is acquired, and no other
-            // reference into it is alive.
+            // lock's holder, stripe `s` is acquired (`hold_all`), and no
+            // other reference into it is alive.
             let stripe = unsafe { self.stripes.stripe_mut(s) };
+            // Sized for its share, so that no index grows while pages load
+            // (a growth reads every indexed item's key again).
             if stripe.index.is_empty() {
                 stripe.index = Index::with_capacity(items.div_ceil(n));
             }
         }
+        let stripes = Arc::clone(&self.stripes);
+        let arena = Arc::clone(&self.slabs.arena);
+        let chunk_bits = self.slabs.chunk_bits;
+        let mut out = Adopted::default();
+        let mut result = Ok(());
+        std::thread::scope(|scope| {
+            let (full, to_index) = mpsc::sync_channel::<Vec<(u64, u64)>>(4);
+            let (emptied, reuse) = mpsc::channel();
+            scope.spawn(move || index_batches(&stripes, &arena, chunk_bits, to_index, emptied));
+            let mut live = Vec::new();
+            let mut batch = Vec::with_capacity(INDEX_BATCH);
+            for page in pages {
+                if let Err(e) = self.adopt_page(page, saved, &mut out, &mut live, &mut batch) {
+                    result = Err(e);
+                    break;
+                }
+                if batch.len() >= INDEX_BATCH {
+                    let next = reuse
+                        .try_recv()
+                        .unwrap_or_else(|_| Vec::with_capacity(INDEX_BATCH));
+                    if full.send(std::mem::replace(&mut batch, next)).is_err() {
+                        break;
+                    }
+                }
+            }
+            let _ = full.send(batch);
+        });
         self.index_bytes = self.index_memory();
         self.index_shape = (0..n).map(|s| self.shape_of(s)).collect();
+        self.raise_cas(out.max_cas);
+        // What the index and the policy grew to fits `-m` (else pages go).
+        self.enforce_budget(None);
+        (out, result)
     }
 
-    /// Read a saved page of `class` whose first `bump` chunks were handed
-    /// out into a new page with `fill` (false: the bytes are not the saved
-    /// ones, e.g. a CRC mismatch; the page then loads nothing), and bring
-    /// its items back, their times moved from `saved`'s clock to this one.
-    /// `fill`'s error is returned as is, the page unused. A class or
-    /// cursor this engine has not is a page that loads nothing.
-    pub fn adopt_page(
+    /// One page of [`Engine::adopt_pages`]; its items' (hash, location)
+    /// pairs are appended to `batch` for the index.
+    fn adopt_page(
         &mut self,
-        class: usize,
-        bump: u32,
+        page: SavedPage<'_>,
         saved: SavedClock,
         out: &mut Adopted,
-        live: &mut Vec<(u32, u32)>,
-        fill: impl FnOnce(&mut [u8]) -> io::Result<bool>,
+        live: &mut Vec<Live>,
+        batch: &mut Vec<(u64, u64)>,
     ) -> io::Result<()> {
         let Some(id) = self.slabs.new_page() else {
             return Err(io::Error::other("no address space for a saved page"));
         };
+        let got = match page.source {
+            PageSource::Read(mut file) => file.read_exact(self.slabs.classless_page_mut(id)),
+            PageSource::Map(file, offset) => self.slabs.arena.map_file(id, file, offset),
+        };
+        let class = page.class;
         let geometry = self
             .slabs
             .classes
             .get(class)
-            .map(|c| (c.chunk_size, c.per_page));
-        let filled = fill(self.slabs.classless_page_mut(id));
-        let Some((cs, _)) = geometry.filter(|&(_, per)| bump <= per) else {
-            self.slabs.spare.push(id);
-            return filled.map(|_| ());
+            .map(|c| (c.chunk_size as usize, c.per_page))
+            .filter(|&(_, per)| page.bump <= per);
+        let cs = match (got, geometry) {
+            (Ok(()), Some((cs, _)))
+                if crc32fast::hash(self.slabs.classless_page_mut(id)) == page.crc =>
+            {
+                cs
+            }
+            (got, _) => {
+                // Zeros again (and a mapped file's memory freed).
+                self.slabs.arena.release(id);
+                self.slabs.spare.push(id);
+                out.bad_pages += u64::from(got.is_ok());
+                return got;
+            }
         };
-        if !filled? {
-            self.slabs.spare.push(id);
-            return Ok(());
-        }
         let (now, shift) = (self.now(), saved.started_unix - self.clock.started_unix());
-        let page = self.slabs.classless_page_mut(id);
+        let bytes = self.slabs.classless_page_mut(id);
         let (mut free_head, mut free_count) = (NONE, 0);
         live.clear();
         // Backwards, so that the free list hands out chunks in order.
-        for c in (0..bump).rev() {
-            let at = c as usize * cs as usize;
-            let chunk = &mut page[at..at + cs as usize];
+        for c in (0..page.bump).rev() {
+            let at = c as usize * cs;
+            let chunk = &mut bytes[at..at + cs];
             match revive(chunk, saved.now, shift, now) {
                 Chunk::Live { kv, total } => {
-                    live.push((c, total as u32));
+                    let h = item::Header::read(chunk);
+                    live.push(Live {
+                        chunk: c,
+                        total: total as u32,
+                        hash: hash(item::key(chunk)),
+                    });
                     out.items += 1;
                     out.bytes += kv as u64;
+                    out.max_cas = out.max_cas.max(h.cas);
                     continue;
                 }
                 Chunk::Expired => out.expired += 1,
@@ -230,47 +309,94 @@ impl Engine {
             free_head = c;
             free_count += 1;
         }
-        self.slabs.adopt(id, class, bump, free_head, free_count);
-        self.hold_all();
-        let mut batch = [(0u64, 0u64); BATCH];
-        for group in live.chunks(BATCH) {
-            for (slot, &(c, _)) in batch.iter_mut().zip(group) {
-                let loc = self.slabs.loc(id, c);
-                let h = hash(item::key(self.slabs.chunk(loc)));
-                self.stripe_ref(self.stripes.of(h)).index.prefetch(h);
-                *slot = (h, loc);
+        self.slabs
+            .adopt(id, class, page.bump, free_head, free_count);
+        for it in live.iter().rev() {
+            let loc = self.slabs.loc(id, it.chunk);
+            self.policy.link(&mut self.slabs, class, loc);
+            let c = &mut self.slabs.classes[class];
+            c.used += 1;
+            c.requested += u64::from(it.total);
+            self.counters.curr_items += 1;
+            self.counters.total_items += 1;
+            self.counters.bytes += u64::from(it.total);
+            if self.flash.is_some() {
+                // Older copies on flash are shadowed, as by a store.
+                self.tiers_forget(it.hash, false);
             }
-            for (&(h, loc), &(_, total)) in batch.iter().zip(group) {
-                self.index_mut(h, |ix, slabs| {
-                    ix.insert(h, loc, &|l| hash(item::key(slabs.chunk(l))))
-                });
-                let chunk = self.slabs.chunk(loc);
-                let (cas, cost) = (item::Header::read(chunk).cas, item::cost_code(chunk));
-                out.max_cas = out.max_cas.max(cas);
-                self.policy.link(&mut self.slabs, class, loc);
-                self.rebal.stored(h, class, cost, true);
-                let c = &mut self.slabs.classes[class];
-                c.used += 1;
-                c.requested += u64::from(total);
-                self.counters.curr_items += 1;
-                self.counters.total_items += 1;
-                self.counters.bytes += u64::from(total);
-                if self.flash.is_some() {
-                    // Older copies on flash are shadowed, as by a store.
-                    self.tiers_forget(h, false);
-                }
-            }
+            batch.push((it.hash, loc));
         }
         Ok(())
     }
+}
 
-    /// After the last [`Engine::adopt_page`]: CAS uniques from now on are
-    /// above `max_cas`, and what the index and policy grew to fits `-m`.
-    pub fn adopt_end(&mut self, max_cas: u64) {
-        self.raise_cas(max_cas);
-        self.fold_index_grown();
-        self.enforce_budget(None);
+/// A live item of the page being adopted.
+struct Live {
+    chunk: u32,
+    total: u32,
+    hash: u64,
+}
+
+/// Index the (hash, location) pairs of each batch `adopt_pages` sends,
+/// then send the emptied batch back.
+fn index_batches(
+    stripes: &Stripes,
+    arena: &Arena,
+    chunk_bits: u32,
+    batches: mpsc::Receiver<Vec<(u64, u64)>>,
+    emptied: mpsc::Sender<Vec<(u64, u64)>>,
+) {
+    // Only a growing index asks (`Index::insert`), and these are sized
+    // not to grow: the key of an item already indexed.
+    let hash_of = |loc: u64| hash(&key_at(arena, chunk_bits, loc));
+    for mut batch in batches {
+        for i in 0..batch.len() {
+            if let Some(&(h, _)) = batch.get(i + PREFETCH_AHEAD) {
+                // SAFETY: see below; a shared reference, dropped at once.
+                unsafe { stripes.stripe_ref(stripes.of(h)) }
+                    .index
+                    .prefetch(h);
+            }
+            let (h, loc) = batch[i];
+            // SAFETY: `adopt_pages` holds the engine lock and has acquired
+            // every stripe for the whole time this thread runs (it joins
+            // it before returning), and meanwhile only this thread touches
+            // any index; this reference is the only one and is dropped
+            // before the next is made.
+            let stripe = unsafe { stripes.stripe_mut(stripes.of(h)) };
+            stripe.index.insert(h, loc, &hash_of);
+        }
+        batch.clear();
+        let _ = emptied.send(batch);
     }
+}
+
+/// The key of the adopted item at `loc`, copied out: its key bytes and the
+/// header bytes that say where they are are never written once the page
+/// is adopted (the adopting thread goes on writing other chunks' bytes).
+fn key_at(arena: &Arena, chunk_bits: u32, loc: u64) -> Vec<u8> {
+    let (page, chunk) = crate::slab::split_loc(loc, chunk_bits);
+    let Some((_, cs)) = arena.geometry(page) else {
+        return Vec::new();
+    };
+    let start = chunk as usize * cs as usize;
+    let klen = usize::from(arena.atomic(page, start + 12).load(Ordering::Relaxed));
+    let long = arena.load_u16(page, start + 14) == item::LONG_VALUE as u16;
+    let width = item::code_width(arena.atomic(page, start + 7).load(Ordering::Relaxed));
+    let at = start + item::HEADER_LEN + if long { 4 } else { 0 } + width;
+    // SAFETY: the key bytes of an adopted item are written by nobody
+    // while the load runs (above), and lie inside its chunk.
+    unsafe { arena.bytes(page, at, klen) }.to_vec()
+}
+
+/// A page as `warm::save` wrote it.
+pub struct SavedPage<'a> {
+    pub class: usize,
+    /// Chunks handed out.
+    pub bump: u32,
+    /// CRC-32 of its bytes.
+    pub crc: u32,
+    pub source: PageSource<'a>,
 }
 
 /// Classify the chunk of a saved page and, for a live item, move its
