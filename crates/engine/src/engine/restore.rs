@@ -39,7 +39,7 @@ use crate::stripe::Stripes;
 /// Items sent to the index thread at a time.
 const INDEX_BATCH: usize = 16 << 10;
 /// How far ahead in a batch the index thread prefetches buckets.
-const PREFETCH_AHEAD: usize = 8;
+const PREFETCH_AHEAD: usize = 24;
 /// Index bytes an item is assumed to take when deciding whether saved pages
 /// fit a memory limit (measured: 9.05-9.76, `index.rs`).
 const INDEX_BYTES_PER_ITEM: usize = 12;
@@ -295,6 +295,7 @@ impl Engine {
                         chunk: c,
                         total: total as u32,
                         hash: hash(item::key(chunk)),
+                        cost: item::dequantize_cost(h.cost),
                     });
                     out.items += 1;
                     out.bytes += kv as u64;
@@ -311,9 +312,17 @@ impl Engine {
         }
         self.slabs
             .adopt(id, class, page.bump, free_head, free_count);
+        // CLOCK keeps nothing outside the chunk but the class's cost sum.
+        let clock = self.policy.kind() == crate::EvictionPolicy::Lru;
+        if clock {
+            let cost: u64 = live.iter().map(|it| u64::from(it.cost)).sum();
+            self.policy.add_live_cost(class, cost);
+        }
         for it in live.iter().rev() {
             let loc = self.slabs.loc(id, it.chunk);
-            self.policy.link(&mut self.slabs, class, loc);
+            if !clock {
+                self.policy.link(&mut self.slabs, class, loc);
+            }
             let c = &mut self.slabs.classes[class];
             c.used += 1;
             c.requested += u64::from(it.total);
@@ -335,6 +344,8 @@ struct Live {
     chunk: u32,
     total: u32,
     hash: u64,
+    /// Dequantised.
+    cost: u32,
 }
 
 /// Index the (hash, location) pairs of each batch `adopt_pages` sends,
