@@ -28,9 +28,16 @@
 //! or write which bytes is the engine's lock protocol (`crate::stripe`); the
 //! `unsafe` accessors below state what their callers promise.
 //!
-//! With `prefetch` (lib.rs) and `stripe`, this is the engine's only `unsafe`
-//! code: the mapping, the advice, and turning a chunk's address into a slice
-//! or an atomic byte.
+//! A warm restart may map a page from its file instead (`map_file`, shared,
+//! from a RAM disk): the saved page becomes the page, with nothing copied and
+//! no fresh memory to zero, which is how memcached's restart is fast. Such a
+//! page is released with `MADV_REMOVE`, which frees the file's memory under
+//! it.
+//!
+//! With `prefetch` (lib.rs), `stripe` and the warm restart's (the file
+//! system calls of `warm.rs`, the index thread of `engine/restore.rs`), this
+//! is the engine's only `unsafe` code: the mapping, the advice, and turning a
+//! chunk's address into a slice or an atomic byte.
 
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
