@@ -32,7 +32,7 @@
 //! from a RAM disk): the saved page becomes the page, with nothing copied and
 //! no fresh memory to zero, which is how memcached's restart is fast. Such a
 //! page is released with `MADV_REMOVE`, which frees the file's memory under
-//! it.
+//! it, and becomes anonymous memory again.
 //!
 //! With `prefetch` (lib.rs), `stripe` and the warm restart's (the file
 //! system calls of `warm.rs`, the index thread of `engine/restore.rs`), this
@@ -383,12 +383,32 @@ impl Arena {
             self.advise_huge(id, false);
         }
         if self.file_backed.load(Ordering::Relaxed) {
+            let at = self.ptr(id, 0);
             // SAFETY: on a page `map_file` mapped, MADV_REMOVE frees the
-            // file's memory under it (a hole: it reads back as zeros); on
-            // an anonymous private page it fails (EINVAL) and does nothing.
-            // No reference into the page is alive: it holds no item.
-            unsafe {
-                libc::madvise(self.ptr(id, 0).cast(), self.page_size, libc::MADV_REMOVE);
+            // file's memory under it; on an anonymous private page it fails
+            // (EINVAL) and does nothing. No reference into the page is
+            // alive: it holds no item.
+            let removed = unsafe { libc::madvise(at.cast(), self.page_size, libc::MADV_REMOVE) };
+            if removed == 0 {
+                // Anonymous memory again, as the region's: written later,
+                // the file's hole would take memory from the RAM disk,
+                // and a full one would fault.
+                // SAFETY: MAP_FIXED over exactly this page of our mapping,
+                // which nothing references (above).
+                let p = unsafe {
+                    libc::mmap(
+                        at.cast(),
+                        self.page_size,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE
+                            | libc::MAP_ANONYMOUS
+                            | libc::MAP_NORESERVE
+                            | libc::MAP_FIXED,
+                        -1,
+                        0,
+                    )
+                };
+                debug_assert_ne!(p, libc::MAP_FAILED);
             }
         }
         // SAFETY: MADV_DONTNEED on a page of our private anonymous mapping
@@ -479,6 +499,43 @@ mod tests {
             a.atomic(6, 3).fetch_or(0x81, Ordering::Relaxed);
             assert_eq!(page(&a, 6)[3], 0x81);
         }
+    }
+
+    #[test]
+    fn a_page_mapped_from_a_file_is_the_file_until_released() {
+        let dir = std::path::Path::new("/dev/shm");
+        if !dir.is_dir() {
+            return;
+        }
+        let path = dir.join(format!("cachalot-arena-{}", std::process::id()));
+        let bytes: Vec<u8> = (0..2 * PAGE).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let a = Arena::new(PAGE, 4 * PAGE, true);
+        a.reserve(2).unwrap();
+        write(&a, 1, 0, 7);
+        a.map_file(2, &file, PAGE as u64).unwrap();
+        assert_eq!(page(&a, 2), &bytes[PAGE..], "the file's second page");
+        assert_eq!(page(&a, 1)[0], 7, "the neighbour is untouched");
+        // Shared: a write lands in the file.
+        write(&a, 2, 10, 0xee);
+        assert_eq!(std::fs::read(&path).unwrap()[PAGE + 10], 0xee);
+        a.release(2);
+        assert!(page(&a, 2).iter().all(|&b| b == 0), "zeros once released");
+        let now = std::fs::read(&path).unwrap();
+        assert!(
+            now[PAGE..].iter().all(|&b| b == 0),
+            "the file's memory freed"
+        );
+        assert_eq!(now[..PAGE], bytes[..PAGE]);
+        // Anonymous again: writes no longer reach the file.
+        write(&a, 2, 10, 0x11);
+        assert_eq!(std::fs::read(&path).unwrap()[PAGE + 10], 0);
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

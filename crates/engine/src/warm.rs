@@ -300,8 +300,10 @@ fn write_block(out: &mut impl Write, payload: &[u8]) -> io::Result<()> {
 pub fn load(cache: &Cache, path: &Path) -> io::Result<WarmStats> {
     // Read-write where allowed: pages are mapped shared from a RAM disk.
     let opened = match OpenOptions::new().read(true).write(true).open(path) {
-        Err(e) if e.kind() == ErrorKind::PermissionDenied => File::open(path).map(|f| (f, false)),
-        opened => opened.map(|f| (f, true)),
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Err(e),
+        // Read-only (permissions, a read-only file system): read the pages.
+        Err(_) => File::open(path).map(|f| (f, false)),
     };
     let (mut file, writable) = match opened {
         Ok(f) => f,
@@ -902,8 +904,16 @@ mod tests {
         let keys = fill(&a);
         for dir in dirs() {
             let path = dir.join(format!("cachalot-warm-{}-roundtrip", std::process::id()));
-            let loaded = round_trip(&a, &cache(), &keys, &path);
+            let b = cache();
+            let loaded = round_trip(&a, &b, &keys, &path);
             assert!(loaded.adopted, "the same layout adopts the pages");
+            // Adopted (and mapped) pages are given back and reused as any.
+            b.lock().set_memory_limit(8 << 20).expect("cache_memlimit");
+            let value = vec![9u8; 3000];
+            for i in 0..10_000u32 {
+                b.store(&Store::set(format!("more-{i}").as_bytes(), &value));
+            }
+            b.lock().validate();
         }
         // GD-Wheel's queues are linked again (`validate` checks them).
         let config = Config {
