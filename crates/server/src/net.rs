@@ -483,7 +483,11 @@ fn warm_load(cache: &Cache, path: &std::path::Path, settings: &Settings) -> Resu
                  ({} damaged pages skipped)",
                 s.items, s.bad_pages
             ),
-            &[("file", &file), ("items", &s.items), ("bad_pages", &s.bad_pages)],
+            &[
+                ("file", &file),
+                ("items", &s.items),
+                ("bad_pages", &s.bad_pages),
+            ],
         );
     }
     if settings.verbose > 0 && (s.items > 0 || s.skipped > 0) {
