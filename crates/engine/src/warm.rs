@@ -428,7 +428,12 @@ fn load_pages(cache: &Cache, file: &mut File, size: u64, map: bool) -> io::Resul
         stats.bad_pages = header.pages;
     } else {
         let pages = usize::try_from(header.pages).unwrap_or(usize::MAX);
-        let items = usize::try_from(header.items).unwrap_or(usize::MAX);
+        // No more than the pages can hold (the count sizes the index).
+        let smallest = header.layout.sizes.first().map_or(1, |&c| c.max(1));
+        let most = header
+            .pages
+            .saturating_mul(u64::from(header.layout.page_size / smallest));
+        let items = usize::try_from(header.items.min(most)).unwrap_or(usize::MAX);
         let limit = usize::try_from(header.memory_limit).unwrap_or(usize::MAX);
         let adopt = cache.lock().can_adopt(&header.layout, pages, items, limit);
         let mut max_cas = 0;
@@ -436,6 +441,7 @@ fn load_pages(cache: &Cache, file: &mut File, size: u64, map: bool) -> io::Resul
             header: &header,
             entries,
             offset: pages_at,
+            items,
         };
         let mut whole = match adopt {
             true => adopt_pages(cache, file, &at, map, size, &mut stats, &mut max_cas),
@@ -504,11 +510,14 @@ fn read_full(file: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
     }
 }
 
-/// The pages of a file: its header, their table entries, where they start.
+/// The pages of a file: its header, their table entries, where they
+/// start, and how many items they hold (the header's count, bounded by
+/// what the pages can hold).
 struct Pages<'a> {
     header: &'a Header,
     entries: &'a [u8],
     offset: u64,
+    items: usize,
 }
 
 impl Pages<'_> {
@@ -547,8 +556,7 @@ fn adopt_pages(
             },
         }
     });
-    let items = usize::try_from(header.items).unwrap_or(0);
-    let (out, result) = cache.lock().adopt_pages(header.clock, items, pages);
+    let (out, result) = cache.lock().adopt_pages(header.clock, at.items, pages);
     *max_cas = (*max_cas).max(out.max_cas);
     stats.items += out.items;
     stats.bytes += out.bytes;

@@ -167,8 +167,10 @@ impl Engine {
         items: usize,
         saved_limit: usize,
     ) -> bool {
-        let room = saved_limit <= self.memory_limit
-            || pages * self.slabs.page_size + items * INDEX_BYTES_PER_ITEM <= self.memory_limit;
+        let need = pages
+            .saturating_mul(self.slabs.page_size)
+            .saturating_add(items.saturating_mul(INDEX_BYTES_PER_ITEM));
+        let room = saved_limit <= self.memory_limit || need <= self.memory_limit;
         *layout == self.page_layout()
             && self.zone.is_none()
             && self.counters.curr_items == 0
