@@ -5,7 +5,8 @@
 //! Subcommands print `name=value` lines so the shell scripts can tabulate
 //! them without a parser:
 //!   free-port                       a free 127.0.0.1 TCP port
-//!   wait     --addr A               until A answers `version` (5 s at most)
+//!   wait     --addr A [--timeout-ms 5000] [--poll-ms 50] [--get KEY]
+//!            until A answers `version` (or, with --get, a hit for KEY)
 //!   stats    --addr A               the `stats` reply
 //!   fill     --addr A --items N --value-size V [--key-len 14] [--proto text|meta]
 //!            [--values random|json|proto|text]
@@ -83,7 +84,9 @@ fn main() -> ExitCode {
     };
     let r = match cmd.as_str() {
         "free-port" => free_port(),
-        "wait" => Opts::parse(rest, &["addr", "timeout-ms"]).and_then(|o| wait(&o)),
+        "wait" => {
+            Opts::parse(rest, &["addr", "timeout-ms", "poll-ms", "get"]).and_then(|o| wait(&o))
+        }
         "stats" => Opts::parse(rest, &["addr"]).and_then(|o| stats(&o)),
         "fill" => Opts::parse(
             rest,
@@ -154,19 +157,46 @@ fn free_port() -> Result<(), String> {
 fn wait(o: &Opts) -> Result<(), String> {
     let addr = o.str("addr")?;
     let limit = Duration::from_millis(o.num("timeout-ms", Some(5000))?);
+    let poll = Duration::from_millis(o.num("poll-ms", Some(50))?);
+    // With --get KEY: until `get KEY` hits (a warm restart's first hit).
+    let key = o.str("get").ok();
     let start = Instant::now();
     let mut last_err = String::new();
     while start.elapsed() < limit {
-        match try_version(&addr) {
+        let tried = match &key {
+            Some(k) => try_get(&addr, k),
+            None => try_version(&addr),
+        };
+        match tried {
             Ok(v) => {
                 println!("{v}");
                 return Ok(());
             }
             Err(e) => last_err = e.to_string(),
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(poll);
     }
     Err(format!("{addr} not answering after {limit:?}: {last_err}"))
+}
+
+/// `get key` until its reply ends: Ok on a hit.
+fn try_get(addr: &str, key: &str) -> std::io::Result<String> {
+    let mut s = capacity::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(1)))?;
+    s.write_all(format!("get {key}\r\n").as_bytes())?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !reply.ends_with(b"END\r\n") {
+        let n = std::io::Read::read(&mut s, &mut buf)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        reply.extend_from_slice(&buf[..n]);
+    }
+    match reply.starts_with(b"VALUE ") {
+        true => Ok(format!("hit {key}")),
+        false => Err(std::io::Error::other(format!("{key}: miss"))),
+    }
 }
 
 fn try_version(addr: &str) -> std::io::Result<String> {

@@ -28,12 +28,20 @@
 //! or write which bytes is the engine's lock protocol (`crate::stripe`); the
 //! `unsafe` accessors below state what their callers promise.
 //!
-//! With `prefetch` (lib.rs) and `stripe`, this is the engine's only `unsafe`
-//! code: the mapping, the advice, and turning a chunk's address into a slice
-//! or an atomic byte.
+//! A warm restart may map a page from its file instead (`map_file`, shared,
+//! from a RAM disk): the saved page becomes the page, with nothing copied and
+//! no fresh memory to zero, which is how memcached's restart is fast. Such a
+//! page is released with `MADV_REMOVE`, which frees the file's memory under
+//! it, and becomes anonymous memory again.
+//!
+//! With `prefetch` (lib.rs), `stripe` and the warm restart's (the file
+//! system calls of `warm.rs`, the index thread of `engine/restore.rs`), this
+//! is the engine's only `unsafe` code: the mapping, the advice, and turning a
+//! chunk's address into a slice or an atomic byte.
 
+use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU16, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU8, Ordering};
 
 /// Huge page size on x86-64 and the alignment of every region.
 const HUGE: usize = 2 << 20;
@@ -114,6 +122,9 @@ pub struct Arena {
     /// under the engine lock (one writer), read by anyone.
     regions: Box<[AtomicPtr<Region>]>,
     hugepages: bool,
+    /// Some page was mapped from a file (`map_file`): releasing a page
+    /// must then also free the file's memory under it.
+    file_backed: AtomicBool,
 }
 
 // SAFETY: the regions are owned anonymous mappings reached through atomic
@@ -149,6 +160,7 @@ impl Arena {
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             hugepages,
+            file_backed: AtomicBool::new(false),
         }
     }
 
@@ -324,6 +336,40 @@ impl Arena {
         unsafe { AtomicU16::from_ptr(p.cast()) }.store(v.to_le(), Ordering::Relaxed);
     }
 
+    /// Make page `id` the page-sized range of `file` at `offset` (a
+    /// multiple of 4 KB), mapped shared: a warm restart's saved page, on a
+    /// RAM disk, becomes the page itself with no copy and no fresh memory
+    /// to zero (memcached's restart maps its memory onto its file so).
+    /// Writes go to the file's memory, which outlives the file's name.
+    /// Engine lock only, and only for a page in no class (no item, no
+    /// reader). The page reads as the file's bytes after.
+    pub fn map_file(&self, id: u32, file: &std::fs::File, offset: u64) -> std::io::Result<()> {
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        self.file_backed.store(true, Ordering::Relaxed);
+        let at = self.ptr(id, 0);
+        // SAFETY: MAP_FIXED over exactly one page of our own mapping (the
+        // page lies inside its region, `ptr`), which no reference points
+        // into: the page is in no class, so nothing indexes it and no
+        // thread reads it. The kernel checks the file and offset; on an
+        // error the old mapping stays as it was.
+        let p = unsafe {
+            libc::mmap(
+                at.cast(),
+                self.page_size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                offset,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        debug_assert_eq!(p.cast::<u8>(), at);
+        Ok(())
+    }
+
     /// Give a page's memory back to the kernel; it reads as zeros after.
     /// Engine lock only, and only for a page in no class (no item, no reader).
     pub fn release(&self, id: u32) {
@@ -335,6 +381,35 @@ impl Arena {
             // bound the resident memory (measured: 17 MB over at -m 64 as
             // the flash index grew page by page).
             self.advise_huge(id, false);
+        }
+        if self.file_backed.load(Ordering::Relaxed) {
+            let at = self.ptr(id, 0);
+            // SAFETY: on a page `map_file` mapped, MADV_REMOVE frees the
+            // file's memory under it; on an anonymous private page it fails
+            // (EINVAL) and does nothing. No reference into the page is
+            // alive: it holds no item.
+            let removed = unsafe { libc::madvise(at.cast(), self.page_size, libc::MADV_REMOVE) };
+            if removed == 0 {
+                // Anonymous memory again, as the region's: written later,
+                // the file's hole would take memory from the RAM disk,
+                // and a full one would fault.
+                // SAFETY: MAP_FIXED over exactly this page of our mapping,
+                // which nothing references (above).
+                let p = unsafe {
+                    libc::mmap(
+                        at.cast(),
+                        self.page_size,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE
+                            | libc::MAP_ANONYMOUS
+                            | libc::MAP_NORESERVE
+                            | libc::MAP_FIXED,
+                        -1,
+                        0,
+                    )
+                };
+                debug_assert_ne!(p, libc::MAP_FAILED);
+            }
         }
         // SAFETY: MADV_DONTNEED on a page of our private anonymous mapping
         // drops its frames; the range stays mapped and reads back as zeros.
@@ -424,6 +499,43 @@ mod tests {
             a.atomic(6, 3).fetch_or(0x81, Ordering::Relaxed);
             assert_eq!(page(&a, 6)[3], 0x81);
         }
+    }
+
+    #[test]
+    fn a_page_mapped_from_a_file_is_the_file_until_released() {
+        let dir = std::path::Path::new("/dev/shm");
+        if !dir.is_dir() {
+            return;
+        }
+        let path = dir.join(format!("cachalot-arena-{}", std::process::id()));
+        let bytes: Vec<u8> = (0..2 * PAGE).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let a = Arena::new(PAGE, 4 * PAGE, true);
+        a.reserve(2).unwrap();
+        write(&a, 1, 0, 7);
+        a.map_file(2, &file, PAGE as u64).unwrap();
+        assert_eq!(page(&a, 2), &bytes[PAGE..], "the file's second page");
+        assert_eq!(page(&a, 1)[0], 7, "the neighbour is untouched");
+        // Shared: a write lands in the file.
+        write(&a, 2, 10, 0xee);
+        assert_eq!(std::fs::read(&path).unwrap()[PAGE + 10], 0xee);
+        a.release(2);
+        assert!(page(&a, 2).iter().all(|&b| b == 0), "zeros once released");
+        let now = std::fs::read(&path).unwrap();
+        assert!(
+            now[PAGE..].iter().all(|&b| b == 0),
+            "the file's memory freed"
+        );
+        assert_eq!(now[..PAGE], bytes[..PAGE]);
+        // Anonymous again: writes no longer reach the file.
+        write(&a, 2, 10, 0x11);
+        assert_eq!(std::fs::read(&path).unwrap()[PAGE + 10], 0);
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

@@ -112,6 +112,13 @@ impl Clock {
             .fetch_add(by.as_secs().min(u32::MAX as u64) as u32, Ordering::Relaxed);
     }
 
+    /// Make relative time 0 `secs` later in unix time (tests of warm
+    /// restarts: a process that started that much later).
+    #[cfg(test)]
+    pub(crate) fn shift_start(&self, secs: i64) {
+        self.started_unix.fetch_add(secs, Ordering::Relaxed);
+    }
+
     /// Apply memcached's exptime rules (`realtime()` in memcached.c): 0 means
     /// never; negative means already expired; up to 30 days is relative to now;
     /// anything larger is an absolute unix time.

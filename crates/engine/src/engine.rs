@@ -13,12 +13,14 @@ use crossbeam_utils::CachePadded;
 
 mod pages;
 mod repartition;
+mod restore;
 mod zone;
 
 /// `maintain` slices per maintainer period for the reclaimer's walk.
 const RECLAIM_SLICES: usize = 8;
 
 pub use repartition::RepartitionStats;
+pub use restore::{Adopted, PageLayout, PageSource, SavedClock, SavedPage};
 pub use zone::ZzoneStats;
 
 use crate::chain::{self, Value};

@@ -505,6 +505,52 @@ impl Slabs {
         }
     }
 
+    /// The whole memory of page `id`, which belongs to no class, to fill:
+    /// a warm restart reads a saved page straight into it
+    /// (`Engine::adopt_page`) before handing it to its class.
+    pub fn classless_page_mut(&mut self, id: PageId) -> &mut [u8] {
+        assert_eq!(self.page(id).class, 0, "page {id} is in a class");
+        // SAFETY: a page in no class holds no item and no reserved chunk:
+        // no index entry or magazine leads a GET or another thread to its
+        // bytes, and `&mut self` makes this the engine's only reference
+        // into the arena while the slice lives.
+        unsafe { self.arena.bytes_mut(id, 0, self.page_size) }
+    }
+
+    /// The whole memory of page `id`, to read (a warm restart's save).
+    /// The caller holds the engine lock and every stripe (checked), so no
+    /// SET or GET touches any chunk meanwhile.
+    pub fn page_bytes(&self, id: PageId) -> &[u8] {
+        assert!(
+            self.held.iter().all(|&h| h),
+            "page {id} read without every stripe"
+        );
+        // SAFETY: with every stripe acquired and the engine lock held,
+        // nobody else writes any chunk (readers and lock-free SETs need a
+        // stripe; everything else the engine lock), and `&self` keeps the
+        // engine from writing while the slice lives.
+        unsafe { self.arena.bytes(id, 0, self.page_size) }
+    }
+
+    /// Hand page `id`, filled by `classless_page_mut`, to `class` with its
+    /// first `bump` chunks handed out and `free_count` of them free, linked
+    /// from `free_head` through their chunks as `free` links them (every
+    /// other chunk below `bump` holds an item, linked by the caller).
+    pub fn adopt(&mut self, id: PageId, class: usize, bump: u32, free_head: u32, free_count: u32) {
+        self.assign(id, class);
+        let page = self.page_mut(id);
+        debug_assert!(bump <= page.nchunks && free_count <= bump);
+        page.bump = bump;
+        page.free_head = free_head;
+        page.free_count = free_count;
+        if free_head == NONE && bump == page.nchunks {
+            page.listed = false;
+            // `assign` listed it last.
+            let listed = self.classes[class].with_free.pop();
+            debug_assert_eq!(listed, Some(id));
+        }
+    }
+
     /// Locations of the live items of a page.
     pub fn live_in_page(&self, id: PageId) -> Vec<u64> {
         (0..self.page(id).bump)

@@ -1,37 +1,72 @@
-//! Warm restart (memcached's `-e FILE`): at a clean shutdown the items in
-//! memory are written to a file, and the next start with the same `-e`
-//! loads them back before it listens, with their keys, values, flags, CAS
-//! values, TTLs (as absolute times, so the time spent down counts), costs
-//! and stale marks.
+//! Warm restart (memcached's `-e FILE`): at a clean shutdown the slab
+//! pages in memory are written to a file as they are, and the next start
+//! with the same `-e` brings their items back before it listens, with their
+//! keys, values, flags, CAS values, TTLs (as absolute times, so the time
+//! spent down counts), last access times, costs and stale marks.
 //!
-//! memcached 1.6 maps its item memory onto the file and re-links it at
-//! start, which ties the file to the same `-m` and layout, and is turned off
-//! with extstore. A stream of items ties it to nothing: `-m`, `-I`, the slab
-//! classes and the eviction policy may all change between the two runs, and
-//! the flash tier restarts beside it from its own snapshot (items in memory
-//! shadow older copies on flash, as they do while running).
+//! memcached 1.6 maps its item memory onto the file and re-links the items
+//! at start, which ties the file to the same `-m` and layout, needs a RAM
+//! disk, and is turned off with extstore. Here the file holds the pages
+//! rather than being them: at start, with the same page layout (`-n`, `-f`,
+//! `-I`, `slab_chunk_max`) and room for the pages, each saved page is read
+//! with one `read` straight into a new page of the arena and adopted where
+//! it lies (`Engine::adopt_page`: times moved to the new clock, expired
+//! items dropped, free chunks linked, the index and the eviction policy
+//! rebuilt from the items). No item is stored again; that is what makes
+//! the start as fast as memcached's (docs/benchmarks.md).
 //!
-//! Items are written coldest first, in passes over bands of last-access age,
-//! so that a smaller cache at load keeps the hottest ones and eviction order
-//! resumes roughly where it was; reading headers once per band costs less
-//! than sorting every item in memory at shutdown. Items are batched into
-//! blocks with a CRC-32 each: a damaged block and everything after it is not
-//! loaded (a miss, never wrong bytes). The file is written beside its final
-//! name and renamed, and removed once loaded: a crash after that start must
-//! not bring back items that were deleted or changed meanwhile.
+//! Otherwise (another layout, a smaller `-m`, the Z-zone on) the items are
+//! taken out of the saved pages and stored one by one, in passes over bands
+//! of last-access age, coldest first, so that a smaller cache keeps the
+//! hottest ones and eviction order resumes roughly where it was. Chained
+//! items (larger than the largest chunk) are always stored one by one, from
+//! records after the pages. Files written by the item stream of earlier
+//! versions (`v1`) still load.
+//!
+//! ```text
+//! "cachalot-warm\0v2"
+//! header: u32 length, then page size u32, chunk bits u32, -I u64, classes
+//!         u32 and their chunk sizes (u32 each), -m u64, the clock's unix
+//!         start i64 and its time u32, items u64, pages u64; CRC-32 u32
+//! table:  per page, class u32, bump cursor u32, CRC-32 u32 of the page;
+//!         CRC-32 u32 of the table; zeros to a multiple of 4 KB
+//! pages:  each page's bytes, back to back (so a damaged page is skipped
+//!         and the next one found, and a page can be mapped in place)
+//! then the chained items as v1 blocks: u32 length, CRC-32, records; a
+//! length of u32::MAX, and the item count u64
+//! ```
+//!
+//! On a RAM disk (tmpfs, where memcached's file must be too) the pages are
+//! not even read: each is mapped shared from the file into its place in the
+//! arena (`Arena::map_file`), so the file's memory becomes the cache's and
+//! nothing is copied or zeroed; the file's name is removed once loaded (its
+//! memory lives on in the mapping, and the rest of it is freed). Elsewhere
+//! each page is read with one `read` into fresh memory.
+//!
+//! Every page and block is checked against its CRC-32 before anything in it
+//! is trusted, and each chunk's header against the chunk: a damaged page
+//! loads nothing (its items are misses, the other pages load), a damaged
+//! block stops the chained items there; never wrong bytes. The file is
+//! written beside its final name and renamed, and removed once loaded: a
+//! crash after that start must not bring back items that were deleted or
+//! changed meanwhile.
 //!
 //! Items in the Z-zone are not written (they come back as misses).
 
-use std::fs::File;
-use std::io::{self, BufReader, BufWriter, ErrorKind, Read, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufReader, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use crate::clock::Expiry;
 use crate::durable;
-use crate::engine::{ItemRef, Lookup, Store, StoreMode, StoreOutcome};
-use crate::Cache;
+use crate::engine::{
+    ItemRef, Lookup, PageLayout, PageSource, SavedClock, SavedPage, Store, StoreMode, StoreOutcome,
+};
+use crate::{item, Cache};
 
-const MAGIC: &[u8; 16] = b"cachalot-warm\0v1";
+/// The item stream of earlier versions (still loaded).
+const MAGIC_V1: &[u8; 16] = b"cachalot-warm\0v1";
+const MAGIC: &[u8; 16] = b"cachalot-warm\0v2";
 /// Block payloads are flushed at about this size.
 const BLOCK: usize = 1 << 20;
 /// The length field of the block that ends the file.
@@ -42,65 +77,203 @@ const AGE_BANDS: [u32; 5] = [3600, 600, 60, 10, 0];
 /// value length.
 const RECORD_HEAD: usize = 1 + 4 + 8 + 8 + 4 + 1 + 4;
 const STALE: u8 = 1;
+/// A page's entry in the table: class, bump cursor, CRC-32.
+const PAGE_HEAD: usize = 12;
+/// Pages start at a multiple of this (the kernel's page: `mmap` offsets).
+const ALIGN: u64 = 4096;
+/// `statfs`'s magic for tmpfs (linux/magic.h).
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+/// The longest header a loader accepts (a damaged length must not make it
+/// allocate much).
+const HEADER_MAX: u32 = 64 << 10;
 
 /// What a save or a load did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct WarmStats {
-    /// Items written, or stored at load.
+    /// Items written, or brought back at load.
     pub items: u64,
-    /// Key and value bytes of those items.
+    /// Bytes of those items (at a save, as stored: headers included; at a
+    /// load, keys and values).
     pub bytes: u64,
     /// At load: items whose TTL ran out while the server was down, or that
     /// the cache would not take (too large for the new `-I`, no memory).
     pub skipped: u64,
-    /// At load: the file was damaged; what came before the damage was loaded.
+    /// At load: the file was damaged; what was sound was loaded.
     pub damaged: bool,
+    /// At load: saved pages that failed their check (their items missing).
+    pub bad_pages: u64,
+    /// At load: whether the pages were adopted whole (else their items
+    /// were stored one by one).
+    pub adopted: bool,
+}
+
+/// The file's header.
+struct Header {
+    layout: PageLayout,
+    memory_limit: u64,
+    clock: SavedClock,
+    items: u64,
+    pages: u64,
+}
+
+impl Header {
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(64 + 4 * self.layout.sizes.len());
+        b.extend_from_slice(&self.layout.page_size.to_le_bytes());
+        b.extend_from_slice(&self.layout.chunk_bits.to_le_bytes());
+        b.extend_from_slice(&self.layout.item_size_max.to_le_bytes());
+        b.extend_from_slice(&(self.layout.sizes.len() as u32).to_le_bytes());
+        for s in &self.layout.sizes {
+            b.extend_from_slice(&s.to_le_bytes());
+        }
+        b.extend_from_slice(&self.memory_limit.to_le_bytes());
+        b.extend_from_slice(&self.clock.started_unix.to_le_bytes());
+        b.extend_from_slice(&self.clock.now.to_le_bytes());
+        b.extend_from_slice(&self.items.to_le_bytes());
+        b.extend_from_slice(&self.pages.to_le_bytes());
+        b
+    }
+
+    /// None if the bytes are not a header (short, or lengths that do not
+    /// add up).
+    fn decode(b: &[u8]) -> Option<Header> {
+        let mut r = Bytes(b);
+        let page_size = r.u32()?;
+        let chunk_bits = r.u32()?;
+        let item_size_max = r.u64()?;
+        let n = r.u32()? as usize;
+        if n > crate::slab::MAX_CLASSES || !(1..=1 << 30).contains(&page_size) {
+            return None;
+        }
+        let sizes = (0..n).map(|_| r.u32()).collect::<Option<Vec<u32>>>()?;
+        let header = Header {
+            layout: PageLayout {
+                page_size,
+                chunk_bits,
+                item_size_max,
+                sizes,
+            },
+            memory_limit: r.u64()?,
+            clock: SavedClock {
+                started_unix: r.u64()? as i64,
+                now: r.u32()?,
+            },
+            items: r.u64()?,
+            pages: r.u64()?,
+        };
+        r.0.is_empty().then_some(header)
+    }
+}
+
+/// A little-endian reader that says None at the end.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.0.split_first_chunk::<N>()?;
+        self.0 = rest;
+        Some(*head)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take().map(u64::from_le_bytes)
+    }
 }
 
 /// Write every item in memory to `path` (`durable::replace`).
 pub fn save(cache: &Cache, path: &Path) -> io::Result<WarmStats> {
     durable::replace(path, |file| {
-        let mut out = BufWriter::new(file);
-        let stats = write_items(cache, &mut out)?;
+        let mut out = BufWriter::with_capacity(BLOCK, file);
+        let stats = write_file(cache, &mut out)?;
         out.flush()?;
         Ok(stats)
     })
 }
 
-fn write_items(cache: &Cache, out: &mut impl Write) -> io::Result<WarmStats> {
+/// Where the pages start, after the magic, a header of `header_len`
+/// bytes and a table of `pages` entries.
+fn pages_offset(header_len: u64, pages: u64) -> Option<u64> {
+    let end = (16 + 4 + 4 + 4 + header_len).checked_add(pages.checked_mul(PAGE_HEAD as u64)?)?;
+    end.checked_next_multiple_of(ALIGN)
+}
+
+fn write_file(cache: &Cache, out: &mut BufWriter<&mut File>) -> io::Result<WarmStats> {
     out.write_all(MAGIC)?;
     let clock = cache.clock();
     let (unix_now, now) = (clock.unix_now(), clock.now());
-    let mut stats = WarmStats::default();
+    // One hold of the lock for all pages: at a clean stop nothing else
+    // runs, and the header's page count stays true.
+    let mut engine = cache.lock();
+    let counts = engine.stats();
+    let header = Header {
+        layout: engine.page_layout(),
+        memory_limit: engine.memory_limit() as u64,
+        clock: SavedClock {
+            started_unix: clock.started_unix(),
+            now,
+        },
+        items: counts.curr_items,
+        pages: engine.class_pages() as u64,
+    };
+    let head = header.encode();
+    out.write_all(&(head.len() as u32).to_le_bytes())?;
+    out.write_all(&head)?;
+    out.write_all(&crc32fast::hash(&head).to_le_bytes())?;
+    // The table is written once the pages' CRCs are known.
+    let table_at = out.stream_position()?;
+    let pages_at = pages_offset(head.len() as u64, header.pages)
+        .ok_or_else(|| io::Error::other("too many pages"))?;
+    out.write_all(&vec![0u8; (pages_at - table_at) as usize])?;
+    let mut table = Vec::with_capacity(header.pages as usize * PAGE_HEAD + 4);
+    let written = engine.save_pages(|class, bump, bytes| {
+        table.extend_from_slice(&(class as u32).to_le_bytes());
+        table.extend_from_slice(&bump.to_le_bytes());
+        table.extend_from_slice(&crc32fast::hash(bytes).to_le_bytes());
+        out.write_all(bytes)
+    })?;
+    if written != header.pages {
+        return Err(io::Error::other("the pages changed while they were saved"));
+    }
+    // Chained items, one by one.
     let mut block = Vec::with_capacity(BLOCK + 4096);
-    let mut max_age = u32::MAX;
-    for min_age in AGE_BANDS {
-        let mut page = Some(0);
-        while let Some(from) = page {
-            page = cache.lock().export_page(from, min_age, max_age, |item| {
-                // Absolute expiry: the time spent down counts against the TTL.
-                let exp_unix = match item.expiry {
-                    Expiry::Never => 0,
-                    Expiry::Expired => return,
-                    Expiry::At(t) => unix_now + i64::from(t.saturating_sub(now)),
-                };
-                encode(item, exp_unix, &mut block);
-                stats.items += 1;
-                stats.bytes += (item.key.len() + item.value.len()) as u64;
-            });
-            if block.len() >= BLOCK {
-                write_block(out, &block)?;
-                block.clear();
+    let mut chained = 0u64;
+    let mut failed = None;
+    engine.export_chained(|item| {
+        // Absolute expiry: the time spent down counts against the TTL.
+        let exp_unix = match item.expiry {
+            Expiry::Never => 0,
+            Expiry::Expired => return,
+            Expiry::At(t) => unix_now + i64::from(t.saturating_sub(now)),
+        };
+        encode(item, exp_unix, &mut block);
+        chained += 1;
+        if block.len() >= BLOCK {
+            if failed.is_none() {
+                failed = write_block(out, &block).err();
             }
+            block.clear();
         }
-        max_age = min_age;
+    });
+    drop(engine);
+    if let Some(e) = failed {
+        return Err(e);
     }
     if !block.is_empty() {
         write_block(out, &block)?;
     }
     out.write_all(&END.to_le_bytes())?;
-    out.write_all(&stats.items.to_le_bytes())?;
-    Ok(stats)
+    out.write_all(&chained.to_le_bytes())?;
+    let crc = crc32fast::hash(&table);
+    table.extend_from_slice(&crc.to_le_bytes());
+    out.seek(SeekFrom::Start(table_at))?;
+    out.write_all(&table)?;
+    Ok(WarmStats {
+        items: counts.curr_items,
+        bytes: counts.bytes,
+        ..WarmStats::default()
+    })
 }
 
 fn encode(item: &ItemRef<'_>, exp_unix: i64, out: &mut Vec<u8>) {
@@ -122,31 +295,422 @@ fn write_block(out: &mut impl Write, payload: &[u8]) -> io::Result<()> {
     out.write_all(payload)
 }
 
-/// Load the items `save` wrote, then remove the file. A missing file is no
+/// Load what `save` wrote, then remove the file. A missing file is no
 /// items (a first start); a file that is not ours is an error, and stays.
 pub fn load(cache: &Cache, path: &Path) -> io::Result<WarmStats> {
-    let file = match File::open(path) {
+    // Read-write where allowed: pages are mapped shared from a RAM disk.
+    let opened = match OpenOptions::new().read(true).write(true).open(path) {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Err(e),
+        // Read-only (permissions, a read-only file system): read the pages.
+        Err(_) => File::open(path).map(|f| (f, false)),
+    };
+    let (mut file, writable) = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(WarmStats::default()),
         Err(e) => return Err(e),
     };
     let size = file.metadata()?.len();
-    let mut input = BufReader::with_capacity(BLOCK, file);
     let mut magic = [0u8; 16];
-    input.read_exact(&mut magic)?;
-    if &magic != MAGIC {
-        return Err(io::Error::new(
-            ErrorKind::InvalidData,
-            "not a cachalot warm restart file",
-        ));
+    file.read_exact(&mut magic)?;
+    let stats = match &magic {
+        MAGIC => {
+            let map = writable && on_ram_disk(&file);
+            load_pages(cache, &mut file, size, map)?
+        }
+        MAGIC_V1 => load_items(cache, &mut BufReader::with_capacity(BLOCK, file), size),
+        _ => {
+            return Err(io::Error::new(
+                ErrorKind::InvalidData,
+                "not a cachalot warm restart file",
+            ))
+        }
+    };
+    std::fs::remove_file(path)?;
+    Ok(stats)
+}
+
+/// Whether `file` is on tmpfs (a RAM disk), where mapping its pages costs
+/// no copy and writing them no disk I/O.
+fn on_ram_disk(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fstatfs fills the zeroed struct we own; a plain query.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a pointer to that struct.
+    let r = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
+    r == 0 && st.f_type as i64 == TMPFS_MAGIC
+}
+
+/// Free the file's memory in `start..end` (the parts no page maps, once a
+/// RAM disk's pages are mapped: the file's name goes, its memory does not
+/// while mapped). Best effort.
+fn punch(file: &File, start: u64, end: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(at), Ok(len)) = (
+        libc::off_t::try_from(start),
+        libc::off_t::try_from(end.saturating_sub(start)),
+    ) else {
+        return;
+    };
+    if len > 0 {
+        // SAFETY: a plain syscall on our descriptor; no memory is passed.
+        unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                at,
+                len,
+            );
+        }
     }
+}
+
+/// A page's table entry: class, bump cursor, CRC-32.
+#[derive(Clone, Copy)]
+struct Entry {
+    class: usize,
+    bump: u32,
+    crc: u32,
+}
+
+impl Entry {
+    fn of(b: &[u8]) -> Option<Entry> {
+        let mut r = Bytes(b);
+        Some(Entry {
+            class: r.u32()? as usize,
+            bump: r.u32()?,
+            crc: r.u32()?,
+        })
+    }
+
+    /// Whether `page` holds the bytes this entry was written for (the
+    /// engine checks adopted pages itself).
+    fn sound(&self, page: &[u8]) -> bool {
+        crc32fast::hash(page) == self.crc
+    }
+}
+
+/// A v2 file after its magic. Only an I/O error other than a short file
+/// is an error; damage is reported in the stats. `map`: the file is on a
+/// RAM disk and open for writing, so pages may be mapped.
+fn load_pages(cache: &Cache, file: &mut File, size: u64, map: bool) -> io::Result<WarmStats> {
+    let mut stats = WarmStats::default();
+    let Some((header, head_len)) = read_header(file)? else {
+        stats.damaged = true;
+        return Ok(stats);
+    };
+    let page_size = header.layout.page_size as u64;
+    let pages_at = pages_offset(head_len, header.pages);
+    let chained_at = header
+        .pages
+        .checked_mul(page_size)
+        .zip(pages_at)
+        .and_then(|(b, at)| b.checked_add(at));
+    let (Some(pages_at), Some(chained_at)) = (pages_at, chained_at) else {
+        stats.damaged = true;
+        return Ok(stats);
+    };
+    if chained_at > size {
+        // Cut short: whatever pages are whole still load.
+        stats.damaged = true;
+    }
+    // The table (bounded by the file's size before anything is allocated).
+    let table_len = header.pages as usize * PAGE_HEAD + 4;
+    let mut table = vec![0u8; table_len];
+    if !read_full(file, &mut table)? {
+        stats.damaged = true;
+        return Ok(stats);
+    }
+    let (entries, crc) = table.split_at(table_len - 4);
+    if crc32fast::hash(entries).to_le_bytes() != crc {
+        // No page can be trusted; the chained items still can.
+        stats.damaged = true;
+        stats.bad_pages = header.pages;
+    } else {
+        let pages = usize::try_from(header.pages).unwrap_or(usize::MAX);
+        // No more than the pages can hold (the count sizes the index).
+        let smallest = header.layout.sizes.first().map_or(1, |&c| c.max(1));
+        let most = header
+            .pages
+            .saturating_mul(u64::from(header.layout.page_size / smallest));
+        let items = usize::try_from(header.items.min(most)).unwrap_or(usize::MAX);
+        let limit = usize::try_from(header.memory_limit).unwrap_or(usize::MAX);
+        let adopt = cache.lock().can_adopt(&header.layout, pages, items, limit);
+        let mut max_cas = 0;
+        let at = Pages {
+            header: &header,
+            entries,
+            offset: pages_at,
+            items,
+        };
+        let mut whole = match adopt {
+            true => adopt_pages(cache, file, &at, map, size, &mut stats, &mut max_cas),
+            false => store_pages(cache, file, &at, &mut stats, &mut max_cas),
+        };
+        if whole.is_ok() && chained_at <= size {
+            whole = file
+                .seek(SeekFrom::Start(chained_at))
+                .map(drop)
+                .map_err(drop);
+        }
+        if whole.is_ok() && chained_at <= size {
+            let mut input = BufReader::with_capacity(BLOCK, &mut *file);
+            read_blocks(cache, &mut input, size, &mut stats, &mut max_cas);
+        } else {
+            stats.damaged = true;
+        }
+        if stats.adopted && map {
+            // Only the mapped pages' memory is the cache's.
+            punch(file, 0, pages_at);
+            punch(file, chained_at, size);
+        }
+        cache.lock().raise_cas(max_cas);
+        return Ok(stats);
+    }
+    if file.seek(SeekFrom::Start(chained_at)).is_ok() {
+        let mut max_cas = 0;
+        let mut input = BufReader::with_capacity(BLOCK, &mut *file);
+        read_blocks(cache, &mut input, size, &mut stats, &mut max_cas);
+        cache.lock().raise_cas(max_cas);
+    }
+    Ok(stats)
+}
+
+/// The header and its length, None if damaged.
+fn read_header(file: &mut File) -> io::Result<Option<(Header, u64)>> {
+    let mut len = [0u8; 4];
+    if !read_full(file, &mut len)? {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes(len);
+    if len > HEADER_MAX {
+        return Ok(None);
+    }
+    let mut b = vec![0u8; len as usize + 4];
+    if !read_full(file, &mut b)? {
+        return Ok(None);
+    }
+    let (head, crc) = b.split_at(len as usize);
+    if crc32fast::hash(head).to_le_bytes() != crc {
+        return Ok(None);
+    }
+    // A table longer than the file is damage too.
+    let size = file.metadata()?.len();
+    Ok(Header::decode(head)
+        .filter(|h| h.pages.saturating_mul(PAGE_HEAD as u64) < size)
+        .map(|h| (h, u64::from(len))))
+}
+
+/// `read_exact`, false at a short file.
+fn read_full(file: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
+    match file.read_exact(buf) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The pages of a file: its header, their table entries, where they
+/// start, and how many items they hold (the header's count, bounded by
+/// what the pages can hold).
+struct Pages<'a> {
+    header: &'a Header,
+    entries: &'a [u8],
+    offset: u64,
+    items: usize,
+}
+
+impl Pages<'_> {
+    fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
+        self.entries.chunks_exact(PAGE_HEAD).filter_map(Entry::of)
+    }
+}
+
+/// The fast path: every page mapped or read into the arena and adopted
+/// (`Engine::adopt_pages`). `size`: the file's. Err(()) if the file ended
+/// early (what was read is loaded).
+fn adopt_pages(
+    cache: &Cache,
+    file: &mut File,
+    at: &Pages<'_>,
+    map: bool,
+    size: u64,
+    stats: &mut WarmStats,
+    max_cas: &mut u64,
+) -> Result<(), ()> {
+    stats.adopted = true;
+    let header = at.header;
+    file.seek(SeekFrom::Start(at.offset)).map_err(drop)?;
+    let page_size = u64::from(header.layout.page_size);
+    let file = &*file;
+    let pages = at.entries().enumerate().map(|(i, entry)| {
+        let offset = at.offset + i as u64 * page_size;
+        SavedPage {
+            class: entry.class,
+            bump: entry.bump,
+            crc: entry.crc,
+            // (A mapped page past the file's end would fault when read.)
+            source: match map && offset + page_size <= size {
+                true => PageSource::Map(file, offset),
+                false => PageSource::Read(file),
+            },
+        }
+    });
+    let (out, result) = cache.lock().adopt_pages(header.clock, at.items, pages);
+    *max_cas = (*max_cas).max(out.max_cas);
+    stats.items += out.items;
+    stats.bytes += out.bytes;
+    stats.skipped += out.expired;
+    stats.bad_pages += out.bad_pages;
+    stats.damaged |= stats.bad_pages > 0;
+    result.map_err(drop)
+}
+
+/// The other path: the pages' items stored one by one, coldest first, in
+/// a pass over the pages per band of last-access age. Err(()) if the file
+/// ended early.
+fn store_pages(
+    cache: &Cache,
+    file: &mut File,
+    at: &Pages<'_>,
+    stats: &mut WarmStats,
+    max_cas: &mut u64,
+) -> Result<(), ()> {
+    let header = at.header;
+    let layout = &header.layout;
+    let page_size = layout.page_size as usize;
+    let mut page = vec![0u8; page_size];
+    let mut max_age = u32::MAX;
+    for (pass, min_age) in AGE_BANDS.into_iter().enumerate() {
+        file.seek(SeekFrom::Start(at.offset)).map_err(|_| ())?;
+        let mut input = BufReader::with_capacity(BLOCK, &mut *file);
+        for entry in at.entries() {
+            if !matches!(read_full(&mut input, &mut page), Ok(true)) {
+                return Err(());
+            }
+            if !entry.sound(&page) {
+                stats.bad_pages += u64::from(pass == 0);
+                stats.damaged = true;
+                continue;
+            }
+            let Some(&cs) = layout.sizes.get(entry.class) else {
+                continue;
+            };
+            let (cs, bump) = (cs as usize, entry.bump as usize);
+            if cs == 0 || bump > page_size / cs {
+                continue;
+            }
+            for chunk in page.chunks_exact(cs).take(bump) {
+                if item::bits(chunk) & item::LIVE == 0 {
+                    continue;
+                }
+                // A chained item's head does not fit: it has a record.
+                if !matches!(item::image_len(chunk), Some(n) if n <= cs) {
+                    continue;
+                }
+                let code = u16::from_le_bytes([chunk[5], chunk[13]]);
+                let age = item::atime_age(code, header.clock.now);
+                if age < min_age || age >= max_age {
+                    continue;
+                }
+                let parts = item::parts(chunk);
+                let h = parts.header;
+                let exp_unix = match h.exptime {
+                    0 => 0,
+                    t => header.clock.started_unix + i64::from(t),
+                };
+                let saved = Saved {
+                    key: parts.key,
+                    value: parts.value,
+                    flags: parts.flags,
+                    exp_unix,
+                    cas: h.cas,
+                    cost: item::dequantize_cost(h.cost),
+                    stale: h.bits & item::STALE != 0,
+                };
+                store(cache, &saved, stats, max_cas);
+            }
+        }
+        max_age = min_age;
+    }
+    Ok(())
+}
+
+/// An item as saved.
+struct Saved<'a> {
+    key: &'a [u8],
+    value: &'a [u8],
+    flags: u32,
+    /// Absolute expiry (0: never).
+    exp_unix: i64,
+    cas: u64,
+    cost: u32,
+    stale: bool,
+}
+
+/// Store a saved item unless it expired meanwhile.
+fn store(cache: &Cache, it: &Saved<'_>, stats: &mut WarmStats, max_cas: &mut u64) {
+    let expiry = match it.exp_unix {
+        0 => Expiry::Never,
+        t => match cache.clock().expiry(t) {
+            Expiry::Expired => {
+                stats.skipped += 1;
+                return;
+            }
+            e => e,
+        },
+    };
+    let req = Store {
+        key: it.key,
+        value: it.value,
+        flags: it.flags,
+        expiry,
+        mode: StoreMode::Set,
+        cas: 0,
+        new_cas: (it.cas != 0).then_some(it.cas),
+        // `ItemRef::cost` reads 1 for an item stored without one.
+        cost: (it.cost != 1).then_some(it.cost),
+        invalidate: false,
+    };
+    match cache.store(&req) {
+        StoreOutcome::Stored { .. } => {
+            stats.items += 1;
+            stats.bytes += (it.key.len() + it.value.len()) as u64;
+            *max_cas = (*max_cas).max(it.cas);
+            if it.stale {
+                let mut engine = cache.lock();
+                if let Some(id) = engine.lookup(it.key, Lookup::PEEK).map(|it| it.id) {
+                    engine.set_stale(id, true);
+                }
+            }
+        }
+        _ => stats.skipped += 1,
+    }
+}
+
+/// A v1 file after its magic: blocks of records to the end.
+fn load_items(cache: &Cache, input: &mut impl Read, size: u64) -> WarmStats {
     // One thread: stores from several contend for the engine's page
     // allocation and were slower (measured: 4.9 s against 4.4 s for 4 M).
     let mut stats = WarmStats::default();
-    let mut payload = Vec::new();
     let mut max_cas = 0;
+    read_blocks(cache, input, size, &mut stats, &mut max_cas);
+    cache.lock().raise_cas(max_cas);
+    stats
+}
+
+/// Store the items of the blocks up to the end marker; a damaged block
+/// stops there.
+fn read_blocks(
+    cache: &Cache,
+    input: &mut impl Read,
+    size: u64,
+    stats: &mut WarmStats,
+    max_cas: &mut u64,
+) {
+    let mut payload = Vec::new();
     loop {
-        match read_block(&mut input, size, &mut payload) {
+        match read_block(input, size, &mut payload) {
             Ok(true) => {}
             Ok(false) => break,
             Err(_) => {
@@ -154,14 +718,11 @@ pub fn load(cache: &Cache, path: &Path) -> io::Result<WarmStats> {
                 break;
             }
         }
-        if decode_block(cache, &payload, &mut stats, &mut max_cas).is_none() {
+        if decode_block(cache, &payload, stats, max_cas).is_none() {
             stats.damaged = true;
             break;
         }
     }
-    cache.lock().raise_cas(max_cas);
-    std::fs::remove_file(path)?;
-    Ok(stats)
 }
 
 /// The next block's payload into `buf`; false at the end marker.
@@ -192,62 +753,28 @@ fn decode_block(
     stats: &mut WarmStats,
     max_cas: &mut u64,
 ) -> Option<()> {
-    let clock = cache.clock();
     while !rest.is_empty() {
-        let head = rest.get(..RECORD_HEAD)?;
-        let key_len = head[0] as usize;
-        let u32_at =
-            |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
-        let u64_at = |at: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&head[at..at + 8]);
-            u64::from_le_bytes(b)
-        };
-        let flags = u32_at(1);
-        let exp_unix = u64_at(5) as i64;
-        let cas = u64_at(13);
-        let cost = u32_at(21);
-        let bits = head[25];
-        let value_len = u32_at(26) as usize;
+        let mut head = Bytes(rest.get(..RECORD_HEAD)?);
+        let key_len = head.take::<1>()?[0] as usize;
+        let flags = head.u32()?;
+        let exp_unix = head.u64()? as i64;
+        let cas = head.u64()?;
+        let cost = head.u32()?;
+        let bits = head.take::<1>()?[0];
+        let value_len = head.u32()? as usize;
         let body = rest.get(RECORD_HEAD..RECORD_HEAD + key_len + value_len)?;
         rest = &rest[RECORD_HEAD + key_len + value_len..];
         let (key, value) = body.split_at(key_len);
-        let expiry = match exp_unix {
-            0 => Expiry::Never,
-            t => match clock.expiry(t) {
-                Expiry::Expired => {
-                    stats.skipped += 1;
-                    continue;
-                }
-                e => e,
-            },
-        };
-        let req = Store {
+        let saved = Saved {
             key,
             value,
             flags,
-            expiry,
-            mode: StoreMode::Set,
-            cas: 0,
-            new_cas: (cas != 0).then_some(cas),
-            // `ItemRef::cost` reads 1 for an item stored without one.
-            cost: (cost != 1).then_some(cost),
-            invalidate: false,
+            exp_unix,
+            cas,
+            cost,
+            stale: bits & STALE != 0,
         };
-        match cache.store(&req) {
-            StoreOutcome::Stored { .. } => {
-                stats.items += 1;
-                stats.bytes += body.len() as u64;
-                *max_cas = (*max_cas).max(cas);
-                if bits & STALE != 0 {
-                    let mut engine = cache.lock();
-                    if let Some(id) = engine.lookup(key, Lookup::PEEK).map(|it| it.id) {
-                        engine.set_stale(id, true);
-                    }
-                }
-            }
-            _ => stats.skipped += 1,
-        }
+        store(cache, &saved, stats, max_cas);
     }
     Some(())
 }
@@ -258,17 +785,34 @@ mod tests {
     use crate::{Clock, Config};
     use std::path::PathBuf;
     use std::sync::Arc;
+    use std::time::Duration;
 
-    fn cache() -> Cache {
+    fn cache_with(memory_mb: usize, factor: f64) -> Cache {
         let config = Config {
-            memory_limit: 32 << 20,
+            memory_limit: memory_mb << 20,
+            growth_factor: factor,
             ..Config::default()
         };
         Cache::new(config, Arc::new(Clock::new())).expect("cache")
     }
 
+    fn cache() -> Cache {
+        cache_with(32, 1.25)
+    }
+
     fn temp(tag: &str) -> PathBuf {
         std::env::temp_dir().join(format!("cachalot-warm-{}-{tag}", std::process::id()))
+    }
+
+    /// Where files go: the temporary directory, and a RAM disk if there
+    /// is one (pages mapped rather than read).
+    fn dirs() -> Vec<PathBuf> {
+        let mut d = vec![std::env::temp_dir()];
+        let shm = PathBuf::from("/dev/shm");
+        if shm.is_dir() {
+            d.push(shm);
+        }
+        d
     }
 
     type Fields = (Vec<u8>, u32, u64, u32, bool);
@@ -288,17 +832,18 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn items_come_back_with_their_fields_and_the_file_goes() {
-        let a = cache();
+    /// 5000 items from a few bytes to chained ones, of every kind of
+    /// field; key-42 stale.
+    fn fill(a: &Cache) -> Vec<Vec<u8>> {
         let mut keys = Vec::new();
         for i in 0..5000u32 {
             let key = format!("key-{i}").into_bytes();
-            // Values from a few bytes to chained ones (over 16 KB... 64 KB).
-            let len = if i % 500 == 0 {
-                60_000
-            } else {
-                (i % 300) as usize
+            // Values from a few bytes to long (64 KB and more) and chained
+            // ones (over the 512 KB chunk).
+            let len = match i % 500 {
+                0 => 70_000,
+                250 if i < 1500 => 600_000,
+                _ => (i % 300) as usize,
             };
             let value = vec![(i % 251) as u8; len];
             let req = Store {
@@ -314,30 +859,42 @@ mod tests {
             assert!(matches!(a.store(&req), StoreOutcome::Stored { .. }));
             keys.push(key);
         }
-        {
-            let mut e = a.lock();
-            let id = e
-                .lookup(b"key-42", Lookup::PEEK)
-                .map(|it| it.id)
-                .expect("key-42");
-            e.set_stale(id, true);
-        }
-        let path = temp("roundtrip");
-        let saved = save(&a, &path).expect("save");
+        let mut e = a.lock();
+        let id = e
+            .lookup(b"key-42", Lookup::PEEK)
+            .map(|it| it.id)
+            .expect("key-42");
+        e.set_stale(id, true);
+        keys
+    }
+
+    /// Save `a`, load into `b`; every item comes back as it was.
+    fn round_trip(a: &Cache, b: &Cache, keys: &[Vec<u8>], path: &Path) -> WarmStats {
+        let saved = save(a, path).expect("save");
         assert_eq!(saved.items, 5000);
-        let b = cache();
-        let loaded = load(&b, &path).expect("load");
+        let loaded = load(b, path).expect("load");
         assert_eq!(
             (loaded.items, loaded.skipped, loaded.damaged),
-            (5000, 0, false)
+            (5000, 0, false),
+            "{loaded:?}"
         );
         assert!(!path.exists(), "the file must not outlive its load");
-        let (before, after) = (snapshot(&a, &keys), snapshot(&b, &keys));
+        assert_same(a, b, keys);
+        loaded
+    }
+
+    /// `b` holds every item of `a` as it was (TTLs within a second).
+    fn assert_same(a: &Cache, b: &Cache, keys: &[Vec<u8>]) {
+        b.lock().validate();
+        let (before, after) = (snapshot(a, keys), snapshot(b, keys));
         for (k, (x, y)) in keys.iter().zip(before.iter().zip(&after)) {
             let (x, y) = (x.as_ref().expect("saved"), y.as_ref().expect("loaded"));
             assert_eq!(x.0, y.0, "{}", String::from_utf8_lossy(k));
-            // The two clocks may have started either side of a second.
-            assert!((x.1 - y.1).abs() <= 1, "ttl {} vs {}", x.1, y.1);
+            // The two clocks may have started either side of a second, or
+            // seconds apart (tests do not tick them: the later one's time
+            // stands at the same number, later).
+            let apart = (a.clock().started_unix() - b.clock().started_unix()).abs();
+            assert!((x.1 - y.1).abs() <= 1 + apart, "ttl {} vs {}", x.1, y.1);
         }
         assert!(after.iter().flatten().any(|s| s.0 .4), "the stale mark");
         // New CAS values are above every restored one.
@@ -350,7 +907,124 @@ mod tests {
     }
 
     #[test]
-    fn expired_meanwhile_and_damaged_blocks_are_misses() {
+    fn items_come_back_with_their_fields_and_the_file_goes() {
+        let a = cache();
+        let keys = fill(&a);
+        for dir in dirs() {
+            let path = dir.join(format!("cachalot-warm-{}-roundtrip", std::process::id()));
+            let b = cache();
+            let loaded = round_trip(&a, &b, &keys, &path);
+            assert!(loaded.adopted, "the same layout adopts the pages");
+            // Adopted (and mapped) pages are given back and reused as any.
+            b.lock().set_memory_limit(8 << 20).expect("cache_memlimit");
+            let value = vec![9u8; 3000];
+            for i in 0..10_000u32 {
+                b.store(&Store::set(format!("more-{i}").as_bytes(), &value));
+            }
+            b.lock().validate();
+        }
+        // GD-Wheel's queues are linked again (`validate` checks them).
+        let config = Config {
+            memory_limit: 32 << 20,
+            eviction: crate::EvictionPolicy::GdWheel,
+            ..Config::default()
+        };
+        let wheel = || Cache::new(config.clone(), Arc::new(Clock::new())).expect("cache");
+        let g = wheel();
+        let keys = fill(&g);
+        assert!(round_trip(&g, &wheel(), &keys, &temp("gdwheel")).adopted);
+        // A server started on the loaded cache counts the items.
+        let b = cache();
+        let path = temp("roundtrip-counts");
+        save(&a, &path).expect("save");
+        load(&b, &path).expect("load");
+        let (sa, sb) = (a.lock().stats(), b.lock().stats());
+        assert_eq!((sa.curr_items, sa.bytes), (sb.curr_items, sb.bytes));
+    }
+
+    #[test]
+    fn another_layout_or_a_smaller_memory_stores_the_items_one_by_one() {
+        let a = cache();
+        let keys = fill(&a);
+        // Another growth factor: other chunk sizes.
+        let loaded = round_trip(&a, &cache_with(32, 1.5), &keys, &temp("layout"));
+        assert!(!loaded.adopted);
+        // A smaller -m: the hottest items are kept.
+        let a = cache_with(8, 1.25);
+        let value = vec![3u8; 1000];
+        for i in 0..7000u32 {
+            a.store(&Store::set(format!("k{i}").as_bytes(), &value));
+            if i == 3000 {
+                // Those before are 100 s older than those after.
+                a.clock().advance(Duration::from_secs(100));
+            }
+        }
+        let path = temp("smaller");
+        save(&a, &path).expect("save");
+        let b = cache_with(4, 1.25);
+        let loaded = load(&b, &path).expect("load");
+        assert!(!loaded.adopted && loaded.items > 1000, "{loaded:?}");
+        b.lock().validate();
+        let kept = |range: std::ops::Range<u32>| {
+            range
+                .filter(|i| b.get(format!("k{i}").as_bytes(), Lookup::PEEK, |it| it.is_some()))
+                .count()
+        };
+        // Whatever of the old items stayed in `a` was written before the
+        // newer ones, so the newer ones win at the smaller size.
+        assert!(kept(5000..7000) > kept(0..2000), "hottest last");
+    }
+
+    #[test]
+    fn ttls_and_last_access_move_to_the_new_clock() {
+        let a = cache();
+        let short = a.clock().expiry(35);
+        let long = a.clock().expiry(1000);
+        a.store(&Store {
+            expiry: short,
+            ..Store::set(b"short", b"v")
+        });
+        a.store(&Store {
+            expiry: long,
+            ..Store::set(b"long", b"v")
+        });
+        a.store(&Store::set(b"never", b"v"));
+        // 30 s later, `long` is read: 970 s left, `short` 5.
+        a.clock().advance(Duration::from_secs(30));
+        // (The first fetch only marks the item fetched, as memcached's.)
+        for _ in 0..2 {
+            assert!(a.lock().lookup(b"long", Lookup::GET).is_some());
+        }
+        let path = temp("rebase");
+        save(&a, &path).expect("save");
+        // The next process's relative time 0 is 20 s later than the
+        // first's (its clock reads 12 at the save), and it saw 40 s more.
+        let b = cache();
+        b.clock().shift_start(20);
+        b.clock().advance(Duration::from_secs(40));
+        let loaded = load(&b, &path).expect("load");
+        assert!(loaded.adopted);
+        assert_eq!((loaded.items, loaded.skipped), (2, 1), "short expired");
+        let mut e = b.lock();
+        let long = e.lookup(b"long", Lookup::PEEK).expect("long");
+        let ttl = b.clock().ttl_remaining(long.expiry);
+        // 970 s left at the save, 30 s since.
+        assert!((939..=941).contains(&ttl), "ttl {ttl}");
+        // Read at the first clock's 32: this clock's 12.
+        assert!(
+            (11..=13).contains(&long.last_access),
+            "{}",
+            long.last_access
+        );
+        assert!(long.fetched, "the fetched mark");
+        let never = e.lookup(b"never", Lookup::PEEK).expect("never");
+        assert_eq!(never.expiry, Expiry::Never);
+        drop(e);
+        b.lock().validate();
+    }
+
+    #[test]
+    fn a_damaged_page_is_skipped_and_the_others_load() {
         let a = cache();
         let value = vec![7u8; 2000];
         for i in 0..2000u32 {
@@ -370,35 +1044,101 @@ mod tests {
         save(&a, &path).expect("save");
         // Ten seconds later the first hundred have expired.
         let b = cache();
-        b.clock().advance(std::time::Duration::from_secs(10));
-        let mut bytes = std::fs::read(&path).expect("read");
+        b.clock().advance(Duration::from_secs(10));
+        let bytes = std::fs::read(&path).expect("read");
         let loaded = load(&b, &path).expect("load");
         assert_eq!((loaded.items, loaded.skipped), (1900, 100));
+        assert!(loaded.adopted);
 
-        // A flipped byte in the second block: the first loads, no more.
-        let second = 16 + 8 + u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
-        assert!(second + 100 < bytes.len(), "the test wants two blocks");
-        bytes[second + 50] ^= 0x40;
-        std::fs::write(&path, &bytes).expect("write");
-        let c = cache();
-        let loaded = load(&c, &path).expect("load");
-        assert!(
-            loaded.damaged && loaded.items > 0 && loaded.items < 2000,
-            "{loaded:?}"
-        );
-        // Whatever was loaded is exactly what was saved.
-        for i in 0..2000u32 {
-            let key = format!("k{i}");
-            c.get(key.as_bytes(), Lookup::PEEK, |it| {
-                if let Some(it) = it {
-                    assert_eq!(it.value, value.as_slice());
+        // A flipped byte in the second page: its items are misses, the
+        // others load, under either path, read or mapped.
+        let header_len = u32::from_le_bytes(bytes[16..20].try_into().expect("4"));
+        let header = Header::decode(&bytes[20..20 + header_len as usize]).expect("header");
+        let pages_at = pages_offset(u64::from(header_len), header.pages).expect("offset") as usize;
+        let page = crate::DEFAULT_PAGE_SIZE;
+        assert!(header.pages >= 3, "the test wants 3 pages");
+        for dir in dirs() {
+            let path = dir.join(format!("cachalot-warm-{}-bad-page", std::process::id()));
+            for (tag, fresh) in [("adopted", cache()), ("stored", cache_with(32, 1.5))] {
+                let mut bad = bytes.clone();
+                bad[pages_at + page + 5000] ^= 0x40;
+                std::fs::write(&path, &bad).expect("write");
+                let loaded = load(&fresh, &path).expect("load");
+                assert_eq!(loaded.bad_pages, 1, "{tag}");
+                assert!(
+                    loaded.damaged && loaded.items > 1000 && loaded.items < 1900,
+                    "{tag}: {loaded:?}"
+                );
+                fresh.lock().validate();
+                // Whatever was loaded is exactly what was saved.
+                let mut found = 0;
+                for i in 0..2000u32 {
+                    let key = format!("k{i}");
+                    fresh.get(key.as_bytes(), Lookup::PEEK, |it| {
+                        if let Some(it) = it {
+                            assert_eq!(it.value, value.as_slice());
+                            found += 1;
+                        }
+                    });
                 }
-            });
+                assert_eq!(found, loaded.items, "{tag}");
+                // Stores go on as usual over the restored pages.
+                for i in 0..3000u32 {
+                    let key = format!("n{i}");
+                    assert!(matches!(
+                        fresh.store(&Store::set(key.as_bytes(), &value)),
+                        StoreOutcome::Stored { .. }
+                    ));
+                }
+                fresh.lock().validate();
+            }
+            // A file cut short: the whole pages before the cut load.
+            std::fs::write(&path, &bytes[..pages_at + 2 * page + 100]).expect("write");
+            let loaded = load(&cache(), &path).expect("load");
+            assert!(loaded.damaged && loaded.items > 0, "{loaded:?}");
         }
+        // A damaged header: nothing loads, no error, the file goes.
+        let mut bad = bytes.clone();
+        bad[21] ^= 1;
+        std::fs::write(&path, &bad).expect("write");
+        let loaded = load(&cache(), &path).expect("load");
+        assert!(loaded.damaged && loaded.items == 0, "{loaded:?}");
+        assert!(!path.exists());
         // Not a warm restart file at all: an error, and the file stays.
         std::fs::write(&path, b"hello").expect("write");
         assert!(load(&cache(), &path).is_err());
         assert!(path.exists());
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_file_of_the_item_stream_still_loads() {
+        let a = cache();
+        let keys = fill(&a);
+        let path = temp("v1");
+        // The v1 writer: the chained items' records hold every item.
+        let mut file = MAGIC_V1.to_vec();
+        let mut block = Vec::new();
+        let (unix_now, now) = (a.clock().unix_now(), a.clock().now());
+        let mut n = 0u64;
+        for k in &keys {
+            a.get(k, Lookup::PEEK, |it| {
+                let it = it.expect("item");
+                let exp_unix = match it.expiry {
+                    Expiry::At(t) => unix_now + i64::from(t - now),
+                    _ => 0,
+                };
+                encode(&it, exp_unix, &mut block);
+                n += 1;
+            });
+        }
+        write_block(&mut file, &block).expect("block");
+        file.extend_from_slice(&END.to_le_bytes());
+        file.extend_from_slice(&n.to_le_bytes());
+        std::fs::write(&path, &file).expect("write");
+        let b = cache();
+        let loaded = load(&b, &path).expect("load");
+        assert_eq!((loaded.items, loaded.damaged), (5000, false));
+        assert_same(&a, &b, &keys);
     }
 }

@@ -479,10 +479,15 @@ fn warm_load(cache: &Cache, path: &std::path::Path, settings: &Settings) -> Resu
             Level::Warn,
             "warm_damaged",
             format_args!(
-                "warm restart: {file} is damaged; loaded the {} items before the damage",
-                s.items
+                "warm restart: {file} is damaged; loaded the {} items of its sound parts \
+                 ({} damaged pages skipped)",
+                s.items, s.bad_pages
             ),
-            &[("file", &file), ("items", &s.items)],
+            &[
+                ("file", &file),
+                ("items", &s.items),
+                ("bad_pages", &s.bad_pages),
+            ],
         );
     }
     if settings.verbose > 0 && (s.items > 0 || s.skipped > 0) {
