@@ -38,11 +38,20 @@ END_MARK='<!-- summary:end -->'
 log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 
 # The binaries of this checkout, built first (so the figures are the commit's).
-log "building (cargo build --release)"
-cargo build --release -q -p cachalot -p cachalot-lab -p cachalot-loadgen >&2
+# The commit and the state of the tree the binaries are built from.
 COMMIT=$(git rev-parse --short HEAD)
 DIRTY=""
 [ -z "$(git status --porcelain --untracked-files=no)" ] || DIRTY=" (with uncommitted changes)"
+log "building (cargo build --release)"
+cargo build --release -q -p cachalot -p cachalot-lab -p cachalot-loadgen >&2
+# The scripts below use these builds instead of building again on their own
+# (a build of one package alone unifies features differently and recompiles).
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+export LOADGEN_BIN=${LOADGEN_BIN:-$TARGET/release/loadgen}
+export LAB_BIN=${LAB_BIN:-$TARGET/release/cachalot-lab}
+BIN_NOTE="built from that commit by the script"
+[ -z "${CACHALOT_BIN:-}" ] || BIN_NOTE="given by CACHALOT_BIN, not built by the script"
+export CACHALOT_BIN=${CACHALOT_BIN:-$TARGET/release/cachalot}
 START=$SECONDS
 START_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -237,6 +246,16 @@ if wants flash; then
     fi
 fi
 
+# -------------------------------------------------------- calcification
+# Carra & Michiardi's calcification workload: its replay needs tens of
+# millions of requests per server at a scale that does not distort it
+# (benches/cost/calcification.sh), more than this script's budget.
+if wants cost; then
+    not_run "hit ratio in the last phase of Carra & Michiardi's calcification workload, cachalot \`-o rebalance=mrc\`" \
+        "its replays need tens of millions of requests per server (the notebook's run took about 30 min)" \
+        'REQ=50000000 REBALANCERS="off memcached sas cost-per-byte mrc" REAL_REBALANCE=mrc benches/cost/calcification.sh'
+fi
+
 # ----------------------------------------------------------- throughput
 if wants throughput; then
     reps=3 dur=5
@@ -273,7 +292,7 @@ if wants throughput; then
             row "server instructions per request, thousands, 90% GET, 1 in flight (perf stat, user + kernel)" \
                 "$(fmt "$m" 1)" "$(fmt "$c" 1)" "$(ratio "$c" "$m")" lower "$cmd"
         else
-            not_run "server instructions per request (perf stat)" "perf stat could not count here" "$cmd"
+            not_run "server instructions per request (perf stat)" "perf stat reports the hardware counters as not supported in this virtual machine" "$cmd"
         fi
     else
         not_run "requests/s, 90% GET and 90% SET" "no figure in its output (exit $RC, see the raw outputs)" "$cmd"
@@ -315,6 +334,15 @@ if wants errors; then
     if [ "$cells" -gt 0 ]; then
         [ "$bad" = 0 ] || fig="$fig; $bad runs with errors memcached had not"
         row "$fig" "$(fmt "$me")" "$(fmt "$ce")" "-" "fewer (0 is the target)" "$cmd"
+        # The hit ratio of those runs, cachalot / memcached: lowest and median.
+        read -r lo lo_at mid <<<"$(awk '($3 == "default" || $3 == "zzone") && $6 ~ /^[0-9.]+$/ {
+            print $6, $1 "_-m_" $2 "_" $3 }' "$D/stdout.txt" | sort -g |
+            awk '{ v[NR] = $1; w[NR] = $2 } END {
+                if (NR == 0) { print "- - -"; exit }
+                m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+                print v[1], w[1], m }')"
+        row "hit ratio of the same runs, cachalot / memcached: lowest (${lo_at//_/ }) and median" \
+            "-" "-" "$lo × and $mid ×" higher "$cmd"
     else
         not_run "$fig" "no figure in its output (exit $RC, see the raw outputs)" "$cmd"
     fi
@@ -329,7 +357,7 @@ table=$OUT_DIR/summary.md
 {
     echo "Measured $START_DATE, at commit \`$COMMIT\`$DIRTY, by \`benches/summary.sh$([ "$QUICK" = 1 ] && echo ' (QUICK=1)')\` in $((TOTAL / 60)) min $((TOTAL % 60)) s."
     echo "Machine: $(nproc) CPUs ($cpu), $ram GiB RAM, $(uname -sr)."
-    echo "memcached: $("$MEMCACHED_BIN" -V 2>/dev/null) (\`$MEMCACHED_BIN\`); cachalot: \`target/release/cachalot\` built from that commit."
+    echo "memcached: $("$MEMCACHED_BIN" -V 2>/dev/null) (\`$MEMCACHED_BIN\`); cachalot: \`${CACHALOT_BIN#"$ROOT"/}\`, $BIN_NOTE."
     echo "Load average (1, 5, 15 min) before: $LOAD_BEFORE; at the start of each section: ${LOADS[*]}; after: $LOAD_AFTER."
     echo
     echo "| figure | memcached 1.6.18 | cachalot | cachalot / memcached | better | command |"
