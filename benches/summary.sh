@@ -37,8 +37,8 @@ END_MARK='<!-- summary:end -->'
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 
-# The binaries of this checkout, built first (so the figures are the commit's).
-# The commit and the state of the tree the binaries are built from.
+# The commit and the state of the tree, then the binaries of this checkout,
+# built first (so the figures are the commit's).
 COMMIT=$(git rev-parse --short HEAD)
 DIRTY=""
 [ -z "$(git status --porcelain --untracked-files=no)" ] || DIRTY=" (with uncommitted changes)"
