@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates the charts in docs/img/ (shown in docs/lab.md and
-# docs/benchmarks.md) with `cachalot-lab plot`:
+# docs/benchmarks-history.md) with `cachalot-lab plot`:
 #   - the miss-ratio curves from `cachalot-lab mrc` runs made here (their JSON
 #     goes to docs/data/mrc-*.json; each takes a few seconds);
 #   - hit ratio over time and latency from the `compare` results in
-#     docs/data/compare-*-64m.json (made by the commands in docs/benchmarks.md;
+#     docs/data/compare-*-64m.json (made by the commands in docs/benchmarks-history.md;
 #     this script only plots them, it does not rerun the servers).
 # Usage: docs/img/make.sh [path/to/cachalot-lab]   (default: target/release)
 set -euo pipefail
@@ -41,7 +41,7 @@ plot mrc-gdwheel-multi-tpcw --kind mrc --per-class 3 "$DATA/mrc-gdwheel-multi-tp
 for w in etc ycsb-b; do
 	f=$DATA/compare-$w-64m.json
 	if [[ ! -f $f ]]; then
-		echo "skipping $f: not there (see docs/benchmarks.md to make it)" >&2
+		echo "skipping $f: not there (see docs/benchmarks-history.md to make it)" >&2
 		continue
 	fi
 	plot "hit-ratio-$w-64m" --kind hit-ratio-over-time --x requests --repetition 1 \

@@ -1,6 +1,6 @@
 //! `loadgen`: the load generator behind benches/capacity.sh and
 //! benches/throughput.sh, which compare cachalot with memcached 1.6 on the
-//! same machine (see docs/benchmarks.md for the method and the results).
+//! same machine (see docs/benchmarks-history.md for the method and the results).
 //!
 //! Subcommands print `name=value` lines so the shell scripts can tabulate
 //! them without a parser:

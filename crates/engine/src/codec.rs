@@ -53,7 +53,7 @@ impl Codec {
 /// level 3 stored the Z-zone's blocks only 0.7% smaller than level 1
 /// (YCSB-B over protobuf-like records in `cachalot-lab sim`, 2.85 x
 /// against 2.83 x), for a fifth more CPU in the whole run and a digested
-/// dictionary of 424 KB instead of 64 KB (counted in `-m`, docs/benchmarks.md).
+/// dictionary of 424 KB instead of 64 KB (counted in `-m`, docs/benchmarks-history.md).
 pub const ZSTD_LEVEL: i32 = 1;
 
 /// A zstd dictionary, digested once for compression and decompression.

@@ -1780,7 +1780,7 @@ impl Engine {
     /// How many `maintain` slices a maintainer runs per period (200 ms in
     /// the server) while each finds work: the reclaimer's walk needs few;
     /// re-partitioning gets more until a sweep over all pages finds little
-    /// to trade (docs/benchmarks.md, "Cavast's layout").
+    /// to trade (docs/benchmarks-history.md, "Cavast's layout").
     pub fn maintain_slices(&self) -> usize {
         self.repartition_slices().unwrap_or(RECLAIM_SLICES)
     }

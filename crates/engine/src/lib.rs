@@ -130,7 +130,7 @@ pub struct Config {
     /// class of the one it replaces overwrites it in its chunk, holding
     /// only its key's stripe (`Cache::store`; CLOCK without learned costs).
     /// On by default: it never lowered a hit ratio measured
-    /// (docs/benchmarks.md, "Engine scaling: SETs in place").
+    /// (docs/benchmarks-history.md, "Engine scaling: SETs in place").
     pub in_place_sets: bool,
     /// `-o lockfree_inserts=0|1`: a SET of a new key places its item in a
     /// chunk reserved for its thread, holding only its key's stripe
@@ -139,7 +139,7 @@ pub struct Config {
     /// `-o repartition=0|1`: the maintainer sorts each page's items into
     /// columns by temperature, hottest first, and reclaims expired items on
     /// the way (Cavast sections 4.1, 4.4 and 6.1; `engine/repartition.rs`;
-    /// CLOCK only). Off by default: docs/benchmarks.md, "Cavast's layout".
+    /// CLOCK only). Off by default: docs/benchmarks-history.md, "Cavast's layout".
     pub repartition: bool,
     /// `-o zzone=0|1`: items the N-zone (the slab engine) evicts go to a
     /// compressed Z-zone in the same memory, and GETs that miss look there
@@ -148,7 +148,7 @@ pub struct Config {
     /// `-o zzone_block=N`: bytes a Z-zone block may hold once compressed
     /// before it splits (binary splits leave blocks about two thirds full
     /// on average). 3 KB blocks cost less metadata per item but a fifth
-    /// more CPU per demotion and fewer promotions (docs/benchmarks.md).
+    /// more CPU per demotion and fewer promotions (docs/benchmarks-history.md).
     pub zzone_block: usize,
     /// `-o zzone_codec=lz4|zstd|none`.
     pub zzone_codec: codec::Codec,

@@ -59,8 +59,8 @@ const PERMUTE: u128 = (1 << 61) - 1;
                   maintainer thread beside them, and reports total and per-thread ops/s, the \
                   hit ratio, and how the engine lock is taken: acquisitions by requests and by \
                   the maintainer, the maintainer's longest hold, and the requests' hold and wait \
-                  percentiles. See docs/lab.md (engine-bench) and docs/benchmarks.md (Engine \
-                  scaling)."
+                  percentiles. See docs/lab.md (engine-bench) and docs/benchmarks-history.md \
+                  (Engine scaling)."
 )]
 pub struct EngineBenchArgs {
     #[command(flatten)]

@@ -617,7 +617,7 @@ fn flash_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
 /// (`SCHED_IDLE`): a worker that wakes up preempts it at once, where at
 /// the same priority it could wait a scheduler slice (milliseconds) behind
 /// it. Measured: with the Z-zone writer at normal priority, p99 latency was
-/// 5× that without the Z-zone (docs/benchmarks.md).
+/// 5× that without the Z-zone (docs/benchmarks-history.md).
 fn idle_priority() {
     #[cfg(target_os = "linux")]
     {

@@ -32,7 +32,7 @@
 //! follows a miss, which costs the client a backend fetch far longer than
 //! a block rewrite, and counted they shrink the Z-zone in any workload
 //! with more than a few percent of misses (to 2% of memory at 40% misses
-//! in the lab, docs/benchmarks.md), exactly where it would help most.
+//! in the lab, docs/benchmarks-history.md), exactly where it would help most.
 
 use std::sync::Arc;
 
@@ -61,7 +61,7 @@ const GROW_SLACK: usize = 4;
 /// grows with `-m`: at 1/64, YCSB-B (`cachalot-lab sim`, 1 M keys, `-m
 /// 64`) rewrote 290 K blocks for 579 K demotions where 1/256 rewrote 454 K
 /// for 561 K, at the same hit ratio; at 1/32 the uncompressed items cost
-/// hits when the zone is large (docs/benchmarks.md).
+/// hits when the zone is large (docs/benchmarks-history.md).
 const STAGE_SHARE: usize = 64;
 const MAX_STAGE: usize = 64 << 20;
 

@@ -2,7 +2,7 @@
 //! "using the codecs and dictionaries of the Z-zone"). A container holds
 //! a hundred or so small items; a dictionary trained on items like them
 //! gives zstd the words and field names they share before the first byte
-//! (docs/benchmarks.md: about a fifth more items on the lab's tweets).
+//! (docs/benchmarks-history.md: about a fifth more items on the lab's tweets).
 //!
 //! - It is trained once, on the first item images the writer packs
 //!   ([`SAMPLE_BYTES`] of them), on a thread of its own: the writer goes
@@ -24,7 +24,7 @@ use crate::codec::Dictionary;
 
 const MAGIC: [u8; 4] = *b"CDI1";
 /// Bytes of the dictionary: 64 KB stored the lab's tweets 6% smaller than
-/// 16 KB (docs/benchmarks.md); its digested form counts in `-m`.
+/// 16 KB (docs/benchmarks-history.md); its digested form counts in `-m`.
 pub const DICT_BYTES: usize = 64 << 10;
 /// Item bytes it is trained on, and most samples (zstd's trainer wants
 /// about a hundred samples per KB of dictionary; more costs time only).

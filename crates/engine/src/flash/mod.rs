@@ -112,7 +112,7 @@ pub struct FlashConfig {
     /// zstd's level for containers, compressed on the writer's thread (the
     /// Z-zone compresses on the request path, at 1). 3 stores the lab's
     /// tweets 11% smaller than 1 for 14% more CPU; 6, 4% smaller again,
-    /// for three times the CPU (docs/benchmarks.md).
+    /// for three times the CPU (docs/benchmarks-history.md).
     pub zstd_level: i32,
 }
 

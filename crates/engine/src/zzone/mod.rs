@@ -47,7 +47,7 @@ use trie::{Node, Trie};
 /// Share of the zone's pages that live blocks may fill before the sweep
 /// evicts: the rest is garbage for compaction to reclaim, so compacting a
 /// page always gains at least a twentieth of it. (0.9 kept 5% fewer items
-/// for the same CPU: docs/benchmarks.md.)
+/// for the same CPU: docs/benchmarks-history.md.)
 const FILL: f64 = 0.95;
 /// Blocks compressed less than this hold no more items than the N-zone
 /// would in the same pages: the zone keeps a twentieth of its pages free for
@@ -120,7 +120,7 @@ struct Desc {
     /// and the time in [`REUSE_TICK`]s of demotions (wrapping; 0 marks no
     /// read). One record keeps the descriptor at 48 bytes, its filters 32
     /// of them; with two, YCSB-B promoted 1.7 times as many items for the
-    /// same hit ratio (docs/benchmarks.md).
+    /// same hit ratio (docs/benchmarks-history.md).
     reuse: (u16, u16),
     content: Filter,
     access: Filter,

@@ -1567,7 +1567,10 @@ mod tests {
     #[test]
     fn hugepages_option() {
         let (s, _) = run(&[]).unwrap();
-        assert!(s.engine.hugepages, "on by default (docs/benchmarks.md)");
+        assert!(
+            s.engine.hugepages,
+            "on by default (docs/benchmarks-history.md)"
+        );
         let (s, _) = run(&["-o", "hugepages=0"]).unwrap();
         assert!(!s.engine.hugepages);
         let (s, _) = run(&["-o", "no_hugepages,hugepages"]).unwrap();
