@@ -2,7 +2,7 @@
 # Engine scaling (issue 10): `cachalot-lab engine-bench`, the engine
 # in-process with N threads (crates/lab/src/enginebench.rs), over threads and
 # over data set sizes, and the simulated cache misses per GET. The figures of
-# docs/benchmarks.md, "Engine scaling", come from here.
+# docs/benchmarks-history.md, "Engine scaling", come from here.
 #
 #   benches/engine-scaling.sh threads   # Zipf 0.99, -m 64: 1, 2, 4, 8 threads, GET_RATIOS
 #                                       # (0.9 and 1); paths: inplace (GETs on stripes, SETs

@@ -10,7 +10,7 @@
 # started again; `stats flash` gives the items recovered and the time.
 # REPEAT rounds; medians are what to quote.
 #
-# Usage: benches/flash-restart.sh   (see docs/benchmarks.md)
+# Usage: benches/flash-restart.sh   (see docs/benchmarks-history.md)
 # Environment: CACHALOT_BIN, LOADGEN_BIN, MEM_MB (64), FLASH_MB (64), ITEMS
 # (2500000), VALUE_SIZE (100), VALUES (json), FILL_RATE (150000), REPEAT (3),
 # CACHALOT_ARGS, OUT_DIR.

@@ -18,7 +18,7 @@
 # memcached 1.6 without and with extstore on the same file size, for
 # comparison), REPEAT rounds; medians are what to quote.
 #
-# Usage: benches/flash-stalls.sh   (see docs/benchmarks.md)
+# Usage: benches/flash-stalls.sh   (see docs/benchmarks-history.md)
 # Environment: CACHALOT_BIN, LOADGEN_BIN, LAB_BIN (default
 # target/release/cachalot-lab), MEM_MB (64), FLASH_MB (512), THREADS (2),
 # KEYS_FLASH (1000000), FLASH_RATE (3000), VALUE_SIZE (100), KEYS_HOT (10000:

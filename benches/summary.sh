@@ -340,7 +340,7 @@ if wants errors; then
             awk '{ v[NR] = $1; w[NR] = $2 } END {
                 if (NR == 0) { print "- - -"; exit }
                 m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-                print v[1], w[1], m }')"
+                printf "%.3f %s %.3f\n", v[1], w[1], m }')"
         row "hit ratio of the same runs, cachalot / memcached: lowest (${lo_at//_/ }) and median" \
             "-" "-" "$lo × and $mid ×" higher "$cmd"
     else
