@@ -1163,6 +1163,18 @@ impl Engine {
         self.granted.min(floors) * self.slabs.page_size
     }
 
+    /// Pages adopted from a warm restart file: those over `-m` that are
+    /// classes' floors are granted again, as the last run had them.
+    pub(super) fn regrant_floors(&mut self) {
+        let used = self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes();
+        let over = used
+            .saturating_sub(self.memory_limit)
+            .div_ceil(self.slabs.page_size);
+        self.granted = over;
+        // `allowance` caps it at the floors of the classes in use.
+        self.granted = self.allowance() / self.slabs.page_size;
+    }
+
     /// Whether every page is within its class's floor: memory may then be
     /// over `-m` (`floor_pages`).
     #[cfg(any(test, feature = "testing"))]

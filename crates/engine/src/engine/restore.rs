@@ -239,7 +239,10 @@ impl Engine {
         self.index_bytes = self.index_memory();
         self.index_shape = (0..n).map(|s| self.shape_of(s)).collect();
         self.raise_cas(out.max_cas);
-        // What the index and the policy grew to fits `-m` (else pages go).
+        // Pages the last run held beyond `-m` as classes' floors are
+        // granted again; what the index and the policy grew to fits the
+        // rest (else pages go).
+        self.regrant_floors();
         self.enforce_budget(None);
         (out, result)
     }
