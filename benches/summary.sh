@@ -139,21 +139,27 @@ max_rss_mib() {
     awk -v r="$r" -v h="$h" 'BEGIN { printf "%.1f", (r > h ? r : h) / 1024 }'
 }
 
+# One row of benches/capacity.sh's items kept (its outputs for value size
+# $2 in $D), with the values read back wrong named.
+items_row() {
+    local fig=$1 vs=$2 cmd=$3 m c bad
+    m=$(kv "$D/memcached-$vs.txt" curr_items)
+    c=$(kv "$D/cachalot-$vs.txt" curr_items)
+    if [ -n "$m" ] && [ -n "$c" ]; then
+        bad=$(kv "$D/cachalot-$vs.txt" reread_corrupt)
+        [ "$bad" = 0 ] || fig="$fig (cachalot: $bad values read back wrong)"
+        row "$fig" "$(fmt "$m")" "$(fmt "$c")" "$(ratio "$c" "$m")" higher "$cmd"
+    else
+        not_run "$fig" "no figure in its output (exit $RC, see the raw outputs)" "$cmd"
+    fi
+}
+
 # ---------------------------------------------------------------- capacity
 if wants capacity; then
     cmd='benches/capacity.sh'
     section capacity "$cmd"
     for vs in 10 100; do
-        m=$(kv "$D/memcached-$vs.txt" curr_items)
-        c=$(kv "$D/cachalot-$vs.txt" curr_items)
-        fig="items kept in \`-m 64\`, 1.5 M writes, 14 B keys, $vs B random values"
-        if [ -n "$m" ] && [ -n "$c" ]; then
-            bad=$(kv "$D/cachalot-$vs.txt" reread_corrupt)
-            [ "$bad" = 0 ] || fig="$fig (cachalot: $bad values read back wrong)"
-            row "$fig" "$(fmt "$m")" "$(fmt "$c")" "$(ratio "$c" "$m")" higher "$cmd"
-        else
-            not_run "$fig" "no figure in its output (exit $RC, see the raw outputs)" "$cmd"
-        fi
+        items_row "items kept in \`-m 64\`, 1.5 M writes, 14 B keys, $vs B random values" "$vs" "$cmd"
     done
     mr=$(max_rss_mib "$D/memcached-100.txt")
     cr=$(max_rss_mib "$D/cachalot-100.txt")
@@ -167,16 +173,7 @@ if wants zzone; then
     [ "$QUICK" = 1 ] && items=1500000
     cmd="VALUES=json VALUE_SIZES=100 ITEMS=$items CACHALOT_ARGS=\"-o zzone=1\" benches/capacity.sh"
     section zzone "$cmd"
-    m=$(kv "$D/memcached-100.txt" curr_items)
-    c=$(kv "$D/cachalot-100.txt" curr_items)
-    fig="items kept in \`-m 64\`, 100 B JSON values, cachalot with \`-o zzone=1\` (zExpander's compressed zone)"
-    if [ -n "$m" ] && [ -n "$c" ]; then
-        bad=$(kv "$D/cachalot-100.txt" reread_corrupt)
-        [ "$bad" = 0 ] || fig="$fig (cachalot: $bad values read back wrong)"
-        row "$fig" "$(fmt "$m")" "$(fmt "$c")" "$(ratio "$c" "$m")" higher "$cmd"
-    else
-        not_run "$fig" "no figure in its output (exit $RC, see the raw outputs)" "$cmd"
-    fi
+    items_row "items kept in \`-m 64\`, 100 B JSON values, cachalot with \`-o zzone=1\` (zExpander's compressed zone)" 100 "$cmd"
 fi
 
 # ------------------------------------------------- the lab's hit ratios

@@ -1157,10 +1157,14 @@ impl Engine {
         if self.granted == 0 {
             return 0;
         }
-        let floors: usize = (0..self.slabs.classes.len())
+        self.granted.min(self.floor_pages_held()) * self.slabs.page_size
+    }
+
+    /// Pages the classes hold within their floors.
+    fn floor_pages_held(&self) -> usize {
+        (0..self.slabs.classes.len())
             .map(|c| self.slabs.classes[c].pages.len().min(self.floor_pages(c)))
-            .sum();
-        self.granted.min(floors) * self.slabs.page_size
+            .sum()
     }
 
     /// Pages adopted from a warm restart file: those over `-m` that are
@@ -1170,19 +1174,14 @@ impl Engine {
         let over = used
             .saturating_sub(self.memory_limit)
             .div_ceil(self.slabs.page_size);
-        self.granted = over;
-        // `allowance` caps it at the floors of the classes in use.
-        self.granted = self.allowance() / self.slabs.page_size;
+        self.granted = over.min(self.floor_pages_held());
     }
 
     /// Whether every page is within its class's floor: memory may then be
     /// over `-m` (`floor_pages`).
     #[cfg(any(test, feature = "testing"))]
     fn at_floors(&self) -> bool {
-        let floors: usize = (0..self.slabs.classes.len())
-            .map(|c| self.slabs.classes[c].pages.len().min(self.floor_pages(c)))
-            .sum();
-        self.slabs.pages_allocated() == floors
+        self.slabs.pages_allocated() == self.floor_pages_held()
     }
 
     fn can_add_page(&self) -> bool {
@@ -1475,6 +1474,8 @@ impl Engine {
         let rescue = protect.is_none();
         loop {
             let used = self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes();
+            // `allowance` walks the classes: only when over `-m` itself
+            // (this runs after every store).
             if used <= self.memory_limit || used <= self.memory_limit + self.allowance() {
                 return;
             }

@@ -434,12 +434,7 @@ fn a_crash_brings_back_valid_items_and_no_removed_ones() {
     let f = TempFile::new("crash");
     let cfg = config(&f, 8, 64);
     let n = 80_000;
-    let cache = Cache::new(cfg.clone(), Arc::new(Clock::new())).expect("cache");
-    fill(&cache, n);
-    remove_some(&cache, n);
-    assert!(cache.flash_sync());
-    let before = flash_stats(&cache);
-    drop(cache);
+    let before = crash_after_removals(&cfg, n);
     // Everything was synced: all of it comes back (99.3% measured).
     restart_and_check(cfg, n, &before, 0.97);
 }
@@ -455,12 +450,7 @@ fn a_crash_does_not_bring_back_copies_the_index_dropped() {
         fc.memory_cap = 2_700_000;
     }
     let n = 80_000;
-    let cache = Cache::new(cfg.clone(), Arc::new(Clock::new())).expect("cache");
-    fill(&cache, n);
-    remove_some(&cache, n);
-    assert!(cache.flash_sync());
-    let before = flash_stats(&cache);
-    drop(cache);
+    let before = crash_after_removals(&cfg, n);
     assert!(
         before.evictions > 10_000 && before.gc_recycled == 0,
         "{before:?}"
@@ -503,6 +493,16 @@ fn a_crash_does_not_bring_back_copies_the_collector_gave_up() {
     drop(cache);
     // Only the open slab's contents are lost (no sync): 92.8% measured.
     restart_and_check(cfg, n, &before, 0.8);
+}
+
+/// Fill `0..n`, remove some, sync the tier, and drop the cache without a
+/// shutdown (a crash): what flash held then.
+fn crash_after_removals(cfg: &Config, n: u64) -> FlashStats {
+    let cache = Cache::new(cfg.clone(), Arc::new(Clock::new())).expect("cache");
+    fill(&cache, n);
+    remove_some(&cache, n);
+    assert!(cache.flash_sync());
+    flash_stats(&cache)
 }
 
 /// Delete every tenth key (+5) of `0..n`, then overwrite every tenth with

@@ -221,17 +221,18 @@ fn read_head(stream: &mut TcpStream, deadline: Instant) -> io::Result<Head> {
             Ok(0) => return Ok(Head::Gone),
             Ok(n) => head.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Ok(Head::Gone)
-            }
+            Err(e) if timed_out(&e) => return Ok(Head::Gone),
             Err(e) => return Err(e),
         }
     }
+}
+
+/// A socket timeout ran out (the deadline passed meanwhile).
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 /// Write all of `data`, giving up at `deadline`.
@@ -246,14 +247,7 @@ fn write_by(stream: &mut TcpStream, mut data: &[u8], deadline: Instant) -> io::R
             Ok(0) => return Ok(()),
             Ok(n) => data = &data[n..],
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Ok(())
-            }
+            Err(e) if timed_out(&e) => return Ok(()),
             Err(e) => return Err(e),
         }
     }
