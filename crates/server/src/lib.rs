@@ -12,6 +12,7 @@ pub mod log;
 pub mod meta;
 pub mod metrics;
 pub mod net;
+pub mod owner;
 pub mod session;
 pub mod settings;
 pub mod stats;

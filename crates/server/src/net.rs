@@ -34,6 +34,7 @@ use self::conn::Stream;
 use self::listener::Listener;
 use self::worker::{NewConn, Worker, WorkerHandle};
 use crate::log::{self, Level};
+use crate::owner::{self, Owned};
 use crate::settings::Settings;
 use crate::stats::{ConnEntry, ConnState, Shared, ThreadStats};
 
@@ -190,6 +191,9 @@ pub struct Server {
     workers: Vec<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
     readers: Option<Arc<flash_io::Readers>>,
+    /// The flash and `-e` files this process holds (`owner`), kept until
+    /// the server is dropped.
+    _owned: Vec<Owned>,
 }
 
 impl Server {
@@ -203,6 +207,8 @@ impl Server {
         settings: Settings,
         stop: Arc<AtomicBool>,
     ) -> Result<Server, StartError> {
+        // Before the engine reads or writes a file, and before any port.
+        let owned = take_files(&settings)?;
         let clock = Arc::new(Clock::new());
         let cache = Cache::new(settings.engine.clone(), clock.clone()).map_err(|e| StartError {
             message: format!("{e}"),
@@ -380,6 +386,7 @@ impl Server {
             workers,
             background,
             readers,
+            _owned: owned,
         })
     }
 
@@ -461,6 +468,29 @@ impl Server {
             let _ = std::fs::remove_file(path);
         }
     }
+}
+
+/// Hold the flash file and the `-e` file for this process (`owner`): a
+/// second server on either refuses to start, with memcached's exit code 1.
+fn take_files(settings: &Settings) -> Result<Vec<Owned>, StartError> {
+    let refuse = |message| StartError {
+        message,
+        code: cli::EXIT_FAILURE,
+    };
+    let mut owned = Vec::new();
+    if let Some(flash) = &settings.engine.flash {
+        let held = Owned::take(&flash.path)
+            .map_err(|e| refuse(owner::refusal("ext_path", &flash.path, &e)))?;
+        owned.push(held);
+    }
+    // Without -e, the warm file is `<ext_path>.memory`, the flash file's.
+    if let Some(file) = &settings.memory_file {
+        let lock = owner::warm_lock_path(file);
+        let held =
+            Owned::take(&lock).map_err(|e| refuse(owner::refusal("memory file (-e)", file, &e)))?;
+        owned.push(held);
+    }
+    Ok(owned)
 }
 
 /// Load what the last clean shutdown saved with `-e` (nothing on a first
