@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Import circles between a crate's modules (issue 33).
+
+A module's imports are every path it names into its own crate: `use`
+statements (with their `{...}` groups expanded) and paths written inline,
+starting with `crate::`, `super::`, `self::` or the name of a child module.
+`mod x;` itself is containment, not an import. Each path is resolved to the
+deepest module it reaches, so `crate::slab::Slabs` is an import of `slab`;
+an inline `mod tests { ... }` is a module of its own (its imports are not
+its parent's). Comments and string literals are skipped.
+
+A circle is a set of modules that reach each other through imports (a
+strongly connected component of more than one module). The script prints
+each circle with the imports inside it and exits 1 if there is one.
+
+    scripts/layers.py crates/engine/src crates/server/src
+"""
+
+import re
+import sys
+from pathlib import Path
+
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def strip(text):
+    """The source with comments, strings and chars blanked (lengths kept)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif text.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif c == "r" and re.match(r'r#*"', text[i:]) and not re.match(r"\w", text[i - 1 : i] or " "):
+            hashes = re.match(r"r(#*)\"", text[i:]).group(1)
+            end = text.find('"' + hashes, i + 2 + len(hashes))
+            j = n if end < 0 else end + 1 + len(hashes)
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(re.sub(r"[^\n]", " ", text[i : j + 1]))
+            i = j + 1
+        elif c == "'" and re.match(r"'(\\.|[^\\'])'|'\\u\{[0-9a-fA-F]+\}'|'\\x[0-9a-fA-F]{2}'", text[i:]):
+            m = re.match(r"'(\\.|[^\\'])'|'\\u\{[0-9a-fA-F]+\}'|'\\x[0-9a-fA-F]{2}'", text[i:])
+            out.append(" " * len(m.group(0)))
+            i += len(m.group(0))
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def expand(tree):
+    """`a::{b, c::{d, e}}` -> ['a::b', 'a::c::d', 'a::c::e']."""
+    tree = re.sub(r"\s+", "", tree)
+    if "{" not in tree:
+        return [tree]
+    head, rest = tree.split("{", 1)
+    body = rest[: rest.rindex("}")]
+    parts, depth, cur = [], 0, ""
+    for ch in body:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += ch == "{"
+        depth -= ch == "}"
+        cur += ch
+    parts.append(cur)
+    return [head + p for part in parts if part for p in expand(part)]
+
+
+def module_of(src, path):
+    rel = path.relative_to(src).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] in ("lib", "main", "mod"):
+        parts.pop()
+    return tuple(parts)
+
+
+def scan(src):
+    """Modules (tuples) -> list of (path segments, line) they name."""
+    refs, modules = {}, set()
+    for path in sorted(src.rglob("*.rs")):
+        base = module_of(src, path)
+        modules.add(base)
+        text = strip(path.read_text())
+        # Inline modules: `mod name {` opens one until its brace closes.
+        stack, depth, spans = [], 0, []
+        for m in re.finditer(r"\bmod\s+(" + IDENT + r")\s*\{|[{}]", text):
+            tok = m.group(0)
+            if tok.startswith("mod"):
+                stack.append((m.group(1), depth))
+                depth += 1
+                spans.append((m.start(), tuple(s for s, _ in stack)))
+            elif tok == "{":
+                depth += 1
+            else:
+                depth -= 1
+                if stack and stack[-1][1] == depth:
+                    stack.pop()
+                    spans.append((m.end(), tuple(s for s, _ in stack)))
+        spans.sort()
+
+        def owner(pos):
+            inner = ()
+            for start, names in spans:
+                if start > pos:
+                    break
+                inner = names
+            return base + inner
+
+        for start, names in spans:
+            modules.add(base + names)
+        line_of = lambda pos: text.count("\n", 0, pos) + 1
+        used = []
+        for m in re.finditer(r"\buse\s+([^;]+);", text):
+            tree = re.sub(r"\s+as\s+" + IDENT, "", m.group(1))
+            for p in expand(tree):
+                used.append((m.start(), p))
+        use_spans = [(m.start(), m.end()) for m in re.finditer(r"\buse\s+[^;]+;", text)]
+        for m in re.finditer(r"\b(?:crate|super|self|" + IDENT + r")(?:::" + IDENT + r")+", text):
+            if any(a <= m.start() < b for a, b in use_spans):
+                continue
+            if text[max(0, m.start() - 2) : m.start()] == "::":
+                continue
+            used.append((m.start(), m.group(0)))
+        for pos, p in used:
+            refs.setdefault(owner(pos), []).append((p.strip(":").split("::"), line_of(pos), path))
+    return modules, refs
+
+
+def resolve(modules, here, segs):
+    if not segs or not segs[0]:
+        return None
+    if segs[0] == "crate":
+        cur, rest = (), segs[1:]
+    elif segs[0] in ("super", "self"):
+        cur, rest = here, segs
+        while rest and rest[0] in ("super", "self"):
+            cur = cur[:-1] if rest[0] == "super" else cur
+            rest = rest[1:]
+    elif here + (segs[0],) in modules:
+        cur, rest = here, segs
+    else:
+        return None  # another crate, std, a type or a variable
+    for s in rest:
+        if cur + (s,) in modules:
+            cur = cur + (s,)
+        else:
+            break
+    return cur
+
+
+def circles(src):
+    modules, refs = scan(src)
+    edges = {}
+    for here, items in refs.items():
+        for segs, line, path in items:
+            to = resolve(modules, here, segs)
+            if to is None or to == here:
+                continue
+            edges.setdefault(here, {}).setdefault(to, (path, line, "::".join(segs)))
+    # Tarjan's strongly connected components.
+    index, low, onstack, stack, out, counter = {}, {}, set(), [], [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        onstack.add(v)
+        for w in edges.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in onstack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                onstack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(modules):
+        if v not in index:
+            visit(v)
+    return out, edges
+
+
+def name(m):
+    return "::".join(m) or "crate"
+
+
+def main(dirs):
+    bad = 0
+    for d in dirs:
+        src = Path(d)
+        found, edges = circles(src)
+        for comp in found:
+            bad += 1
+            members = set(comp)
+            print(f"{d}: circle of {len(comp)} modules: {', '.join(name(m) for m in comp)}")
+            for a in comp:
+                for b, (path, line, p) in sorted(edges.get(a, {}).items()):
+                    if b in members:
+                        print(f"  {name(a)} -> {name(b)}  ({path}:{line}: {p})")
+        if not found:
+            print(f"{d}: no import circles")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:] or ["crates/engine/src", "crates/server/src"]))
