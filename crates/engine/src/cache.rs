@@ -18,6 +18,12 @@
 //! flush that is due, keys the MRC profile samples, and everything under
 //! policies that count every GET (eager GD-Wheel, SAS, learned costs).
 
+mod meta;
+mod ops;
+
+pub use meta::{Edit, MetaDelete, MetaDeleted};
+pub use ops::ArithOrAdd;
+
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -373,7 +379,11 @@ impl Cache {
     }
 
     /// Lock the engine. Hold the guard only for engine work and copying out
-    /// values, never across socket reads or writes.
+    /// values, never across socket reads or writes. The server never calls
+    /// this: its handlers go through the `Cache` methods that take the lock
+    /// for one operation each (`cache/ops.rs`, `cache/meta.rs`); it stays
+    /// public for the lab's benchmarks and the engine's tests, which drive
+    /// the engine directly.
     #[inline]
     pub fn lock(&self) -> EngineGuard<'_> {
         let guard = EngineGuard(self.engine.lock());

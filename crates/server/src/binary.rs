@@ -18,6 +18,7 @@
 
 use std::sync::atomic::AtomicU64;
 
+use cachalot_engine::cache::ArithOrAdd;
 use cachalot_engine::engine::{Arith, ArithOutcome, DeleteOutcome, Lookup};
 use cachalot_engine::flash::fetch;
 use cachalot_engine::{Expiry, ItemRef, Store, StoreMode, StoreOutcome};
@@ -237,7 +238,7 @@ impl BinaryHandler {
             }
             Command::Delete { key, quiet } => {
                 stats_cmd::detail_record(ctx, key, DetailOp::Delete);
-                let outcome = ctx.cache.lock().delete(key, check_cas);
+                let outcome = ctx.cache.delete(key, check_cas);
                 match outcome {
                     DeleteOutcome::Deleted => {
                         bump(&ctx.stats.delete_hits);
@@ -277,8 +278,8 @@ impl BinaryHandler {
                     // 0 (or no extras) flushes now. An absolute time already
                     // past makes memcached's oldest_live 0, i.e. no flush.
                     match ctx.cache.clock().expiry(exptime as i64) {
-                        Expiry::Never => ctx.cache.lock().flush_all(None),
-                        Expiry::At(t) => ctx.cache.lock().flush_all(Some(t)),
+                        Expiry::Never => ctx.cache.flush_all(None),
+                        Expiry::At(t) => ctx.cache.flush_all(Some(t)),
                         Expiry::Expired => {}
                     }
                     bump(&ctx.stats.cmd_flush);
@@ -335,7 +336,7 @@ impl BinaryHandler {
         out: &mut Vec<u8>,
     ) -> bool {
         let expiry = touch.map(|t| ctx.cache.clock().expiry(t as i64));
-        let mut reply = |item: Option<ItemRef<'_>>| match item {
+        let reply = |item: Option<ItemRef<'_>>| match item {
             Some(it) => {
                 let key_out: &[u8] = if with_key { key } else { &[] };
                 let value_len = if with_value { it.value.len() } else { 0 };
@@ -359,7 +360,7 @@ impl BinaryHandler {
             None => None,
         };
         let found = match expiry {
-            Some(e) => reply(ctx.cache.lock().touch(key, e)),
+            Some(e) => ctx.cache.touch(key, e, reply),
             // A GET reads its stripe only (`Cache::get`).
             None => ctx.cache.get(key, Lookup::GET, reply),
         };
@@ -517,7 +518,7 @@ impl BinaryHandler {
     ) {
         stats_cmd::detail_record(ctx, key, DetailOp::Set);
         if mode == StoreMode::Set {
-            let _ = ctx.cache.lock().delete(key, 0);
+            let _ = ctx.cache.delete(key, 0);
         }
         write_error(out, r.opcode, r.opaque, Status::TooLarge);
         self.swallow = swallow;
@@ -542,7 +543,6 @@ impl BinaryHandler {
     ) {
         let s = ctx.stats;
         let result: Result<(u64, u64), (Status, &str)> = {
-            let mut engine = ctx.cache.lock();
             let req = Arith {
                 incr,
                 delta,
@@ -550,39 +550,27 @@ impl BinaryHandler {
                 autovivify: None,
                 new_expiry: None,
             };
-            match engine.arith(key, &req) {
-                ArithOutcome::Value { value, id } => {
+            // memcached creates a missing counter (an `add`).
+            let digits = initial.to_string();
+            let create = (exptime != ARITH_NO_CREATE)
+                .then(|| (digits.as_bytes(), ctx.cache.clock().expiry(exptime as i64)));
+            match ctx.cache.arith_or_add(key, &req, create) {
+                ArithOrAdd::Counted { value, cas } => {
                     bump(if incr { &s.incr_hits } else { &s.decr_hits });
-                    Ok((value, engine.item(id).cas))
+                    Ok((value, cas))
                 }
-                ArithOutcome::NotFound if exptime != ARITH_NO_CREATE => {
-                    let digits = initial.to_string();
-                    let created = engine.store(&Store {
-                        key,
-                        value: digits.as_bytes(),
-                        flags: 0,
-                        expiry: ctx.cache.clock().expiry(exptime as i64),
-                        mode: StoreMode::Add,
-                        cas: 0,
-                        new_cas: None,
-                        cost: None,
-                        invalidate: false,
-                    });
-                    match created {
-                        StoreOutcome::Stored { cas } => Ok((initial, cas)),
-                        StoreOutcome::NoMemory | StoreOutcome::TooLarge => {
-                            Err((Status::OutOfMemory, OOM_NEW_ITEM))
-                        }
-                        _ => Err(fail(Status::NotStored)),
-                    }
+                ArithOrAdd::Added(StoreOutcome::Stored { cas }) => Ok((initial, cas)),
+                ArithOrAdd::Added(StoreOutcome::NoMemory | StoreOutcome::TooLarge) => {
+                    Err((Status::OutOfMemory, OOM_NEW_ITEM))
                 }
-                ArithOutcome::NotFound => {
+                ArithOrAdd::Added(_) => Err(fail(Status::NotStored)),
+                ArithOrAdd::Failed(ArithOutcome::NotFound) => {
                     bump(if incr { &s.incr_misses } else { &s.decr_misses });
                     Err(fail(Status::KeyNotFound))
                 }
-                ArithOutcome::NonNumeric => Err(fail(Status::NonNumeric)),
-                ArithOutcome::Exists => Err(fail(Status::KeyExists)),
-                ArithOutcome::NoMemory => Err((Status::OutOfMemory, OOM_INCREMENTING)),
+                ArithOrAdd::Failed(ArithOutcome::NonNumeric) => Err(fail(Status::NonNumeric)),
+                ArithOrAdd::Failed(ArithOutcome::Exists) => Err(fail(Status::KeyExists)),
+                ArithOrAdd::Failed(_) => Err((Status::OutOfMemory, OOM_INCREMENTING)),
             }
         };
         match result {

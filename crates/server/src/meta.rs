@@ -34,12 +34,11 @@
 use std::ops::ControlFlow;
 use std::sync::atomic::AtomicU64;
 
+use cachalot_engine::cache::{Edit, MetaDelete, MetaDeleted};
 use cachalot_engine::engine::{Arith, Lookup};
 use cachalot_engine::flash::fetch;
 use cachalot_engine::item;
-use cachalot_engine::{
-    ArithOutcome, Engine, Expiry, ItemId, ItemRef, RelTime, Store, StoreMode, StoreOutcome,
-};
+use cachalot_engine::{ArithOutcome, Expiry, ItemRef, RelTime, Store, StoreMode, StoreOutcome};
 use cachalot_protocol::meta::{self, base64_encode, MetaCommand, MetaErrorKind, MetaOp};
 
 use crate::session::Ctx;
@@ -243,40 +242,31 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
     }
     // Here the lookup only looks: a plain mg had its GET's access above
     // (a stale item comes back here), the others bump at the end.
-    let mut eng = ctx.cache.lock();
-    let mut created = false;
-    let mut found = eng.lookup(key, Lookup::PEEK).map(|it| it.id);
-    if found.is_none() && vivify.is_some() {
-        found = vivify_empty(&mut eng, key, cmd.new_cas);
-        created = found.is_some();
-    }
-    let Some(id) = found else {
-        drop(eng);
+    let done = ctx
+        .cache
+        .peek_edit(key, vivify.is_some(), cmd.new_cas, |it, created| {
+            let shape = (it.value.len(), it.flags);
+            let fx = mget_reply(cmd, it, created, now, new_ttl, vivify, recache, out);
+            // An opaque too long answers an error and changes nothing more.
+            let go_on = !fx.opaque_error;
+            let edit = Edit {
+                expiry: (fx.ttl_set || created).then_some(fx.exp),
+                win_sent: go_on && fx.won,
+                bump: go_on && bump_item && deferred,
+            };
+            ((shape, fx.ttl_set, fx.opaque_error), edit)
+        });
+    let Some((shape, ttl_set, opaque_error)) = done else {
         mget_miss(ctx, cmd, start, out);
         return ControlFlow::Continue(());
     };
-
-    let it = eng.item(id);
-    let shape = (it.value.len(), it.flags);
-    let fx = mget_reply(cmd, &it, created, now, new_ttl, vivify, recache, out);
-    if fx.ttl_set || created {
-        eng.set_expiry(id, fx.exp);
-    }
-    if fx.opaque_error {
-        drop(eng);
+    if opaque_error {
         out.truncate(start);
         out.extend_from_slice(MetaErrorKind::OpaqueTooLong.line());
         return ControlFlow::Continue(());
     }
-    if fx.won {
-        eng.set_win_sent(id, true);
-    }
-    if bump_item && deferred {
-        eng.lookup(key, Lookup::GET);
-    }
-    drop(eng);
     crate::watch::fetched(ctx, key, Some(shape));
-    if fx.ttl_set {
+    if ttl_set {
         bump(&ctx.stats.cmd_touch);
         bump(&ctx.stats.touch_hits);
     } else {
@@ -301,20 +291,6 @@ fn mget_miss(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, start: usize, out: &mut Vec<u
     finish_line(out);
     if cmd.has(b'q') {
         out.truncate(start);
-    }
-}
-
-/// `N` on a miss: link an empty item (flags 0, no expiry yet: the `N` token
-/// sets it at its place in the flag order).
-fn vivify_empty(eng: &mut Engine, key: &[u8], new_cas: Option<u64>) -> Option<ItemId> {
-    let req = Store {
-        new_cas,
-        mode: StoreMode::Add,
-        ..Store::set(key, b"")
-    };
-    match eng.store(&req) {
-        StoreOutcome::Stored { .. } => eng.lookup(key, Lookup::PEEK).map(|it| it.id),
-        _ => None,
     }
 }
 
@@ -413,72 +389,6 @@ fn mget_reply(
 // ---------------------------------------------------------------------------
 // ms
 
-/// An ms with a CAS (memcached's `cas`), under the engine lock: `C0`, and
-/// the invalidation mode `I`.
-fn mset_cas(ctx: &Ctx<'_>, req: &mut Store<'_>) -> StoreOutcome {
-    let mut eng = ctx.cache.lock();
-    // A stale store (ms I with a CAS older than the item's) keeps the old
-    // item's TTL and win token in memcached: the new TTL never applies, even
-    // one that has already passed.
-    let stale_of = if req.invalidate {
-        eng.lookup(req.key, Lookup::PEEK)
-            .filter(|it| req.cas < it.cas)
-            .map(|it| (it.expiry, it.win_sent))
-    } else {
-        None
-    };
-    if let Some((old_exp, _)) = stale_of {
-        req.expiry = old_exp;
-    }
-    let outcome = if req.cas == 0 {
-        // `C0` compares with 0 (the engine reads 0 as "no compare").
-        match eng.lookup(req.key, Lookup::PEEK).map(|it| it.cas) {
-            None => StoreOutcome::NotFound,
-            Some(0) => eng.store(req),
-            Some(_) => StoreOutcome::Exists,
-        }
-    } else {
-        eng.store(req)
-    };
-    if let (StoreOutcome::Stored { .. }, Some((_, true))) = (outcome, stale_of) {
-        if let Some(id) = eng.lookup(req.key, Lookup::PEEK).map(|it| it.id) {
-            eng.set_win_sent(id, true);
-        }
-    }
-    outcome
-}
-
-/// An ms in append or prepend mode, under the engine lock: with `N`
-/// (`vivify`, the TTL it gives), a miss stores the data as a new item
-/// (protocol.txt 1.6.45, ms: "N(token): if in append mode, autovivify on
-/// miss with supplied TTL"; "it will create a new item seeded with the data
-/// from the append command. It uses the TTL from N instead of T"). Returns
-/// the outcome and, when stored, the length of the value now stored.
-fn mset_append(
-    ctx: &Ctx<'_>,
-    req: &Store<'_>,
-    vivify: Option<Expiry>,
-) -> (StoreOutcome, Option<usize>) {
-    let mut eng = ctx.cache.lock();
-    let mut outcome = eng.store(req);
-    if let (Some(exp), StoreOutcome::NotStored | StoreOutcome::NotFound) = (vivify, outcome) {
-        // A miss (NotFound when a CAS was given): memcached's APPENDVIV
-        // stores whatever the CAS, with the client flags of `F`.
-        let viv = Store {
-            mode: StoreMode::Add,
-            cas: 0,
-            expiry: exp,
-            ..*req
-        };
-        outcome = eng.store(&viv);
-    }
-    let joined = match outcome {
-        StoreOutcome::Stored { .. } => eng.lookup(req.key, Lookup::PEEK).map(|it| it.value.len()),
-        _ => None,
-    };
-    (outcome, joined)
-}
-
 fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) -> MetaStep {
     let key = cmd.key();
     let len = cmd.datalen;
@@ -489,7 +399,7 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
     // can never fit is refused at once (and the old item dropped, so a stale
     // value does not outlive the failed update).
     if !ctx.cache.fits(key.len(), len, cmd.client_flags) {
-        ctx.cache.lock().delete(key, 0);
+        ctx.cache.delete(key, 0);
         bump(&ctx.stats.store_too_large);
         out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
         return discard(total, rest.len());
@@ -533,10 +443,10 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
     // `s`: the size of the item stored, which an append makes larger.
     let mut stored_len = len;
     let outcome = if cas_mode {
-        mset_cas(ctx, &mut req)
+        ctx.cache.store_meta_cas(&mut req)
     } else if appending {
         let vivify = cmd.vivify.map(|t| expiry(ctx, t));
-        let (outcome, joined) = mset_append(ctx, &req, vivify);
+        let (outcome, joined) = ctx.cache.append_vivify(&req, vivify);
         stored_len = joined.unwrap_or(len);
         outcome
     } else {
@@ -557,7 +467,7 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
         // fails the append is just "not stored" and the old item stays.
         StoreOutcome::TooLarge | StoreOutcome::NoMemory if appending => StoreOutcome::NotStored,
         StoreOutcome::TooLarge | StoreOutcome::NoMemory => {
-            ctx.cache.lock().delete(key, 0);
+            ctx.cache.delete(key, 0);
             outcome
         }
         other => other,
@@ -622,93 +532,40 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
 fn mdelete(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
     let key = cmd.key();
     let start = out.len();
-    let new_exp = cmd.ttl.map(|t| expiry(ctx, t));
-    let mut eng = ctx.cache.lock();
-    let found = eng
-        .lookup(key, Lookup::PEEK)
-        .map(|it| (it.id, it.cas, it.value.len(), it.flags, it.cost));
-    let mut deleted = None;
-    let code: &[u8] = match found {
-        None => {
+    let md = MetaDelete {
+        cas: cmd.cas,
+        blank: cmd.has(b'x'),
+        flags: cmd.client_flags,
+        expiry: cmd.ttl.map(|t| expiry(ctx, t)),
+        new_cas: cmd.new_cas,
+        invalidate: cmd.has(b'I'),
+    };
+    let code: &[u8] = match ctx.cache.meta_delete(key, &md) {
+        MetaDeleted::NotFound => {
             bump(&ctx.stats.delete_misses);
             b"NF"
         }
-        Some((_, item_cas, ..)) if cmd.cas.is_some_and(|c| c != item_cas) => {
+        MetaDeleted::Exists => {
             bump(&ctx.stats.delete_misses);
             b"EX"
         }
-        Some((mut id, item_cas, len, flags, cost)) => {
-            if cmd.has(b'x') {
-                // protocol.txt 1.6.45, md: "x: removes the item value, but
-                // leaves the item" by "replacing it with an empty value item
-                // atomically". As memcached's process_mdelete_cmd builds it:
-                // client flags from `F` (0 without), TTL from `T` (none
-                // without), the CAS from `E` or else the old item's.
-                let exp = new_exp.unwrap_or(Expiry::Never);
-                let cas = cmd.new_cas.unwrap_or(item_cas);
-                match restore(&mut eng, key, b"", cmd.client_flags, exp, cost, cas) {
-                    Some(new_id) => id = new_id,
-                    None => {
-                        drop(eng);
-                        out.extend_from_slice(b"SERVER_ERROR out of memory\r\n");
-                        return;
-                    }
-                }
-            }
-            if cmd.has(b'I') {
-                // Keep the item, mark it stale with a new CAS (`E`'s, or the
-                // next one) so the next reader wins the right to recache it.
-                eng.invalidate(id, new_exp, cmd.new_cas);
-            } else {
-                if !cmd.has(b'x') {
-                    eng.delete(key, 0);
-                }
-                bump(&ctx.stats.delete_hits);
-                // memcached logs the item it leaves: `x`'s empty one.
-                deleted = Some(match cmd.has(b'x') {
-                    true => (0, cmd.client_flags),
-                    false => (len, flags),
-                });
-            }
+        MetaDeleted::NoMemory => {
+            out.extend_from_slice(b"SERVER_ERROR out of memory\r\n");
+            return;
+        }
+        MetaDeleted::Invalidated => b"HD",
+        MetaDeleted::Deleted { class, len } => {
+            bump(&ctx.stats.delete_hits);
+            crate::watch::deleted(ctx, key, "md", class, len);
             b"HD"
         }
     };
-    let class = deleted.map(|(len, flags)| (eng.class_id(key.len(), len, flags), len));
-    drop(eng);
-    if let Some((class, len)) = class {
-        crate::watch::deleted(ctx, key, "md", class, len);
-    }
     out.extend_from_slice(code);
     // The parser already refused a too-long opaque for md.
     push_opaque_and_key(out, cmd);
     finish_line(out);
     if cmd.has(b'q') && code == b"HD" {
         out.truncate(start);
-    }
-}
-
-/// Rewrite an item in place of the current one (a plain set), with CAS
-/// `cas` (even 0: memcached links these items with `E`'s CAS as given).
-/// Returns the new item.
-fn restore(
-    eng: &mut Engine,
-    key: &[u8],
-    value: &[u8],
-    flags: u32,
-    exp: Expiry,
-    cost: u32,
-    cas: u64,
-) -> Option<ItemId> {
-    let req = Store {
-        flags,
-        expiry: exp,
-        cost: Some(cost),
-        new_cas: Some(cas),
-        ..Store::set(key, value)
-    };
-    match eng.store(&req) {
-        StoreOutcome::Stored { .. } => eng.lookup(key, Lookup::PEEK).map(|it| it.id),
-        _ => None,
     }
 }
 
@@ -723,9 +580,6 @@ fn marith(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
     let vivify = cmd.vivify.map(|t| expiry(ctx, t));
     let start = out.len();
 
-    let mut eng = ctx.cache.lock();
-    // Only a vivifying request needs to know whether the item was there.
-    let existed = vivify.is_none() || eng.lookup(key, Lookup::PEEK).is_some();
     let req = Arith {
         incr,
         delta: cmd.delta,
@@ -734,10 +588,63 @@ fn marith(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
         autovivify: vivify.map(|_| (cmd.initial, Expiry::Never)),
         new_expiry: None,
     };
-    let (value, mut id) = match eng.arith(key, &req) {
-        ArithOutcome::Value { value, id } => (value, id),
-        other => {
-            drop(eng);
+    let done = ctx
+        .cache
+        .arith_edit(key, &req, cmd.new_cas, |value, it, created| {
+            let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
+            let item_cas = it.cas;
+            let mut exp = if created { Expiry::Never } else { it.expiry };
+            let mut exp_set = false;
+            let mut opaque_error = false;
+
+            if cmd.has(b'v') {
+                out.extend_from_slice(b"VA ");
+                push_u64(out, digits.len() as u64);
+            } else {
+                out.extend_from_slice(b"HD");
+            }
+            for tok in cmd.tokens() {
+                match tok.first() {
+                    Some(b'c') => push_flag_u64(out, b'c', item_cas),
+                    Some(b't') => push_ttl(out, exp, now),
+                    Some(b'T') => {
+                        if let Some(e) = new_ttl {
+                            exp = e;
+                            exp_set = true;
+                        }
+                    }
+                    Some(b'N') => {
+                        if let (true, Some(e)) = (created, vivify) {
+                            exp = e;
+                            exp_set = true;
+                        }
+                    }
+                    Some(b'O') => {
+                        if tok.len() > meta::MAX_OPAQUE {
+                            opaque_error = true;
+                            break;
+                        }
+                        out.push(b' ');
+                        out.extend_from_slice(tok);
+                    }
+                    Some(b'k') => push_key(out, key, cmd.base64),
+                    _ => {}
+                }
+            }
+            if cmd.has(b'v') {
+                finish_line(out);
+                out.extend_from_slice(&digits);
+            }
+            finish_line(out);
+            let edit = Edit {
+                expiry: exp_set.then_some(exp),
+                ..Edit::default()
+            };
+            ((created, opaque_error), edit)
+        });
+    let (created, opaque_error) = match done {
+        Ok(done) => done,
+        Err((other, existed)) => {
             let code: &[u8] = match other {
                 ArithOutcome::NotFound => {
                     bump(if incr {
@@ -773,66 +680,6 @@ fn marith(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
             return;
         }
     };
-    let created = !existed;
-    let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
-    if let Some(c) = cmd.new_cas {
-        // Extension `E`: give the result the client's CAS.
-        let it = eng.item(id);
-        let (flags, exp, cost) = (it.flags, it.expiry, it.cost);
-        if let Some(new_id) = restore(&mut eng, key, &digits, flags, exp, cost, c) {
-            id = new_id;
-        }
-    }
-    let it = eng.item(id);
-    let item_cas = it.cas;
-    let mut exp = if created { Expiry::Never } else { it.expiry };
-    let mut exp_set = false;
-    let mut opaque_error = false;
-
-    if cmd.has(b'v') {
-        out.extend_from_slice(b"VA ");
-        push_u64(out, digits.len() as u64);
-    } else {
-        out.extend_from_slice(b"HD");
-    }
-    for tok in cmd.tokens() {
-        match tok.first() {
-            Some(b'c') => push_flag_u64(out, b'c', item_cas),
-            Some(b't') => push_ttl(out, exp, now),
-            Some(b'T') => {
-                if let Some(e) = new_ttl {
-                    exp = e;
-                    exp_set = true;
-                }
-            }
-            Some(b'N') => {
-                if let (true, Some(e)) = (created, vivify) {
-                    exp = e;
-                    exp_set = true;
-                }
-            }
-            Some(b'O') => {
-                if tok.len() > meta::MAX_OPAQUE {
-                    opaque_error = true;
-                    break;
-                }
-                out.push(b' ');
-                out.extend_from_slice(tok);
-            }
-            Some(b'k') => push_key(out, key, cmd.base64),
-            _ => {}
-        }
-    }
-    if cmd.has(b'v') {
-        finish_line(out);
-        out.extend_from_slice(&digits);
-    }
-    finish_line(out);
-    if exp_set {
-        eng.set_expiry(id, exp);
-    }
-    drop(eng);
-
     if !created {
         bump(if incr {
             &ctx.stats.incr_hits
@@ -856,41 +703,46 @@ fn mdebug(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
     let key = cmd.key();
     let now = ctx.cache.clock().now();
     let cas_enabled = ctx.settings.engine.cas_enabled;
-    let mut eng = ctx.cache.lock();
-    let Some(it) = eng.lookup(key, Lookup::PEEK) else {
-        drop(eng);
+    let size = ctx.cache.peek(key, |it| {
+        let it = it?;
+        out.extend_from_slice(b"ME ");
+        if cmd.base64 {
+            base64_encode(it.key, out);
+        } else {
+            out.extend_from_slice(it.key);
+        }
+        // memcached prints `now - exptime` as a signed number (negative while alive).
+        out.extend_from_slice(b" exp=");
+        match it.expiry {
+            Expiry::Never => out.extend_from_slice(b"-1"),
+            e => push_i64(out, i64::from(now.wrapping_sub(exptime_num(e)) as i32)),
+        }
+        out.extend_from_slice(b" la=");
+        push_u64(out, u64::from(now.saturating_sub(it.last_access)));
+        out.extend_from_slice(b" cas=");
+        push_u64(out, it.cas);
+        out.extend_from_slice(if it.fetched {
+            &b" fetch=yes"[..]
+        } else {
+            &b" fetch=no"[..]
+        });
+        // `me` reports memcached's figures, so tools reading it see what they
+        // would see on memcached.
+        Some(item::memcached_size(
+            it.key.len(),
+            it.value.len(),
+            it.flags,
+            cas_enabled,
+        ))
+    });
+    let Some(size) = size else {
         out.extend_from_slice(b"EN\r\n");
         return;
     };
-    out.extend_from_slice(b"ME ");
-    if cmd.base64 {
-        base64_encode(it.key, out);
-    } else {
-        out.extend_from_slice(it.key);
-    }
-    // memcached prints `now - exptime` as a signed number (negative while alive).
-    out.extend_from_slice(b" exp=");
-    match it.expiry {
-        Expiry::Never => out.extend_from_slice(b"-1"),
-        e => push_i64(out, i64::from(now.wrapping_sub(exptime_num(e)) as i32)),
-    }
-    out.extend_from_slice(b" la=");
-    push_u64(out, u64::from(now.saturating_sub(it.last_access)));
-    out.extend_from_slice(b" cas=");
-    push_u64(out, it.cas);
-    out.extend_from_slice(if it.fetched {
-        &b" fetch=yes"[..]
-    } else {
-        &b" fetch=no"[..]
-    });
-    // `me` reports memcached's figures, so tools reading it see what they
-    // would see on memcached.
-    let size = item::memcached_size(it.key.len(), it.value.len(), it.flags, cas_enabled);
     let (factor, chunk_max) = (
         ctx.settings.engine.growth_factor,
         ctx.settings.engine.slab_chunk_max,
     );
-    drop(eng);
     out.extend_from_slice(b" cls=");
     push_u64(out, u64::from(memcached_class(size, factor, chunk_max)));
     out.extend_from_slice(b" size=");

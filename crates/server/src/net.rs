@@ -581,19 +581,15 @@ fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
         // `watch evictions`: the engine records them only while watched.
         let want = shared.watchers.wants(crate::watch::EVICTIONS);
         if want || logging {
-            let evicted = {
-                let mut engine = cache.lock();
-                engine.log_evictions(want);
-                engine.take_evictions()
-            };
+            let evicted = cache.evictions(want);
             for e in &evicted {
                 shared.watchers.eviction(e);
             }
             logging = want;
         }
-        let slices = cache.lock().maintain_slices();
+        let slices = cache.maintain_slices();
         for _ in 0..slices {
-            let visited = cache.lock().maintain(MAINTAIN_BUDGET);
+            let visited = cache.maintain(MAINTAIN_BUDGET);
             if visited < MAINTAIN_BUDGET || stopping(stop, shared) {
                 break;
             }

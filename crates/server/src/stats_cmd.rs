@@ -71,7 +71,7 @@ pub fn collect(ctx: &Ctx<'_>, group: &[u8]) -> Option<Pairs> {
 /// byte counts, connection totals, engine counters, per-prefix stats),
 /// keeping gauges such as curr_items.
 pub fn reset(ctx: &Ctx<'_>) {
-    ctx.cache.lock().reset_stats();
+    ctx.cache.reset_stats();
     for t in &ctx.shared.threads {
         reset_thread(t);
     }
@@ -132,7 +132,7 @@ fn general(ctx: &Ctx<'_>, out: &mut Pairs) {
     let sh = ctx.shared;
     let set = ctx.settings;
     let clock = ctx.cache.clock();
-    let e = ctx.cache.lock().stats();
+    let e = ctx.cache.stats();
     let sum = |f: fn(&ThreadStats) -> &AtomicU64| sh.sum(f);
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let (ru_user, ru_sys) = rusage();
@@ -339,7 +339,7 @@ fn extstore(f: &cachalot_engine::flash::FlashStats, out: &mut Pairs) {
 
 /// `stats flash`: the flash tier (`--flash-path`; None without it).
 fn flash(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
-    let f = ctx.cache.lock().stats().flash?;
+    let f = ctx.cache.stats().flash?;
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     stat(out, "flash_items", f.items);
     stat(out, "flash_staged", f.staged);
@@ -404,7 +404,7 @@ fn flash(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
 /// `stats zzone`: the compressed Z-zone (`-o zzone=1`; None without it,
 /// memcached's answer to a group it does not know).
 fn zzone(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
-    let z = ctx.cache.lock().stats().zzone?;
+    let z = ctx.cache.stats().zzone?;
     let s = &z.zone;
     stat(out, "zzone_items", s.items);
     stat(out, "zzone_blocks", s.blocks);
@@ -455,7 +455,7 @@ fn zzone(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
 fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     let s = ctx.settings;
     let ec = &s.engine;
-    let maxbytes = ctx.cache.lock().memory_limit();
+    let maxbytes = ctx.cache.memory_limit();
     let inter = if s.listen.is_empty() {
         "NULL".to_string()
     } else {
@@ -616,7 +616,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
 
 /// `stats items`: one block per slab class holding items.
 fn items(ctx: &Ctx<'_>, out: &mut Pairs) {
-    let classes = ctx.cache.lock().slab_stats();
+    let classes = ctx.cache.slab_stats();
     for c in classes.iter().filter(|c| c.number > 0) {
         let id = c.id;
         let mut st = |name: &str, v: u64| stat(out, format_args!("items:{id}:{name}"), v);
@@ -656,10 +656,7 @@ fn items(ctx: &Ctx<'_>, out: &mut Pairs) {
 
 /// `stats slabs`: classes that own pages, then the totals.
 fn slabs(ctx: &Ctx<'_>, out: &mut Pairs) {
-    let (classes, e) = {
-        let engine = ctx.cache.lock();
-        (engine.slab_stats(), engine.stats())
-    };
+    let (classes, e) = ctx.cache.slab_and_engine_stats();
     let mut active = 0;
     for c in classes.iter().filter(|c| c.total_pages > 0) {
         active += 1;
@@ -698,7 +695,7 @@ fn slabs(ctx: &Ctx<'_>, out: &mut Pairs) {
 /// `stats sizes`: item counts by total size rounded up to 32 bytes (what
 /// memcached prints with `-o track_sizes`).
 fn sizes(ctx: &Ctx<'_>, out: &mut Pairs) {
-    let hist = ctx.cache.lock().size_histogram();
+    let hist = ctx.cache.size_histogram();
     for (size, count) in hist {
         stat(out, size, count);
     }
@@ -874,7 +871,7 @@ fn cachedump(ctx: &Ctx<'_>, class: Option<&[u8]>, limit: Option<&[u8]>, out: &mu
         return;
     }
     let started = ctx.cache.clock().started_unix();
-    let items = ctx.cache.lock().cachedump(class, limit as usize, 2 << 20);
+    let items = ctx.cache.cachedump(class, limit as usize, 2 << 20);
     for (key, bytes, expiry) in items {
         let exp = match expiry {
             cachalot_engine::Expiry::At(t) => started + t as i64,
@@ -894,6 +891,7 @@ mod tests {
 
     use std::sync::Arc;
 
+    use cachalot_engine::engine::Lookup;
     use cachalot_engine::{Cache, Clock, EvictionPolicy, Store};
 
     use super::*;
@@ -942,20 +940,17 @@ mod tests {
     #[test]
     fn average_and_evicted_costs_per_class_and_in_total() {
         let (s, cache, clock) = gdwheel(2 << 20);
-        {
-            let mut e = cache.lock();
-            for (k, c) in [(&b"a"[..], 10), (b"b", 20), (b"c", 40)] {
-                e.store(&Store {
-                    cost: Some(c),
-                    ..Store::set(k, b"value")
-                });
-            }
-            // Learned: a miss, then the SET 300 us later.
-            clock.set_us(1_000);
-            assert!(e.get(b"d").is_none());
-            clock.set_us(1_300);
-            e.store(&Store::set(b"d", b"value"));
+        for (k, c) in [(&b"a"[..], 10), (b"b", 20), (b"c", 40)] {
+            cache.store(&Store {
+                cost: Some(c),
+                ..Store::set(k, b"value")
+            });
         }
+        // Learned: a miss, then the SET 300 us later.
+        clock.set_us(1_000);
+        assert!(cache.get(b"d", Lookup::GET, |it| it.is_none()));
+        clock.set_us(1_300);
+        cache.store(&Store::set(b"d", b"value"));
         let slabs = pairs(&s, &cache, b"slabs");
         let class = slabs
             .keys()
@@ -971,18 +966,13 @@ mod tests {
         assert_ne!(general["eviction_bytes"], "0");
         // Fill the 2 MB cache with items of cost 7: the cheapest go first,
         // and every eviction is counted with its cost.
-        {
-            let mut e = cache.lock();
-            for i in 0..40_000u32 {
-                e.store(&Store {
-                    cost: Some(7),
-                    ..Store::set(format!("k{i}").as_bytes(), b"value")
-                });
-            }
-            assert!(e
-                .lookup(b"c", cachalot_engine::engine::Lookup::PEEK)
-                .is_some());
+        for i in 0..40_000u32 {
+            cache.store(&Store {
+                cost: Some(7),
+                ..Store::set(format!("k{i}").as_bytes(), b"value")
+            });
         }
+        assert!(cache.peek(b"c", |it| it.is_some()));
         let general = pairs(&s, &cache, b"");
         let evictions: u64 = general["evictions"].parse().unwrap();
         assert!(evictions > 0);
@@ -1013,28 +1003,24 @@ mod tests {
         assert_eq!(p["rebalance"], "sas");
         assert_eq!(p["sas_rule"], "marginal");
         assert_eq!(p["sas_misses"], "2000");
-        let evicted = {
-            let mut e = cache.lock();
-            for i in 0..200_000u32 {
-                e.store(&Store::set(format!("key:{i:08}").as_bytes(), b"0123456789"));
-            }
-            // Without reads CLOCK evicts in write order: the last keys
-            // evicted come back as capacity misses, with cost 5.
-            let evicted = e.stats().evictions as u32;
-            for i in evicted - 10..evicted {
-                let k = format!("key:{i:08}");
-                assert!(e.get(k.as_bytes()).is_none());
-                e.store(&Store {
-                    cost: Some(5),
-                    ..Store::set(k.as_bytes(), b"0123456789")
-                });
-            }
-            assert_eq!(
-                e.slabs_reassign(-1, 20),
-                cachalot_engine::engine::ReassignOutcome::Ok
-            );
-            evicted
-        };
+        for i in 0..200_000u32 {
+            cache.store(&Store::set(format!("key:{i:08}").as_bytes(), b"0123456789"));
+        }
+        // Without reads CLOCK evicts in write order: the last keys
+        // evicted come back as capacity misses, with cost 5.
+        let evicted = cache.stats().evictions as u32;
+        for i in evicted - 10..evicted {
+            let k = format!("key:{i:08}");
+            assert!(cache.get(k.as_bytes(), Lookup::GET, |it| it.is_none()));
+            cache.store(&Store {
+                cost: Some(5),
+                ..Store::set(k.as_bytes(), b"0123456789")
+            });
+        }
+        assert_eq!(
+            cache.slabs_reassign(-1, 20),
+            cachalot_engine::engine::ReassignOutcome::Ok
+        );
         assert!(evicted > 10);
         let slabs = pairs(&s, &cache, b"slabs");
         let class = slabs

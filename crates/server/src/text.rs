@@ -171,7 +171,7 @@ impl AsciiHandler {
             items.clear();
             let classes = d.classes;
             let wanted = |c: u32| classes.is_none_or(|w| w[c as usize % 64]);
-            match ctx.cache.lock().metadump_page(d.next, wanted, &mut items) {
+            match ctx.cache.metadump_page(d.next, wanted, &mut items) {
                 Some(next) => d.next = next,
                 None => {
                     self.dump = None;
@@ -551,17 +551,9 @@ impl AsciiHandler {
             } => arith(ctx, incr, key, delta, noreply, out),
             TextCommand::Delete { key, noreply } => {
                 stats_cmd::detail_record(ctx, key, stats_cmd::DetailOp::Delete);
-                let mut eng = ctx.cache.lock();
                 // The deletion watchers' line describes the item deleted.
-                let shape = match ctx.shared.watchers.wants(watch::DELETIONS) {
-                    true => eng
-                        .lookup(key, Lookup::PEEK)
-                        .map(|it| (it.value.len(), it.flags)),
-                    false => None,
-                };
-                let outcome = eng.delete(key, 0);
-                let class = shape.map(|(len, flags)| (eng.class_id(key.len(), len, flags), len));
-                drop(eng);
+                let describe = ctx.shared.watchers.wants(watch::DELETIONS);
+                let (outcome, class) = ctx.cache.delete_described(key, describe);
                 match outcome {
                     DeleteOutcome::Deleted => {
                         if let Some((class, len)) = class {
@@ -582,7 +574,7 @@ impl AsciiHandler {
                 noreply,
             } => {
                 let expiry = ctx.cache.clock().expiry(i64::from(exptime));
-                let hit = ctx.cache.lock().touch(key, expiry).is_some();
+                let hit = ctx.cache.touch(key, expiry, |it| it.is_some());
                 bump(&ctx.stats.cmd_touch);
                 if hit {
                     bump(&ctx.stats.touch_hits);
@@ -610,7 +602,7 @@ impl AsciiHandler {
                             Expiry::Never | Expiry::Expired => None,
                         },
                     };
-                    ctx.cache.lock().flush_all(at);
+                    ctx.cache.flush_all(at);
                     reply(out, noreply, "OK");
                 }
             }
@@ -650,7 +642,7 @@ impl AsciiHandler {
                         Some(guard) => {
                             if kinds & watch::EVICTIONS != 0 {
                                 // From now on, not from the maintainer's next turn.
-                                ctx.cache.lock().log_evictions(true);
+                                ctx.cache.log_evictions(true);
                             }
                             self.watch = Some(guard);
                             reply(out, false, "OK");
@@ -687,7 +679,7 @@ impl AsciiHandler {
                     }
                     Some(mb) => {
                         let bytes = (mb as usize).saturating_mul(1024 * 1024);
-                        match ctx.cache.lock().set_memory_limit(bytes) {
+                        match ctx.cache.set_memory_limit(bytes) {
                             Ok(()) => "OK",
                             Err(_) => "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust",
                         }
@@ -703,7 +695,7 @@ impl AsciiHandler {
                         None => TextError::BadFormat.message(),
                         // memcached checks "same" before validating the ids.
                         Some((src, dst)) if src == dst => "SAME src and dst class are identical",
-                        Some((src, dst)) => match ctx.cache.lock().slabs_reassign(src, dst) {
+                        Some((src, dst)) => match ctx.cache.slabs_reassign(src, dst) {
                             ReassignOutcome::Ok => "OK",
                             ReassignOutcome::Busy => "BUSY currently processing reassign request",
                             ReassignOutcome::BadClass => "BADCLASS invalid src or dst class id",
@@ -716,7 +708,7 @@ impl AsciiHandler {
             }
             TextCommand::SlabsAutomove { arg, noreply } => match arg {
                 AutomoveArg::Mode(m) => {
-                    ctx.cache.lock().set_automove(m);
+                    ctx.cache.set_automove(m);
                     reply(out, noreply, "OK");
                 }
                 // The automover has no tunable ratio; accepted like memcached.
@@ -880,7 +872,7 @@ fn fetch(
         item.map(|it| (it.value.len(), it.flags))
     };
     let found = match touch {
-        Some(expiry) => write(ctx.cache.lock().touch(key, expiry)),
+        Some(expiry) => ctx.cache.touch(key, expiry, write),
         None => ctx.cache.get(key, Lookup::GET, write),
     };
     watch::fetched(ctx, key, found);
@@ -933,7 +925,7 @@ fn store(ctx: &Ctx<'_>, req: &StoreLine<'_>, after: &[u8], out: &mut Vec<u8>) ->
         bump(&ctx.stats.store_too_large);
         if req.kind == StoreKind::Set {
             // memcached unlinks the old value so a failed set cannot leave stale data.
-            ctx.cache.lock().delete(req.key, 0);
+            ctx.cache.delete(req.key, 0);
         }
         reply(out, req.noreply, "SERVER_ERROR object too large for cache");
         let now = block.min(after.len());
@@ -957,7 +949,7 @@ fn store(ctx: &Ctx<'_>, req: &StoreLine<'_>, after: &[u8], out: &mut Vec<u8>) ->
         StoreKind::Append => StoreMode::Append,
         StoreKind::Prepend => StoreMode::Prepend,
     };
-    let mut store = Store {
+    let store = Store {
         key: req.key,
         value,
         flags: req.flags,
@@ -976,19 +968,7 @@ fn store(ctx: &Ctx<'_>, req: &StoreLine<'_>, after: &[u8], out: &mut Vec<u8>) ->
     let outcome = if is_cas && req.cas_unique == 0 {
         // The engine reads cas 0 as "no check"; memcached compares it with
         // the item's CAS, which is never 0 unless CAS is disabled (-C).
-        let mut engine = ctx.cache.lock();
-        if engine.config().cas_enabled {
-            match engine.lookup(req.key, Lookup::PEEK) {
-                Some(_) => StoreOutcome::Exists,
-                None => StoreOutcome::NotFound,
-            }
-        } else {
-            store.mode = StoreMode::Replace;
-            match engine.store(&store) {
-                StoreOutcome::NotStored => StoreOutcome::NotFound,
-                other => other,
-            }
-        }
+        ctx.cache.store_cas_zero(&store)
     } else {
         ctx.cache.store(&store)
     };
@@ -1023,7 +1003,7 @@ fn store(ctx: &Ctx<'_>, req: &StoreLine<'_>, after: &[u8], out: &mut Vec<u8>) ->
         StoreOutcome::NoMemory => {
             bump(&s.store_no_memory);
             if req.kind == StoreKind::Set {
-                ctx.cache.lock().delete(req.key, 0);
+                ctx.cache.delete(req.key, 0);
             }
             reply(
                 out,
@@ -1047,7 +1027,7 @@ fn arith(ctx: &Ctx<'_>, incr: bool, key: &[u8], delta: u64, noreply: bool, out: 
         autovivify: None,
         new_expiry: None,
     };
-    let outcome = ctx.cache.lock().arith(key, &req);
+    let outcome = ctx.cache.arith(key, &req);
     let s = ctx.stats;
     match outcome {
         ArithOutcome::Value { value, .. } => {
@@ -1180,7 +1160,7 @@ mod tests {
             r.ask(b"set a 5 0 3\r\nabc\r\nget a b\r\ngets a\r\n"),
             format!(
                 "STORED\r\nVALUE a 5 3\r\nabc\r\nEND\r\nVALUE a 5 3 {}\r\nabc\r\nEND\r\n",
-                r.cache.lock().lookup(b"a", Lookup::PEEK).unwrap().cas
+                r.cache.peek(b"a", |it| it.unwrap().cas)
             )
         );
         // Bare \n works for lines; the data block needs \r\n.
@@ -1434,7 +1414,7 @@ mod tests {
     fn paused_gat_keeps_its_expiry_and_gets_resume_their_cas() {
         let r = Rig::new();
         set_value(&r, "big", 200_000);
-        let cas = r.cache.lock().lookup(b"big", Lookup::PEEK).unwrap().cas;
+        let cas = r.cache.peek(b"big", |it| it.unwrap().cas);
         let (sent, _) = drain_all(&r, format!("gats 100{}\r\n", " big".repeat(20)).as_bytes());
         let text = String::from_utf8_lossy(&sent);
         assert_eq!(
@@ -1444,7 +1424,7 @@ mod tests {
         );
         assert!(text.ends_with("END\r\n"));
         assert_eq!(r.stat("touch_hits"), "20");
-        let expiry = r.cache.lock().lookup(b"big", Lookup::PEEK).unwrap().expiry;
+        let expiry = r.cache.peek(b"big", |it| it.unwrap().expiry);
         assert!(matches!(expiry, Expiry::At(_)), "{expiry:?}");
     }
 
@@ -1521,7 +1501,7 @@ mod tests {
               cas zz 0 0 1 1\r\ny\r\nset q 0 0 1\r\nxx\r\nincr zz 1\r\ndecr zz 1\r\n\
               set n 0 0 1\r\n5\r\nincr n 1\r\ndecr n 1\r\n",
         );
-        let cas = r.cache.lock().lookup(b"a:1", Lookup::PEEK).unwrap().cas;
+        let cas = r.cache.peek(b"a:1", |it| it.unwrap().cas);
         r.ask(format!("cas a:1 0 0 1 {cas}\r\nz\r\n").as_bytes());
         for (name, want) in [
             ("cmd_get", "3"),
@@ -1574,7 +1554,7 @@ mod tests {
         );
         assert_eq!(r.ask(b"cache_memlimit x\r\n"), "ERROR\r\n");
         assert_eq!(r.ask(b"cache_memlimit 100\r\n"), "OK\r\n");
-        assert_eq!(r.cache.lock().memory_limit(), 100 << 20);
+        assert_eq!(r.cache.memory_limit(), 100 << 20);
         assert_eq!(
             r.ask(b"slabs reassign 1 1\r\n"),
             "SAME src and dst class are identical\r\n"

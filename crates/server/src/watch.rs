@@ -202,8 +202,7 @@ impl Watchers {
 pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
     let w = &ctx.shared.watchers;
     if w.wants(FETCHERS) {
-        let found =
-            found.map(|(len, flags)| (ctx.cache.lock().class_id(key.len(), len, flags), len));
+        let found = found.map(|(len, flags)| (ctx.cache.class_id(key.len(), len, flags), len));
         w.fetch(key, found, ctx.conn_id);
     }
 }
@@ -244,7 +243,7 @@ pub fn stored(ctx: &Ctx<'_>, req: &Store<'_>, cmd: &str, outcome: &StoreOutcome)
     let (len, flags, expiry) = shape;
     // memcached prints the seconds left, 0 for none.
     let ttl = ctx.cache.clock().ttl_remaining(expiry).max(0);
-    let class = ctx.cache.lock().class_id(req.key.len(), len, flags);
+    let class = ctx.cache.class_id(req.key.len(), len, flags);
     w.store(req.key, status, cmd, ttl, class, ctx.conn_id, len);
 }
 
