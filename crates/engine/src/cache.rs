@@ -29,11 +29,12 @@ use crate::chain::Value;
 use crate::engine::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome, LOOKUP_BATCH};
 use crate::flash::fetch::{FlashStep, Want};
 use crate::flash::{Cursor, Step};
+use crate::hash::hash;
 use crate::magazine::Magazines;
 use crate::rebalance::profile::is_sampled;
 use crate::rebalance::HitGate;
 use crate::slab::split_loc;
-use crate::stripe::{hash, Stripe, Stripes, WriteGuard};
+use crate::stripe::{Stripe, Stripes, WriteGuard};
 use crate::{item, Clock, Config, ConfigError, Engine, Expiry};
 
 /// What the GET path shares with the engine ([`Engine::shared`]).

@@ -327,7 +327,7 @@ pub(crate) fn fits(config: &Config, key_len: usize, value_len: usize, flags: u32
 }
 
 use crate::cache::{read_head, rewrite, Rewrite};
-use crate::stripe::hash;
+use crate::hash::hash;
 
 /// The expiry field of an item stored with `e`.
 pub(crate) fn exptime_of(e: Expiry) -> u32 {

@@ -15,6 +15,7 @@
 //! Module map (see docs/ARCHITECTURE.md):
 //! - [`arena`]: the pages' memory, optionally on transparent huge pages.
 //! - [`clock`]: the coarse server clock and memcached's exptime rules.
+//! - [`hash`]: the key hash, the stripe a hash falls in, the prefetch hint.
 //! - [`item`]: the 16-byte item header and item layout inside a chunk.
 //! - [`chain`]: items larger than the largest chunk, over several chunks.
 //! - [`codec`]: block compression (zstd with trained dictionaries, LZ4)
@@ -44,6 +45,7 @@ pub mod durable;
 pub mod engine;
 pub mod evict;
 pub mod flash;
+pub mod hash;
 pub mod index;
 pub mod item;
 pub mod magazine;
@@ -63,21 +65,6 @@ pub use engine::{
     Store, StoreMode, StoreOutcome,
 };
 pub use stats::{EngineStats, SlabClassStats};
-
-/// Ask the CPU to start loading the cache line at `p` (no effect on other
-/// targets). A hint only: `p` need not be valid and nothing is read.
-#[inline(always)]
-pub(crate) fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 is an SSE instruction (part of x86-64's baseline)
-    // that never faults and reads nothing into the program; any address is
-    // allowed.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
 
 /// Default page size: memcached's 1 MB slab page.
 pub const DEFAULT_PAGE_SIZE: usize = 1 << 20;

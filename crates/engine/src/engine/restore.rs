@@ -27,10 +27,11 @@ use std::io::{self, Read};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
-use super::{hash, Engine, ItemRef};
+use super::{Engine, ItemRef};
 use crate::arena::Arena;
 use crate::chain;
 use crate::clock::RelTime;
+use crate::hash::hash;
 use crate::index::Index;
 use crate::item;
 use crate::slab::{PageId, NONE};

@@ -37,8 +37,8 @@
 use std::sync::Arc;
 
 use super::{DeleteOutcome, Engine};
+use crate::hash::hash;
 use crate::item;
-use crate::stripe::hash;
 use crate::zzone::{Zone, ZoneCell, ZoneConfig, ZoneStats, PROBE_PAGES};
 use crate::{chain, Config};
 
