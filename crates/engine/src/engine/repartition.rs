@@ -537,7 +537,7 @@ mod tests {
     #[test]
     fn gdwheel_pages_are_left_alone() {
         let config = Config {
-            eviction: crate::EvictionPolicy::GdWheel,
+            eviction: crate::config::EvictionPolicy::GdWheel,
             repartition: true,
             ..Config::default()
         };

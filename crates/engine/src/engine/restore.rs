@@ -319,7 +319,7 @@ impl Engine {
         self.slabs
             .adopt(id, class, page.bump, free_head, free_count);
         // CLOCK keeps nothing outside the chunk but the class's cost sum.
-        let clock = self.policy.kind() == crate::EvictionPolicy::Lru;
+        let clock = self.policy.kind() == crate::config::EvictionPolicy::Lru;
         if clock {
             let cost: u64 = live.iter().map(|it| u64::from(it.cost)).sum();
             self.policy.add_live_cost(class, cost);
