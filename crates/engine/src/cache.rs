@@ -36,7 +36,7 @@ use crate::clock::{Clock, Expiry};
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
 use crate::engine::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome, LOOKUP_BATCH};
-use crate::flash::fetch::{FlashStep, Want};
+use crate::flash::fetch::{Fetches, FlashStep, Got, Want};
 use crate::flash::{Cursor, Step};
 use crate::hash::hash;
 use crate::item;
@@ -591,30 +591,52 @@ impl Cache {
     /// the key's stripe; anything else takes the engine lock. `f` runs
     /// while the stripe is read or the lock held: it must not block, and
     /// the thread must not hold the engine lock (`Cache::lock`) already.
+    /// An item on flash is read there before `f` runs.
+    #[inline]
     pub fn get<R>(&self, key: &[u8], how: Lookup, f: impl FnOnce(Option<ItemRef<'_>>) -> R) -> R {
-        self.get_hashed(key, hash(key), how, f)
+        match self.get_hashed(key, hash(key), how, None, f) {
+            Got::Done(r) => r,
+            Got::Parked(_) => unreachable!("only a caller with reads parks"),
+        }
     }
 
+    /// [`Cache::get`] for a request that may park (`flash::fetch`): a key
+    /// that may be on flash and is not among `reads`' completed reads is
+    /// not read, and the answer is [`Got::Parked`] with the read to do
+    /// (`f` is not called).
+    #[inline]
+    pub fn get_or_park<R>(
+        &self,
+        key: &[u8],
+        how: Lookup,
+        reads: &mut Fetches,
+        f: impl FnOnce(Option<ItemRef<'_>>) -> R,
+    ) -> Got<R> {
+        self.get_hashed(key, hash(key), how, Some(reads), f)
+    }
+
+    #[inline]
     fn get_hashed<R>(
         &self,
         key: &[u8],
         h: u64,
         how: Lookup,
+        mut reads: Option<&mut Fetches>,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
-    ) -> R {
-        match self.try_get(key, h, how, f) {
+    ) -> Got<R> {
+        match self.try_get(key, h, how, reads.as_deref_mut(), f) {
             Ok(r) => r,
             Err(f) => {
                 let mut engine = self.lock();
                 if self.shared.flash.is_none() {
-                    return f(engine.read(key, how));
+                    return Got::Done(f(engine.read(key, how)));
                 }
                 if let Some(item) = engine.read(key, how) {
-                    return f(Some(item));
+                    return Got::Done(f(Some(item)));
                 }
                 // A miss in memory: flash is read without the lock.
                 drop(engine);
-                self.read_flash(key, h, self.clock.now(), f)
+                self.read_flash(key, h, self.clock.now(), reads, f)
             }
         }
     }
@@ -631,13 +653,37 @@ impl Cache {
         &self,
         keys: &[&'k [u8]],
         how: Lookup,
-        mut f: impl FnMut(usize, &'k [u8], Option<ItemRef<'_>>) -> ControlFlow<()>,
+        f: impl FnMut(usize, &'k [u8], Option<ItemRef<'_>>) -> ControlFlow<()>,
     ) {
+        let _ = self.batch(keys, how, None, f);
+    }
+
+    /// [`Cache::get_batch`] for a request that may park, as
+    /// [`Cache::get_or_park`]: the batch stops at the first key that parks,
+    /// and its position and the read it wants come back (`f` was not called
+    /// for it).
+    pub fn get_batch_or_park<'k>(
+        &self,
+        keys: &[&'k [u8]],
+        how: Lookup,
+        reads: &mut Fetches,
+        f: impl FnMut(usize, &'k [u8], Option<ItemRef<'_>>) -> ControlFlow<()>,
+    ) -> Option<(usize, Want)> {
+        self.batch(keys, how, Some(reads), f)
+    }
+
+    fn batch<'k>(
+        &self,
+        keys: &[&'k [u8]],
+        how: Lookup,
+        mut reads: Option<&mut Fetches>,
+        mut f: impl FnMut(usize, &'k [u8], Option<ItemRef<'_>>) -> ControlFlow<()>,
+    ) -> Option<(usize, Want)> {
         // With flash, a key that misses memory is read there without the
         // lock, so keys go one at a time.
         if !self.lock_free(how) && self.shared.flash.is_none() {
             self.lock().lookup_batch(keys, how, f);
-            return;
+            return None;
         }
         let mut hashes = [0u64; LOOKUP_BATCH];
         for (b, batch) in keys.chunks(LOOKUP_BATCH).enumerate() {
@@ -650,14 +696,14 @@ impl Cache {
             }
             for (i, (&key, &h)) in batch.iter().zip(&hashes).enumerate() {
                 let at = b * LOOKUP_BATCH + i;
-                if self
-                    .get_hashed(key, h, how, |item| f(at, key, item))
-                    .is_break()
-                {
-                    return;
+                match self.get_hashed(key, h, how, reads.as_deref_mut(), |item| f(at, key, item)) {
+                    Got::Done(ControlFlow::Continue(())) => {}
+                    Got::Done(ControlFlow::Break(())) => return None,
+                    Got::Parked(want) => return Some((at, want)),
                 }
             }
         }
+        None
     }
 
     /// Start loading the index buckets and items of `keys` into the CPU
@@ -724,20 +770,23 @@ impl Cache {
     /// that may hold the key is copied under the Z-zone's lock and decoded
     /// without it (no request waits on another's decompression); a hit
     /// whose reuse time beats the benchmark is promoted afterwards, under
-    /// the engine lock.
+    /// the engine lock. A miss there (or no Z-zone) goes on to flash.
     fn read_zone<R>(
         &self,
-        zone: &crate::zzone::ZoneCell,
         key: &[u8],
         h: u64,
         how: Lookup,
         now: crate::clock::RelTime,
+        reads: Option<&mut Fetches>,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
-    ) -> R {
+    ) -> Got<R> {
+        let Some(zone) = &self.shared.zone else {
+            return self.read_flash(key, h, now, reads, f);
+        };
         let read = how.bump && how.fetch;
         let (r, promote) = ZONE_READER.with_borrow_mut(|z| {
             let Some(promote) = zone.lock().copy_block(h, read, &mut z.copied) else {
-                return (self.read_flash(key, h, now, f), false);
+                return (self.read_flash(key, h, now, reads, f), false);
             };
             let found = z
                 .copied
@@ -752,9 +801,9 @@ impl Cache {
             match found {
                 Some(image) => {
                     let item = crate::engine::image_view(image, self.shared.cas_enabled, now);
-                    (f(Some(item)), promote)
+                    (Got::Done(f(Some(item))), promote)
                 }
-                None => (self.read_flash(key, h, now, f), false),
+                None => (self.read_flash(key, h, now, reads, f), false),
             }
         });
         if promote {
@@ -765,41 +814,46 @@ impl Cache {
 
     /// A GET that missed memory: the flash tier, if on. Its stage is
     /// looked at, then its index; an item possibly on flash is read now,
-    /// or, inside a worker's fetch scope, wanted and answered as a miss
-    /// until the read completes (`flash::fetch`). No lock is held.
+    /// or, for a caller with `reads` (a request that may park), taken from
+    /// its completed reads or else answered [`Got::Parked`] with the read
+    /// to do (`flash::fetch`). No lock is held.
     fn read_flash<R>(
         &self,
         key: &[u8],
         h: u64,
         now: crate::clock::RelTime,
+        reads: Option<&mut Fetches>,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
-    ) -> R {
-        use crate::flash::fetch::{self, InScope};
+    ) -> Got<R> {
         use crate::flash::Probe;
         let Some(flash) = &self.shared.flash else {
-            return f(None);
+            return Got::Done(f(None));
         };
         FLASH_IMAGE.with_borrow_mut(|image| {
             let mut again = None;
             let found = match flash.lookup(h, key, image) {
                 Probe::Absent => false,
                 Probe::Staged => true,
-                Probe::OnFlash(locs) => match fetch::on_flash(h, key, &locs) {
-                    InScope::Read => {
+                Probe::OnFlash(locs) => match reads.map(|r| r.take_done(key)) {
+                    None => {
                         let read = flash.read(h, key, &locs, image);
                         again = read.filter(|r| r.distance.is_some());
                         read.is_some()
                     }
-                    InScope::Done(Some(im)) => {
+                    Some(Some(Some(im))) => {
                         image.clear();
                         image.extend_from_slice(&im);
                         true
                     }
-                    InScope::Done(None) | InScope::Parked => false,
+                    Some(Some(None)) => false,
+                    Some(None) => {
+                        let key = key.into();
+                        return Got::Parked(Want { h, key, locs });
+                    }
                 },
             };
             if !found || matches!(item::exptime(image), e if e != 0 && e <= now) {
-                return f(None);
+                return Got::Done(f(None));
             }
             let r = f(Some(crate::engine::image_view(
                 image,
@@ -809,7 +863,7 @@ impl Cache {
             if let Some(read) = again {
                 self.recache(h, image, read);
             }
-            r
+            Got::Done(r)
         })
     }
 
@@ -838,9 +892,10 @@ impl Cache {
     /// it), so they are done together rather than one park after another.
     /// A hint: keys in the N-zone, staged or absent are passed over (a key
     /// in the Z-zone has no flash copy: it goes to flash only when it
-    /// leaves there); the request, run again, looks in memory first.
-    pub fn want_from_flash(&self, keys: &[&[u8]]) {
-        use crate::flash::fetch;
+    /// leaves there); the request, run again, looks in memory first. A key
+    /// whose read is among `reads`' completed ones is not wanted again (and
+    /// its image is dropped, as a lookup that found it would have taken it).
+    pub fn want_from_flash(&self, keys: &[&[u8]], reads: &mut Fetches) {
         let sh = &self.shared;
         let Some(flash) = &sh.flash else {
             return;
@@ -855,8 +910,9 @@ impl Cache {
                 continue;
             }
             let locs = flash.peek(h, key);
-            if !locs.is_empty() {
-                let _ = fetch::on_flash(h, key, &locs);
+            if !locs.is_empty() && reads.take_done(key).is_none() {
+                let key = (*key).into();
+                reads.want(Want { h, key, locs });
             }
         }
     }
@@ -1002,8 +1058,9 @@ impl Cache {
         key: &[u8],
         h: u64,
         how: Lookup,
+        reads: Option<&mut Fetches>,
         f: F,
-    ) -> Result<R, F> {
+    ) -> Result<Got<R>, F> {
         #[cfg(debug_assertions)]
         assert_eq!(
             ENGINE_LOCKED.get(),
@@ -1032,10 +1089,7 @@ impl Cache {
                 return Err(f);
             }
             drop(stripe);
-            return Ok(match &sh.zone {
-                Some(zone) => self.read_zone(zone, key, h, how, now, f),
-                None => self.read_flash(key, h, now, f),
-            });
+            return Ok(self.read_zone(key, h, how, now, reads, f));
         };
         let hdr = head.header;
         let expired = hdr.exptime != 0 && hdr.exptime <= now;
@@ -1085,7 +1139,7 @@ impl Cache {
             win_sent: bits & item::WIN != 0,
             last_access: now.saturating_sub(item::atime_age(atime, now)),
         };
-        Ok(f(Some(item)))
+        Ok(Got::Done(f(Some(item))))
     }
 }
 

@@ -20,7 +20,6 @@ use std::sync::atomic::AtomicU64;
 
 use cachalot_engine::cache::ArithOrAdd;
 use cachalot_engine::engine::{Arith, ArithOutcome, DeleteOutcome, Lookup};
-use cachalot_engine::flash::fetch;
 use cachalot_engine::{Expiry, ItemRef, Store, StoreMode, StoreOutcome};
 use cachalot_protocol::binary::{
     c_int_len, parse_frame, write_error, write_response, write_response_header, Command, Header,
@@ -361,13 +360,14 @@ impl BinaryHandler {
         };
         let found = match expiry {
             Some(e) => ctx.cache.touch(key, e, reply),
-            // A GET reads its stripe only (`Cache::get`).
-            None => ctx.cache.get(key, Lookup::GET, reply),
+            // A GET reads its stripe only (`Cache::get`); on flash, it is
+            // parked.
+            None => match ctx.get_or_park(key, Lookup::GET, reply) {
+                Some(found) => found,
+                None => return true,
+            },
         };
         let hit = found.is_some();
-        if !hit && expiry.is_none() && fetch::parked() {
-            return true;
-        }
         crate::watch::fetched(ctx, key, found);
         stats_cmd::detail_record(ctx, key, DetailOp::Get { hit });
         let s = ctx.stats;
@@ -792,6 +792,7 @@ mod tests {
                     shared: &self.shared,
                     stats: &self.shared.threads[0],
                     conn_id: 1,
+                    reads: None,
                 };
                 let step = self.h.step(&ctx, &self.buf, &mut self.out);
                 self.peak = self.peak.max(self.out.len());

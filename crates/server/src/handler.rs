@@ -16,8 +16,10 @@
 //! This sits below the handlers (`text`, `meta`, `binary`, ...) so that they
 //! share it without importing `session`, which chooses among them.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
+use cachalot_engine::flash::fetch::Fetches;
 use cachalot_engine::Cache;
 
 use crate::settings::Settings;
@@ -37,8 +39,8 @@ pub enum Step {
     /// resumes; its bytes stay in the input until it is complete).
     Blocked(usize),
     /// Consumed this many bytes; the next request waits for flash reads
-    /// (`cachalot_engine::flash::fetch`): call again with the rest once
-    /// they are done. Only from a handler that [`Handler::parks`].
+    /// (`cachalot_engine::flash::fetch`, `Ctx::reads`): call again with the
+    /// rest once they are done. Only from a handler that [`Handler::parks`].
     Parked(usize),
 }
 
@@ -59,6 +61,9 @@ pub struct Ctx<'a> {
     pub stats: &'a ThreadStats,
     /// This connection's id (for `stats conns`).
     pub conn_id: u64,
+    /// The flash reads of this connection's parked request, when its
+    /// requests may park (`crate::parking`); None: GETs read flash in place.
+    pub reads: Option<&'a RefCell<Fetches>>,
 }
 
 /// A protocol handler bound to one connection.

@@ -14,6 +14,7 @@ pub mod meta;
 pub mod metrics;
 pub mod net;
 pub mod owner;
+pub mod parking;
 pub mod session;
 pub mod settings;
 pub mod stats;

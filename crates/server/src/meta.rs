@@ -36,7 +36,6 @@ use std::sync::atomic::AtomicU64;
 
 use cachalot_engine::cache::{Edit, MetaDelete, MetaDeleted};
 use cachalot_engine::engine::{Arith, Lookup};
-use cachalot_engine::flash::fetch;
 use cachalot_engine::item;
 use cachalot_engine::{ArithOutcome, Expiry, ItemRef, RelTime, Store, StoreMode, StoreOutcome};
 use cachalot_protocol::meta::{self, base64_encode, MetaCommand, MetaErrorKind, MetaOp};
@@ -212,7 +211,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
         // A plain mg changes nothing but what a GET changes: the path of
         // `get` without the engine lock (`Cache::get`), unless the item is
         // stale (its first reader wins the recache, which the engine marks).
-        let done = ctx.cache.get(key, Lookup::GET, |item| match item {
+        let done = ctx.get_or_park(key, Lookup::GET, |item| match item {
             None => Some(None),
             Some(it) if it.stale => None,
             Some(it) => {
@@ -220,8 +219,11 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
                 Some(Some((fx, it.value.len(), it.flags)))
             }
         });
+        // On flash: the request is parked.
+        let Some(done) = done else {
+            return ControlFlow::Break(());
+        };
         match done {
-            Some(None) if fetch::parked() => return ControlFlow::Break(()),
             Some(None) => {
                 mget_miss(ctx, cmd, start, out);
                 return ControlFlow::Continue(());
@@ -820,6 +822,7 @@ mod tests {
                 shared: &self.shared,
                 stats: &self.stats,
                 conn_id: 1,
+                reads: None,
             }
         }
 

@@ -113,6 +113,7 @@ pub fn serve(
                         shared: &shared,
                         stats: &stats,
                         conn_id: 0,
+                        reads: None,
                     };
                     // A scraper that misbehaves loses its own scrape only.
                     let _ = respond(stream, &ctx);

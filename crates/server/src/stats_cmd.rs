@@ -907,6 +907,7 @@ mod tests {
             shared: &shared,
             stats: &stats,
             conn_id: 1,
+            reads: None,
         };
         collect(&ctx, group)
             .expect("known group")

@@ -31,7 +31,6 @@ use std::sync::atomic::Ordering;
 use cachalot_engine::engine::{
     Arith, ArithOutcome, DeleteOutcome, Lookup, ReassignOutcome, LOOKUP_BATCH,
 };
-use cachalot_engine::flash::fetch;
 use cachalot_engine::{Expiry, ItemRef, Store, StoreMode, StoreOutcome};
 use cachalot_protocol::text::{
     self, AutomoveArg, FlushDelay, Keys, ShutdownMode, StoreKind, TextCommand, TextError,
@@ -115,8 +114,8 @@ enum Outcome {
 
 /// Why a multi-get stopped before its end: a flash read it waits for, or
 /// the output's high-water mark.
-fn stopped(pos: usize) -> Step {
-    if fetch::parked() {
+fn stopped(ctx: &Ctx<'_>, pos: usize) -> Step {
+    if ctx.parked() {
         Step::Parked(pos)
     } else {
         Step::Blocked(pos)
@@ -309,7 +308,7 @@ fn want_pipelined_gets(ctx: &Ctx<'_>, input: &[u8]) {
         .filter_map(|(line, _)| single_get_key(line))
         .take(WANT_AHEAD)
         .collect();
-    ctx.cache.want_from_flash(&keys);
+    ctx.want_from_flash(&keys);
 }
 
 /// Whether the first word of a line is a meta command (two letters, `m?`).
@@ -359,10 +358,10 @@ impl Handler for AsciiHandler {
                 match resume_get(ctx, p, input, out) {
                     Some(p) => {
                         self.paused = Some(p);
-                        if fetch::parked() {
+                        if ctx.parked() {
                             want_pipelined_gets(ctx, &input[(pos + p.len).min(input.len())..]);
                         }
-                        return stopped(pos);
+                        return stopped(ctx, pos);
                     }
                     None => {
                         self.paused = None;
@@ -414,10 +413,10 @@ impl Handler for AsciiHandler {
                     if let Some(p) = &mut self.paused {
                         p.len = nl + 1;
                     }
-                    if fetch::parked() {
+                    if ctx.parked() {
                         want_pipelined_gets(ctx, &rest[nl + 1..]);
                     }
-                    return stopped(pos);
+                    return stopped(ctx, pos);
                 }
                 Outcome::Parked => {
                     want_pipelined_gets(ctx, &rest[nl + 1..]);
@@ -813,16 +812,7 @@ fn serve_keys(
             }
         } else {
             let mut hits: [Option<(usize, u32)>; LOOKUP_BATCH] = [None; LOOKUP_BATCH];
-            ctx.cache.get_batch(&batch[..n], Lookup::GET, |i, _, item| {
-                // On flash: stop before this key, which is served once the
-                // read is done (the request resumes here).
-                if item.is_none() && fetch::parked() {
-                    // The reads of the keys after it go out together.
-                    let mut ahead: Vec<&[u8]> = batch[i + 1..n].to_vec();
-                    ahead.extend(keys.take(WANT_AHEAD));
-                    ctx.cache.want_from_flash(&ahead);
-                    return ControlFlow::Break(());
-                }
+            let parked = ctx.get_batch_or_park(&batch[..n], Lookup::GET, |i, _, item| {
                 if let Some(item) = &item {
                     write_value(out, item, with_cas);
                     hits[i] = Some((item.value.len(), item.flags));
@@ -834,6 +824,14 @@ fn serve_keys(
                     ControlFlow::Continue(())
                 }
             });
+            // On flash: stopped before that key, which is served once the
+            // read is done (the request resumes there).
+            if let Some(i) = parked {
+                // The reads of the keys after it go out together.
+                let mut ahead: Vec<&[u8]> = batch[i + 1..n].to_vec();
+                ahead.extend(keys.take(WANT_AHEAD));
+                ctx.want_from_flash(&ahead);
+            }
             for (key, found) in batch.iter().zip(hits).take(done) {
                 watch::fetched(ctx, key, found);
                 count_fetch(ctx, key, false, found.is_some());
@@ -874,7 +872,9 @@ fn fetch(
     };
     let found = match touch {
         Some(expiry) => ctx.cache.touch(key, expiry, write),
-        None => ctx.cache.get(key, Lookup::GET, write),
+        // Parked: answered as a miss (a request that does not stop for
+        // it: its read goes with the next that does).
+        None => ctx.get_or_park(key, Lookup::GET, write).flatten(),
     };
     watch::fetched(ctx, key, found);
     count_fetch(ctx, key, touch.is_some(), found.is_some());
@@ -1096,6 +1096,7 @@ mod tests {
                 shared: &self.shared,
                 stats: &self.stats,
                 conn_id: 1,
+                reads: None,
             }
         }
 

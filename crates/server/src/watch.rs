@@ -47,9 +47,12 @@ pub fn stored(ctx: &Ctx<'_>, req: &Store<'_>, cmd: &str, outcome: &StoreOutcome)
     // the TTL it kept), a refused one as the request was.
     let mut shape = (req.value.len(), req.flags, req.expiry);
     if let StoreOutcome::Stored { .. } = outcome {
-        let now = ctx.cache.get(req.key, Lookup::PEEK, |it| {
-            it.map(|it| (it.value.len(), it.flags, it.expiry))
-        });
+        // On flash, the request's shape (a parked look is not waited for).
+        let now = ctx
+            .get_or_park(req.key, Lookup::PEEK, |it| {
+                it.map(|it| (it.value.len(), it.flags, it.expiry))
+            })
+            .flatten();
         shape = now.unwrap_or(shape);
     }
     let (len, flags, expiry) = shape;

@@ -1,18 +1,17 @@
 //! Parking a request on a flash read (issue 12: "a GET served from flash
 //! parks its connection and completes when the read does").
 //!
-//! A worker runs a connection's requests inside [`scope`], with the
-//! connection's [`Fetches`]. A GET that misses memory and finds its key
-//! possibly on flash does not read there: it records a [`Want`] and
-//! answers as a miss, and the handler, seeing [`parked`], takes the request
-//! back (it has written nothing for it) and stops. The worker hands the
-//! wants to its reader threads, keeps serving its other connections, and
-//! when the reads complete puts the images in the connection's
-//! [`Fetches::done`] and runs the request again: this time the lookup
-//! finds the image there. Outside a scope (the lab's simulator, tests) the
-//! lookup reads flash itself.
-
-use std::cell::RefCell;
+//! A worker keeps, per connection, the [`Fetches`] of its parked request.
+//! A GET that misses memory and finds its key possibly on flash does not
+//! read there when its caller lets it park (`Cache::get_or_park`): it
+//! answers [`Got::Parked`] with the [`Want`], the read to do, and the
+//! handler records it, takes the request back (it has written nothing for
+//! it) and stops. The worker hands the wants to its reader threads, keeps
+//! serving its other connections, and when the reads complete puts the
+//! images in the connection's [`Fetches::done`] and runs the request again:
+//! this time the lookup finds the image there. A caller that does not park
+//! (`Cache::get`: the lab's simulator, tests, a worker without readers) has
+//! the lookup read flash itself.
 
 use super::index::Loc;
 
@@ -44,58 +43,39 @@ pub struct Fetches {
     pub wanted: Vec<Want>,
 }
 
+/// A GET's answer to a caller that lets it park (`Cache::get_or_park`).
+#[derive(Debug)]
+pub enum Got<R> {
+    /// Found or not: what the caller's closure made of the item (or None).
+    Done(R),
+    /// The key may be on flash: nothing was answered (the closure was not
+    /// called); this read is to be done before the request runs again.
+    Parked(Want),
+}
+
 impl Fetches {
     /// The request they were for is answered.
     pub fn clear(&mut self) {
         self.done.clear();
         self.wanted.clear();
     }
-}
 
-thread_local! {
-    static SCOPE: RefCell<Option<Fetches>> = const { RefCell::new(None) };
-}
-
-/// Run `f` (a connection's requests) with `fetches` as this thread's.
-pub fn scope<R>(fetches: &mut Fetches, f: impl FnOnce() -> R) -> R {
-    let prev = SCOPE.replace(Some(std::mem::take(fetches)));
-    let r = f();
-    *fetches = SCOPE.replace(prev).unwrap_or_default();
-    r
-}
-
-/// What a lookup that missed memory does about flash.
-pub(crate) enum InScope {
-    /// No scope: read flash now.
-    Read,
-    /// The read completed: its image, or None (not on flash after all).
-    Done(Option<Box<[u8]>>),
-    /// Recorded as wanted: answer as a miss, the request is parked.
-    Parked,
-}
-
-/// Called by the lookup with the key and the places flash may have it.
-pub(crate) fn on_flash(h: u64, key: &[u8], locs: &[Loc]) -> InScope {
-    SCOPE.with_borrow_mut(|s| {
-        let Some(s) = s else {
-            return InScope::Read;
-        };
-        if let Some(i) = s.done.iter().position(|(k, _)| &k[..] == key) {
-            return InScope::Done(s.done.swap_remove(i).1);
+    /// Record a read the request waits for (once per key).
+    pub fn want(&mut self, want: Want) {
+        if !self.wanted.iter().any(|w| w.key == want.key) {
+            self.wanted.push(want);
         }
-        if !s.wanted.iter().any(|w| &w.key[..] == key) {
-            s.wanted.push(Want {
-                h,
-                key: key.into(),
-                locs: locs.to_vec(),
-            });
-        }
-        InScope::Parked
-    })
-}
+    }
 
-/// Whether a lookup in this scope parked its request (the handler must
-/// take the request back and stop).
-pub fn parked() -> bool {
-    SCOPE.with_borrow(|s| s.as_ref().is_some_and(|s| !s.wanted.is_empty()))
+    /// Whether the request waits for reads: it is parked.
+    pub fn parked(&self) -> bool {
+        !self.wanted.is_empty()
+    }
+
+    /// The completed read of `key`, taken: its image, or None if flash did
+    /// not have it after all. None if it was not read.
+    pub(crate) fn take_done(&mut self, key: &[u8]) -> Option<Option<Box<[u8]>>> {
+        let i = self.done.iter().position(|(k, _)| &k[..] == key)?;
+        Some(self.done.swap_remove(i).1)
+    }
 }

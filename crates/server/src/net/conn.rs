@@ -20,7 +20,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use cachalot_engine::flash::fetch::{self, Fetches};
+use std::cell::RefCell;
+
+use cachalot_engine::flash::fetch::Fetches;
 
 use super::flash_io::FlashIo;
 use super::flash_read::Submitted;
@@ -214,8 +216,9 @@ pub struct Conn {
     closing: bool,
     /// In the worker's queue of connections that yielded (`-R`).
     pub queued: bool,
-    /// Flash reads its parked request wants and has got (`flash::fetch`).
-    fetches: Fetches,
+    /// Flash reads its parked request wants and has got (`flash::fetch`),
+    /// which its handler sees as `Ctx::reads`.
+    fetches: RefCell<Fetches>,
     /// Flash reads still in flight: while any are, the request waits.
     waiting: usize,
 }
@@ -259,7 +262,7 @@ impl Conn {
             eof: false,
             closing: false,
             queued: false,
-            fetches: Fetches::default(),
+            fetches: RefCell::default(),
             waiting: 0,
         }
     }
@@ -267,7 +270,7 @@ impl Conn {
     /// A flash read of the parked request is done; true when it was the
     /// last one (service the connection again).
     pub fn complete(&mut self, key: Box<[u8]>, image: Option<Box<[u8]>>) -> bool {
-        self.fetches.done.push((key, image));
+        self.fetches.get_mut().done.push((key, image));
         self.waiting = self.waiting.saturating_sub(1);
         self.waiting == 0
     }
@@ -432,8 +435,9 @@ impl Conn {
         let handler = self.handler.get_or_insert_with(|| {
             session::new_handler(env.ctx.settings.protocol, self.rbuf[self.rpos])
         });
-        // A handler that parks runs in a fetch scope: a GET of an item on
-        // flash records the read it wants instead of doing it.
+        // A handler that parks sees the connection's flash reads: a GET of
+        // an item on flash answers "parked" with the read it wants, which
+        // the handler records there, instead of doing it.
         let parks = env.flash.is_some() && handler.parks();
         let mut result = Processed::NeedMore;
         let mut ran = false;
@@ -444,13 +448,14 @@ impl Conn {
             // for that reason rather than at an incomplete request.
             let yields_before = env.ctx.stats.conn_yields.load(Ordering::Relaxed);
             let wbuf = &mut self.wbuf;
-            let step = match parks {
-                true => fetch::scope(&mut self.fetches, || handler.step(&env.ctx, input, wbuf)),
-                false => handler.step(&env.ctx, input, wbuf),
+            let ctx = Ctx {
+                reads: parks.then_some(&self.fetches),
+                ..env.ctx
             };
+            let step = handler.step(&ctx, input, wbuf);
             if !matches!(step, Step::Parked(_)) {
                 // What was read for a request that is now answered.
-                self.fetches.clear();
+                self.fetches.get_mut().clear();
             }
             match step {
                 // A handler that consumes nothing must not spin forever.
@@ -479,17 +484,18 @@ impl Conn {
                 Step::Parked(n) => {
                     self.rpos += n.min(input.len());
                     ran |= n > 0;
-                    let wanted = std::mem::take(&mut self.fetches.wanted);
+                    let fetches = self.fetches.get_mut();
+                    let wanted = std::mem::take(&mut fetches.wanted);
                     self.waiting = 0;
                     if let Some(io) = env.flash.as_deref_mut() {
                         for want in wanted {
                             match io.submit(env.ctx.cache, want, env.slot, self.entry.id) {
                                 Submitted::Queued => self.waiting += 1,
-                                Submitted::Done(fetched) => self.fetches.done.push(fetched),
+                                Submitted::Done(fetched) => fetches.done.push(fetched),
                                 Submitted::Full(w) => {
                                     // Too many reads waiting: a miss.
                                     ThreadStats::bump(&env.ctx.stats.get_aborted_flash);
-                                    self.fetches.done.push((w.key, None));
+                                    fetches.done.push((w.key, None));
                                 }
                             }
                         }

@@ -304,6 +304,7 @@ impl Worker {
                 shared: &self.shared,
                 stats: &self.stats,
                 conn_id: conn.entry.id,
+                reads: None,
             },
             pool: &mut self.pool,
             max_request: max_request(&self.settings),
