@@ -32,8 +32,8 @@ use crate::index::Index;
 use crate::item;
 use crate::magazine::Magazines;
 use crate::rebalance::Rebalancer;
-use crate::slab::{class_sizes, PageId, Slabs};
-use crate::stats::{EngineStats, SlabClassStats};
+use crate::slab::{class_sizes, PageId, SlabClassStats, Slabs};
+use crate::stats::EngineStats;
 use crate::stripe::{Counts, Stripe, Stripes};
 
 /// Keys prefetched together by [`Engine::lookup_batch`]: enough loads in
@@ -2278,7 +2278,7 @@ impl Engine {
                     );
                     for s in &list {
                         let seg = self.slabs.chunk(*s);
-                        assert!(chain::is_segment(seg), "segment marked");
+                        assert!(item::is_segment(seg), "segment marked");
                         assert_eq!(chain::owner(seg), loc, "segment owner");
                         assert_eq!(self.slabs.class_of(*s), class, "segment class");
                     }

@@ -71,4 +71,5 @@ pub use engine::{
     ArithOutcome, DeleteOutcome, Engine, Evicted, ItemId, ItemRef, MetaItem, RepartitionStats,
     Store, StoreMode, StoreOutcome,
 };
-pub use stats::{EngineStats, SlabClassStats};
+pub use slab::SlabClassStats;
+pub use stats::EngineStats;
