@@ -18,7 +18,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use cachalot_engine::cache::ArithOrAdd;
+use cachalot_engine::cache::ops::ArithOrAdd;
 use cachalot_engine::engine::{Arith, ArithOutcome, DeleteOutcome, Lookup};
 use cachalot_engine::{Expiry, ItemRef, Store, StoreMode, StoreOutcome};
 use cachalot_protocol::binary::{

@@ -34,7 +34,7 @@
 use std::ops::ControlFlow;
 use std::sync::atomic::AtomicU64;
 
-use cachalot_engine::cache::{Edit, MetaDelete, MetaDeleted};
+use cachalot_engine::cache::meta::{Edit, MetaDelete, MetaDeleted};
 use cachalot_engine::engine::{Arith, Lookup};
 use cachalot_engine::item;
 use cachalot_engine::{ArithOutcome, Expiry, ItemRef, RelTime, Store, StoreMode, StoreOutcome};

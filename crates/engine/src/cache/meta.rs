@@ -5,11 +5,10 @@
 //! half changed; what the protocol writes about the item is written by the
 //! caller's closure, under the same lock (as `Cache::get` hands an item).
 
+use crate::api::{Arith, ArithOutcome, ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome};
 use crate::cache::Cache;
 use crate::clock::Expiry;
-use crate::engine::{
-    Arith, ArithOutcome, Engine, ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome,
-};
+use crate::engine::Engine;
 
 /// What to change in an item after its closure has seen it
 /// ([`Cache::peek_edit`], [`Cache::arith_edit`]).

@@ -4,14 +4,15 @@
 //! alone"), and holds it no longer. The lock-free GET and SET paths are in
 //! `cache.rs`; the multi-step changes of meta commands in `cache/meta.rs`.
 
-use crate::cache::Cache;
-use crate::clock::{Expiry, RelTime};
-use crate::engine::{
+use crate::api::{
     Arith, ArithOutcome, DeleteOutcome, Evicted, ItemRef, Lookup, MetaItem, ReassignOutcome, Store,
     StoreMode, StoreOutcome,
 };
-use crate::stats::{EngineStats, SlabClassStats};
-use crate::ConfigError;
+use crate::cache::Cache;
+use crate::clock::{Expiry, RelTime};
+use crate::config::ConfigError;
+use crate::slab::SlabClassStats;
+use crate::stats::EngineStats;
 
 /// What [`Cache::arith_or_add`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
