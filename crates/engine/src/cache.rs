@@ -27,10 +27,11 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-use crate::api::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome, LOOKUP_BATCH};
+use crate::api::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome};
 use crate::arena::Arena;
+use crate::batch::batches;
 use crate::chain::Value;
-use crate::clock::Clock;
+use crate::clock::{Clock, RelTime};
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
 use crate::flash::fetch::{Fetches, FlashStep, Got, Want};
@@ -304,6 +305,17 @@ thread_local! {
     static ZONE_READER: std::cell::RefCell<ZoneReader> = std::cell::RefCell::default();
     /// The image a flash lookup found (staged or read).
     static FLASH_IMAGE: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::default();
+}
+
+/// Where a GET stands after the N-zone (`Cache::get_hashed`).
+enum Tier<R, F> {
+    /// Found there: what `f` made of it.
+    Hit(R),
+    /// Not there: `f` back, to look in the next tier, and the time the GET
+    /// started.
+    Miss(F, RelTime),
+    /// The engine must do this GET, under its lock.
+    Locked(F),
 }
 
 /// The engine shared by all worker threads.
@@ -612,36 +624,43 @@ impl Cache {
         self.get_hashed(key, hash(key), how, Some(reads), f)
     }
 
+    /// The tier chain of a GET, the one walk down the tiers every GET
+    /// takes: the N-zone, then the Z-zone, then flash, which re-caches
+    /// what it reads again soon (`read_flash`). A GET the engine must do
+    /// (`read_n_zone` says which) looks in both memory tiers under the
+    /// engine lock (`Engine::read`), and goes on to flash without it.
     #[inline]
     fn get_hashed<R>(
         &self,
         key: &[u8],
         h: u64,
         how: Lookup,
-        mut reads: Option<&mut Fetches>,
+        reads: Option<&mut Fetches>,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
     ) -> Got<R> {
-        match self.try_get(key, h, how, reads.as_deref_mut(), f) {
-            Ok(r) => r,
-            Err(f) => {
+        let (f, now) = match self.read_n_zone(key, h, how, f) {
+            Tier::Hit(r) => return Got::Done(r),
+            Tier::Miss(f, now) => match self.read_zone(key, h, how, now, f) {
+                Ok(r) => return Got::Done(r),
+                Err(f) => (f, now),
+            },
+            Tier::Locked(f) => {
                 let mut engine = self.lock();
-                if self.shared.flash.is_none() {
-                    return Got::Done(f(engine.read(key, how)));
+                match engine.read(key, how) {
+                    Some(item) => return Got::Done(f(Some(item))),
+                    None if self.shared.flash.is_none() => return Got::Done(f(None)),
+                    // A miss in memory: flash is read without the lock.
+                    None => (f, self.clock.now()),
                 }
-                if let Some(item) = engine.read(key, how) {
-                    return Got::Done(f(Some(item)));
-                }
-                // A miss in memory: flash is read without the lock.
-                drop(engine);
-                self.read_flash(key, h, self.clock.now(), reads, f)
             }
-        }
+        };
+        self.read_flash(key, h, now, reads, f)
     }
 
     /// Look several keys up, as a multi-get does: each as by [`Cache::get`],
     /// with their memory loads overlapped as in [`Engine::lookup_batch`]
     /// (MICA's batching), which does the whole batch under the engine lock
-    /// when GETs need it anyway: [`LOOKUP_BATCH`] keys at a time, every
+    /// when GETs need it anyway: [`LOOKUP_BATCH`](crate::api::LOOKUP_BATCH) keys at a time, every
     /// key's index bucket is prefetched, then the item its tag points at
     /// (unless the batch is one key), then the keys are looked up in order.
     /// `f` gets each key's position and may stop the batch before the next
@@ -682,25 +701,25 @@ impl Cache {
             self.lock().lookup_batch(keys, how, f);
             return None;
         }
-        let mut hashes = [0u64; LOOKUP_BATCH];
-        for (b, batch) in keys.chunks(LOOKUP_BATCH).enumerate() {
-            for (h, key) in hashes.iter_mut().zip(batch) {
-                *h = hash(key);
-            }
+        let stopped = batches(keys, |at, batch, hashes| {
             // One key (a plain `get`): nothing to overlap its loads with.
             if batch.len() > 1 {
-                self.prefetch(&hashes[..batch.len()]);
+                self.prefetch(hashes);
             }
-            for (i, (&key, &h)) in batch.iter().zip(&hashes).enumerate() {
-                let at = b * LOOKUP_BATCH + i;
-                match self.get_hashed(key, h, how, reads.as_deref_mut(), |item| f(at, key, item)) {
+            for (i, (&key, &h)) in batch.iter().zip(hashes).enumerate() {
+                let (at, reads) = (at + i, reads.as_deref_mut());
+                match self.get_hashed(key, h, how, reads, |item| f(at, key, item)) {
                     Got::Done(ControlFlow::Continue(())) => {}
-                    Got::Done(ControlFlow::Break(())) => return None,
-                    Got::Parked(want) => return Some((at, want)),
+                    Got::Done(ControlFlow::Break(())) => return ControlFlow::Break(None),
+                    Got::Parked(want) => return ControlFlow::Break(Some((at, want))),
                 }
             }
+            ControlFlow::Continue(())
+        });
+        match stopped {
+            ControlFlow::Break(parked) => parked,
+            ControlFlow::Continue(()) => None,
         }
-        None
     }
 
     /// Start loading the index buckets and items of `keys` into the CPU
@@ -708,13 +727,10 @@ impl Cache {
     /// the server calls this for the single-key GETs pipelined behind the
     /// one it serves, so their memory loads overlap). A hint only.
     pub fn prefetch_keys(&self, keys: &[&[u8]]) {
-        let mut hashes = [0u64; LOOKUP_BATCH];
-        for batch in keys.chunks(LOOKUP_BATCH) {
-            for (h, key) in hashes.iter_mut().zip(batch) {
-                *h = hash(key);
-            }
-            self.prefetch(&hashes[..batch.len()]);
-        }
+        let _ = batches::<()>(keys, |_, _, hashes| {
+            self.prefetch(hashes);
+            ControlFlow::Continue(())
+        });
     }
 
     /// Prefetch the index buckets of `hashes`, then the item each one's
@@ -767,23 +783,22 @@ impl Cache {
     /// that may hold the key is copied under the Z-zone's lock and decoded
     /// without it (no request waits on another's decompression); a hit
     /// whose reuse time beats the benchmark is promoted afterwards, under
-    /// the engine lock. A miss there (or no Z-zone) goes on to flash.
-    fn read_zone<R>(
+    /// the engine lock.
+    fn read_zone<R, F: FnOnce(Option<ItemRef<'_>>) -> R>(
         &self,
         key: &[u8],
         h: u64,
         how: Lookup,
         now: crate::clock::RelTime,
-        reads: Option<&mut Fetches>,
-        f: impl FnOnce(Option<ItemRef<'_>>) -> R,
-    ) -> Got<R> {
+        f: F,
+    ) -> Result<R, F> {
         let Some(zone) = &self.shared.zone else {
-            return self.read_flash(key, h, now, reads, f);
+            return Err(f);
         };
         let read = how.bump && how.fetch;
         let (r, promote) = ZONE_READER.with_borrow_mut(|z| {
             let Some(promote) = zone.lock().copy_block(h, read, &mut z.copied) else {
-                return (self.read_flash(key, h, now, reads, f), false);
+                return (Err(f), false);
             };
             let found = z
                 .copied
@@ -798,9 +813,9 @@ impl Cache {
             match found {
                 Some(image) => {
                     let item = crate::api::image_view(image, self.shared.cas_enabled, now);
-                    (Got::Done(f(Some(item))), promote)
+                    (Ok(f(Some(item))), promote)
                 }
-                None => (self.read_flash(key, h, now, reads, f), false),
+                None => (Err(f), false),
             }
         });
         if promote {
@@ -1048,16 +1063,17 @@ impl Cache {
         !sh.locked_hits && how.bump && how.fetch && !matches!(sh.gate, HitGate::Everything)
     }
 
-    /// The GET path without the engine lock; gives `f` back when the
-    /// engine must do it.
-    fn try_get<R, F: FnOnce(Option<ItemRef<'_>>) -> R>(
+    /// The N-zone without the engine lock: a hit is handed to `f`; a miss
+    /// gives `f` back to look in the next tier, or says the engine must do
+    /// this GET (`Tier::Locked`).
+    #[inline]
+    fn read_n_zone<R, F: FnOnce(Option<ItemRef<'_>>) -> R>(
         &self,
         key: &[u8],
         h: u64,
         how: Lookup,
-        reads: Option<&mut Fetches>,
         f: F,
-    ) -> Result<Got<R>, F> {
+    ) -> Tier<R, F> {
         #[cfg(debug_assertions)]
         assert_eq!(
             ENGINE_LOCKED.get(),
@@ -1066,34 +1082,33 @@ impl Cache {
         );
         let sh = &self.shared;
         if !self.lock_free(how) {
-            return Err(f);
+            return Tier::Locked(f);
         }
         let now = self.clock.now();
         if sh.flush_due(now) {
-            return Err(f);
+            return Tier::Locked(f);
         }
         if let HitGate::Sampled(t) = &sh.gate {
             if is_sampled(h, t.load(Ordering::Relaxed)) {
-                return Err(f);
+                return Tier::Locked(f);
             }
         }
         let Some(stripe) = sh.stripes.read(sh.stripes.of(h)) else {
-            return Err(f);
+            return Tier::Locked(f);
         };
         let Some((loc, head)) = sh.find(&stripe, h, key) else {
             // Learned costs count the miss.
             if sh.learner {
-                return Err(f);
+                return Tier::Locked(f);
             }
-            drop(stripe);
-            return Ok(self.read_zone(key, h, how, now, reads, f));
+            return Tier::Miss(f, now);
         };
         let hdr = head.header;
         let expired = hdr.exptime != 0 && hdr.exptime <= now;
         let chained = hdr.total_len() > head.chunk_size;
         let guessed = sh.learner && hdr.bits & item::GUESSED != 0;
         if expired || chained || guessed {
-            return Err(f);
+            return Tier::Locked(f);
         }
         // The engine's `access` for a GET: the first fetch marks the item
         // fetched, later ones refresh its access time; REF for CLOCK (and
@@ -1129,7 +1144,7 @@ impl Cache {
             sh.cas_enabled,
             now,
         );
-        Ok(Got::Done(f(Some(item))))
+        Tier::Hit(f(Some(item)))
     }
 }
 

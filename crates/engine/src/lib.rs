@@ -39,6 +39,7 @@
 
 pub mod api;
 pub mod arena;
+mod batch;
 pub mod cache;
 pub mod chain;
 pub mod clock;

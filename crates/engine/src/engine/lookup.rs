@@ -4,7 +4,8 @@
 use std::ops::ControlFlow;
 
 use super::Engine;
-use crate::api::{image_view, item_view, ItemId, ItemRef, Lookup, LOOKUP_BATCH};
+use crate::api::{image_view, item_view, ItemId, ItemRef, Lookup};
+use crate::batch::batches;
 use crate::chain::Value;
 use crate::hash::hash;
 use crate::item;
@@ -50,7 +51,7 @@ impl Engine {
     /// [`Engine::lookup`], and handed to `f` with their position. `f` may
     /// stop the batch before the next key (a full output buffer): keys not
     /// looked up are not counted or bumped. Batches of up to
-    /// [`LOOKUP_BATCH`] keys are prefetched at a time; a batch of one key is
+    /// [`LOOKUP_BATCH`](crate::api::LOOKUP_BATCH) keys are prefetched at a time; a batch of one key is
     /// not (nothing to overlap).
     pub fn lookup_batch<'k>(
         &mut self,
@@ -58,30 +59,25 @@ impl Engine {
         how: Lookup,
         mut f: impl FnMut(usize, &'k [u8], Option<ItemRef<'_>>) -> ControlFlow<()>,
     ) {
-        let mut hashes = [0u64; LOOKUP_BATCH];
-        for (b, batch) in keys.chunks(LOOKUP_BATCH).enumerate() {
-            for (h, key) in hashes.iter_mut().zip(batch) {
-                *h = hash(key);
-            }
+        let _ = batches(keys, |at, batch, hashes| {
             // One key (a plain `get`): nothing to overlap its loads with.
             if batch.len() > 1 {
-                for &h in &hashes[..batch.len()] {
+                for &h in hashes {
                     self.stripe(h).index.prefetch(h);
                 }
-                for &h in &hashes[..batch.len()] {
+                for &h in hashes {
                     if let Some(loc) = self.stripe(h).index.find(h, |_| true) {
                         let (page, chunk) = self.slabs.split(loc);
                         self.slabs.arena.prefetch_chunk(page, chunk);
                     }
                 }
             }
-            for (i, (&key, &h)) in batch.iter().zip(&hashes).enumerate() {
+            for (i, (&key, &h)) in batch.iter().zip(hashes).enumerate() {
                 let item = self.lookup_hashed(key, h, how, false);
-                if f(b * LOOKUP_BATCH + i, key, item).is_break() {
-                    return;
-                }
+                f(at + i, key, item)?;
             }
-        }
+            ControlFlow::Continue(())
+        });
     }
 
     pub(super) fn lookup_hashed(
