@@ -14,8 +14,8 @@ use super::log::SLAB;
 use super::stage::Area;
 use super::writer::Writer;
 use super::{bump, container, recover, Flash};
+use crate::block;
 use crate::item;
-use crate::zzone::block;
 
 impl Flash {
     /// Keep at least `w_high` slabs free: recycle the oldest slab of the

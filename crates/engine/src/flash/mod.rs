@@ -12,9 +12,10 @@
 //!
 //! - [`stage`]: items wait there, found by lookups, until their slab is
 //!   written and indexed.
-//! - [`container`]: SlimCache §3.3's compression unit, a Z-zone block
-//!   under a CRC-32, about one flash page once compressed. Values that will
-//!   not compress are recognised by their entropy and stored raw (§3.7,
+//! - [`container`]: SlimCache §3.3's compression unit, a block
+//!   ([`crate::block`], the Z-zone's format) under a CRC-32, about one
+//!   flash page once compressed. Values that will not compress are
+//!   recognised by their entropy and stored raw (§3.7,
 //!   `codec::Recognizer`).
 //! - [`log`]: the slabs and their DRAM table; `writer`: packing,
 //!   appending, sealing; `gc`: the two-stage garbage collector;
@@ -57,10 +58,10 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use crate::block;
 use crate::clock::Clock;
 use crate::codec::{Codec, Coder, Dictionary, Recognizer};
 use crate::item;
-use crate::zzone::block;
 use device::{AlignedBuf, Device, ALIGN};
 use index::{FlashIndex, Loc};
 use log::{Log, SLAB, SLAB_HEADER};

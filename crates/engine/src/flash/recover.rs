@@ -36,10 +36,10 @@ use super::index::{self, Loc};
 use super::log::{self, SlabHeader, SLAB, SLAB_HEADER};
 use super::stage::Area;
 use super::{bump, container, dict, dropped_mark, Flash, Recovery, FLUSH_ALL, RETIRED};
+use crate::block;
 use crate::codec::{Coder, Dictionary};
 use crate::durable::{self, with_suffix};
 use crate::item;
-use crate::zzone::block;
 
 const SNAPSHOT_MAGIC: [u8; 4] = *b"CIX1";
 const JOURNAL_MAGIC: [u8; 4] = *b"CTB1";

@@ -17,8 +17,8 @@ use super::stage::{Area, Taken};
 use super::{
     bump, container, Flash, FLASH_PAGE, MAX_CONTAINERS, MAX_CONTAINER_RAW, MIN_CONTAINER_RAW,
 };
+use crate::block;
 use crate::codec::{Codec, Coder, Recognizer};
-use crate::zzone::block;
 
 /// The writer's own state: only the writer thread uses it (a mutex makes
 /// the tier `Sync`; only `sync` and `validate` ever wait for it).
@@ -148,7 +148,7 @@ impl Flash {
         let dict = self.dict.get();
         let mut items: Vec<(u64, &[u8])> = w.taken.iter().map(|t| (t.1, &t.2[..])).collect();
         let (used, entropy, tried) = if compress {
-            crate::zzone::flush::encode(
+            block::encode(
                 &mut w.coder,
                 &mut w.recognizer,
                 self.config.codec,

@@ -21,8 +21,9 @@
 
 use std::sync::Arc;
 
-use super::{block, range_end, range_start, Entry, Zone, MAX_RAW};
-use crate::codec::{normalized_entropy, Codec, Coder, Dictionary, Recognizer};
+use super::{range_end, range_start, Entry, Zone, MAX_RAW};
+use crate::block::{self, encode};
+use crate::codec::{Codec, Coder, Dictionary, Recognizer};
 use crate::item;
 use crate::zzone::filter::Filter;
 use crate::zzone::log;
@@ -517,29 +518,4 @@ pub(super) fn block_len(entries: &[Entry]) -> usize {
         entries.len(),
         entries.iter().map(|e| e.len as usize).sum::<usize>(),
     )
-}
-
-/// Build `items` into a block in `raw`, and store it in `packed`:
-/// compressed, or as it is when its entropy says compression will not pay
-/// (SlimCache's recognizer) or it did not. Returns the codec used, the
-/// block's entropy and whether compression was tried.
-pub(crate) fn encode(
-    coder: &mut Coder,
-    recognizer: &mut Recognizer,
-    codec: Codec,
-    dict: Option<&Dictionary>,
-    items: &mut [(u64, &[u8])],
-    raw: &mut Vec<u8>,
-    packed: &mut Vec<u8>,
-) -> (Codec, f64, bool) {
-    block::build(items, raw);
-    let entropy = normalized_entropy(raw);
-    let tried = codec != Codec::Raw && recognizer.worth_trying(entropy);
-    let dict = if codec == Codec::Zstd { dict } else { None };
-    if tried && coder.compress(codec, dict, raw, packed) {
-        return (codec, entropy, true);
-    }
-    packed.clear();
-    packed.extend_from_slice(raw);
-    (Codec::Raw, entropy, tried)
 }

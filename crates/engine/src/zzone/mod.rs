@@ -2,8 +2,8 @@
 //! key hash into blocks and compressed as a whole (zExpander,
 //! `../shared/seeds/000_*`; issue 11).
 //!
-//! - [`block`]: a block's uncompressed form: items sorted by key hash,
-//!   with an offset index (§3.2).
+//! - [`crate::block`]: a block's uncompressed form: items sorted by key
+//!   hash, with an offset index (§3.2); shared with the flash tier.
 //! - [`filter`]: the 16-byte content and access Bloom filters (§3.2).
 //! - [`trie`]: the hashed binary trie of blocks, reached through two-level
 //!   pointer segments (§3.1).
@@ -22,7 +22,6 @@
 //! between the zones with their CAS, expiry, flags and cost unchanged.
 //! Codecs and the compressibility test are in [`crate::codec`].
 
-pub mod block;
 mod cell;
 pub mod filter;
 pub mod flush;
@@ -35,6 +34,7 @@ pub use cell::{ZoneCell, ZoneGuard};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::block;
 use crate::codec::{Codec, Coder, Dictionary, Recognizer};
 use crate::item;
 #[cfg(any(test, feature = "testing"))]
@@ -952,7 +952,7 @@ impl Zone {
             .iter()
             .map(|e| (e.h, &self.work[e.at as usize..(e.at + e.len) as usize]))
             .collect();
-        let (used, entropy, tried) = flush::encode(
+        let (used, entropy, tried) = block::encode(
             &mut self.coder,
             &mut self.recognizer,
             self.cfg.codec,
