@@ -30,6 +30,7 @@
 //! - [`rebalance`]: which class gets the next page (memcached's automove,
 //!   SAS with a ghost set, GD-Wheel's cost per byte).
 //! - [`block`]: the block format the Z-zone and flash tiers both store.
+//! - [`pipe`]: how the Z-zone hands its evictions to flash, naming neither.
 //! - [`zzone`]: the compressed Z-zone's parts (trie, filters, log).
 //! - [`engine`]: the operations (get/store/delete/arith/touch/flush) on top.
 //! - `testing` (feature `testing`): the reference model the property tests
@@ -49,6 +50,7 @@ pub mod flash;
 pub mod index;
 pub mod item;
 pub mod magazine;
+pub mod pipe;
 pub mod rebalance;
 pub mod slab;
 pub mod stats;

@@ -62,6 +62,7 @@ use crate::block;
 use crate::clock::Clock;
 use crate::codec::{Codec, Coder, Dictionary, Recognizer};
 use crate::item;
+use crate::pipe::Pipe;
 use device::{AlignedBuf, Device, ALIGN};
 use index::{FlashIndex, Loc};
 use log::{Log, SLAB, SLAB_HEADER};
@@ -949,5 +950,13 @@ impl Flash {
         let busy: Vec<u32> = self.dram.lock().slabs().collect();
         self.log.lock().validate(&busy);
         assert!(self.stage.lock().bytes() <= self.config.stage_bytes);
+    }
+}
+
+/// The Z-zone's sweep hands its evictions to flash through this
+/// (the engine connects them: the Z-zone's `Zone::spill_to`).
+impl Pipe for Flash {
+    fn send(&self, h: u64, image: &[u8]) -> bool {
+        self.admit(h, image)
     }
 }

@@ -37,6 +37,7 @@ use std::sync::Arc;
 use crate::block;
 use crate::codec::{Codec, Coder, Dictionary, Recognizer};
 use crate::item;
+use crate::pipe::Pipe;
 #[cfg(any(test, feature = "testing"))]
 use crate::stripe::hash;
 use filter::Filter;
@@ -310,9 +311,10 @@ pub struct Zone {
     /// Their bytes (kept, not summed: `-m` is checked on every store).
     sample_bytes: usize,
     trained_at: u64,
-    /// The flash tier, where the items the sweep evicts go next (issue 12:
-    /// items leaving memory, the Z-zone included, are admitted to flash).
-    spill: Option<Arc<crate::flash::Flash>>,
+    /// Where the items the sweep evicts go next: the flash tier, when the
+    /// engine has one (issue 12: items leaving memory, the Z-zone
+    /// included, are admitted to flash).
+    spill: Option<Arc<dyn Pipe>>,
 }
 
 /// The last hash of leaf `n`'s range.
@@ -371,9 +373,9 @@ impl Zone {
         }
     }
 
-    /// Send the items the sweep evicts to `flash`.
-    pub fn spill_to(&mut self, flash: Arc<crate::flash::Flash>) {
-        self.spill = Some(flash);
+    /// Send the items the sweep evicts down `pipe` (the flash tier).
+    pub fn spill_to(&mut self, pipe: Arc<dyn Pipe>) {
+        self.spill = Some(pipe);
     }
 
     /// Whether demotions are being sampled: until the first dictionary,
@@ -1096,13 +1098,13 @@ impl Zone {
         cold.sort_unstable();
         let evict = cold.len().div_ceil(2);
         let mut gone: Vec<usize> = cold[..evict].iter().map(|c| c.1).collect();
-        // Those flash takes (a copy into its stage: its lock, no I/O) leave
-        // the zone without leaving the cache: no evictions.
+        // Those the pipe takes (flash: a copy into its stage, its lock, no
+        // I/O) leave the zone without leaving the cache: no evictions.
         let mut spilled = 0;
-        if let Some(flash) = &self.spill {
+        if let Some(pipe) = &self.spill {
             for &i in &gone {
                 let e = entries[i];
-                spilled += u64::from(flash.admit(e.h, flush::entry(&self.work, e)));
+                spilled += u64::from(pipe.send(e.h, flush::entry(&self.work, e)));
             }
         }
         gone.sort_unstable_by(|a, b| b.cmp(a));
