@@ -21,13 +21,14 @@
 
 use std::sync::Arc;
 
-use super::{range_end, range_start, Entry, Zone, MAX_RAW};
+use super::desc::{block_len, codec_of, entry, Entry, MAX_RAW};
+use super::filter::Filter;
+use super::log;
+use super::trie::{range_end, range_start, Node, MAX_DEPTH};
+use super::zone::Zone;
 use crate::block::{self, encode};
 use crate::codec::{Codec, Coder, Dictionary, Recognizer};
 use crate::item;
-use crate::zzone::filter::Filter;
-use crate::zzone::log;
-use crate::zzone::trie::{Node, MAX_DEPTH};
 
 /// A stored block copied for a job.
 struct Old {
@@ -191,7 +192,7 @@ impl Zone {
                 0 => Vec::new(),
                 _ => self.log.read(d.loc, d.stored as usize).to_vec(),
             },
-            codec: super::codec_of(d.codec),
+            codec: codec_of(d.codec),
             missing: d.dict != 0 && dict.is_none(),
             dict,
             raw: d.raw as usize,
@@ -506,16 +507,4 @@ impl Job {
         }
         self.out.push(o);
     }
-}
-
-pub(super) fn entry(work: &[u8], e: Entry) -> &[u8] {
-    &work[e.at as usize..(e.at + e.len) as usize]
-}
-
-/// Decoded size of a block of `entries`.
-pub(super) fn block_len(entries: &[Entry]) -> usize {
-    block::encoded_len(
-        entries.len(),
-        entries.iter().map(|e| e.len as usize).sum::<usize>(),
-    )
 }
