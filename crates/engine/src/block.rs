@@ -27,8 +27,8 @@
 //! compresses it, unless its entropy says that will not pay.
 
 use crate::codec::{normalized_entropy, Codec, Coder, Dictionary, Recognizer};
+use crate::hash::hash;
 use crate::item;
-use crate::stripe::hash;
 
 /// Most offset-index entries per block (zExpander: up to 8).
 pub const INDEX_SLOTS: usize = 8;

@@ -25,6 +25,7 @@ pub use zone::ZzoneStats;
 
 use crate::chain::{self, Value};
 use crate::clock::{Clock, Expiry, RelTime};
+use crate::config::{Config, ConfigError, EvictionPolicy, DEFAULT_PAGE_SIZE, VALUE_MAX_LEN};
 use crate::cost::Learner;
 use crate::evict::{Policy, Victim};
 use crate::index::Index;
@@ -34,7 +35,6 @@ use crate::rebalance::Rebalancer;
 use crate::slab::{class_sizes, PageId, Slabs};
 use crate::stats::{EngineStats, SlabClassStats};
 use crate::stripe::{Counts, Stripe, Stripes};
-use crate::{Config, ConfigError, DEFAULT_PAGE_SIZE, VALUE_MAX_LEN};
 
 /// Keys prefetched together by [`Engine::lookup_batch`]: enough loads in
 /// flight to cover a memory latency (about ten line fill buffers per core),
@@ -327,7 +327,7 @@ pub(crate) fn fits(config: &Config, key_len: usize, value_len: usize, flags: u32
 }
 
 use crate::cache::{read_head, rewrite, Rewrite};
-use crate::stripe::hash;
+use crate::hash::hash;
 
 /// The expiry field of an item stored with `e`.
 pub(crate) fn exptime_of(e: Expiry) -> u32 {
@@ -405,8 +405,8 @@ impl Engine {
         slabs.check_stripes = cfg!(debug_assertions).then_some(stripes.shift());
         // Only CLOCK keeps no per-chunk state outside the chunk
         // (`engine/repartition.rs`).
-        let repartition = (config.repartition && config.eviction == crate::EvictionPolicy::Lru)
-            .then(Box::default);
+        let repartition =
+            (config.repartition && config.eviction == EvictionPolicy::Lru).then(Box::default);
         let zone = zone::Zzone::new(&config, page_size);
         let flash = match (&config.flash, device) {
             (Some(f), Some(d)) => {
@@ -634,7 +634,7 @@ impl Engine {
             gate: self.rebal.hit_gate(),
             // Eager GD-Wheel re-queues on every hit; learned costs need the
             // misses and re-cost guessed items on hits.
-            locked_hits: self.policy.kind() == crate::EvictionPolicy::GdWheel,
+            locked_hits: self.policy.kind() == EvictionPolicy::GdWheel,
             learner: self.learner.is_some(),
             cas_enabled: self.config.cas_enabled,
             rewrites: self.rewrites_in_place(),
@@ -1036,7 +1036,7 @@ impl Engine {
     /// (GD-Wheel re-queues it, the learner re-costs it).
     fn rewrites_in_place(&self) -> bool {
         self.config.in_place_sets
-            && self.policy.kind() == crate::EvictionPolicy::Lru
+            && self.policy.kind() == EvictionPolicy::Lru
             && self.learner.is_none()
     }
 

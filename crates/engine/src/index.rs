@@ -307,7 +307,7 @@ impl Index {
         let (table, bucket) = self.route(hash);
         let (s, off) = table.split(bucket);
         if let Some(b) = table.segs[s].bucket(off) {
-            crate::prefetch(std::ptr::from_ref(b).cast());
+            crate::hash::prefetch(std::ptr::from_ref(b).cast());
         }
     }
 

@@ -227,7 +227,7 @@ impl Slabs {
         if !self.is_live(loc) {
             return true;
         }
-        self.held[crate::stripe::stripe_of(crate::stripe::hash(self.key_of(loc)), shift)]
+        self.held[crate::hash::stripe_of(crate::hash::hash(self.key_of(loc)), shift)]
     }
 
     /// The access byte of the chunk at `loc`, read atomically: a GET may

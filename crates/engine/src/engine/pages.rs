@@ -33,9 +33,10 @@
 //! `enforce_budget`) that picks it cancels the drain.
 
 use super::zone::DrainPace;
-use super::{hash, Engine, ReassignOutcome};
+use super::{Engine, ReassignOutcome};
 use crate::chain;
 use crate::evict::Victim;
+use crate::hash::hash;
 use crate::item;
 use crate::rebalance::ClassInfo;
 use crate::slab::PageId;

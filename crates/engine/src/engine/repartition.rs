@@ -25,9 +25,9 @@
 //! The largest class, where chained items live, is left alone.
 
 use super::Engine;
+use crate::hash::hash;
 use crate::item;
 use crate::slab::PageId;
-use crate::stripe::hash;
 
 /// Columns per page (Cavast: 16 columns of 128 KB in a 2 MB page; our pages
 /// are 1 MB, so a column is 64 KB).
@@ -537,7 +537,7 @@ mod tests {
     #[test]
     fn gdwheel_pages_are_left_alone() {
         let config = Config {
-            eviction: crate::EvictionPolicy::GdWheel,
+            eviction: crate::config::EvictionPolicy::GdWheel,
             repartition: true,
             ..Config::default()
         };

@@ -27,10 +27,11 @@ use std::io::{self, Read};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
-use super::{hash, Engine, ItemRef};
+use super::{Engine, ItemRef};
 use crate::arena::Arena;
 use crate::chain;
 use crate::clock::RelTime;
+use crate::hash::hash;
 use crate::index::Index;
 use crate::item;
 use crate::slab::{PageId, NONE};
@@ -318,7 +319,7 @@ impl Engine {
         self.slabs
             .adopt(id, class, page.bump, free_head, free_count);
         // CLOCK keeps nothing outside the chunk but the class's cost sum.
-        let clock = self.policy.kind() == crate::EvictionPolicy::Lru;
+        let clock = self.policy.kind() == crate::config::EvictionPolicy::Lru;
         if clock {
             let cost: u64 = live.iter().map(|it| u64::from(it.cost)).sum();
             self.policy.add_live_cost(class, cost);

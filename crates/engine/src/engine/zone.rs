@@ -37,10 +37,11 @@
 use std::sync::Arc;
 
 use super::{DeleteOutcome, Engine};
+use crate::chain;
+use crate::config::Config;
+use crate::hash::hash;
 use crate::item;
-use crate::stripe::hash;
 use crate::zzone::{Zone, ZoneCell, ZoneConfig, ZoneStats, PROBE_PAGES};
-use crate::{chain, Config};
 
 /// Requests per adaptation window (zExpander: one minute).
 pub const WINDOW_OPS: u64 = 100_000;
@@ -645,7 +646,7 @@ mod tests {
         // memory is about its probe pages.
         let s = &z.zone;
         assert!(s.skipped > s.demotions * 8, "{z:?}");
-        let pages = crate::zzone::PROBE_PAGES * crate::DEFAULT_PAGE_SIZE;
+        let pages = crate::zzone::PROBE_PAGES * crate::config::DEFAULT_PAGE_SIZE;
         // (64 KB more for the log's lists of the blocks on each page)
         let most = pages + crate::zzone::PROBE_STAGE + s.metadata_bytes as usize + (64 << 10);
         assert!(s.memory_bytes as usize <= most, "{z:?}");

@@ -184,8 +184,8 @@ mod tests {
     use super::*;
     use crate::block::encode;
     use crate::codec::Recognizer;
+    use crate::hash::hash;
     use crate::item;
-    use crate::stripe::hash;
     use proptest::prelude::*;
 
     /// Item images of `n` keys with `len`-byte values, JSON-like or

@@ -17,10 +17,10 @@ use super::trie::{range_end, range_start};
 #[cfg(any(test, feature = "testing"))]
 use crate::block;
 use crate::codec::{Codec, Coder, Dictionary, Recognizer};
+#[cfg(any(test, feature = "testing"))]
+use crate::hash::hash;
 use crate::item;
 use crate::pipe::Pipe;
-#[cfg(any(test, feature = "testing"))]
-use crate::stripe::hash;
 
 /// The Z-zone: a trie of compressed blocks in a log of pages, the
 /// demoted items staged for them, and what it counts.
