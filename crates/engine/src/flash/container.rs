@@ -31,6 +31,15 @@ use crate::codec::{Codec, CodecError, Coder, Dictionary};
 
 pub const MAGIC: [u8; 4] = *b"CCT1";
 pub const HEADER: usize = 24;
+
+/// The flash page a compressed container should fill (SlimCache §3.3).
+pub const FLASH_PAGE: usize = 4096;
+/// Raw container sizes are the page times the running ratio, within these.
+pub(super) const MIN_CONTAINER_RAW: usize = FLASH_PAGE;
+pub(super) const MAX_CONTAINER_RAW: usize = 16 * FLASH_PAGE;
+/// Most containers in a slab (the index's container field).
+pub(super) const MAX_CONTAINERS: usize = 1 << super::index::CONTAINER_BITS;
+
 /// The largest decoded payload a header may claim: a reader sizes its
 /// buffer from it, so a damaged header must not ask for gigabytes.
 pub const MAX_RAW: usize = 16 << 20;
