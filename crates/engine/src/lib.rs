@@ -39,6 +39,7 @@
 //! - `testing` (feature `testing`): the reference model the property tests
 //!   and the fuzzer check the engine against; `validate()` on every structure.
 
+pub mod api;
 pub mod arena;
 pub mod block;
 pub mod cache;
@@ -75,4 +76,5 @@ pub use engine::{
     ArithOutcome, DeleteOutcome, Engine, Evicted, ItemId, ItemRef, MetaItem, RepartitionStats,
     Store, StoreMode, StoreOutcome,
 };
-pub use stats::{EngineStats, SlabClassStats};
+pub use slab::SlabClassStats;
+pub use stats::EngineStats;

@@ -293,7 +293,7 @@ impl Engine {
                 // A rescue (a victim's eviction, a copy, the index and the
                 // policy relinked) costs about three plain evictions.
                 work += RESCUE_WORK * (self.counters.rescues - rescues) as usize;
-            } else if bits == chain::SEGMENT {
+            } else if bits == item::SEGMENT {
                 self.evict_owner(loc, d.from);
             }
             d.next += 1;
@@ -535,7 +535,7 @@ impl Engine {
             }
         }
         for loc in self.slabs.segments_in_page(page) {
-            if self.slabs.bits(loc) == chain::SEGMENT {
+            if self.slabs.bits(loc) == item::SEGMENT {
                 self.evict_owner(loc, class);
             }
         }
