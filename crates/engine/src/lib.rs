@@ -32,13 +32,16 @@
 //! - [`cost`]: costs learned from the gap between a GET miss and its SET.
 //! - [`rebalance`]: which class gets the next page (memcached's automove,
 //!   SAS with a ghost set, GD-Wheel's cost per byte).
-//! - [`zzone`]: the compressed Z-zone's parts (blocks, filters).
+//! - [`block`]: the block format the Z-zone and flash tiers both store.
+//! - [`pipe`]: how the Z-zone hands its evictions to flash, naming neither.
+//! - [`zzone`]: the compressed Z-zone's parts (trie, filters, log).
 //! - [`engine`]: the operations (get/store/delete/arith/touch/flush) on top.
 //! - `testing` (feature `testing`): the reference model the property tests
 //!   and the fuzzer check the engine against; `validate()` on every structure.
 
 pub mod api;
 pub mod arena;
+pub mod block;
 pub mod cache;
 pub mod chain;
 pub mod clock;
@@ -53,6 +56,7 @@ pub mod hash;
 pub mod index;
 pub mod item;
 pub mod magazine;
+pub mod pipe;
 pub mod rebalance;
 pub mod slab;
 pub mod stats;
