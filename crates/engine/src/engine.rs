@@ -32,6 +32,7 @@ use crate::index::Index;
 use crate::item;
 use crate::magazine::Magazines;
 use crate::rebalance::Rebalancer;
+use crate::shared::Shared;
 use crate::slab::{class_sizes, PageId, SlabClassStats, Slabs};
 use crate::stats::EngineStats;
 use crate::stripe::{Counts, Stripe, Stripes};
@@ -326,8 +327,8 @@ pub(crate) fn fits(config: &Config, key_len: usize, value_len: usize, flags: u32
             <= config.item_size_max
 }
 
-use crate::cache::{read_head, rewrite, Rewrite};
 use crate::hash::hash;
+use crate::inplace::{read_head, rewrite, Rewrite};
 
 /// The expiry field of an item stored with `e`.
 pub(crate) fn exptime_of(e: Expiry) -> u32 {
@@ -625,8 +626,8 @@ impl Engine {
     }
 
     /// What the GET path of `crate::Cache` shares with the engine.
-    pub(crate) fn shared(&self) -> crate::cache::Shared {
-        crate::cache::Shared {
+    pub(crate) fn shared(&self) -> Shared {
+        Shared {
             arena: self.slabs.arena.clone(),
             stripes: self.stripes.clone(),
             chunk_bits: self.slabs.chunk_bits,
@@ -1006,7 +1007,7 @@ impl Engine {
 
     /// Overwrite the live item at `loc` (key hash `h`, stripe held) in its
     /// chunk when the new one belongs to the same class: no allocation, no
-    /// index change (`crate::cache::rewrite`). False if it cannot be.
+    /// index change (`crate::inplace::rewrite`). False if it cannot be.
     fn rewrite(&mut self, h: u64, loc: u64, new: &Rewrite<'_>, cas: u64) -> bool {
         debug_assert!(self.slabs.held[self.stripes.of(h)]);
         let Some(head) = read_head(&self.slabs.arena, self.slabs.chunk_bits, loc) else {
