@@ -22,11 +22,11 @@ use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::api::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome, LOOKUP_BATCH};
 use crate::chain::Value;
-use crate::clock::{Clock, Expiry};
+use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
-use crate::engine::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome, LOOKUP_BATCH};
 use crate::flash::fetch::{FlashStep, Want};
 use crate::flash::{Cursor, Step};
 use crate::hash::hash;
@@ -171,7 +171,7 @@ impl Cache {
     /// [`Engine::fits`], without taking the lock: a SET checks its size
     /// before reading its value, and that should not cost a lock round.
     pub fn fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
-        crate::engine::fits(&self.config, key_len, value_len, flags)
+        crate::api::fits(&self.config, key_len, value_len, flags)
     }
 
     /// Lock the engine. Hold the guard only for engine work and copying out
@@ -260,7 +260,7 @@ impl Cache {
         let new = Rewrite {
             value: req.value,
             flags: req.flags,
-            exptime: crate::engine::exptime_of(req.expiry),
+            exptime: crate::api::exptime_of(req.expiry),
             cost: item::quantize_cost(req.cost.unwrap_or(1)),
         };
         let prev = match head.class {
@@ -313,7 +313,7 @@ impl Cache {
             atime: item::atime_code(now),
             cost,
             bits: item::LIVE,
-            exptime: crate::engine::exptime_of(req.expiry),
+            exptime: crate::api::exptime_of(req.expiry),
             key_len: req.key.len() as u8,
             value_len: req.value.len() as u32,
         };
@@ -539,7 +539,7 @@ impl Cache {
             }
             match found {
                 Some(image) => {
-                    let item = crate::engine::image_view(image, self.shared.cas_enabled, now);
+                    let item = crate::api::image_view(image, self.shared.cas_enabled, now);
                     (f(Some(item)), promote)
                 }
                 None => (self.read_flash(key, h, now, f), false),
@@ -589,7 +589,7 @@ impl Cache {
             if !found || matches!(item::exptime(image), e if e != 0 && e <= now) {
                 return f(None);
             }
-            let r = f(Some(crate::engine::image_view(
+            let r = f(Some(crate::api::image_view(
                 image,
                 self.shared.cas_enabled,
                 now,
@@ -857,22 +857,15 @@ impl Cache {
         }
         stripe.hit(head.class);
         let value_at = head.key_at + hdr.key_len as usize;
-        let item = ItemRef {
-            id: ItemId(loc),
-            key: sh.key_of(&head),
-            value: Value::flat(sh.item_bytes(&head, value_at, hdr.value_len as usize)),
-            flags: item::flags(&head.buf),
-            cas: if sh.cas_enabled { hdr.cas } else { 0 },
-            expiry: match hdr.exptime {
-                0 => Expiry::Never,
-                t => Expiry::At(t),
-            },
-            cost: item::dequantize_cost(hdr.cost),
-            fetched: bits & item::FETCHED != 0,
-            stale: bits & item::STALE != 0,
-            win_sent: bits & item::WIN != 0,
-            last_access: now.saturating_sub(item::atime_age(atime, now)),
-        };
+        let item = ItemRef::new(
+            ItemId(loc),
+            sh.key_of(&head),
+            Value::flat(sh.item_bytes(&head, value_at, hdr.value_len as usize)),
+            item::flags(&head.buf),
+            &item::Header { bits, atime, ..hdr },
+            sh.cas_enabled,
+            now,
+        );
         Ok(f(Some(item)))
     }
 }

@@ -40,6 +40,7 @@
 //! - `testing` (feature `testing`): the reference model the property tests
 //!   and the fuzzer check the engine against; `validate()` on every structure.
 
+pub mod api;
 pub mod arena;
 pub mod cache;
 pub mod chain;
