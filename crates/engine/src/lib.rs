@@ -26,13 +26,18 @@
 //! - [`cache`]: the engine shared by threads, and the GET path outside its
 //!   lock.
 //! - [`slab`]: pages, slab classes, free chunks, page moves.
+//! - `inplace`: an item's header read, and the item rewritten, under its
+//!   stripe only.
 //! - [`magazine`]: chunks reserved per thread, for SETs of new keys
 //!   without the engine lock.
+//! - `shared`: what the lock-free paths of [`cache`] read of the engine.
 //! - [`evict`]: eviction within a slab class: CLOCK (LRU) or GD-Wheel.
 //! - [`cost`]: costs learned from the gap between a GET miss and its SET.
 //! - [`rebalance`]: which class gets the next page (memcached's automove,
 //!   SAS with a ghost set, GD-Wheel's cost per byte).
-//! - [`zzone`]: the compressed Z-zone's parts (blocks, filters).
+//! - [`block`]: the block format the Z-zone and flash tiers both store.
+//! - [`pipe`]: how the Z-zone hands its evictions to flash, naming neither.
+//! - [`zzone`]: the compressed Z-zone's parts (trie, filters, log).
 //! - [`engine`]: the operations (get/store/delete/arith/touch/flush) on top.
 //! - `testing` (feature `testing`): the reference model the property tests
 //!   and the fuzzer check the engine against; `validate()` on every structure.
@@ -40,6 +45,7 @@
 pub mod api;
 pub mod arena;
 mod batch;
+pub mod block;
 pub mod cache;
 pub mod chain;
 pub mod clock;
@@ -52,9 +58,12 @@ pub mod evict;
 pub mod flash;
 pub mod hash;
 pub mod index;
+mod inplace;
 pub mod item;
 pub mod magazine;
+pub mod pipe;
 pub mod rebalance;
+mod shared;
 pub mod slab;
 pub mod stats;
 pub mod stripe;

@@ -59,7 +59,7 @@ pub struct EngineStats {
     /// Bytes of the rebalancer's ghost set and tables (inside `limit_maxbytes`).
     pub rebalance_bytes: u64,
     /// Hot/cold re-partitioning (`-o repartition=1`), if on.
-    pub repartition: Option<crate::RepartitionStats>,
+    pub repartition: Option<crate::engine::RepartitionStats>,
     /// The compressed Z-zone (`-o zzone=1`), if on.
     pub zzone: Option<crate::engine::ZzoneStats>,
     /// Evicted keys the ghost set can hold.

@@ -24,9 +24,8 @@ use crate::cache::Fallback;
 use crate::clock::{Clock, Expiry, RelTime};
 use crate::codec::Codec;
 use crate::config::{Config, EvictionPolicy, RebalancePolicy, KEY_MAX_LEN};
-use crate::engine::{Arith, Lookup};
+use crate::engine::{Arith, ArithOutcome, DeleteOutcome, Lookup, Store, StoreMode, StoreOutcome};
 use crate::rebalance::Tuning;
-use crate::{ArithOutcome, DeleteOutcome, Store, StoreMode, StoreOutcome};
 
 /// Which CAS unique a conditional operation sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
