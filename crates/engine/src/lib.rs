@@ -29,7 +29,9 @@
 //! 3. Index: [`index`]: the hash index (Cavast section 4.3), in
 //!    [`stripe`]s, each with its lock protocol; [`magazine`]: chunks reserved
 //!    per thread, for SETs of new keys without the engine lock.
-//! 4. Tiers and policies: [`zzone`]: the compressed Z-zone; [`flash`]: the
+//! 4. Tiers and policies: [`block`]: the block format the Z-zone and flash
+//!    tiers both store; [`pipe`]: how the Z-zone hands its evictions to
+//!    flash, naming neither; [`zzone`]: the compressed Z-zone; [`flash`]: the
 //!    flash tier; [`config`]: the engine's [`Config`] (memcached's flags),
 //!    the policies' names, memcached's size limits; [`evict`]: eviction
 //!    within a slab class, CLOCK (LRU) or GD-Wheel, behind one trait;
@@ -48,6 +50,7 @@
 
 pub mod api;
 pub mod arena;
+pub mod block;
 pub mod cache;
 pub mod chain;
 pub mod clock;
@@ -63,6 +66,7 @@ pub mod index;
 mod inplace;
 pub mod item;
 pub mod magazine;
+pub mod pipe;
 pub mod rebalance;
 mod shared;
 pub mod slab;
