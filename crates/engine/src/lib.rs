@@ -29,7 +29,10 @@
 //! - [`cost`]: costs learned from the gap between a GET miss and its SET.
 //! - [`rebalance`]: which class gets the next page (memcached's automove,
 //!   SAS with a ghost set, GD-Wheel's cost per byte).
-//! - [`zzone`]: the compressed Z-zone's parts (blocks, filters).
+//! - [`zzone`]: the compressed Z-zone's parts (blocks, filters), and the
+//!   split of memory between it and the N-zone.
+//! - [`columns`]: Cavast's hot/cold page columns, for re-partitioning.
+//! - [`api`]: the engine's vocabulary (requests, outcomes, item views).
 //! - [`engine`]: the operations (get/store/delete/arith/touch/flush) on top.
 //! - `testing` (feature `testing`): the reference model the property tests
 //!   and the fuzzer check the engine against; `validate()` on every structure.
@@ -40,6 +43,7 @@ pub mod cache;
 pub mod chain;
 pub mod clock;
 pub mod codec;
+pub mod columns;
 pub mod cost;
 pub mod durable;
 pub mod engine;
@@ -57,12 +61,13 @@ pub mod testing;
 pub mod warm;
 pub mod zzone;
 
+pub use api::{
+    ArithOutcome, DeleteOutcome, Evicted, ItemId, ItemRef, MetaItem, Store, StoreMode, StoreOutcome,
+};
 pub use cache::{Cache, EngineGuard, Footprint};
 pub use clock::{Clock, Expiry, RelTime};
-pub use engine::{
-    ArithOutcome, DeleteOutcome, Engine, Evicted, ItemId, ItemRef, MetaItem, RepartitionStats,
-    Store, StoreMode, StoreOutcome,
-};
+pub use columns::RepartitionStats;
+pub use engine::Engine;
 pub use stats::{EngineStats, SlabClassStats};
 
 /// Ask the CPU to start loading the cache line at `p` (no effect on other

@@ -19,9 +19,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::api::{Arith, Lookup};
 use crate::cache::Fallback;
 use crate::codec::Codec;
-use crate::engine::{Arith, Lookup};
 use crate::rebalance::Tuning;
 use crate::{
     ArithOutcome, Cache, Clock, Config, DeleteOutcome, EvictionPolicy, Expiry, RebalancePolicy,

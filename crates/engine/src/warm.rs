@@ -57,11 +57,11 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use crate::clock::Expiry;
-use crate::durable;
-use crate::engine::{
+use crate::api::{
     ItemRef, Lookup, PageLayout, PageSource, SavedClock, SavedPage, Store, StoreMode, StoreOutcome,
 };
+use crate::clock::Expiry;
+use crate::durable;
 use crate::{item, Cache};
 
 /// The item stream of earlier versions (still loaded).

@@ -27,6 +27,7 @@ mod cell;
 pub mod filter;
 pub mod flush;
 pub mod log;
+pub mod split;
 pub mod stage;
 pub mod trie;
 
