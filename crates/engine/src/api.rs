@@ -7,8 +7,8 @@
 
 use crate::chain::Value;
 use crate::clock::{Expiry, RelTime};
+use crate::config::{Config, VALUE_MAX_LEN};
 use crate::item;
-use crate::{Config, VALUE_MAX_LEN};
 
 /// Keys prefetched together by [`crate::engine::Engine::lookup_batch`]: enough loads in
 /// flight to cover a memory latency (about ten line fill buffers per core),

@@ -34,7 +34,7 @@
 //! page is released with `MADV_REMOVE`, which frees the file's memory under
 //! it, and becomes anonymous memory again.
 //!
-//! With `prefetch` (lib.rs), `stripe` and the warm restart's (the file
+//! With `prefetch` (hash.rs), `stripe` and the warm restart's (the file
 //! system calls of `warm.rs`, the index thread of `engine/restore.rs`), this
 //! is the engine's only `unsafe` code: the mapping, the advice, and turning a
 //! chunk's address into a slice or an atomic byte.
@@ -225,7 +225,7 @@ impl Arena {
         if let Some((_, cs)) = self.geometry(id) {
             let start = chunk as usize * cs as usize;
             for off in (0..cs as usize).step_by(64).take(4) {
-                crate::prefetch(self.ptr(id, start + off));
+                crate::hash::prefetch(self.ptr(id, start + off));
             }
         }
     }

@@ -27,14 +27,18 @@ use crossbeam_utils::CachePadded;
 use crate::api::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome, LOOKUP_BATCH};
 use crate::arena::Arena;
 use crate::chain::Value;
+use crate::clock::Clock;
+use crate::config::{Config, ConfigError};
+use crate::engine::Engine;
 use crate::flash::fetch::{FlashStep, Want};
 use crate::flash::{Cursor, Step};
+use crate::hash::hash;
+use crate::item;
 use crate::magazine::Magazines;
 use crate::rebalance::profile::is_sampled;
 use crate::rebalance::HitGate;
 use crate::slab::split_loc;
-use crate::stripe::{hash, Stripe, Stripes, WriteGuard};
-use crate::{item, Clock, Config, ConfigError, Engine};
+use crate::stripe::{Stripe, Stripes, WriteGuard};
 
 /// What the GET path shares with the engine ([`Engine::shared`]).
 pub(crate) struct Shared {
@@ -717,7 +721,7 @@ impl Cache {
         key: &[u8],
         h: u64,
         how: Lookup,
-        now: crate::RelTime,
+        now: crate::clock::RelTime,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
     ) -> R {
         let read = how.bump && how.fetch;
@@ -757,7 +761,7 @@ impl Cache {
         &self,
         key: &[u8],
         h: u64,
-        now: crate::RelTime,
+        now: crate::clock::RelTime,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
     ) -> R {
         use crate::flash::fetch::{self, InScope};
@@ -1071,7 +1075,7 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RebalancePolicy;
+    use crate::config::RebalancePolicy;
 
     fn cache(rebalance: RebalancePolicy) -> Cache {
         let config = Config {

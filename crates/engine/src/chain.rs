@@ -11,7 +11,7 @@
 //!
 //! ```text
 //! byte  0..7   unused
-//! byte  7      SEGMENT (the bits byte of an item: LIVE is clear, so every
+//! byte  7      `item::SEGMENT` (the bits byte of an item: LIVE is clear, so every
 //!              scan over items passes segments by)
 //! byte  8..16  location of the head (a drain that meets a segment evicts
 //!              the item it belongs to)
@@ -26,8 +26,6 @@
 use crate::item;
 use crate::slab::Slabs;
 
-/// Bits byte of a segment chunk (LIVE clear, so never taken for an item).
-pub const SEGMENT: u8 = 0x80;
 /// Bytes before a segment's share of the value.
 pub const SEG_HEADER: usize = 24;
 /// No next segment.
@@ -40,12 +38,6 @@ pub const MIN_CHAIN_CHUNK: usize = 16 << 10;
 #[inline]
 pub fn is_head(chunk: &[u8]) -> bool {
     item::stored_len(chunk) > chunk.len()
-}
-
-/// Whether `chunk` is a segment.
-#[inline]
-pub fn is_segment(chunk: &[u8]) -> bool {
-    item::bits(chunk) == SEGMENT
 }
 
 /// Where a head keeps its first segment's location (then the value).
@@ -125,7 +117,7 @@ pub fn write(slabs: &mut Slabs, head_loc: u64, segs: &[u64], value: &[&[u8]]) {
         let next = segs.get(i + 1).copied().unwrap_or(NONE);
         let seg = slabs.chunk_mut(s);
         seg[..SEG_HEADER].fill(0);
-        item::set_bits(seg, SEGMENT);
+        item::set_bits(seg, item::SEGMENT);
         set_owner(seg, head_loc);
         seg[16..24].copy_from_slice(&next.to_le_bytes());
         fill(&mut seg[SEG_HEADER..]);

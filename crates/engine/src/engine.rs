@@ -51,17 +51,18 @@ use crate::api::fits;
 use crate::chain;
 use crate::clock::{Clock, RelTime};
 use crate::columns::Repartition;
+use crate::config::{Config, ConfigError, EvictionPolicy, DEFAULT_PAGE_SIZE, VALUE_MAX_LEN};
 use crate::cost::Learner;
 use crate::evict::Policy;
+use crate::hash::hash;
 use crate::index::Index;
 use crate::item;
 use crate::magazine::Magazines;
 use crate::rebalance::drain::Drain;
 use crate::rebalance::Rebalancer;
 use crate::slab::{class_sizes, Slabs};
-use crate::stripe::{hash, Counts, Stripe, Stripes};
+use crate::stripe::{Counts, Stripe, Stripes};
 use crate::zzone::split::Zzone;
-use crate::{Config, ConfigError, DEFAULT_PAGE_SIZE, VALUE_MAX_LEN};
 
 /// Counters kept as plain integers under the engine lock.
 #[derive(Default)]
@@ -214,8 +215,8 @@ impl Engine {
         slabs.check_stripes = cfg!(debug_assertions).then_some(stripes.shift());
         // Only CLOCK keeps no per-chunk state outside the chunk
         // (`engine/repartition.rs`).
-        let repartition = (config.repartition && config.eviction == crate::EvictionPolicy::Lru)
-            .then(Box::default);
+        let repartition =
+            (config.repartition && config.eviction == EvictionPolicy::Lru).then(Box::default);
         let zone = Zzone::new(&config, page_size);
         let flash = match (&config.flash, device) {
             (Some(f), Some(d)) => {
@@ -443,7 +444,7 @@ impl Engine {
             gate: self.rebal.hit_gate(),
             // Eager GD-Wheel re-queues on every hit; learned costs need the
             // misses and re-cost guessed items on hits.
-            locked_hits: self.policy.kind() == crate::EvictionPolicy::GdWheel,
+            locked_hits: self.policy.kind() == EvictionPolicy::GdWheel,
             learner: self.learner.is_some(),
             cas_enabled: self.config.cas_enabled,
             rewrites: self.rewrites_in_place(),
@@ -508,7 +509,7 @@ impl Engine {
     /// (GD-Wheel re-queues it, the learner re-costs it).
     fn rewrites_in_place(&self) -> bool {
         self.config.in_place_sets
-            && self.policy.kind() == crate::EvictionPolicy::Lru
+            && self.policy.kind() == EvictionPolicy::Lru
             && self.learner.is_none()
     }
 

@@ -108,8 +108,7 @@ mod segment;
 
 use segment::{Key, Segment, MAX_POOL};
 
-/// Location of an item: an opaque value below `1 << LOC_BITS` (page and chunk).
-pub type Loc = u64;
+pub use bucket::Loc;
 /// Number of significant bits in a [`Loc`] (a slot stores 36).
 pub const LOC_BITS: u32 = bucket::LOC_BITS;
 
@@ -307,7 +306,7 @@ impl Index {
         let (table, bucket) = self.route(hash);
         let (s, off) = table.split(bucket);
         if let Some(b) = table.segs[s].bucket(off) {
-            crate::prefetch(std::ptr::from_ref(b).cast());
+            crate::hash::prefetch(std::ptr::from_ref(b).cast());
         }
     }
 

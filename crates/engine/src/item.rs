@@ -41,6 +41,10 @@ pub const WIN: u8 = 0b0100_0000;
 /// key yet): the engine re-costs the item with the mean learned cost when it
 /// is hit (docs/cost.md).
 pub const GUESSED: u8 = 0b1000_0000;
+/// The whole bits byte of a chained item's segment chunk (`chain`): LIVE is
+/// clear, so no scan over items takes it for one. Here rather than in
+/// `chain` because the slabs, below `chain`, tell segments from free chunks.
+pub const SEGMENT: u8 = 0x80;
 
 /// Largest value of the 40-bit CAS field.
 pub const CAS_MASK: u64 = (1 << 40) - 1;
@@ -258,6 +262,12 @@ fn body_start(chunk: &[u8]) -> usize {
 #[inline]
 pub fn bits(chunk: &[u8]) -> u8 {
     chunk[7]
+}
+
+/// Whether `chunk` is a chained item's segment.
+#[inline]
+pub fn is_segment(chunk: &[u8]) -> bool {
+    bits(chunk) == SEGMENT
 }
 
 #[inline]

@@ -21,7 +21,6 @@ use std::sync::Arc;
 
 use crate::arena::Arena;
 use crate::item;
-use crate::stats::SlabClassStats;
 
 /// No chunk / end of a free list.
 pub const NONE: u32 = u32::MAX;
@@ -62,6 +61,55 @@ pub struct Class {
     pub hand_page: usize,
     pub hand_chunk: u32,
     pub stats: SlabClassStats,
+}
+
+/// Per slab class counters for `stats slabs` and `stats items`.
+#[derive(Clone, Debug, Default)]
+pub struct SlabClassStats {
+    pub id: u32,
+    pub chunk_size: u32,
+    pub chunks_per_page: u32,
+    pub total_pages: u64,
+    pub total_chunks: u64,
+    pub used_chunks: u64,
+    pub free_chunks: u64,
+    /// Chunks at the end of the newest page never handed out yet.
+    pub free_chunks_end: u64,
+    /// Bytes requested by the items in this class.
+    pub mem_requested: u64,
+    pub get_hits: u64,
+    pub cmd_set: u64,
+    pub delete_hits: u64,
+    pub incr_hits: u64,
+    pub decr_hits: u64,
+    pub cas_hits: u64,
+    pub cas_badval: u64,
+    pub touch_hits: u64,
+    // `stats items` fields.
+    pub number: u64,
+    /// Age (seconds) of the oldest item the CLOCK hand is about to visit.
+    pub age: u64,
+    pub evicted: u64,
+    pub evicted_nonzero: u64,
+    /// Seconds since the last access of the most recently evicted item.
+    pub evicted_time: u64,
+    pub outofmemory: u64,
+    pub reclaimed: u64,
+    pub expired_unfetched: u64,
+    pub evicted_unfetched: u64,
+    pub crawler_reclaimed: u64,
+    /// Pages moved into / out of this class.
+    pub pages_in: u64,
+    pub pages_out: u64,
+    /// Mean cost of the live items (the client's units, or microseconds when
+    /// learned), rounded; 0 when the class is empty.
+    pub avg_cost: u64,
+    /// Sum of the costs of the items this class evicted.
+    pub evicted_cost: u64,
+    /// GET misses on keys this class evicted recently (ghost set, `sas`).
+    pub capacity_misses: u64,
+    /// Their cost (that of the SETs that refilled them).
+    pub cost_capacity_misses: u64,
 }
 
 pub struct Slabs {
@@ -227,7 +275,7 @@ impl Slabs {
         if !self.is_live(loc) {
             return true;
         }
-        self.held[crate::stripe::stripe_of(crate::stripe::hash(self.key_of(loc)), shift)]
+        self.held[crate::hash::stripe_of(crate::hash::hash(self.key_of(loc)), shift)]
     }
 
     /// The access byte of the chunk at `loc`, read atomically: a GET may
@@ -563,7 +611,7 @@ impl Slabs {
     pub fn segments_in_page(&self, id: PageId) -> Vec<u64> {
         (0..self.page(id).bump)
             .map(|c| self.loc(id, c))
-            .filter(|&l| self.bits(l) == crate::chain::SEGMENT)
+            .filter(|&l| self.bits(l) == item::SEGMENT)
             .collect()
     }
 
@@ -696,7 +744,7 @@ impl Slabs {
             for (c, &f) in free.iter().enumerate().skip(drained) {
                 let chunk = &mem[c * cs..];
                 let held = item::bits(chunk) & item::LIVE != 0
-                    || crate::chain::is_segment(chunk)
+                    || item::is_segment(chunk)
                     || reserved_at.contains(&self.loc(id, c as u32));
                 assert!(held != f, "page {id}: chunk {c} must be held or free");
             }

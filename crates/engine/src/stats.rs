@@ -1,5 +1,6 @@
 //! Counters the engine keeps, named after memcached's `stats` fields so the
-//! server can print them unchanged.
+//! server can print them unchanged. Per slab class counters are the slabs'
+//! own (`slab::SlabClassStats`).
 
 /// Engine-wide counters (a snapshot; see `Engine::stats`).
 #[derive(Clone, Debug, Default)]
@@ -65,53 +66,4 @@ pub struct EngineStats {
     pub ghost_capacity: u64,
     /// The flash tier's figures, if it is on (`stats flash`).
     pub flash: Option<crate::flash::FlashStats>,
-}
-
-/// Per slab class counters for `stats slabs` and `stats items`.
-#[derive(Clone, Debug, Default)]
-pub struct SlabClassStats {
-    pub id: u32,
-    pub chunk_size: u32,
-    pub chunks_per_page: u32,
-    pub total_pages: u64,
-    pub total_chunks: u64,
-    pub used_chunks: u64,
-    pub free_chunks: u64,
-    /// Chunks at the end of the newest page never handed out yet.
-    pub free_chunks_end: u64,
-    /// Bytes requested by the items in this class.
-    pub mem_requested: u64,
-    pub get_hits: u64,
-    pub cmd_set: u64,
-    pub delete_hits: u64,
-    pub incr_hits: u64,
-    pub decr_hits: u64,
-    pub cas_hits: u64,
-    pub cas_badval: u64,
-    pub touch_hits: u64,
-    // `stats items` fields.
-    pub number: u64,
-    /// Age (seconds) of the oldest item the CLOCK hand is about to visit.
-    pub age: u64,
-    pub evicted: u64,
-    pub evicted_nonzero: u64,
-    /// Seconds since the last access of the most recently evicted item.
-    pub evicted_time: u64,
-    pub outofmemory: u64,
-    pub reclaimed: u64,
-    pub expired_unfetched: u64,
-    pub evicted_unfetched: u64,
-    pub crawler_reclaimed: u64,
-    /// Pages moved into / out of this class.
-    pub pages_in: u64,
-    pub pages_out: u64,
-    /// Mean cost of the live items (the client's units, or microseconds when
-    /// learned), rounded; 0 when the class is empty.
-    pub avg_cost: u64,
-    /// Sum of the costs of the items this class evicted.
-    pub evicted_cost: u64,
-    /// GET misses on keys this class evicted recently (ghost set, `sas`).
-    pub capacity_misses: u64,
-    /// Their cost (that of the SETs that refilled them).
-    pub cost_capacity_misses: u64,
 }

@@ -67,13 +67,8 @@
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+use crate::hash::stripe_of;
 use crate::index::Index;
-
-/// The key hash every structure uses.
-#[inline]
-pub fn hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
 
 /// Stripes by default (`-o lock_stripes=`). Each stripe is an index of its
 /// own, and a small index costs more per item than a large one: at 1.3 M
@@ -571,14 +566,6 @@ impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         self.stripes.release(self.s);
     }
-}
-
-/// [`Stripes::of`] with the stripes' shift.
-#[inline]
-pub fn stripe_of(h: u64, shift: u32) -> usize {
-    (h.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        .checked_shr(shift)
-        .unwrap_or(0) as usize
 }
 
 #[cfg(test)]

@@ -19,14 +19,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::api::{Arith, Lookup};
+use crate::api::{Arith, ArithOutcome, DeleteOutcome, Lookup, Store, StoreMode, StoreOutcome};
+use crate::cache::Cache;
 use crate::cache::Fallback;
+use crate::clock::{Clock, Expiry, RelTime};
 use crate::codec::Codec;
+use crate::config::{Config, EvictionPolicy, RebalancePolicy, KEY_MAX_LEN};
 use crate::rebalance::Tuning;
-use crate::{
-    ArithOutcome, Cache, Clock, Config, DeleteOutcome, EvictionPolicy, Expiry, RebalancePolicy,
-    RelTime, Store, StoreMode, StoreOutcome,
-};
 
 /// Which CAS unique a conditional operation sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,7 +104,7 @@ pub enum Op {
 pub fn key_bytes(k: u8) -> Vec<u8> {
     let mut key = format!("key:{k:03}").into_bytes();
     if k % 16 == 15 {
-        key.resize(crate::KEY_MAX_LEN, b'x');
+        key.resize(KEY_MAX_LEN, b'x');
     }
     key
 }

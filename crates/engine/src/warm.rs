@@ -60,9 +60,10 @@ use std::path::Path;
 use crate::api::{
     ItemRef, Lookup, PageLayout, PageSource, SavedClock, SavedPage, Store, StoreMode, StoreOutcome,
 };
+use crate::cache::Cache;
 use crate::clock::Expiry;
 use crate::durable;
-use crate::{item, Cache};
+use crate::item;
 
 /// The item stream of earlier versions (still loaded).
 const MAGIC_V1: &[u8; 16] = b"cachalot-warm\0v1";
@@ -782,7 +783,8 @@ fn decode_block(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Clock, Config};
+    use crate::clock::Clock;
+    use crate::config::Config;
     use std::path::PathBuf;
     use std::sync::Arc;
     use std::time::Duration;
@@ -926,7 +928,7 @@ mod tests {
         // GD-Wheel's queues are linked again (`validate` checks them).
         let config = Config {
             memory_limit: 32 << 20,
-            eviction: crate::EvictionPolicy::GdWheel,
+            eviction: crate::config::EvictionPolicy::GdWheel,
             ..Config::default()
         };
         let wheel = || Cache::new(config.clone(), Arc::new(Clock::new())).expect("cache");
@@ -1055,7 +1057,7 @@ mod tests {
         let header_len = u32::from_le_bytes(bytes[16..20].try_into().expect("4"));
         let header = Header::decode(&bytes[20..20 + header_len as usize]).expect("header");
         let pages_at = pages_offset(u64::from(header_len), header.pages).expect("offset") as usize;
-        let page = crate::DEFAULT_PAGE_SIZE;
+        let page = crate::config::DEFAULT_PAGE_SIZE;
         assert!(header.pages >= 3, "the test wants 3 pages");
         for dir in dirs() {
             let path = dir.join(format!("cachalot-warm-{}-bad-page", std::process::id()));

@@ -26,7 +26,7 @@ use cachalot_protocol::binary::{
     Parsed, Status, StoreKind, ARITH_NO_CREATE, HEADER_LEN, REQ_MAGIC,
 };
 
-use crate::session::{out_full, Ctx, Handler, Step};
+use crate::handler::{out_full, Ctx, Handler, Step};
 use crate::stats::ThreadStats;
 use crate::stats_cmd::{self, DetailOp};
 
@@ -813,7 +813,7 @@ mod tests {
                         self.buf.drain(..n);
                     }
                     Step::Blocked(n) => {
-                        assert!(n <= self.buf.len() && crate::session::out_full(&self.out));
+                        assert!(n <= self.buf.len() && crate::handler::out_full(&self.out));
                         self.buf.drain(..n);
                         self.sent.append(&mut self.out);
                     }
@@ -887,7 +887,7 @@ mod tests {
         assert_eq!(r.len(), 41);
         assert!(r[..40].iter().all(|r| r.value == value));
         assert!(
-            c.peak < crate::session::OUT_HIGH_WATER + value.len() + 64,
+            c.peak < crate::handler::OUT_HIGH_WATER + value.len() + 64,
             "{}",
             c.peak
         );

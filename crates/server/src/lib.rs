@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod binary;
+pub mod handler;
 pub mod log;
 pub mod meta;
 pub mod metrics;
@@ -20,6 +21,7 @@ pub mod stats_cmd;
 pub mod text;
 pub mod tls;
 pub mod watch;
+pub mod watchers;
 
 pub use settings::Settings;
 

@@ -42,7 +42,7 @@ use cachalot_engine::{
 };
 use cachalot_protocol::meta::{self, base64_encode, MetaCommand, MetaErrorKind, MetaOp};
 
-use crate::session::Ctx;
+use crate::handler::Ctx;
 use crate::stats::ThreadStats;
 
 /// What the meta handler did with the bytes after the request line.
@@ -932,7 +932,7 @@ mod tests {
 
     use cachalot_engine::{Cache, Clock};
 
-    use crate::session::{Handler, Step};
+    use crate::handler::{Handler, Step};
     use crate::settings::Settings;
     use crate::stats::Shared;
     use crate::text::AsciiHandler;

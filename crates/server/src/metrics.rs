@@ -38,10 +38,10 @@ use cachalot_engine::Cache;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::session::Ctx;
+use crate::handler::Ctx;
+use crate::settings::Settings;
 use crate::stats::{Shared, ThreadStats};
 use crate::stats_cmd::{self, Pairs};
-use crate::Settings;
 
 /// Largest request head read (a scraper sends a few hundred bytes); a
 /// longer one is answered `431`.

@@ -12,7 +12,9 @@
 
 pub mod cli;
 pub mod conn;
+pub mod exit;
 pub mod flash_io;
+pub mod flash_read;
 pub mod listener;
 pub mod os;
 pub mod ring;
@@ -29,8 +31,9 @@ use std::time::Duration;
 use cachalot_engine::{Cache, Clock};
 use mio::{Events, Interest, Poll, Token};
 
-use self::cli::{Action, EX_OSERR, EX_USAGE};
+use self::cli::Action;
 use self::conn::Stream;
+use self::exit::{EX_OSERR, EX_USAGE};
 use self::listener::Listener;
 use self::worker::{NewConn, Worker, WorkerHandle};
 use crate::log::{self, Level};
@@ -259,7 +262,7 @@ impl Server {
         let metrics = match &settings.metrics_listen {
             Some(addr) => Some(crate::metrics::bind(addr).map_err(|e| StartError {
                 message: format!("failed to listen on metrics_listen={addr}: {e}"),
-                code: cli::EXIT_FAILURE,
+                code: exit::EXIT_FAILURE,
             })?),
             None => None,
         };
@@ -475,7 +478,7 @@ impl Server {
 fn take_files(settings: &Settings) -> Result<Vec<Owned>, StartError> {
     let refuse = |message| StartError {
         message,
-        code: cli::EXIT_FAILURE,
+        code: exit::EXIT_FAILURE,
     };
     let mut owned = Vec::new();
     if let Some(flash) = &settings.engine.flash {
@@ -500,7 +503,7 @@ fn warm_load(cache: &Cache, path: &std::path::Path, settings: &Settings) -> Resu
     let started = std::time::Instant::now();
     let s = cachalot_engine::warm::load(cache, path).map_err(|e| StartError {
         message: format!("warm restart: cannot load {}: {e}", path.display()),
-        code: cli::EXIT_FAILURE,
+        code: exit::EXIT_FAILURE,
     })?;
     let (format, file) = (settings.log_format, path.display());
     if s.damaged {
@@ -579,7 +582,7 @@ fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
     let mut logging = false;
     while !stopping(stop, shared) {
         // `watch evictions`: the engine records them only while watched.
-        let want = shared.watchers.wants(crate::watch::EVICTIONS);
+        let want = shared.watchers.wants(crate::watchers::EVICTIONS);
         if want || logging {
             let evicted = {
                 let mut engine = cache.lock();

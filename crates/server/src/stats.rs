@@ -189,7 +189,7 @@ pub struct Shared {
     /// Read it with [`Shared::conns_snapshot`].
     pub conns: Mutex<BTreeMap<u64, Arc<ConnEntry>>>,
     /// `watch` connections and the lines they are sent.
-    pub watchers: Arc<crate::watch::Watchers>,
+    pub watchers: Arc<crate::watchers::Watchers>,
     /// With `-Z`: the certificates new connections get, and TLS counters.
     pub tls: Option<Arc<crate::tls::Tls>>,
 }

@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 use cachalot_protocol::text::{TextError, MEMCACHED_COMPAT_VERSION};
 use parking_lot::Mutex;
 
-use crate::session::Ctx;
+use crate::handler::Ctx;
 use crate::stats::ThreadStats;
 
 /// The (name, value) pairs of one stats group, in memcached's order.

@@ -19,7 +19,7 @@
 //! The engine lock is taken per engine call (per key in multigets) and held
 //! only while the value is copied into the output buffer.
 //!
-//! Output is bounded (see `session`): no request starts while the output is
+//! Output is bounded (see `handler`): no request starts while the output is
 //! at its high-water mark, and a multi-get stops between keys when it gets
 //! there and resumes from the next key once the socket has drained
 //! ([`PausedGet`]), so a `get` naming a 1 MB value thousands of times never
@@ -39,11 +39,12 @@ use cachalot_protocol::text::{
 };
 
 use crate::auth;
+use crate::handler::{out_full, Ctx, Handler, Step};
 use crate::meta::{self, MetaStep};
-use crate::session::{out_full, Ctx, Handler, Step};
 use crate::stats::ThreadStats;
 use crate::stats_cmd;
 use crate::watch;
+use crate::watchers;
 
 /// memcached's `MAX_VERBOSITY_LEVEL`.
 const MAX_VERBOSITY_LEVEL: u32 = 2;
@@ -68,7 +69,7 @@ pub struct AsciiHandler {
     /// An `lru_crawler metadump` being written, a page at a time.
     dump: Option<Metadump>,
     /// After `watch`: the connection only receives log lines (`watch`).
-    watch: Option<crate::watch::WatchGuard>,
+    watch: Option<crate::watchers::WatchGuard>,
 }
 
 /// Where a metadump goes on: the next page, and the classes asked for
@@ -553,7 +554,7 @@ impl AsciiHandler {
                 stats_cmd::detail_record(ctx, key, stats_cmd::DetailOp::Delete);
                 let mut eng = ctx.cache.lock();
                 // The deletion watchers' line describes the item deleted.
-                let shape = match ctx.shared.watchers.wants(watch::DELETIONS) {
+                let shape = match ctx.shared.watchers.wants(watchers::DELETIONS) {
                     true => eng
                         .lookup(key, Lookup::PEEK)
                         .map(|it| (it.value.len(), it.flags)),
@@ -632,11 +633,11 @@ impl AsciiHandler {
                 let mut kinds = 0;
                 let mut words = text::words(line).skip(1).peekable();
                 if words.peek().is_none() {
-                    kinds = watch::FETCHERS;
+                    kinds = watchers::FETCHERS;
                 }
                 let mut valid = true;
                 for w in words {
-                    match watch::kind(w) {
+                    match watchers::kind(w) {
                         Some(k) => kinds |= k,
                         None => valid = false,
                     }
@@ -648,7 +649,7 @@ impl AsciiHandler {
                 } else {
                     match ctx.shared.watchers.add(kinds) {
                         Some(guard) => {
-                            if kinds & watch::EVICTIONS != 0 {
+                            if kinds & watchers::EVICTIONS != 0 {
                                 // From now on, not from the maintainer's next turn.
                                 ctx.cache.lock().log_evictions(true);
                             }
@@ -1077,7 +1078,7 @@ mod tests {
     use cachalot_engine::{Cache, Clock};
 
     use super::*;
-    use crate::session::OUT_HIGH_WATER;
+    use crate::handler::OUT_HIGH_WATER;
     use crate::settings::Settings;
     use crate::stats::{Shared, ThreadStats};
 

@@ -6,8 +6,8 @@ use std::ops::ControlFlow;
 use super::Engine;
 use crate::api::{image_view, item_view, ItemId, ItemRef, Lookup, LOOKUP_BATCH};
 use crate::chain::Value;
+use crate::hash::hash;
 use crate::item;
-use crate::stripe::hash;
 
 impl Engine {
     pub(super) fn find(&mut self, key: &[u8], h: u64) -> Option<u64> {

@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 
 use super::{Engine, RECLAIM_SLICES};
 use crate::clock::RelTime;
+use crate::hash::hash;
 use crate::slab::PageId;
-use crate::stripe::hash;
 use crate::{chain, item, ConfigError};
 
 impl Engine {

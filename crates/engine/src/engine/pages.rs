@@ -36,11 +36,11 @@ use super::Engine;
 use crate::api::ReassignOutcome;
 use crate::chain;
 use crate::evict::Victim;
+use crate::hash::hash;
 use crate::item;
 use crate::rebalance::drain::Drain;
 use crate::rebalance::ClassInfo;
 use crate::slab::PageId;
-use crate::stripe::hash;
 use crate::zzone::split::DrainPace;
 
 /// Where a hot item can go.
@@ -272,7 +272,7 @@ impl Engine {
                 // A rescue (a victim's eviction, a copy, the index and the
                 // policy relinked) costs about three plain evictions.
                 work += RESCUE_WORK * (self.counters.rescues - rescues) as usize;
-            } else if bits == chain::SEGMENT {
+            } else if bits == item::SEGMENT {
                 self.evict_owner(loc, d.from);
             }
             d.next += 1;
@@ -514,7 +514,7 @@ impl Engine {
             }
         }
         for loc in self.slabs.segments_in_page(page) {
-            if self.slabs.bits(loc) == chain::SEGMENT {
+            if self.slabs.bits(loc) == item::SEGMENT {
                 self.evict_owner(loc, class);
             }
         }

@@ -28,9 +28,9 @@ use super::Engine;
 use crate::columns::{
     column_start, temperature, Phase, Placing, Repartition, Work, COLUMNS, NOWHERE,
 };
+use crate::hash::hash;
 use crate::item;
 use crate::slab::PageId;
-use crate::stripe::hash;
 
 /// Budget units a swap costs (two chunk copies, two index updates, two
 /// stripes taken and let go), against one per chunk scanned.
@@ -411,7 +411,7 @@ mod tests {
     #[test]
     fn gdwheel_pages_are_left_alone() {
         let config = Config {
-            eviction: crate::EvictionPolicy::GdWheel,
+            eviction: crate::config::EvictionPolicy::GdWheel,
             repartition: true,
             ..Config::default()
         };

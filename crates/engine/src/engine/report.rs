@@ -10,7 +10,8 @@ use crate::clock::{Expiry, RelTime};
 use crate::cost::Learner;
 use crate::item;
 use crate::slab::PageId;
-use crate::stats::{EngineStats, SlabClassStats};
+use crate::slab::SlabClassStats;
+use crate::stats::EngineStats;
 use crate::stripe::Counts;
 
 impl Engine {

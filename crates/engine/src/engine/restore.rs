@@ -32,10 +32,11 @@ use crate::api::{Adopted, ItemRef, PageLayout, PageSource, SavedClock, SavedPage
 use crate::arena::Arena;
 use crate::chain;
 use crate::clock::RelTime;
+use crate::hash::hash;
 use crate::index::Index;
 use crate::item;
 use crate::slab::{PageId, NONE};
-use crate::stripe::{hash, Stripes};
+use crate::stripe::Stripes;
 
 /// Items sent to the index thread at a time.
 const INDEX_BATCH: usize = 16 << 10;
@@ -276,7 +277,7 @@ impl Engine {
         self.slabs
             .adopt(id, class, page.bump, free_head, free_count);
         // CLOCK keeps nothing outside the chunk but the class's cost sum.
-        let clock = self.policy.kind() == crate::EvictionPolicy::Lru;
+        let clock = self.policy.kind() == crate::config::EvictionPolicy::Lru;
         if clock {
             let cost: u64 = live.iter().map(|it| u64::from(it.cost)).sum();
             self.policy.add_live_cost(class, cost);

@@ -4,7 +4,7 @@
 use super::Engine;
 use crate::api::{exptime_of, Arith, ArithOutcome, DeleteOutcome, ItemId, ItemRef, Lookup};
 use crate::clock::Expiry;
-use crate::stripe::hash;
+use crate::hash::hash;
 use crate::{chain, item};
 
 impl Engine {

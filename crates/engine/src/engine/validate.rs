@@ -3,8 +3,8 @@
 use std::sync::atomic::Ordering;
 
 use super::Engine;
+use crate::hash::hash;
 use crate::slab::PageId;
-use crate::stripe::hash;
 use crate::{chain, item};
 
 #[cfg(any(test, feature = "testing"))]
@@ -92,7 +92,7 @@ impl Engine {
                     );
                     for s in &list {
                         let seg = self.slabs.chunk(*s);
-                        assert!(chain::is_segment(seg), "segment marked");
+                        assert!(item::is_segment(seg), "segment marked");
                         assert_eq!(chain::owner(seg), loc, "segment owner");
                         assert_eq!(self.slabs.class_of(*s), class, "segment class");
                     }

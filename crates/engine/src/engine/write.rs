@@ -9,7 +9,7 @@ use crate::cache::{read_head, rewrite, Rewrite};
 use crate::chain::Value;
 use crate::clock::RelTime;
 use crate::evict::Victim;
-use crate::stripe::hash;
+use crate::hash::hash;
 use crate::{chain, item};
 
 /// Evictions kept for `watch` between two visits of the server's

@@ -26,8 +26,8 @@
 use super::Engine;
 use crate::api::DeleteOutcome;
 use crate::chain;
+use crate::hash::hash;
 use crate::item;
-use crate::stripe::hash;
 use crate::zzone::split::{DrainPace, ZzoneStats};
 
 impl Engine {
@@ -485,7 +485,7 @@ mod tests {
         // memory is about its probe pages.
         let s = &z.zone;
         assert!(s.skipped > s.demotions * 8, "{z:?}");
-        let pages = crate::zzone::PROBE_PAGES * crate::DEFAULT_PAGE_SIZE;
+        let pages = crate::zzone::PROBE_PAGES * crate::config::DEFAULT_PAGE_SIZE;
         // (64 KB more for the log's lists of the blocks on each page)
         let most = pages + crate::zzone::PROBE_STAGE + s.metadata_bytes as usize + (64 << 10);
         assert!(s.memory_bytes as usize <= most, "{z:?}");

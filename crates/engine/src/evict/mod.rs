@@ -38,9 +38,9 @@ pub mod gdwheel;
 pub use clock::clock_victim;
 pub use gdwheel::GdWheel;
 
+use crate::config::EvictionPolicy;
 use crate::item;
 use crate::slab::Slabs;
-use crate::EvictionPolicy;
 
 /// Why a chunk was chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,32 +58,6 @@ pub fn cost_table() -> Box<[u32; 256]> {
         *c = item::dequantize_cost(q as u8);
     }
     t
-}
-
-impl EvictionPolicy {
-    /// The name `-o eviction=` takes and `stats settings` prints.
-    pub fn name(self) -> &'static str {
-        match self {
-            EvictionPolicy::Lru => "lru",
-            EvictionPolicy::GdWheel => "gdwheel",
-            EvictionPolicy::GdWheelLazy => "gdwheel-lazy",
-        }
-    }
-}
-
-impl std::str::FromStr for EvictionPolicy {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "lru" => Ok(EvictionPolicy::Lru),
-            "gdwheel" => Ok(EvictionPolicy::GdWheel),
-            "gdwheel-lazy" => Ok(EvictionPolicy::GdWheelLazy),
-            _ => Err(format!(
-                "unknown eviction policy {s:?} (lru, gdwheel, gdwheel-lazy)"
-            )),
-        }
-    }
 }
 
 /// The engine's eviction policy and per-class cost gauges.

@@ -183,8 +183,8 @@ fn checksum(header: &[u8], payload: &[u8]) -> u32 {
 mod tests {
     use super::*;
     use crate::codec::Recognizer;
+    use crate::hash::hash;
     use crate::item;
-    use crate::stripe::hash;
     use crate::zzone::flush::encode;
     use proptest::prelude::*;
 

@@ -285,7 +285,7 @@ impl FlashIndex {
     pub fn prefetch(&self, h: u64) {
         let shard = self.shards[shard_of(h)].lock();
         for b in shard.buckets_of(tag_of(h)) {
-            crate::prefetch(shard.buckets[b].as_ptr().cast());
+            crate::hash::prefetch(shard.buckets[b].as_ptr().cast());
         }
     }
 

@@ -9,7 +9,8 @@
 //! structure-of-arrays so the ten tags sit in the first 20 bytes and a tag match
 //! over the whole bucket compiles to a couple of vector compares.
 
-use super::Loc;
+/// Location of an item: an opaque value below `1 << LOC_BITS` (page and chunk).
+pub type Loc = u64;
 
 /// Slots per bucket.
 pub(super) const SLOTS: usize = 10;

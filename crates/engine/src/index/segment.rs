@@ -24,8 +24,7 @@
 //! - a primary bucket's 16-bit filter has the bit of every tag stored below it,
 //!   so most misses on an overflowing bucket never read the sub-bucket line.
 
-use super::bucket::{filter_bit, tag_of, Bucket, TAG_BITS};
-use super::Loc;
+use super::bucket::{filter_bit, tag_of, Bucket, Loc, TAG_BITS};
 
 /// Hash bits (above the tag) that choose a sub-bucket's child, one per level.
 /// Deeper than this, nodes only chain through child 0 (reached only by hashes

@@ -21,8 +21,8 @@
 //! Parsing trusts nothing: a block that does not parse is an error (the
 //! zone treats it as a miss), never a panic.
 
+use crate::hash::hash;
 use crate::item;
-use crate::stripe::hash;
 
 /// Most offset-index entries per block (zExpander: up to 8).
 pub const INDEX_SLOTS: usize = 8;

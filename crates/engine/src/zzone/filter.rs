@@ -59,7 +59,7 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stripe::hash;
+    use crate::hash::hash;
     use proptest::prelude::*;
 
     proptest! {

@@ -37,9 +37,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::codec::{Codec, Coder, Dictionary, Recognizer};
-use crate::item;
 #[cfg(any(test, feature = "testing"))]
-use crate::stripe::hash;
+use crate::hash::hash;
+use crate::item;
 use filter::Filter;
 use log::{Log, NOWHERE};
 use stage::Stage;

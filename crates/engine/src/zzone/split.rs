@@ -20,8 +20,8 @@
 use std::sync::Arc;
 
 use super::{Zone, ZoneCell, ZoneConfig, ZoneStats, PROBE_PAGES};
+use crate::config::Config;
 use crate::slab::PageId;
-use crate::Config;
 
 /// Requests per adaptation window (zExpander: one minute).
 pub const WINDOW_OPS: u64 = 100_000;

@@ -357,7 +357,7 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let h = crate::stripe::hash(&x.to_le_bytes());
+            let h = crate::hash::hash(&x.to_le_bytes());
             let (n, id) = t.leaf_of(h);
             keys[id as usize].push(h);
             if keys[id as usize].len() > 20 {

@@ -12,7 +12,7 @@
 //! connection waiting for the rest of a short request keeps only its bytes.
 //!
 //! Memory per connection is bounded: output stops at `OUT_HIGH_WATER` plus
-//! one reply (see `session`), input at `max_request`, and buffers that grew
+//! one reply (see `handler`), input at `max_request`, and buffers that grew
 //! past the pooled size are freed as soon as the connection is idle.
 
 use std::io::{self, ErrorKind, Read, Write};
@@ -22,8 +22,10 @@ use std::sync::Arc;
 
 use cachalot_engine::flash::fetch::{self, Fetches};
 
-use super::flash_io::{FlashIo, Submitted};
-use crate::session::{self, out_full, Ctx, Handler, Step, OUT_HIGH_WATER};
+use super::flash_io::FlashIo;
+use super::flash_read::Submitted;
+use crate::handler::{out_full, Ctx, Handler, Step, OUT_HIGH_WATER};
+use crate::session;
 use crate::settings::Settings;
 use crate::stats::{ConnEntry, ConnState, ThreadStats};
 use crate::tls::TlsStream;
@@ -203,7 +205,7 @@ pub struct Conn {
     rpos: usize,
     rend: usize,
     /// Output: bytes `wpos..` are not yet written. `wpos` is 0 outside
-    /// `flush`, so handlers see only unsent output (see `session::out_full`).
+    /// `flush`, so handlers see only unsent output (see `handler::out_full`).
     wbuf: Vec<u8>,
     wpos: usize,
     /// The peer closed its side; finish what was received, then close.

@@ -20,24 +20,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use cachalot_engine::flash::fetch::{Fetched, Want};
+use cachalot_engine::flash::fetch::Want;
 use cachalot_engine::Cache;
 use mio::Waker;
 use parking_lot::{Condvar, Mutex};
 
+use super::flash_read::{Done, Submitted};
 use super::ring::Ring;
-
-/// What became of a read handed to [`FlashIo::submit`].
-pub enum Submitted {
-    /// In flight; [`FlashIo::completed`] reports it.
-    Queued,
-    /// Finished at once (its container was still in DRAM, or it is not on
-    /// flash after all): the key and the image or None.
-    Done(Fetched),
-    /// Too many reads wait already (`ring::MAX_IN_FLIGHT` on the worker's
-    /// ring, [`MAX_QUEUED`] for the threads): answer it as a miss.
-    Full(Want),
-}
 
 /// How a worker reads flash for its parked requests.
 pub enum FlashIo {
@@ -80,14 +69,6 @@ impl FlashIo {
 
 /// Reads waiting at most (a few milliseconds of an SSD's reads).
 pub const MAX_QUEUED: usize = 1024;
-
-/// A read done, for the connection of `slot` (if it is still `conn`).
-pub struct Done {
-    pub slot: usize,
-    pub conn: u64,
-    pub key: Box<[u8]>,
-    pub image: Option<Box<[u8]>>,
-}
 
 /// Where a worker receives its completed reads.
 pub struct Inbox {

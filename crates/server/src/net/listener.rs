@@ -83,7 +83,7 @@ pub struct BindError {
 fn bind_error(message: String) -> BindError {
     BindError {
         message,
-        code: super::cli::EX_OSERR,
+        code: super::exit::EX_OSERR,
     }
 }
 
@@ -100,7 +100,7 @@ pub fn bind_all(settings: &Settings) -> Result<Vec<Listener>, BindError> {
     for entry in &settings.listen {
         let (host, port) = split_host_port(entry, settings.port).map_err(|m| BindError {
             message: m,
-            code: super::cli::EX_USAGE,
+            code: super::exit::EX_USAGE,
         })?;
         let addrs: Vec<SocketAddr> = (host.as_str(), port)
             .to_socket_addrs()

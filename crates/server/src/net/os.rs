@@ -10,7 +10,7 @@
 use std::ffi::CString;
 use std::io;
 
-use super::cli::{EX_NOUSER, EX_OSERR};
+use super::exit::{EX_NOUSER, EX_OSERR};
 
 /// Whether the process runs as root (real or effective).
 pub fn is_root() -> bool {

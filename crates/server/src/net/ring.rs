@@ -25,7 +25,7 @@ use io_uring::{opcode, types, IoUring};
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 
-use super::flash_io::{Done, Submitted};
+use super::flash_read::{Done, Submitted};
 
 /// Reads a worker has in flight at most; a GET that would be one more is
 /// answered as a miss (`get_aborted_extstore`), as with the threads.

@@ -18,8 +18,8 @@ use parking_lot::Mutex;
 use super::conn::{max_request, BufPool, Conn, Env, Status, Stream};
 use super::flash_io::{FlashIo, Inbox, Readers};
 use super::ring::Ring;
+use crate::handler::Ctx;
 use crate::log::{self, Level};
-use crate::session::Ctx;
 use crate::settings::Settings;
 use crate::stats::{ConnEntry, ConnState, Shared, ThreadStats};
 
@@ -69,7 +69,7 @@ pub struct Worker {
     pool: BufPool,
     /// Connections that yielded with work left (`-R`).
     ready: VecDeque<usize>,
-    /// `watch` connections (slot, id): serviced every `watch::POLL_INTERVAL`
+    /// `watch` connections (slot, id): serviced every `watchers::POLL_INTERVAL`
     /// at least, to send the lines logged meanwhile.
     watchers: Vec<(usize, u64)>,
     /// With the flash tier: how this worker reads it.
@@ -148,7 +148,7 @@ impl Worker {
             let timeout = if !self.ready.is_empty() {
                 Some(Duration::ZERO)
             } else if !self.watchers.is_empty() {
-                Some(crate::watch::POLL_INTERVAL)
+                Some(crate::watchers::POLL_INTERVAL)
             } else if idle_timeout > 0 {
                 Some(Duration::from_secs(1))
             } else {

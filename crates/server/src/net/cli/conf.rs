@@ -16,7 +16,8 @@
 
 use std::path::Path;
 
-use super::{Arg, CliError, EX_USAGE, OPTIONS};
+use super::getopt::{Arg, CliError, OPTIONS};
+use crate::net::exit::EX_USAGE;
 
 /// The long option that names a config file.
 pub const OPTION: &str = "--config-file";

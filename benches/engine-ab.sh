@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# A/B of two builds of the engine, in process: `cachalot-lab engine-bench`
+# of build A and of build B, alternated, REPEAT times each, at 1 and 2
+# threads, with a small cache (-m 64, 32 MB of data) and a big one (-m 8192,
+# BIG_DATA MB of data), 90% GETs over Zipf 0.99 keys. Prints the median
+# ops/s of each side and B/A. Used to show that a restructuring (issue 33)
+# changed nothing on the hot paths: the two sides must be within noise.
+#
+#   LAB_A=/path/old/cachalot-lab LAB_B=target/release/cachalot-lab benches/engine-ab.sh
+#
+# Environment: LAB_A, LAB_B (required), REPEAT (5), DURATION (5 s),
+# BIG_DATA (2048), THREADS ("1 2"), SIZES ("64 8192"), OUT (a temp dir).
+set -euo pipefail
+: "${LAB_A:?LAB_A: the first build's cachalot-lab}" "${LAB_B:?LAB_B: the second build's cachalot-lab}"
+REPEAT=${REPEAT:-5}
+DURATION=${DURATION:-5}
+BIG_DATA=${BIG_DATA:-2048}
+THREADS=${THREADS:-1 2}
+SIZES=${SIZES:-64 8192}
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+
+echo "machine: $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB RAM; date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "A: $LAB_A (built $(date -u -r "$LAB_A" '+%Y-%m-%d %H:%M UTC'))"
+echo "B: $LAB_B (built $(date -u -r "$LAB_B" '+%Y-%m-%d %H:%M UTC'))"
+echo "command: cachalot-lab engine-bench --warm --duration $DURATION -m M --dataset D --zipf 0.99 --get-ratio 0.9 --threads T; reports in $OUT"
+
+data_of() { [ "$1" = 64 ] && echo 32 || echo "$BIG_DATA"; }
+
+for run in $(seq "$REPEAT"); do
+    for m in $SIZES; do
+        for t in $THREADS; do
+            # Alternate which side goes first, so drift favours neither.
+            sides="A B"
+            [ $((run % 2)) = 0 ] && sides="B A"
+            for side in $sides; do
+                lab=$LAB_A
+                [ "$side" = B ] && lab=$LAB_B
+                "$lab" engine-bench --warm --duration "$DURATION" -m "$m" \
+                    --dataset "$(data_of "$m")" --zipf 0.99 --get-ratio 0.9 --threads "$t" \
+                    --json "$OUT/$side-$m-$t.$run.json" >/dev/null
+            done
+        done
+    done
+done
+
+median() { jq -s '[.[] | .ops_per_s] | sort | .[length / 2 | floor]' "$OUT/$1".*.json; }
+echo "| -m | threads | A ops/s | B ops/s | B/A |"
+echo "|---|---|---|---|---|"
+for m in $SIZES; do
+    for t in $THREADS; do
+        a=$(median "A-$m-$t")
+        b=$(median "B-$m-$t")
+        printf '| %s | %s | %.0f | %.0f | %.3f |\n' "$m" "$t" "$a" "$b" "$(jq -n "$b / $a")"
+    done
+done
