@@ -13,7 +13,12 @@ A circle is a set of modules that reach each other through imports (a
 strongly connected component of more than one module). The script prints
 each circle with the imports inside it and exits 1 if there is one.
 
-    scripts/layers.py crates/engine/src crates/server/src
+It also holds the engine's files to a size (issue 33): at most 1,200 lines
+of code in any file of crates/engine/src and 800 in `engine.rs`, counting
+lines that are not blank and not comments, outside `#[cfg(test)]` modules.
+
+    scripts/layers.py                       # both checks, as the suite runs them
+    scripts/layers.py crates/server/src     # the circles of one crate
 """
 
 import re
@@ -209,6 +214,50 @@ def circles(src):
     return out, edges
 
 
+# The engine's rooms: the largest a file may be, in lines of code.
+SIZE_LIMITS = {"crates/engine/src": (1200, {"engine.rs": 800})}
+
+
+def code_lines(path):
+    """Lines that are not blank or comments, outside `#[cfg(test)]` modules."""
+    text = strip(path.read_text())
+    out, depth, skip_at = 0, 0, None
+    pending_test = False
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if skip_at is None and stripped.startswith("#[cfg(test)]"):
+            pending_test = True
+            continue
+        if pending_test and skip_at is None and re.match(r"(pub(\(\w+\))?\s+)?mod\s+\w+\s*\{", stripped):
+            skip_at = depth
+        pending_test = pending_test and not stripped.endswith(";") and skip_at is None
+        depth += line.count("{") - line.count("}")
+        if skip_at is not None:
+            if depth <= skip_at:
+                skip_at = None
+            continue
+        if stripped:
+            out += 1
+    return out
+
+
+def sizes(d):
+    limits = SIZE_LIMITS.get(d.rstrip("/"))
+    if not limits:
+        return 0
+    default, special = limits
+    bad = 0
+    for path in sorted(Path(d).rglob("*.rs")):
+        limit = special.get(str(path.relative_to(d)), default)
+        n = code_lines(path)
+        if n > limit:
+            bad += 1
+            print(f"{path}: {n} lines of code, more than {limit}")
+    if not bad:
+        print(f"{d}: every file within {default} lines of code" + "".join(f", {k} within {v}" for k, v in special.items()))
+    return bad
+
+
 def name(m):
     return "::".join(m) or "crate"
 
@@ -228,6 +277,7 @@ def main(dirs):
                         print(f"  {name(a)} -> {name(b)}  ({path}:{line}: {p})")
         if not found:
             print(f"{d}: no import circles")
+        bad += sizes(d)
     return 1 if bad else 0
 
 

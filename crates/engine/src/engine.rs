@@ -444,7 +444,7 @@ impl Engine {
             gate: self.rebal.hit_gate(),
             // Eager GD-Wheel re-queues on every hit; learned costs need the
             // misses and re-cost guessed items on hits.
-            locked_hits: self.policy.kind() == EvictionPolicy::GdWheel,
+            locked_hits: self.policy.kind() == crate::config::EvictionPolicy::GdWheel,
             learner: self.learner.is_some(),
             cas_enabled: self.config.cas_enabled,
             rewrites: self.rewrites_in_place(),
@@ -509,7 +509,7 @@ impl Engine {
     /// (GD-Wheel re-queues it, the learner re-costs it).
     fn rewrites_in_place(&self) -> bool {
         self.config.in_place_sets
-            && self.policy.kind() == EvictionPolicy::Lru
+            && self.policy.kind() == crate::config::EvictionPolicy::Lru
             && self.learner.is_none()
     }
 

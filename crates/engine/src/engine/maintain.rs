@@ -5,9 +5,10 @@ use std::sync::atomic::Ordering;
 
 use super::{Engine, RECLAIM_SLICES};
 use crate::clock::RelTime;
+use crate::config::ConfigError;
 use crate::hash::hash;
 use crate::slab::PageId;
-use crate::{chain, item, ConfigError};
+use crate::{chain, item};
 
 impl Engine {
     /// `flush_all [delay]`: drop everything now, or when the clock reaches `at`.
