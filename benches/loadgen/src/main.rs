@@ -279,8 +279,8 @@ fn capacity(o: &Opts) -> Result<(), String> {
     let bands: usize = o.num("bands", Some(10))?;
     let settle = Duration::from_millis(o.num("settle-ms", Some(1000))?);
     let keys = key_maker(o, items)?;
-    let before = capacity::read_rss(pid).map_err(|e| format!("pid {pid}: {e}"))?;
-    let sampler = capacity::RssSampler::start(pid, Duration::from_millis(10));
+    let before = cachalot_lab::rss::read(pid).map_err(|e| format!("pid {pid}: {e}"))?;
+    let sampler = cachalot_lab::rss::Sampler::start(pid, Duration::from_millis(10));
     let rate: u64 = o.num("fill-rate", Some(0))?;
     let r = capacity::fill(&addr, &keys, 0..items, &values, proto(o)?, Some(rate))
         .map_err(|e| e.to_string())?;
@@ -291,7 +291,7 @@ fn capacity(o: &Opts) -> Result<(), String> {
     let rr =
         capacity::reread(&addr, &keys, 0..items, &values, 100, bands).map_err(|e| e.to_string())?;
     let rss_max = sampler.finish();
-    let after = capacity::read_rss(pid).map_err(|e| format!("pid {pid}: {e}"))?;
+    let after = cachalot_lab::rss::read(pid).map_err(|e| format!("pid {pid}: {e}"))?;
 
     println!("key_len={}", keys.len());
     println!("value_size={vsize}");

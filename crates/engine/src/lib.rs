@@ -32,8 +32,10 @@
 //! - [`cost`]: costs learned from the gap between a GET miss and its SET.
 //! - [`rebalance`]: which class gets the next page (memcached's automove,
 //!   SAS with a ghost set, GD-Wheel's cost per byte).
-//! - [`zzone`]: the compressed Z-zone's parts (blocks, filters), and the
-//!   split of memory between it and the N-zone.
+//! - [`block`]: the block format the Z-zone and flash tiers both store.
+//! - [`pipe`]: how the Z-zone hands its evictions to flash, naming neither.
+//! - [`zzone`]: the compressed Z-zone's parts (trie, filters, log), and
+//!   the split of memory between it and the N-zone.
 //! - [`columns`]: Cavast's hot/cold page columns, for re-partitioning.
 //! - [`api`]: the engine's vocabulary (requests, outcomes, item views).
 //! - [`engine`]: the operations (get/store/delete/arith/touch/flush) on top.
@@ -42,6 +44,7 @@
 
 pub mod api;
 pub mod arena;
+pub mod block;
 pub mod cache;
 pub mod chain;
 pub mod clock;
@@ -57,6 +60,7 @@ pub mod hash;
 pub mod index;
 pub mod item;
 pub mod magazine;
+pub mod pipe;
 pub mod rebalance;
 pub mod slab;
 pub mod stats;

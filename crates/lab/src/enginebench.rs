@@ -623,7 +623,7 @@ pub fn bench(a: &EngineBenchArgs) -> anyhow::Result<Report> {
         items,
         key_len,
         value_size: a.value_size,
-        memory_mb: a.engine.memory >> 20,
+        memory_mb: a.engine.slab.memory >> 20,
         zipf: a.zipf,
         get_ratio: a.get_ratio,
         prefill_s,

@@ -24,6 +24,7 @@ use cachalot_protocol::client::request::text::{self, Retrieve, Store, StoreOp};
 use cachalot_protocol::client::request::{binary, meta};
 use cachalot_protocol::client::{Reply, ReplyParser};
 
+use crate::rss::{Rss, Sampler};
 use crate::servers::{LocalServer, ServerConfig, ServerKind};
 
 /// The attacks.
@@ -208,7 +209,7 @@ pub fn run_probe(probe: Probe, server: &LocalServer, scale: &Scale) -> anyhow::R
     setup.set(b"watch", b"still here")?;
     drop(setup);
     let before_kb = rss(pid)?.rss_kb;
-    let sampler = Sampler::start(pid);
+    let sampler = Sampler::start(pid, Duration::from_millis(5));
     let watcher = Watcher::start(addr);
     let outcome = match probe {
         Probe::MultigetBig => multiget_big(addr, scale),
@@ -691,60 +692,9 @@ impl Watcher {
 // ---------------------------------------------------------------------------
 // Resident memory.
 
-/// VmRSS and VmHWM of a process, in kB.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Rss {
-    pub rss_kb: u64,
-    pub hwm_kb: u64,
-}
-
-/// Parse /proc/<pid>/status text.
-pub fn parse_status(text: &str) -> Rss {
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
-    Rss {
-        rss_kb: field("VmRSS:"),
-        hwm_kb: field("VmHWM:"),
-    }
-}
-
-pub fn rss(pid: u32) -> anyhow::Result<Rss> {
-    let path = format!("/proc/{pid}/status");
-    Ok(parse_status(
-        &std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?,
-    ))
-}
-
-/// Samples VmRSS every 5 ms on a thread; `finish` gives the largest sample.
-struct Sampler {
-    stop: Arc<AtomicBool>,
-    handle: JoinHandle<u64>,
-}
-
-impl Sampler {
-    fn start(pid: u32) -> Sampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let handle = std::thread::spawn(move || {
-            let mut max = 0;
-            while !flag.load(Ordering::Relaxed) {
-                max = max.max(rss(pid).map(|r| r.rss_kb).unwrap_or(0));
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            max
-        });
-        Sampler { stop, handle }
-    }
-
-    fn finish(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.join().unwrap_or(0)
-    }
+/// The server's resident memory now ([`crate::rss`]).
+fn rss(pid: u32) -> anyhow::Result<Rss> {
+    crate::rss::read(pid).with_context(|| format!("reading /proc/{pid}/status"))
 }
 
 /// Raise this process's open-file limit to `want` (within the hard limit).
@@ -891,19 +841,6 @@ pub fn run(args: HostileArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn status_parsing() {
-        let text = "Name:\tmemcached\nVmHWM:\t   81234 kB\nVmRSS:\t   70000 kB\n";
-        assert_eq!(
-            parse_status(text),
-            Rss {
-                rss_kb: 70000,
-                hwm_kb: 81234
-            }
-        );
-        assert_eq!(parse_status("garbage"), Rss::default());
-    }
 
     #[test]
     fn patterns_differ_by_seed_and_scales_grow() {

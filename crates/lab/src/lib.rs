@@ -15,7 +15,7 @@
 //! - [`enginebench`]: the engine in-process with N threads, its throughput
 //!   and how its lock is held (issue 10).
 //! - [`hostile`]: hostile-client probes with the server's resident memory
-//!   sampled (issue 9).
+//!   sampled (issue 9); [`rss`]: that memory, read from /proc.
 //! - [`oracle`]: the check that the memcached compared against is 1.6.18.
 
 use clap::{Parser, Subcommand};
@@ -29,6 +29,7 @@ pub mod oracle;
 pub mod plot;
 pub mod pool;
 pub mod replay;
+pub mod rss;
 pub mod servers;
 pub mod sim;
 pub mod trace;

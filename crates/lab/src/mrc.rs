@@ -70,7 +70,23 @@ pub struct MrcArgs {
     /// slab chunk it occupies.
     #[arg(long, value_enum, default_value_t = BytesOf::Value)]
     pub bytes_of: BytesOf,
-    /// Memory (like -m; MB without a suffix) for the optimal slab assignment.
+    #[command(flatten)]
+    pub slab: SlabArgs,
+    /// Print every slab class's curve summary, not only the assignment.
+    #[arg(long)]
+    pub per_class: bool,
+    /// Write the full result (all curves) as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// The memory and slab flags of the engine (memcached's -m, -f, -n, -I),
+/// which `sim` (building an engine) and `mrc` (its slab geometry, and the
+/// memory to assign) share.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SlabArgs {
+    /// Memory for items and index, like -m (MB without a suffix); `mrc`
+    /// assigns it to slab classes.
     #[arg(short = 'm', long, default_value = "64", value_parser = parse_megabytes)]
     pub memory: u64,
     /// Chunk size growth factor between slab classes (-f).
@@ -82,12 +98,6 @@ pub struct MrcArgs {
     /// Largest item (-I; 1m, 512k).
     #[arg(short = 'I', long, default_value = "1m", value_parser = parse_size)]
     pub max_item_size: u64,
-    /// Print every slab class's curve summary, not only the assignment.
-    #[arg(long)]
-    pub per_class: bool,
-    /// Write the full result (all curves) as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
 }
 
 /// Which size the byte curve uses.
@@ -916,21 +926,21 @@ pub fn print_report(r: &MrcReport, per_class: bool, out: &mut impl Write) -> std
 pub fn run(args: MrcArgs) -> anyhow::Result<()> {
     // The engine's own limits (Engine::new refuses the same).
     anyhow::ensure!(
-        args.growth_factor > 1.0,
+        args.slab.growth_factor > 1.0,
         "growth factor must be greater than 1.0"
     );
     let max_item = cachalot_engine::VALUE_MAX_LEN as u64 + 1;
     anyhow::ensure!(
-        (1024..=max_item).contains(&args.max_item_size),
+        (1024..=max_item).contains(&args.slab.max_item_size),
         "item size max must be between 1024 bytes and {max_item} bytes"
     );
     if let Some(t) = args.target_hit {
         anyhow::ensure!((0.0..=1.0).contains(&t), "--target-hit is a ratio in 0..1");
     }
     let geometry = Geometry::new(
-        args.growth_factor,
-        args.chunk_min,
-        usize::try_from(args.max_item_size)?,
+        args.slab.growth_factor,
+        args.slab.chunk_min,
+        usize::try_from(args.slab.max_item_size)?,
     );
     let opts = MrcOptions {
         byte_sizes: args.sizes.clone(),
@@ -938,7 +948,7 @@ pub fn run(args: MrcArgs) -> anyhow::Result<()> {
         points: args.points,
         bytes_of: args.bytes_of,
         geometry,
-        memory: args.memory,
+        memory: args.slab.memory,
         warmup: args.warmup,
         target_hit: args.target_hit,
     };

@@ -44,7 +44,7 @@ use cachalot_engine::{
 };
 
 use crate::metrics::{self, At, IntervalSpec, Recorder, RunMeta, RunResult, ZoneInterval};
-use crate::mrc::{parse_megabytes, parse_size, progress_bar};
+use crate::mrc::{progress_bar, SlabArgs};
 use crate::trace::{key_bytes, Op, Request};
 use crate::values::{value_bytes, ValueKind};
 use crate::workload::Source;
@@ -65,18 +65,8 @@ const MAX_TICKS_PER_GAP: u64 = 600;
 /// The engine flags `sim` shares with the server (memcached's names).
 #[derive(clap::Args, Debug, Clone)]
 pub struct EngineArgs {
-    /// Memory for items and index, like -m (MB without a suffix).
-    #[arg(short = 'm', long, default_value = "64", value_parser = parse_megabytes)]
-    pub memory: u64,
-    /// Chunk size growth factor (-f).
-    #[arg(short = 'f', long, default_value_t = Config::default().growth_factor)]
-    pub growth_factor: f64,
-    /// Minimum key + value + flags space in the smallest chunk (-n).
-    #[arg(short = 'n', long, default_value_t = Config::default().chunk_min_data)]
-    pub chunk_min: usize,
-    /// Largest item (-I; 1m, 512k).
-    #[arg(short = 'I', long, default_value = "1m", value_parser = parse_size)]
-    pub max_item_size: u64,
+    #[command(flatten)]
+    pub slab: SlabArgs,
     /// -o slab_automove=N: 0 off, 1 background (the default), 2 aggressive.
     #[arg(long, default_value_t = Config::default().slab_automove)]
     pub slab_automove: u8,
@@ -185,10 +175,10 @@ pub enum BackendDelay {
 impl EngineArgs {
     pub fn config(&self) -> anyhow::Result<Config> {
         Ok(Config {
-            memory_limit: usize::try_from(self.memory)?,
-            item_size_max: usize::try_from(self.max_item_size)?,
-            growth_factor: self.growth_factor,
-            chunk_min_data: self.chunk_min,
+            memory_limit: usize::try_from(self.slab.memory)?,
+            item_size_max: usize::try_from(self.slab.max_item_size)?,
+            growth_factor: self.slab.growth_factor,
+            chunk_min_data: self.slab.chunk_min,
             slab_automove: self.slab_automove,
             evict: !self.no_evict,
             eviction: self.eviction,

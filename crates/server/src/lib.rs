@@ -18,6 +18,8 @@ pub mod session;
 pub mod settings;
 pub mod stats;
 pub mod stats_cmd;
+#[cfg(test)]
+mod testing;
 pub mod text;
 pub mod tls;
 pub mod watch;

@@ -928,96 +928,26 @@ mod meta_script;
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
-    use std::sync::Arc;
 
-    use cachalot_engine::{Cache, Clock};
-
-    use crate::handler::{Handler, Step};
-    use crate::settings::Settings;
-    use crate::stats::Shared;
-    use crate::text::AsciiHandler;
+    use crate::testing::{Conn, Rig};
 
     use super::meta_script as script;
 
-    /// A server without sockets: the text handler over an engine whose clock
-    /// does not move (so TTLs are exact).
-    struct Rig {
-        cache: Cache,
-        settings: Settings,
-        shared: Arc<Shared>,
-        stats: ThreadStats,
-    }
-
-    impl Rig {
-        fn new() -> Rig {
-            let settings = Settings::default();
-            let cache =
-                Cache::new(settings.engine.clone(), Arc::new(Clock::new())).expect("engine config");
-            Rig {
-                cache,
-                settings,
-                shared: Arc::new(Shared::default()),
-                stats: ThreadStats::default(),
-            }
-        }
-
-        fn ctx(&self) -> Ctx<'_> {
-            Ctx {
-                cache: &self.cache,
-                settings: &self.settings,
-                shared: &self.shared,
-                stats: &self.stats,
-                conn_id: 1,
-            }
-        }
-
-        /// Send requests through the text handler; returns everything answered.
-        fn ask(&self, conn: &mut InProc, req: &[u8]) -> Vec<u8> {
-            conn.feed(&self.ctx(), req);
-            std::mem::take(&mut conn.out)
-        }
-    }
-
-    /// One client connection: unread input and unread replies.
-    #[derive(Default)]
-    struct InProc {
-        handler: AsciiHandler,
-        input: Vec<u8>,
-        out: Vec<u8>,
-    }
-
-    impl InProc {
-        fn feed(&mut self, ctx: &Ctx<'_>, bytes: &[u8]) {
-            self.input.extend_from_slice(bytes);
-            loop {
-                match self.handler.step(ctx, &self.input, &mut self.out) {
-                    Step::Consumed(n) => {
-                        self.input.drain(..n);
-                        if self.input.is_empty() {
-                            return;
-                        }
-                    }
-                    Step::NeedMore => return,
-                    Step::Close(_) => panic!("handler closed the connection"),
-                    Step::Blocked(_) => panic!("test replies never fill the output"),
-                    Step::Parked(_) => panic!("no flash tier in these tests"),
-                }
-            }
-        }
-    }
-
+    /// A script's connection: the rig's, and the replies not read yet.
     struct RigConn<'a> {
         rig: &'a Rig,
-        conn: InProc,
+        conn: Conn,
+        out: Vec<u8>,
     }
 
     impl script::Conn for RigConn<'_> {
         fn send(&mut self, bytes: &[u8]) {
-            self.conn.feed(&self.rig.ctx(), bytes);
+            let mut out = self.rig.send(&mut self.conn, bytes);
+            self.out.append(&mut out);
         }
 
         fn recv(&mut self) -> Option<Vec<u8>> {
-            let out = std::mem::take(&mut self.conn.out);
+            let out = std::mem::take(&mut self.out);
             (!out.is_empty()).then_some(out)
         }
 
@@ -1036,7 +966,8 @@ mod tests {
         let failures = script::run_all(&cases, true, &mut || {
             Box::new(RigConn {
                 rig: &rig,
-                conn: InProc::default(),
+                conn: Conn::default(),
+                out: Vec::new(),
             })
         });
         assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -1049,37 +980,37 @@ mod tests {
     #[test]
     fn counters() {
         let rig = Rig::new();
-        let mut c = InProc::default();
+        let mut c = Conn::default();
         let s = &rig.stats;
-        assert_eq!(rig.ask(&mut c, b"mg a v\r\n"), b"EN\r\n");
+        assert_eq!(rig.send(&mut c, b"mg a v\r\n"), b"EN\r\n");
         assert_eq!((count(&s.cmd_get), count(&s.get_misses)), (1, 1));
-        assert_eq!(rig.ask(&mut c, b"mg a N30 T60\r\n"), b"HD W\r\n");
+        assert_eq!(rig.send(&mut c, b"mg a N30 T60\r\n"), b"HD W\r\n");
         // A hit with T counts as a touch, not a get (vivified or not).
         assert_eq!((count(&s.cmd_touch), count(&s.touch_hits)), (1, 1));
-        assert_eq!(rig.ask(&mut c, b"mg a u\r\n"), b"HD Z\r\n");
+        assert_eq!(rig.send(&mut c, b"mg a u\r\n"), b"HD Z\r\n");
         assert_eq!((count(&s.cmd_get), count(&s.get_hits)), (2, 1));
-        assert_eq!(rig.ask(&mut c, b"ms a 1 C999999\r\nx\r\n"), b"EX\r\n");
+        assert_eq!(rig.send(&mut c, b"ms a 1 C999999\r\nx\r\n"), b"EX\r\n");
         assert_eq!((count(&s.cmd_set), count(&s.cas_badval)), (1, 1));
-        assert_eq!(rig.ask(&mut c, b"ms b 1 C1\r\nx\r\n"), b"NF\r\n");
+        assert_eq!(rig.send(&mut c, b"ms b 1 C1\r\nx\r\n"), b"NF\r\n");
         assert_eq!(count(&s.cas_misses), 1);
         assert_eq!(
-            rig.ask(&mut c, b"ms a 1 zz\r\nx\r\n"),
+            rig.send(&mut c, b"ms a 1 zz\r\nx\r\n"),
             b"CLIENT_ERROR invalid flag\r\n"
         );
         assert_eq!(count(&s.cmd_set), 2);
-        assert_eq!(rig.ask(&mut c, b"md a I\r\nmd b\r\n"), b"HD\r\nNF\r\n");
+        assert_eq!(rig.send(&mut c, b"md a I\r\nmd b\r\n"), b"HD\r\nNF\r\n");
         assert_eq!((count(&s.delete_hits), count(&s.delete_misses)), (0, 1));
         // memcached 1.6.45: `md x` counts as a delete hit, `md I x` does not.
         assert_eq!(
-            rig.ask(&mut c, b"ms xd 1\r\nx\r\nmd xd x\r\nmd xd I x\r\n"),
+            rig.send(&mut c, b"ms xd 1\r\nx\r\nmd xd x\r\nmd xd I x\r\n"),
             b"HD\r\nHD\r\nHD\r\n"
         );
         assert_eq!((count(&s.delete_hits), count(&s.delete_misses)), (1, 1));
-        assert_eq!(rig.ask(&mut c, b"ma n\r\nma n MD\r\n"), b"NF\r\nNF\r\n");
+        assert_eq!(rig.send(&mut c, b"ma n\r\nma n MD\r\n"), b"NF\r\nNF\r\n");
         assert_eq!((count(&s.incr_misses), count(&s.decr_misses)), (1, 1));
-        assert_eq!(rig.ask(&mut c, b"ma n N0\r\nma n\r\n"), b"HD\r\nHD\r\n");
+        assert_eq!(rig.send(&mut c, b"ma n N0\r\nma n\r\n"), b"HD\r\nHD\r\n");
         assert_eq!(count(&s.incr_hits), 1);
-        let me = rig.ask(&mut c, b"me n\r\nme x\r\nmn\r\n");
+        let me = rig.send(&mut c, b"me n\r\nme x\r\nmn\r\n");
         let me = String::from_utf8_lossy(&me);
         assert!(me.starts_with("ME n exp=-1 la=0 cas="), "{me}");
         assert!(
@@ -1089,7 +1020,7 @@ mod tests {
         assert_eq!(count(&s.cmd_meta), 2);
         let big = format!("ms big {}\r\n", 2 << 20);
         assert_eq!(
-            rig.ask(&mut c, big.as_bytes()),
+            rig.send(&mut c, big.as_bytes()),
             b"SERVER_ERROR object too large for cache\r\n"
         );
         assert_eq!(count(&s.store_too_large), 1);

@@ -1073,106 +1073,10 @@ fn arith(ctx: &Ctx<'_>, incr: bool, key: &[u8], delta: u64, noreply: bool, out: 
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use cachalot_engine::{Cache, Clock};
-
     use super::*;
     use crate::handler::OUT_HIGH_WATER;
     use crate::settings::Settings;
-    use crate::stats::{Shared, ThreadStats};
-
-    struct Rig {
-        cache: Cache,
-        settings: Settings,
-        shared: Arc<Shared>,
-        stats: Arc<ThreadStats>,
-    }
-
-    impl Rig {
-        fn new() -> Rig {
-            Rig::with(Settings::default())
-        }
-
-        fn with(settings: Settings) -> Rig {
-            let cache = Cache::new(settings.engine.clone(), Arc::new(Clock::new())).unwrap();
-            let stats = Arc::new(ThreadStats::default());
-            let shared = Arc::new(Shared {
-                threads: vec![stats.clone()],
-                ..Shared::default()
-            });
-            Rig {
-                cache,
-                settings,
-                shared,
-                stats,
-            }
-        }
-
-        fn ctx(&self) -> Ctx<'_> {
-            Ctx {
-                cache: &self.cache,
-                settings: &self.settings,
-                shared: &self.shared,
-                stats: &self.stats,
-                conn_id: 1,
-            }
-        }
-
-        /// Feed `input` in pieces of `chunk` bytes, as a network layer would
-        /// (keeping unconsumed bytes, writing the output out when the
-        /// handler is blocked on it), and return (output, closed).
-        fn run_chunked(&self, h: &mut AsciiHandler, input: &[u8], chunk: usize) -> (Vec<u8>, bool) {
-            let ctx = self.ctx();
-            let mut sent = Vec::new();
-            let mut out = Vec::new();
-            let mut buf: Vec<u8> = Vec::new();
-            for piece in input.chunks(chunk.max(1)) {
-                buf.extend_from_slice(piece);
-                loop {
-                    match h.step(&ctx, &buf, &mut out) {
-                        Step::Consumed(n) => {
-                            assert!(n > 0 && n <= buf.len(), "bad consume {n}");
-                            buf.drain(..n);
-                        }
-                        Step::Blocked(n) => {
-                            assert!(n <= buf.len() && out_full(&out), "bad block {n}");
-                            buf.drain(..n);
-                            sent.append(&mut out);
-                        }
-                        Step::NeedMore => break,
-                        Step::Parked(_) => panic!("no flash tier in these tests"),
-                        Step::Close(n) => {
-                            assert!(n <= buf.len());
-                            sent.append(&mut out);
-                            return (sent, true);
-                        }
-                    }
-                }
-            }
-            sent.append(&mut out);
-            (sent, false)
-        }
-
-        fn run(&self, input: &[u8]) -> (Vec<u8>, bool) {
-            let mut h = AsciiHandler::new();
-            self.run_chunked(&mut h, input, input.len())
-        }
-
-        /// Reply text of `input` sent in one piece; asserts it matches when fed
-        /// byte by byte too.
-        fn ask(&self, input: &[u8]) -> String {
-            let (out, _) = self.run(input);
-            String::from_utf8_lossy(&out).into_owned()
-        }
-
-        fn stat(&self, name: &str) -> String {
-            let out = self.ask(b"stats\r\n");
-            out.lines()
-                .find_map(|l| l.strip_prefix(&format!("STAT {name} ")).map(str::to_string))
-                .unwrap_or_else(|| panic!("no stat {name} in {out}"))
-        }
-    }
+    use crate::testing::{Conn, Rig};
 
     #[test]
     fn set_get_roundtrip_and_pipelining() {
@@ -1236,7 +1140,7 @@ mod tests {
         let whole = Rig::new();
         let bytewise = Rig::new();
         let (a, _) = whole.run(&input);
-        let (b, _) = bytewise.run_chunked(&mut AsciiHandler::new(), &input, 1);
+        let (b, _) = bytewise.run_chunked(&mut Conn::default(), &input, 1);
         assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
         for stat in ["get_hits", "get_misses", "cmd_get"] {
             assert_eq!(whole.stat(stat), bytewise.stat(stat), "{stat}");
@@ -1297,7 +1201,7 @@ mod tests {
             set n 0 0 2\r\n10\r\nincr n 5\r\ndecr n 100\r\ndelete a\r\ndelete a\r\ntouch n 10\r\n";
         let whole = r.ask(script);
         let r2 = Rig::new();
-        let mut h = AsciiHandler::new();
+        let mut h = Conn::default();
         let (out, closed) = r2.run_chunked(&mut h, script, 1);
         assert!(!closed);
         assert_eq!(String::from_utf8_lossy(&out), whole);
@@ -1311,12 +1215,14 @@ mod tests {
     #[test]
     fn bad_data_chunk_resumes_after_the_block() {
         let r = Rig::new();
-        assert_eq!(
-            r.ask(b"set foo 0 0 3\r\nabcde\r\n"),
-            "CLIENT_ERROR bad data chunk\r\nERROR\r\n"
-        );
-        assert_eq!(r.ask(b"set foo 0 0 3 noreply\r\nabcde\r\n"), "ERROR\r\n");
-        assert_eq!(r.ask(b"get foo\r\n"), "END\r\n");
+        r.expect(&[
+            (
+                "set foo 0 0 3\r\nabcde\r\n",
+                "CLIENT_ERROR bad data chunk\r\nERROR\r\n",
+            ),
+            ("set foo 0 0 3 noreply\r\nabcde\r\n", "ERROR\r\n"),
+            ("get foo\r\n", "END\r\n"),
+        ]);
     }
 
     #[test]
@@ -1326,7 +1232,7 @@ mod tests {
         let mut input = b"set big 0 0 2000000\r\n".to_vec();
         input.extend(std::iter::repeat_n(b'x', 2_000_000));
         input.extend_from_slice(b"\r\nget big\r\n");
-        let mut h = AsciiHandler::new();
+        let mut h = Conn::default();
         let (out, closed) = r.run_chunked(&mut h, &input, 65536);
         assert!(!closed);
         // The failed set removed the old value, as memcached does.
@@ -1359,11 +1265,11 @@ mod tests {
         for i in 0..1000 {
             get.extend_from_slice(format!("key{i} ").as_bytes());
         }
-        let mut h = AsciiHandler::new();
+        let mut h = Conn::default();
         let (out, closed) = r.run_chunked(&mut h, &get, 100);
         assert!(!closed && out.is_empty());
         get.extend_from_slice(b"\r\n");
-        let mut h = AsciiHandler::new();
+        let mut h = Conn::default();
         let (out, closed) = r.run_chunked(&mut h, &get, 100);
         assert!(!closed);
         assert_eq!(out, b"END\r\n");
@@ -1427,7 +1333,7 @@ mod tests {
         assert_eq!(r.stat("get_hits"), "300");
         assert_eq!(r.stat("get_misses"), "300");
         // Fed byte by byte the same bytes come out.
-        let (chunked, _) = r.run_chunked(&mut AsciiHandler::new(), line.as_bytes(), 7);
+        let (chunked, _) = r.run_chunked(&mut Conn::default(), line.as_bytes(), 7);
         assert!(chunked == want);
     }
 
@@ -1564,29 +1470,33 @@ mod tests {
         assert_eq!(r.shared.verbosity.load(Ordering::Relaxed), 2);
         assert_eq!(r.run(b"quit\r\nget a\r\n"), (Vec::new(), true));
         assert_eq!(r.run(b"GET / HTTP/1.1\r\n"), (Vec::new(), true));
-        assert_eq!(r.ask(b"shutdown\r\n"), "ERROR: shutdown not enabled\r\n");
-        assert_eq!(
-            r.ask(b"cache_memlimit 5\r\n"),
-            "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"
-        );
-        assert_eq!(
-            r.ask(b"cache_memlimit 2000000000\r\n"),
-            "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n"
-        );
-        assert_eq!(r.ask(b"cache_memlimit x\r\n"), "ERROR\r\n");
-        assert_eq!(r.ask(b"cache_memlimit 100\r\n"), "OK\r\n");
+        r.expect(&[
+            ("shutdown\r\n", "ERROR: shutdown not enabled\r\n"),
+            (
+                "cache_memlimit 5\r\n",
+                "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
+            ),
+            (
+                "cache_memlimit 2000000000\r\n",
+                "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n",
+            ),
+            ("cache_memlimit x\r\n", "ERROR\r\n"),
+            ("cache_memlimit 100\r\n", "OK\r\n"),
+        ]);
         assert_eq!(r.cache.lock().memory_limit(), 100 << 20);
-        assert_eq!(
-            r.ask(b"slabs reassign 1 1\r\n"),
-            "SAME src and dst class are identical\r\n"
-        );
-        assert_eq!(
-            r.ask(b"slabs reassign x 1\r\n"),
-            "CLIENT_ERROR bad command line format\r\n"
-        );
-        assert_eq!(r.ask(b"slabs automove 3\r\n"), "ERROR\r\n");
-        assert_eq!(r.ask(b"slabs automove 1\r\n"), "OK\r\n");
-        assert_eq!(r.ask(b"flush_all\r\n"), "OK\r\n");
+        r.expect(&[
+            (
+                "slabs reassign 1 1\r\n",
+                "SAME src and dst class are identical\r\n",
+            ),
+            (
+                "slabs reassign x 1\r\n",
+                "CLIENT_ERROR bad command line format\r\n",
+            ),
+            ("slabs automove 3\r\n", "ERROR\r\n"),
+            ("slabs automove 1\r\n", "OK\r\n"),
+            ("flush_all\r\n", "OK\r\n"),
+        ]);
         assert_eq!(r.stat("cmd_flush"), "1");
 
         let mut s = Settings {
@@ -1596,18 +1506,17 @@ mod tests {
         };
         s.engine.slab_reassign = false;
         let r = Rig::with(s);
-        assert_eq!(
-            r.ask(b"flush_all abc\r\n"),
-            "CLIENT_ERROR flush_all not allowed\r\n"
-        );
-        assert_eq!(
-            r.ask(b"slabs reassign x 1\r\n"),
-            "CLIENT_ERROR slab reassignment disabled\r\n"
-        );
-        assert_eq!(
-            r.ask(b"shutdown x\r\n"),
-            "CLIENT_ERROR invalid shutdown mode\r\n"
-        );
+        r.expect(&[
+            (
+                "flush_all abc\r\n",
+                "CLIENT_ERROR flush_all not allowed\r\n",
+            ),
+            (
+                "slabs reassign x 1\r\n",
+                "CLIENT_ERROR slab reassignment disabled\r\n",
+            ),
+            ("shutdown x\r\n", "CLIENT_ERROR invalid shutdown mode\r\n"),
+        ]);
         assert!(!r.shared.shutdown.load(Ordering::SeqCst));
         assert_eq!(r.run(b"shutdown graceful\r\n"), (Vec::new(), true));
         assert!(r.shared.shutdown.load(Ordering::SeqCst));
@@ -1664,21 +1573,20 @@ mod tests {
             2,
             "{sizes}"
         );
-        assert_eq!(r.ask(b"stats foo\r\n"), "ERROR\r\n");
-        assert_eq!(
-            r.ask(b"stats cachedump 200 1\r\n"),
-            "CLIENT_ERROR Illegal slab id\r\n"
-        );
-        assert_eq!(
-            r.ask(b"stats cachedump 1\r\n"),
-            "CLIENT_ERROR bad command line\r\n"
-        );
-        assert_eq!(r.ask(b"stats cachedump 40 0\r\n"), "END\r\n");
-        assert_eq!(
-            r.ask(b"stats detail\r\n"),
-            "CLIENT_ERROR usage: stats detail on|off|dump\r\n"
-        );
-        assert_eq!(r.ask(b"stats conns\r\n"), "END\r\n");
+        r.expect(&[
+            ("stats foo\r\n", "ERROR\r\n"),
+            (
+                "stats cachedump 200 1\r\n",
+                "CLIENT_ERROR Illegal slab id\r\n",
+            ),
+            ("stats cachedump 1\r\n", "CLIENT_ERROR bad command line\r\n"),
+            ("stats cachedump 40 0\r\n", "END\r\n"),
+            (
+                "stats detail\r\n",
+                "CLIENT_ERROR usage: stats detail on|off|dump\r\n",
+            ),
+            ("stats conns\r\n", "END\r\n"),
+        ]);
     }
 
     #[test]
@@ -1767,8 +1675,8 @@ mod tests {
                 }
             }
             let chunk = 1 + (next() % 64) as usize;
-            let mut h = AsciiHandler::new();
-            // run_chunked asserts the Consumed/Close bounds.
+            let mut h = Conn::default();
+            // Conn::feed asserts the Consumed/Close bounds.
             let _ = r.run_chunked(&mut h, &input, chunk);
         }
     }

@@ -320,7 +320,8 @@ impl Engine {
         self.zone.as_ref().map_or(DrainPace::Go, |z| z.pace())
     }
 
-    /// While on, evicted items are not demoted (see [`crate::zzone::split::Zzone::paused`]).
+    /// While on, evicted items are not demoted (see
+    /// [`crate::zzone::split::Zzone::paused`]).
     /// Returns what it was.
     pub(super) fn pause_demotions(&mut self, on: bool) -> bool {
         match self.zone.as_mut() {

@@ -2,8 +2,8 @@
 //! (SlimCache §3.3: items are packed into containers of about one flash
 //! page times the running compression ratio, compressed as a whole).
 //!
-//! Its payload is a Z-zone block (`zzone::block`: items sorted by key hash,
-//! with an offset index), stored raw or compressed with one of the
+//! Its payload is a block (`crate::block`, the Z-zone's format: items
+//! sorted by key hash, with an offset index), stored raw or compressed with one of the
 //! [`Codec`]s. Flash can hand back any bytes at all (a torn write, a bit
 //! flip, a truncated file, another file's data), so the header and payload
 //! are covered by a CRC-32, and a container is only ever read through
@@ -26,11 +26,20 @@
 //! 24  payload    stored bytes
 //! ```
 
+use crate::block;
 use crate::codec::{Codec, CodecError, Coder, Dictionary};
-use crate::zzone::block;
 
 pub const MAGIC: [u8; 4] = *b"CCT1";
 pub const HEADER: usize = 24;
+
+/// The flash page a compressed container should fill (SlimCache §3.3).
+pub const FLASH_PAGE: usize = 4096;
+/// Raw container sizes are the page times the running ratio, within these.
+pub(super) const MIN_CONTAINER_RAW: usize = FLASH_PAGE;
+pub(super) const MAX_CONTAINER_RAW: usize = 16 * FLASH_PAGE;
+/// Most containers in a slab (the index's container field).
+pub(super) const MAX_CONTAINERS: usize = 1 << super::index::CONTAINER_BITS;
+
 /// The largest decoded payload a header may claim: a reader sizes its
 /// buffer from it, so a damaged header must not ask for gigabytes.
 pub const MAX_RAW: usize = 16 << 20;
@@ -71,7 +80,7 @@ pub enum ContainerError {
 }
 
 /// Append to `out` a container of the block
-/// `zzone::flush::encode` built: `used` is
+/// `block::encode` built: `used` is
 /// the codec it chose (`dict` the dictionary it was given), `count` the
 /// items, `raw_len` the block's decoded length and `packed` its stored
 /// bytes. Returns its header.
@@ -137,7 +146,7 @@ pub fn header(bytes: &[u8]) -> Result<Header, ContainerError> {
 }
 
 /// Check and decode the container at the start of `bytes` into `raw` (a
-/// block: read it with `zzone::block::find` or `entries`). `dict` gives
+/// block: read it with `block::find` or `block::entries`). `dict` gives
 /// the dictionary a zstd container names.
 pub fn read<'d>(
     bytes: &[u8],
@@ -182,10 +191,10 @@ fn checksum(header: &[u8], payload: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::block::encode;
     use crate::codec::Recognizer;
     use crate::hash::hash;
     use crate::item;
-    use crate::zzone::flush::encode;
     use proptest::prelude::*;
 
     /// Item images of `n` keys with `len`-byte values, JSON-like or

@@ -20,6 +20,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
+use super::config::FlashConfig;
 use crate::codec::Dictionary;
 
 const MAGIC: [u8; 4] = *b"CDI1";
@@ -45,7 +46,7 @@ const ATTEMPTS: u32 = 3;
 /// Whether the tier trains a dictionary: with zstd, and DRAM enough that
 /// the training's reservation takes at most a quarter of the tier's share
 /// of `-m` (about `-m 22` and up): below that it would crowd the index out.
-pub fn worth_training(config: &super::FlashConfig) -> bool {
+pub fn worth_training(config: &FlashConfig) -> bool {
     config.codec == crate::codec::Codec::Zstd && config.memory_cap >= 4 * TRAINING_BYTES
 }
 

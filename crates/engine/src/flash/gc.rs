@@ -8,14 +8,16 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::container;
+use super::counters::bump;
 use super::device::ALIGN;
+use super::dram::Writer;
 use super::index::Loc;
-use super::log::SLAB;
+use super::log::{rebase, SLAB};
 use super::stage::Area;
-use super::writer::Writer;
-use super::{bump, container, recover, Flash};
+use super::tier::Flash;
+use crate::block;
 use crate::item;
-use crate::zzone::block;
 
 impl Flash {
     /// Keep at least `w_high` slabs free: recycle the oldest slab of the
@@ -108,7 +110,7 @@ impl Flash {
                 // A moved item is rewritten under this run's clock.
                 let mut image = image.to_vec();
                 let now = self.clock.now();
-                let live = recover::rebase(&mut image, epoch, this_run)
+                let live = rebase(&mut image, epoch, this_run)
                     && matches!(item::exptime(&image), e if e == 0 || e > now);
                 if live {
                     match (area, to) {

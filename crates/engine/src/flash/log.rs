@@ -21,6 +21,7 @@
 use std::collections::VecDeque;
 
 use super::stage::Area;
+use crate::item;
 
 /// Bytes of a slab.
 pub const SLAB: usize = 1 << 20;
@@ -87,7 +88,7 @@ pub struct SlabMeta {
     pub area: Option<Area>,
     pub seq: u64,
     /// The Unix time of the item clock's 0 when it was written (its items'
-    /// expiry times are relative to it: `recover::rebase`).
+    /// expiry times are relative to it: `rebase`).
     pub epoch: i64,
     /// Where each container starts, then where the last one ends.
     pub offsets: Vec<u32>,
@@ -246,6 +247,28 @@ impl Log {
     }
 }
 
+/// Move an item image's expiry from the clock of `from` (the Unix time of
+/// its relative 0) to that of `to`; false if it has expired meanwhile.
+pub fn rebase(image: &mut [u8], from: i64, to: i64) -> bool {
+    let exp = item::exptime(image);
+    match moved_expiry(exp, from, to) {
+        Some(moved) if moved != exp => item::set_exptime(image, moved),
+        Some(_) => {}
+        None => return false,
+    }
+    true
+}
+
+/// A relative expiry `exp` (0: never) under the clock of `from`, on the
+/// clock of `to`; None if it has passed meanwhile.
+pub(super) fn moved_expiry(exp: u32, from: i64, to: i64) -> Option<u32> {
+    if exp == 0 || from == to {
+        return Some(exp);
+    }
+    let rel = from + i64::from(exp) - to;
+    (rel > 0).then(|| u32::try_from(rel).unwrap_or(u32::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,5 +294,17 @@ mod tests {
         }
         assert_eq!(SlabHeader::read(&b[..10]), None);
         assert_eq!(SlabHeader::read(&[0u8; SLAB_HEADER]), None);
+    }
+
+    #[test]
+    fn expiry_moves_to_the_new_clock() {
+        let mut image = vec![0u8; 32];
+        item::set_exptime(&mut image, 100);
+        assert!(rebase(&mut image, 1000, 1030));
+        assert_eq!(item::exptime(&image), 70);
+        assert!(!rebase(&mut image, 1000, 1100));
+        let mut forever = vec![0u8; 32];
+        assert!(rebase(&mut forever, 1000, 99_999));
+        assert_eq!(item::exptime(&forever), 0);
     }
 }

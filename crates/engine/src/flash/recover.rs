@@ -25,80 +25,29 @@
 //! header records that start (its epoch), and items read from a slab of an
 //! earlier run have their expiry moved to this run's clock (`rebase`).
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use super::container;
+use super::counters::bump;
 use super::device::{AlignedBuf, ALIGN};
+use super::dict;
 use super::index::{self, Loc};
-use super::log::{self, SlabHeader, SLAB, SLAB_HEADER};
+use super::journal::{dropped_mark, journal_path, Cursor, Journal, Recovery, FLUSH_ALL, RETIRED};
+use super::log::{self, moved_expiry, SlabHeader, SLAB, SLAB_HEADER};
 use super::stage::Area;
-use super::{bump, container, dict, dropped_mark, Flash, Recovery, FLUSH_ALL, RETIRED};
+use super::tier::Flash;
+use crate::block;
 use crate::codec::{Coder, Dictionary};
 use crate::durable::{self, with_suffix};
 use crate::item;
-use crate::zzone::block;
 
 const SNAPSHOT_MAGIC: [u8; 4] = *b"CIX1";
-const JOURNAL_MAGIC: [u8; 4] = *b"CTB1";
 
 pub fn snapshot_path(path: &Path) -> PathBuf {
     with_suffix(path, ".index")
-}
-
-pub fn journal_path(path: &Path) -> PathBuf {
-    with_suffix(path, ".journal")
-}
-
-/// Move an item image's expiry from the clock of `from` (the Unix time of
-/// its relative 0) to that of `to`; false if it has expired meanwhile.
-pub fn rebase(image: &mut [u8], from: i64, to: i64) -> bool {
-    let exp = item::exptime(image);
-    match moved_expiry(exp, from, to) {
-        Some(moved) if moved != exp => item::set_exptime(image, moved),
-        Some(_) => {}
-        None => return false,
-    }
-    true
-}
-
-/// A relative expiry `exp` (0: never) under the clock of `from`, on the
-/// clock of `to`; None if it has passed meanwhile.
-fn moved_expiry(exp: u32, from: i64, to: i64) -> Option<u32> {
-    if exp == 0 || from == to {
-        return Some(exp);
-    }
-    let rel = from + i64::from(exp) - to;
-    (rel > 0).then(|| u32::try_from(rel).unwrap_or(u32::MAX))
-}
-
-/// A little-endian reader over a byte slice that reports running out.
-struct Cursor<'a>(&'a [u8]);
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let all: &'a [u8] = self.0;
-        if all.len() < n {
-            return None;
-        }
-        let (a, b) = all.split_at(n);
-        self.0 = b;
-        Some(a)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
-    }
-    fn u32(&mut self) -> Option<u32> {
-        self.take(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        self.take(8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-    }
 }
 
 /// What a snapshot holds of one slab.
@@ -210,111 +159,6 @@ pub fn take_snapshot(path: &Path) -> Option<Snapshot> {
     let bytes = std::fs::read(path).ok()?;
     let _ = std::fs::remove_file(path);
     Snapshot::decode(&bytes)
-}
-
-/// The tombstone journal.
-pub struct Journal {
-    file: File,
-    path: PathBuf,
-    bytes: u64,
-}
-
-impl Journal {
-    pub fn open(path: &Path) -> io::Result<Journal> {
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)?;
-        let bytes = file.metadata()?.len();
-        Ok(Journal {
-            file,
-            path: path.to_path_buf(),
-            bytes,
-        })
-    }
-
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// Append a batch of (hash, sequence) records, and sync it.
-    pub fn append(&mut self, records: &[(u64, u64)]) -> io::Result<()> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        let b = encode_batch(records);
-        self.file.write_all(&b)?;
-        self.file.sync_data()?;
-        self.bytes += b.len() as u64;
-        Ok(())
-    }
-
-    /// Every valid record; reading stops at the first damaged batch (the
-    /// tail a crash cut short).
-    pub fn records(&mut self) -> Vec<(u64, u64)> {
-        let mut b = Vec::new();
-        let _ = File::open(&self.path).and_then(|mut f| f.read_to_end(&mut b));
-        let mut out = Vec::new();
-        let mut c = Cursor(&b);
-        loop {
-            let start = c.0;
-            let Some(magic) = c.take(4) else {
-                break;
-            };
-            let Some(n) = c.u32() else {
-                break;
-            };
-            let n = n as usize;
-            if magic != JOURNAL_MAGIC || n > 1 << 24 {
-                break;
-            }
-            let Some(body) = c.take(n * 16) else {
-                break;
-            };
-            let Some(crc) = c.u32() else {
-                break;
-            };
-            if crc32fast::hash(&start[..8 + n * 16]) != crc {
-                break;
-            }
-            out.extend(body.chunks_exact(16).map(|r| {
-                let h = u64::from_le_bytes(r[..8].try_into().unwrap_or([0; 8]));
-                let s = u64::from_le_bytes(r[8..].try_into().unwrap_or([0; 8]));
-                (h, s)
-            }));
-        }
-        out
-    }
-
-    /// Rewrite the journal with only `keep` (`durable::replace`).
-    pub fn rewrite(&mut self, keep: &[(u64, u64)]) -> io::Result<()> {
-        let written = durable::replace(&self.path, |f| {
-            let mut written = 0;
-            for chunk in keep.chunks(1 << 16) {
-                let b = encode_batch(chunk);
-                f.write_all(&b)?;
-                written += b.len() as u64;
-            }
-            Ok(written)
-        })?;
-        *self = Journal::open(&self.path)?;
-        debug_assert_eq!(self.bytes, written);
-        Ok(())
-    }
-}
-
-fn encode_batch(records: &[(u64, u64)]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(12 + records.len() * 16);
-    b.extend_from_slice(&JOURNAL_MAGIC);
-    b.extend_from_slice(&(records.len() as u32).to_le_bytes());
-    for (h, s) in records {
-        b.extend_from_slice(&h.to_le_bytes());
-        b.extend_from_slice(&s.to_le_bytes());
-    }
-    let crc = crc32fast::hash(&b);
-    b.extend_from_slice(&crc.to_le_bytes());
-    b
 }
 
 /// One slab as a scan finds it: its header and the containers that pass
@@ -705,10 +549,6 @@ impl Flash {
 mod tests {
     use super::*;
 
-    fn temp(name: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("cachalot-recover-{}-{name}", std::process::id()))
-    }
-
     #[test]
     fn snapshots_round_trip_and_damage_is_refused() {
         let snap = Snapshot {
@@ -740,42 +580,5 @@ mod tests {
         for n in 0..b.len() {
             assert_eq!(Snapshot::decode(&b[..n]), None, "{n} bytes");
         }
-    }
-
-    #[test]
-    fn the_journal_keeps_whole_batches_only() {
-        let p = temp("journal");
-        let _ = std::fs::remove_file(&p);
-        let mut j = Journal::open(&p).expect("open");
-        j.append(&[(1, 10), (2, 20)]).unwrap();
-        j.append(&[(3, 30)]).unwrap();
-        assert_eq!(j.records(), vec![(1, 10), (2, 20), (3, 30)]);
-        // A torn last batch (a crash while appending) is ignored.
-        let len = std::fs::metadata(&p).unwrap().len();
-        OpenOptions::new()
-            .write(true)
-            .open(&p)
-            .unwrap()
-            .set_len(len - 3)
-            .unwrap();
-        let mut j = Journal::open(&p).expect("reopen");
-        assert_eq!(j.records(), vec![(1, 10), (2, 20)]);
-        j.rewrite(&[(2, 20)]).unwrap();
-        assert_eq!(j.records(), vec![(2, 20)]);
-        j.append(&[(4, 40)]).unwrap();
-        assert_eq!(j.records(), vec![(2, 20), (4, 40)]);
-        let _ = std::fs::remove_file(&p);
-    }
-
-    #[test]
-    fn expiry_moves_to_the_new_clock() {
-        let mut image = vec![0u8; 32];
-        item::set_exptime(&mut image, 100);
-        assert!(rebase(&mut image, 1000, 1030));
-        assert_eq!(item::exptime(&image), 70);
-        assert!(!rebase(&mut image, 1000, 1100));
-        let mut forever = vec![0u8; 32];
-        assert!(rebase(&mut forever, 1000, 99_999));
-        assert_eq!(item::exptime(&forever), 0);
     }
 }

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::log::Log;
 use super::stage::Area;
-use super::Flash;
+use super::tier::Flash;
 
 /// Flash lookups per window.
 pub const WINDOW: u64 = 20_000;

@@ -9,105 +9,18 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::container::{self, FLASH_PAGE, MAX_CONTAINERS, MAX_CONTAINER_RAW, MIN_CONTAINER_RAW};
+use super::counters::bump;
 use super::device::AlignedBuf;
-use super::dict::{self, Trainer};
+use super::dict;
+use super::dram::{dram_spare, OpenSlab, Sealing, Writer};
 use super::index::Loc;
+use super::journal::dropped_mark;
 use super::log::{SlabHeader, SLAB, SLAB_HEADER};
-use super::stage::{Area, Taken};
-use super::{
-    bump, container, Flash, FLASH_PAGE, MAX_CONTAINERS, MAX_CONTAINER_RAW, MIN_CONTAINER_RAW,
-};
-use crate::codec::{Codec, Coder, Recognizer};
-use crate::zzone::block;
-
-/// The writer's own state: only the writer thread uses it (a mutex makes
-/// the tier `Sync`; only `sync` and `validate` ever wait for it).
-pub(super) struct Writer {
-    pub(super) gc: AlignedBuf,
-    pub(super) coder: Coder,
-    pub(super) recognizer: Recognizer,
-    pub(super) raw: Vec<u8>,
-    pub(super) packed: Vec<u8>,
-    pub(super) container: Vec<u8>,
-    pub(super) taken: Vec<Taken>,
-    /// Running compression ratio of compressed containers (raw / stored).
-    pub(super) ratio: f64,
-    /// The write budget: bytes that may still be written, refilled at
-    /// `write_rate` per second.
-    pub(super) tokens: f64,
-    pub(super) refilled: Instant,
-    /// The `flush_all`s it has caught up with.
-    pub(super) cleared: u64,
-    pub(super) trainer: Trainer,
-}
-
-/// A slab being filled in DRAM: its containers are indexed and read from
-/// here until it is written.
-pub(super) struct OpenSlab {
-    pub(super) slab: u32,
-    pub(super) seq: u64,
-    pub(super) buf: AlignedBuf,
-    /// Where each container starts.
-    pub(super) offsets: Vec<u32>,
-    pub(super) at: usize,
-}
-
-/// A slab being written: readable from DRAM until it is sealed.
-pub(super) struct Sealing {
-    pub(super) slab: u32,
-    pub(super) area: Area,
-    pub(super) buf: Arc<AlignedBuf>,
-    /// Container starts, then the end.
-    pub(super) offsets: Vec<u32>,
-}
-
-/// The slabs that live in DRAM (one open per area, one being written),
-/// under a mutex readers hold only to copy a container out.
-#[derive(Default)]
-pub(super) struct Dram {
-    pub(super) open: [Option<OpenSlab>; 2],
-    pub(super) sealing: Option<Sealing>,
-    pub(super) spare: Vec<AlignedBuf>,
-}
-
-impl Dram {
-    /// Bytes of container `c` of `slab`, if that slab is in DRAM.
-    pub(super) fn container(&self, loc: Loc) -> Option<(Area, Option<&[u8]>)> {
-        let c = loc.container as usize;
-        for (area, o) in [Area::Cold, Area::Hot].into_iter().zip(&self.open) {
-            let Some(o) = o.as_ref().filter(|o| o.slab == loc.slab) else {
-                continue;
-            };
-            let bytes = o.offsets.get(c).map(|&start| {
-                let end = o.offsets.get(c + 1).map_or(o.at, |&e| e as usize);
-                &o.buf.as_ref()[start as usize..end]
-            });
-            return Some((area, bytes));
-        }
-        let s = self.sealing.as_ref().filter(|s| s.slab == loc.slab)?;
-        let range = s.offsets.get(c).zip(s.offsets.get(c + 1));
-        Some((
-            s.area,
-            range.map(|(&a, &b)| &s.buf.as_ref().as_ref()[a as usize..b as usize]),
-        ))
-    }
-
-    #[cfg(any(test, feature = "testing"))]
-    pub(super) fn slabs(&self) -> impl Iterator<Item = u32> + '_ {
-        self.open
-            .iter()
-            .flatten()
-            .map(|o| o.slab)
-            .chain(self.sealing.as_ref().map(|s| s.slab))
-    }
-}
-
-/// Keep a spare slab buffer (one is enough: the next slab opened).
-pub(super) fn dram_spare(spare: &mut Vec<AlignedBuf>, buf: AlignedBuf) {
-    if spare.is_empty() {
-        spare.push(buf);
-    }
-}
+use super::stage::Area;
+use super::tier::Flash;
+use crate::block;
+use crate::codec::Codec;
 
 impl Flash {
     /// The writer's work: pack the next staged items of one area into a
@@ -148,7 +61,7 @@ impl Flash {
         let dict = self.dict.get();
         let mut items: Vec<(u64, &[u8])> = w.taken.iter().map(|t| (t.1, &t.2[..])).collect();
         let (used, entropy, tried) = if compress {
-            crate::zzone::flush::encode(
+            block::encode(
                 &mut w.coder,
                 &mut w.recognizer,
                 self.config.codec,
@@ -376,7 +289,7 @@ impl Flash {
                             let seq = self.log.lock().next_seq;
                             let mut tombs = self.tombs.lock();
                             for (prefix, _) in r.dropped {
-                                tombs.push((super::dropped_mark(prefix), seq));
+                                tombs.push((dropped_mark(prefix), seq));
                             }
                         }
                     }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::Zone;
+use super::zone::Zone;
 
 pub struct ZoneCell {
     zone: Mutex<Zone>,

@@ -21,12 +21,14 @@
 
 use std::sync::Arc;
 
-use super::{block, range_end, range_start, Entry, Zone, MAX_RAW};
-use crate::codec::{normalized_entropy, Codec, Coder, Dictionary, Recognizer};
+use super::desc::{block_len, codec_of, entry, Entry, MAX_RAW};
+use super::filter::Filter;
+use super::log;
+use super::trie::{range_end, range_start, Node, MAX_DEPTH};
+use super::zone::Zone;
+use crate::block::{self, encode};
+use crate::codec::{Codec, Coder, Dictionary, Recognizer};
 use crate::item;
-use crate::zzone::filter::Filter;
-use crate::zzone::log;
-use crate::zzone::trie::{Node, MAX_DEPTH};
 
 /// A stored block copied for a job.
 struct Old {
@@ -190,7 +192,7 @@ impl Zone {
                 0 => Vec::new(),
                 _ => self.log.read(d.loc, d.stored as usize).to_vec(),
             },
-            codec: super::codec_of(d.codec),
+            codec: codec_of(d.codec),
             missing: d.dict != 0 && dict.is_none(),
             dict,
             raw: d.raw as usize,
@@ -505,41 +507,4 @@ impl Job {
         }
         self.out.push(o);
     }
-}
-
-pub(super) fn entry(work: &[u8], e: Entry) -> &[u8] {
-    &work[e.at as usize..(e.at + e.len) as usize]
-}
-
-/// Decoded size of a block of `entries`.
-pub(super) fn block_len(entries: &[Entry]) -> usize {
-    block::encoded_len(
-        entries.len(),
-        entries.iter().map(|e| e.len as usize).sum::<usize>(),
-    )
-}
-
-/// Build `items` into a block in `raw`, and store it in `packed`:
-/// compressed, or as it is when its entropy says compression will not pay
-/// (SlimCache's recognizer) or it did not. Returns the codec used, the
-/// block's entropy and whether compression was tried.
-pub(crate) fn encode(
-    coder: &mut Coder,
-    recognizer: &mut Recognizer,
-    codec: Codec,
-    dict: Option<&Dictionary>,
-    items: &mut [(u64, &[u8])],
-    raw: &mut Vec<u8>,
-    packed: &mut Vec<u8>,
-) -> (Codec, f64, bool) {
-    block::build(items, raw);
-    let entropy = normalized_entropy(raw);
-    let tried = codec != Codec::Raw && recognizer.worth_trying(entropy);
-    let dict = if codec == Codec::Zstd { dict } else { None };
-    if tried && coder.compress(codec, dict, raw, packed) {
-        return (codec, entropy, true);
-    }
-    packed.clear();
-    packed.extend_from_slice(raw);
-    (Codec::Raw, entropy, tried)
 }

@@ -19,7 +19,10 @@
 
 use std::sync::Arc;
 
-use super::{Zone, ZoneCell, ZoneConfig, ZoneStats, PROBE_PAGES};
+use super::cell::ZoneCell;
+use super::config::{ZoneConfig, PROBE_PAGES};
+use super::stats::ZoneStats;
+use super::zone::Zone;
 use crate::config::Config;
 use crate::slab::PageId;
 

@@ -271,6 +271,23 @@ impl Trie {
     }
 }
 
+/// The last hash of leaf `n`'s range.
+pub fn range_end(n: Node) -> u64 {
+    if n.depth == 0 {
+        u64::MAX
+    } else {
+        (n.prefix << (64 - n.depth)) | (u64::MAX >> n.depth)
+    }
+}
+
+pub fn range_start(n: Node) -> u64 {
+    if n.depth == 0 {
+        0
+    } else {
+        n.prefix << (64 - n.depth)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,9 +28,9 @@
 //! - arrivals: no model in either paper; requests are `rate` (100 000) per
 //!   second apart, as the other models without an arrival process.
 
-use super::dist::{gev, unit_hash, Rng, Zipf};
-use super::{min_key_len, Pacer, Params, MAX_VALUE};
-use crate::trace::{Op, Request};
+use super::dist::{gev, unit_hash, Rng};
+use super::{gev_key_len, min_key_len, request, Pacer, Params, ZipfMix, MAX_VALUE};
+use crate::trace::Request;
 
 pub const KEY_GEV: (f64, f64, f64) = (31.0, 1.5, 0.1);
 pub const VALUE_GEV: (f64, f64, f64) = (270.0, 20.0, 0.4);
@@ -44,9 +44,7 @@ const VALUE_SIZE_STREAM: u64 = 0xa992;
 
 pub struct App {
     rng: Rng,
-    zipf: Zipf,
-    set: f64,
-    delete: f64,
+    mix: ZipfMix,
     min_key: u16,
     max_value: u64,
     pacer: Pacer,
@@ -55,19 +53,12 @@ pub struct App {
 
 impl App {
     pub fn new(p: &mut Params, seed: u64) -> anyhow::Result<App> {
-        let keys = p.u64("keys", 1_000_000)?.max(1);
-        let alpha = p.f64("alpha", ALPHA)?;
-        anyhow::ensure!(alpha >= 0.0, "alpha must be >= 0");
-        let set = p.prob("set", 0.05)?;
-        let delete = p.prob("delete", 0.0)?;
-        anyhow::ensure!(set + delete <= 1.0, "set + delete must be <= 1");
+        let (mix, keys) = ZipfMix::from_params(p, ALPHA, "set", 0.05)?;
         let max_value = p.u64("max_value", MAX_VALUE)?.min(MAX_VALUE);
         let pacer = Pacer::from_params(p, 100_000.0)?;
         Ok(App {
             rng: Rng::new(seed, 0xa99),
-            zipf: Zipf::new(keys, alpha),
-            set,
-            delete,
+            mix,
             min_key: min_key_len(keys),
             max_value,
             pacer,
@@ -77,9 +68,7 @@ impl App {
 
     /// The fixed key length of `key`.
     pub fn key_size(&self, key: u64) -> u16 {
-        let (l, s, k) = KEY_GEV;
-        let g = gev(unit_hash(key, KEY_SIZE_STREAM), l, s, k).round();
-        (g.clamp(1.0, 250.0) as u16).max(self.min_key)
+        gev_key_len(unit_hash(key, KEY_SIZE_STREAM), KEY_GEV, self.min_key)
     }
 
     /// The fixed value length of `key`.
@@ -94,36 +83,22 @@ impl Iterator for App {
     type Item = Request;
 
     fn next(&mut self) -> Option<Request> {
-        let key = self.zipf.sample(&mut self.rng) - 1;
-        let op = Op::pick(self.rng.f64(), self.set, self.delete);
-        let r = Request {
-            time_us: self.pacer.time_us(self.i),
-            key,
-            key_size: self.key_size(key),
-            value_size: self.value_size(key),
-            cost: 1,
-            op,
-            ttl: 0,
-        };
-        self.i += 1;
-        Some(r)
+        let (key, op) = self.mix.next(&mut self.rng);
+        let time_us = self.pacer.tick(&mut self.i);
+        let (key_size, value_size) = (self.key_size(key), self.value_size(key));
+        Some(request(time_us, key, key_size, value_size, op, 0))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::dist::zeta;
+    use super::super::{assert_fixed_sizes, assert_top_share, test_model};
     use super::*;
+    use crate::trace::Op;
 
     fn model(params: &[(&str, &str)], seed: u64) -> App {
-        let given: Vec<(String, String)> = params
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let mut p = Params::new(&given);
-        let m = App::new(&mut p, seed).unwrap();
-        p.finish("app").unwrap();
-        m
+        test_model("app", params, |p| App::new(p, seed))
     }
 
     fn share(v: &[f64], f: impl Fn(f64) -> bool) -> f64 {
@@ -171,26 +146,14 @@ mod tests {
         assert!((sets - 0.05).abs() < 0.003, "{sets}");
         assert!(reqs.iter().all(|r| r.op != Op::Delete));
         assert_eq!(reqs[100_000].time_us, 1_000_000);
-        let k0: Vec<&Request> = reqs.iter().filter(|r| r.key == reqs[0].key).collect();
-        assert!(k0.len() > 1);
-        assert!(k0
-            .iter()
-            .all(|r| r.key_size == k0[0].key_size && r.value_size == k0[0].value_size));
+        assert_fixed_sizes(&reqs);
     }
 
     #[test]
     fn popularity_matches_zexpanders_fig_1() {
         // Over the default 1 M keys, the top 6.9% of keys take 80%.
+        assert_top_share(model(&[], 3), TOP_KEYS, ALPHA, 0.80);
         let n = 1_000_000u64;
-        let top = (TOP_KEYS * n as f64) as u64;
-        let exact = zeta(top, ALPHA) / zeta(n, ALPHA);
-        assert!((exact - 0.80).abs() < 0.005, "{exact}");
-        let head = model(&[], 3)
-            .take(2_000_000)
-            .filter(|r| r.key < top)
-            .count() as f64
-            / 2e6;
-        assert!((head - exact).abs() < 0.003, "{head} vs {exact}");
         // Less skewed than ETC: its top 3.6% take well under 80% here.
         assert!(zeta(36_000, ALPHA) / zeta(n, ALPHA) < 0.77);
     }

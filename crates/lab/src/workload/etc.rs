@@ -22,9 +22,9 @@
 //! keys take about ln 2 / ln N of the requests (6% for N = 100 k); the paper's
 //! 1% comes from a long tail of keys that are rarely repeated at all.
 
-use super::dist::{gev, gpd, unit_hash, Rng, Zipf};
-use super::{min_key_len, Params, MAX_VALUE};
-use crate::trace::{Op, Request};
+use super::dist::{gpd, unit_hash, Rng};
+use super::{gev_key_len, min_key_len, request, Params, ZipfMix, MAX_VALUE};
+use crate::trace::Request;
 
 /// The paper's value-size table for sizes 0..=14 bytes (probability of each).
 pub const SMALL_VALUES: [f64; 15] = [
@@ -57,9 +57,7 @@ pub fn value_size(u: f64, max_value: u64) -> u32 {
 
 pub struct Etc {
     rng: Rng,
-    zipf: Zipf,
-    set: f64,
-    delete: f64,
+    mix: ZipfMix,
     min_key: u16,
     max_value: u64,
     time_us: f64,
@@ -67,18 +65,11 @@ pub struct Etc {
 
 impl Etc {
     pub fn new(p: &mut Params, seed: u64) -> anyhow::Result<Etc> {
-        let keys = p.u64("keys", 1_000_000)?.max(1);
-        let alpha = p.f64("alpha", 1.0)?;
-        anyhow::ensure!(alpha >= 0.0, "alpha must be >= 0");
-        let set = p.prob("set", 1.0 / 31.0)?;
-        let delete = p.prob("delete", 0.0)?;
-        anyhow::ensure!(set + delete <= 1.0, "set + delete must be <= 1");
+        let (mix, keys) = ZipfMix::from_params(p, 1.0, "set", 1.0 / 31.0)?;
         let max_value = p.u64("max_value", MAX_VALUE)?.min(MAX_VALUE);
         Ok(Etc {
             rng: Rng::new(seed, 0xe7c),
-            zipf: Zipf::new(keys, alpha),
-            set,
-            delete,
+            mix,
             min_key: min_key_len(keys),
             max_value,
             time_us: 0.0,
@@ -87,9 +78,7 @@ impl Etc {
 
     /// The fixed key length of `key`.
     pub fn key_size(&self, key: u64) -> u16 {
-        let (l, s, k) = KEY_GEV;
-        let g = gev(unit_hash(key, KEY_SIZE_STREAM), l, s, k).round();
-        (g.clamp(1.0, 250.0) as u16).max(self.min_key)
+        gev_key_len(unit_hash(key, KEY_SIZE_STREAM), KEY_GEV, self.min_key)
     }
 
     /// The fixed value length of `key`.
@@ -102,17 +91,15 @@ impl Iterator for Etc {
     type Item = Request;
 
     fn next(&mut self) -> Option<Request> {
-        let key = self.zipf.sample(&mut self.rng) - 1;
-        let op = Op::pick(self.rng.f64(), self.set, self.delete);
-        let r = Request {
-            time_us: self.time_us as u64,
+        let (key, op) = self.mix.next(&mut self.rng);
+        let r = request(
+            self.time_us as u64,
             key,
-            key_size: self.key_size(key),
-            value_size: self.value_size(key),
-            cost: 1,
+            self.key_size(key),
+            self.value_size(key),
             op,
-            ttl: 0,
-        };
+            0,
+        );
         let (l, s, k) = IA_GPD;
         self.time_us += gpd(self.rng.open01(), l, s, k);
         Some(r)
@@ -122,6 +109,7 @@ impl Iterator for Etc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::Op;
 
     fn quantile(v: &mut [f64], q: f64) -> f64 {
         v.sort_by(|a, b| a.total_cmp(b));
@@ -177,12 +165,7 @@ mod tests {
         // GPD(0, 16.0292, 0.154971) has mean sigma/(1-xi) = 18.97 us.
         let mean_ia = reqs.last().map(|r| r.time_us).unwrap_or(0) as f64 / 199_999.0;
         assert!((mean_ia - 18.97).abs() < 0.5, "{mean_ia}");
-        // A key keeps its sizes.
-        let k0: Vec<&Request> = reqs.iter().filter(|r| r.key == reqs[0].key).collect();
-        assert!(k0.len() > 1);
-        assert!(k0
-            .iter()
-            .all(|r| r.key_size == k0[0].key_size && r.value_size == k0[0].value_size));
+        super::super::assert_fixed_sizes(&reqs);
     }
 
     #[test]

@@ -200,12 +200,13 @@ impl Iterator for GdWheel {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_model;
     use super::*;
 
     fn model(which: &str) -> GdWheel {
-        let given = vec![("keys".to_string(), "100000".to_string())];
-        let mut p = Params::new(&given);
-        GdWheel::new(which, &mut p, 0, 1).unwrap()
+        test_model("gdwheel", &[("keys", "100000")], |p| {
+            GdWheel::new(which, p, 0, 1)
+        })
     }
 
     #[test]

@@ -26,7 +26,7 @@
 //! mean ~101 B); keys are 23 bytes as YCSB's.
 
 use super::dist::{gpd, unit_hash, Rng, ScrambledZipfian};
-use super::{min_key_len, Pacer, Params, MAX_VALUE};
+use super::{min_key_len, request, Pacer, Params, MAX_VALUE};
 use crate::trace::{Op, Request};
 use crate::values::{natural_size, ValueKind};
 
@@ -106,17 +106,15 @@ impl Iterator for Calcification {
                 break (x as u64).min(2 * self.q - 1);
             }
         };
-        let r = Request {
-            time_us: self.pacer.time_us(self.i),
+        let time_us = self.pacer.tick(&mut self.i);
+        Some(request(
+            time_us,
             key,
-            key_size: self.key_size,
-            value_size: self.value_size(key),
-            cost: 1,
-            op: Op::Get,
-            ttl: 0,
-        };
-        self.i += 1;
-        Some(r)
+            self.key_size,
+            self.value_size(key),
+            Op::Get,
+            0,
+        ))
     }
 }
 
@@ -176,37 +174,30 @@ impl Iterator for ZexpanderSwitch {
             self.zipf.next(&mut self.rng)
         };
         let op = Op::pick(self.rng.f64(), self.set, 0.0);
-        let r = Request {
-            time_us: self.pacer.time_us(self.i),
+        let time_us = self.pacer.tick(&mut self.i);
+        Some(request(
+            time_us,
             key,
-            key_size: self.key_size,
-            value_size: Self::value_size(key),
-            cost: 1,
+            self.key_size,
+            Self::value_size(key),
             op,
-            ttl: 0,
-        };
-        self.i += 1;
-        Some(r)
+            0,
+        ))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_model;
     use super::*;
-
-    fn params(kv: &[(&str, &str)]) -> Params {
-        let given: Vec<(String, String)> = kv
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Params::new(&given)
-    }
 
     #[test]
     fn calcification_phases_move_from_set_one_to_set_two() {
         let q = 100_000u64;
         let n = 300_000u64;
-        let c = Calcification::new(&mut params(&[("keys", "100000")]), n, 1).unwrap();
+        let c = test_model("calcification", &[("keys", "100000")], |p| {
+            Calcification::new(p, n, 1)
+        });
         let reqs: Vec<Request> = c.take(n as usize).collect();
         let in2 =
             |rs: &[Request]| rs.iter().filter(|r| r.key >= q).count() as f64 / rs.len() as f64;
@@ -229,7 +220,9 @@ mod tests {
 
     #[test]
     fn calcification_sizes_follow_the_two_gpds() {
-        let c = Calcification::new(&mut params(&[("keys", "100000")]), 10, 1).unwrap();
+        let c = test_model("calcification", &[("keys", "100000")], |p| {
+            Calcification::new(p, 10, 1)
+        });
         let mut s1: Vec<u32> = (0..100_000).map(|k| c.value_size(k)).collect();
         let mut s2: Vec<u32> = (100_000..200_000).map(|k| c.value_size(k)).collect();
         s1.sort_unstable();
@@ -244,7 +237,9 @@ mod tests {
     #[test]
     fn zexpander_switches_from_uniform_to_zipfian() {
         let n = 200_000u64;
-        let z = ZexpanderSwitch::new(&mut params(&[("keys", "100000")]), n, 1).unwrap();
+        let z = test_model("zexpander-switch", &[("keys", "100000")], |p| {
+            ZexpanderSwitch::new(p, n, 1)
+        });
         let reqs: Vec<Request> = z.take(n as usize).collect();
         let hot = super::super::dist::fnv64(0) % 100_000;
         let share =

@@ -16,9 +16,9 @@
 //! in the mix is spread uniformly over +-`jitter` of itself so that a size
 //! class maps to a few slab classes rather than to one chunk size.
 
-use super::dist::{pick_weighted, unit_hash, Rng, Zipf};
-use super::{min_key_len, Pacer, Params, MAX_VALUE};
-use crate::trace::{Op, Request};
+use super::dist::{pick_weighted, unit_hash, Rng};
+use super::{min_key_len, request, Pacer, Params, ZipfMix, MAX_VALUE};
+use crate::trace::Request;
 
 const SIZE_STREAM: u64 = 0x7717;
 const JITTER_STREAM: u64 = 0x7718;
@@ -26,9 +26,7 @@ const TTL_STREAM: u64 = 0x7719;
 
 pub struct Twitter {
     rng: Rng,
-    zipf: Zipf,
-    write: f64,
-    delete: f64,
+    mix: ZipfMix,
     key_size: u16,
     sizes: Vec<(u64, f64)>,
     jitter: f64,
@@ -39,12 +37,7 @@ pub struct Twitter {
 
 impl Twitter {
     pub fn new(p: &mut Params, seed: u64) -> anyhow::Result<Twitter> {
-        let keys = p.u64("keys", 1_000_000)?.max(1);
-        let alpha = p.f64("alpha", 1.2323)?;
-        anyhow::ensure!(alpha >= 0.0, "alpha must be >= 0");
-        let write = p.prob("write", 0.13)?;
-        let delete = p.prob("delete", 0.0)?;
-        anyhow::ensure!(write + delete <= 1.0, "write + delete must be <= 1");
+        let (mix, keys) = ZipfMix::from_params(p, 1.2323, "write", 0.13)?;
         let key_size = p.u64("key_size", 36)?.clamp(min_key_len(keys) as u64, 250) as u16;
         let sizes = p.mix("sizes", "799:1")?;
         let jitter = p.prob("jitter", 0.5)?;
@@ -52,9 +45,7 @@ impl Twitter {
         let pacer = Pacer::from_params(p, 10_730.0)?;
         Ok(Twitter {
             rng: Rng::new(seed, 0x7717),
-            zipf: Zipf::new(keys, alpha),
-            write,
-            delete,
+            mix,
             key_size,
             sizes,
             jitter,
@@ -79,35 +70,28 @@ impl Iterator for Twitter {
     type Item = Request;
 
     fn next(&mut self) -> Option<Request> {
-        let key = self.zipf.sample(&mut self.rng) - 1;
-        let op = Op::pick(self.rng.f64(), self.write, self.delete);
-        let r = Request {
-            time_us: self.pacer.time_us(self.i),
+        let (key, op) = self.mix.next(&mut self.rng);
+        let time_us = self.pacer.tick(&mut self.i);
+        let ttl = self.ttl(key);
+        Some(request(
+            time_us,
             key,
-            key_size: self.key_size,
-            value_size: self.value_size(key),
-            cost: 1,
+            self.key_size,
+            self.value_size(key),
             op,
-            ttl: self.ttl(key),
-        };
-        self.i += 1;
-        Some(r)
+            ttl,
+        ))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_model;
     use super::*;
+    use crate::trace::Op;
 
     fn model(params: &[(&str, &str)]) -> Twitter {
-        let given: Vec<(String, String)> = params
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let mut p = Params::new(&given);
-        let t = Twitter::new(&mut p, 1).unwrap();
-        p.finish("twitter").unwrap();
-        t
+        test_model("twitter", params, |p| Twitter::new(p, 1))
     }
 
     #[test]

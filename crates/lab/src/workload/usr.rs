@@ -23,9 +23,9 @@
 //! - arrivals: no model in either paper; requests are `rate` (100 000) per
 //!   second apart, as the other models without an arrival process.
 
-use super::dist::{unit_hash, Rng, Zipf};
-use super::{Pacer, Params, MAX_VALUE};
-use crate::trace::{Op, Request};
+use super::dist::{unit_hash, Rng};
+use super::{request, Pacer, Params, ZipfMix, MAX_VALUE};
+use crate::trace::Request;
 
 /// The two key lengths of USR.
 pub const KEY_SIZES: (u16, u16) = (16, 21);
@@ -38,9 +38,7 @@ const KEY_SIZE_STREAM: u64 = 0x05e1;
 
 pub struct Usr {
     rng: Rng,
-    zipf: Zipf,
-    set: f64,
-    delete: f64,
+    mix: ZipfMix,
     long_keys: f64,
     value_size: u32,
     pacer: Pacer,
@@ -49,20 +47,13 @@ pub struct Usr {
 
 impl Usr {
     pub fn new(p: &mut Params, seed: u64) -> anyhow::Result<Usr> {
-        let keys = p.u64("keys", 1_000_000)?.max(1);
-        let alpha = p.f64("alpha", ALPHA)?;
-        anyhow::ensure!(alpha >= 0.0, "alpha must be >= 0");
-        let set = p.prob("set", 0.002)?;
-        let delete = p.prob("delete", 0.0)?;
-        anyhow::ensure!(set + delete <= 1.0, "set + delete must be <= 1");
+        let (mix, _) = ZipfMix::from_params(p, ALPHA, "set", 0.002)?;
         let long_keys = p.prob("long_keys", 0.5)?;
         let value_size = p.u64("value_size", 2)?.min(MAX_VALUE) as u32;
         let pacer = Pacer::from_params(p, 100_000.0)?;
         Ok(Usr {
             rng: Rng::new(seed, 0x05e),
-            zipf: Zipf::new(keys, alpha),
-            set,
-            delete,
+            mix,
             long_keys,
             value_size,
             pacer,
@@ -85,36 +76,22 @@ impl Iterator for Usr {
     type Item = Request;
 
     fn next(&mut self) -> Option<Request> {
-        let key = self.zipf.sample(&mut self.rng) - 1;
-        let op = Op::pick(self.rng.f64(), self.set, self.delete);
-        let r = Request {
-            time_us: self.pacer.time_us(self.i),
-            key,
-            key_size: self.key_size(key),
-            value_size: self.value_size,
-            cost: 1,
-            op,
-            ttl: 0,
-        };
-        self.i += 1;
-        Some(r)
+        let (key, op) = self.mix.next(&mut self.rng);
+        let time_us = self.pacer.tick(&mut self.i);
+        let (key_size, value_size) = (self.key_size(key), self.value_size);
+        Some(request(time_us, key, key_size, value_size, op, 0))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::dist::zeta;
+    use super::super::{assert_top_share, test_model};
     use super::*;
+    use crate::trace::Op;
 
     fn model(params: &[(&str, &str)], seed: u64) -> Usr {
-        let given: Vec<(String, String)> = params
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let mut p = Params::new(&given);
-        let m = Usr::new(&mut p, seed).unwrap();
-        p.finish("usr").unwrap();
-        m
+        test_model("usr", params, |p| Usr::new(p, seed))
     }
 
     #[test]
@@ -140,15 +117,9 @@ mod tests {
     #[test]
     fn popularity_matches_zexpanders_fig_1() {
         // The law: over the default 1 M keys, the top 17.0% of keys take 80%.
+        // And the generator draws from it.
+        assert_top_share(model(&[], 2), TOP_KEYS, ALPHA, 0.80);
         let n = 1_000_000u64;
-        let top = (TOP_KEYS * n as f64) as u64;
-        let exact = zeta(top, ALPHA) / zeta(n, ALPHA);
-        assert!((exact - 0.80).abs() < 0.005, "{exact}");
-        // And the generator draws from it (key = rank - 1, so the top keys
-        // are the ids below `top`).
-        let reqs = model(&[], 2).take(2_000_000);
-        let head = reqs.filter(|r| r.key < top).count() as f64 / 2e6;
-        assert!((head - exact).abs() < 0.003, "{head} vs {exact}");
         // The flattest of the three pools: with ETC's calibration target
         // (3.6% of keys) it takes far less than ETC's 80%.
         assert!(zeta(36_000, ALPHA) / zeta(n, ALPHA) < 0.72);

@@ -17,7 +17,7 @@
 //! keys themselves (key 0 the hottest), which is far more skewed.
 
 use super::dist::{Rng, ScrambledZipfian, YcsbZipfian};
-use super::{min_key_len, Pacer, Params, MAX_VALUE};
+use super::{min_key_len, request, Pacer, Params, MAX_VALUE};
 use crate::trace::{Op, Request};
 
 #[derive(Clone, Debug)]
@@ -159,15 +159,14 @@ impl Ycsb {
     }
 
     fn req(&self, key: u64, op: Op) -> Request {
-        Request {
-            time_us: self.pacer.time_us(self.i),
+        request(
+            self.pacer.time_us(self.i),
             key,
-            key_size: self.key_size,
-            value_size: self.value_size,
-            cost: 1,
+            self.key_size,
+            self.value_size,
             op,
-            ttl: 0,
-        }
+            0,
+        )
     }
 }
 
@@ -210,17 +209,12 @@ impl Iterator for Ycsb {
 #[cfg(test)]
 mod tests {
     use super::super::dist::{fnv64, SCRAMBLED_ZETAN};
+    use super::super::test_model;
     use super::*;
     use std::collections::HashMap;
 
     fn gen(w: &str, params: &[(&str, &str)], n: u64, seed: u64) -> Vec<Request> {
-        let given: Vec<(String, String)> = params
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let mut p = Params::new(&given);
-        let y = Ycsb::new(w, &mut p, n, seed).unwrap();
-        p.finish("ycsb").unwrap();
+        let y = test_model("ycsb", params, |p| Ycsb::new(w, p, n, seed));
         y.take(n as usize).collect()
     }
 

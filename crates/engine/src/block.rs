@@ -1,11 +1,15 @@
-//! The uncompressed form of a Z-zone block (zExpander §3.2).
+//! The uncompressed form of a block: the unit both tiers below the N-zone
+//! compress and store. A Z-zone block (zExpander §3.2) and a flash
+//! container's payload (SlimCache §3.3) are the same bytes, so an item
+//! moves between memory and flash without being re-encoded. This module
+//! sits below both tiers and knows neither: it imports only the item
+//! layout, the key hash and the codecs.
 //!
-//! A block holds the items of one trie leaf, sorted by key hash, as the
-//! N-zone stores them (header, flags, key, value: `crate::item`), so an
-//! item moves between the zones without being re-encoded and keeps its
-//! CAS, expiry, flags and cost. An offset index of up to [`INDEX_SLOTS`]
-//! evenly spaced entries lets a lookup skip to the few items that could
-//! match, as zExpander's does:
+//! A block holds the items of one hash range (a trie leaf in the Z-zone),
+//! sorted by key hash, as the N-zone stores them (header, flags, key,
+//! value: `crate::item`), so an item keeps its CAS, expiry, flags and cost.
+//! An offset index of up to [`INDEX_SLOTS`] evenly spaced entries lets a
+//! lookup skip to the few items that could match, as zExpander's does:
 //!
 //! ```text
 //! u16 item count   u8 index entries (n)
@@ -19,8 +23,10 @@
 //! is to hold as many items as they can.
 //!
 //! Parsing trusts nothing: a block that does not parse is an error (the
-//! zone treats it as a miss), never a panic.
+//! tiers treat it as a miss), never a panic. [`encode`] builds a block and
+//! compresses it, unless its entropy says that will not pay.
 
+use crate::codec::{normalized_entropy, Codec, Coder, Dictionary, Recognizer};
 use crate::hash::hash;
 use crate::item;
 
@@ -45,7 +51,7 @@ pub fn short_hash(h: u64) -> u32 {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("malformed Z-zone block")]
+#[error("malformed block")]
 pub struct Malformed;
 
 /// Build a block from `(key hash, item image)` pairs (any order; keys
@@ -188,6 +194,31 @@ pub fn find<'a>(block: &'a [u8], h: u64, key: &[u8]) -> Result<Option<&'a [u8]>,
         }
     }
     Ok(None)
+}
+
+/// Build `items` into a block in `raw`, and store it in `packed`:
+/// compressed, or as it is when its entropy says compression will not pay
+/// (SlimCache's recognizer) or it did not. Returns the codec used, the
+/// block's entropy and whether compression was tried.
+pub fn encode(
+    coder: &mut Coder,
+    recognizer: &mut Recognizer,
+    codec: Codec,
+    dict: Option<&Dictionary>,
+    items: &mut [(u64, &[u8])],
+    raw: &mut Vec<u8>,
+    packed: &mut Vec<u8>,
+) -> (Codec, f64, bool) {
+    build(items, raw);
+    let entropy = normalized_entropy(raw);
+    let tried = codec != Codec::Raw && recognizer.worth_trying(entropy);
+    let dict = if codec == Codec::Zstd { dict } else { None };
+    if tried && coder.compress(codec, dict, raw, packed) {
+        return (codec, entropy, true);
+    }
+    packed.clear();
+    packed.extend_from_slice(raw);
+    (Codec::Raw, entropy, tried)
 }
 
 #[cfg(test)]

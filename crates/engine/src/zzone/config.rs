@@ -1,0 +1,62 @@
+//! The Z-zone's settings, and the constants that tune it (each with the
+//! measurement that chose it).
+
+use crate::codec::Codec;
+
+/// Share of the zone's pages that live blocks may fill before the sweep
+/// evicts: the rest is garbage for compaction to reclaim, so compacting a
+/// page always gains at least a twentieth of it. (0.9 kept 5% fewer items
+/// for the same CPU: docs/benchmarks-history.md.)
+pub(super) const FILL: f64 = 0.95;
+/// Blocks compressed less than this hold no more items than the N-zone
+/// would in the same pages: the zone keeps a twentieth of its pages free for
+/// compaction, and its stage and metadata count in `-m` too.
+pub const WORTH_RATIO: f64 = 1.25;
+/// Pages a zone whose blocks do not compress keeps: enough to go on
+/// measuring their ratio.
+pub const PROBE_PAGES: usize = 2;
+/// Such a zone takes one demotion in [`PROBE_EVERY`] (the rest are evicted
+/// as without a zone: a block rewrite each would buy nothing) and stages
+/// at most [`PROBE_STAGE`] bytes, so that its fixed cost in `-m` is about
+/// its probe pages.
+pub(super) const PROBE_EVERY: u64 = 16;
+pub(crate) const PROBE_STAGE: usize = 8 << 10;
+/// Once below [`WORTH_RATIO`], the running ratio must climb back to this
+/// before the zone grows again, so that values compressing about 1.25 ×
+/// do not move the zone's share of `-m` back and forth.
+pub(super) const WORTH_AGAIN: f64 = 1.3;
+
+/// Unforced sweeps a demotion may run to make room before it evicts
+/// regardless of the access filters, and the bound on both together.
+pub(super) const GENTLE_SWEEPS: usize = 64;
+/// Blocks a shrinking step moves off the page it empties.
+pub(super) const EVACUATE_BLOCKS: usize = 32;
+/// Blocks' worth of room the writer keeps ahead of its flushes.
+pub(super) const ROOM_BLOCKS: usize = 4;
+pub(super) const MAX_SWEEPS: usize = 512;
+
+/// Dictionaries (zstd): one demoted item in [`SAMPLE_EVERY`] is kept as a
+/// training sample, up to [`SAMPLES`] of them; a dictionary of
+/// [`DICT_BYTES`] is trained once they are in, and again after every
+/// [`RETRAIN_DEMOTIONS`] demotions, so that it follows the data.
+pub const SAMPLE_EVERY: u64 = 8;
+pub const SAMPLES: usize = 2048;
+pub const DICT_BYTES: usize = 16 << 10;
+pub const RETRAIN_DEMOTIONS: u64 = 4 << 20;
+/// Dictionaries alive at once (blocks name theirs in a byte; 0 is none).
+pub(super) const DICT_SLOTS: usize = 255;
+
+/// The Z-zone's settings.
+#[derive(Clone, Copy, Debug)]
+pub struct ZoneConfig {
+    /// Bytes a block holds once compressed (zExpander: 2 KB). A block's
+    /// raw capacity is this times the running compression ratio.
+    pub block_bytes: usize,
+    pub codec: Codec,
+    pub page_size: usize,
+    /// Samples a dictionary is trained on ([`SAMPLES`]).
+    pub dict_samples: usize,
+    /// Bytes demoted items may fill waiting for their blocks' rewrite
+    /// ([`super::stage`]) before the demoting thread rewrites them itself.
+    pub stage_bytes: usize,
+}

@@ -1,0 +1,188 @@
+//! Lookups: under the zone's lock ([`Zone::get`]), or in two halves, the
+//! block copied under it ([`Zone::copy_block`]) and decoded without it
+//! ([`Copied::find`]), so that a GET decompresses no block holding a
+//! lock the writer or other readers wait for. A read also records what
+//! the sweep and the promotion decision need (§3.3.2).
+
+use std::sync::Arc;
+
+use super::desc::{codec_of, REUSE_TICK};
+use super::zone::Zone;
+use crate::block;
+use crate::codec::{Codec, Coder, Dictionary};
+use crate::item;
+
+/// A block copied out of the zone to be decoded without its lock
+/// ([`Zone::copy_block`]).
+#[derive(Default)]
+pub struct Copied {
+    /// The block's stored bytes, or a staged item's image (`staged`).
+    pub(super) bytes: Vec<u8>,
+    pub(super) staged: bool,
+    pub(super) codec: Codec,
+    pub(super) dict: Option<Arc<Dictionary>>,
+    pub(super) raw_len: usize,
+}
+
+impl Copied {
+    /// Decode the block into `raw` with `coder`, and find `key` (hash `h`)
+    /// in it. None if it is not there, or the bytes do not decode.
+    pub fn find<'a>(
+        &self,
+        coder: &mut Coder,
+        raw: &'a mut Vec<u8>,
+        h: u64,
+        key: &[u8],
+    ) -> Option<&'a [u8]> {
+        if self.staged {
+            if item::key(&self.bytes) != key {
+                return None;
+            }
+            raw.clear();
+            raw.extend_from_slice(&self.bytes);
+            return Some(raw);
+        }
+        coder
+            .decompress(
+                self.codec,
+                self.dict.as_deref(),
+                &self.bytes,
+                self.raw_len,
+                raw,
+            )
+            .ok()?;
+        block::find(raw, h, key).ok().flatten()
+    }
+}
+
+impl Zone {
+    /// Decode block `id` into `raw`. False (and the block emptied, its
+    /// items counted lost) if it does not decode.
+    pub(super) fn load(&mut self, id: u32) -> bool {
+        let d = self.descs[id as usize];
+        self.raw.clear();
+        if d.count == 0 {
+            return true;
+        }
+        self.stats.decompressions += 1;
+        let src = self.log.read(d.loc, d.stored as usize);
+        let dict = self
+            .dicts
+            .get(d.dict as usize)
+            .and_then(|x| x.as_ref())
+            .map(|x| &*x.0);
+        let ok = (d.dict == 0 || dict.is_some())
+            && self
+                .coder
+                .decompress(codec_of(d.codec), dict, src, d.raw as usize, &mut self.raw)
+                .is_ok()
+            && block::entries(&self.raw).is_ok_and(|mut e| e.all(|x| x.is_ok()));
+        if !ok {
+            debug_assert!(false, "Z-zone block {id} does not decode");
+            self.stats.corrupt += 1;
+            self.raw.clear();
+        }
+        ok
+    }
+
+    /// Look `key` up. On a hit the item's image is in [`Zone::found`] and
+    /// the answer says whether to promote it: its reuse time (since the
+    /// last read of its key in this block) is below `bench`, the N-zone's
+    /// locality benchmark (§3.3.2). Time here is counted in demotions: an
+    /// item read again within fewer demotions than the N-zone holds items
+    /// would still be there had it been promoted (that is what zExpander's
+    /// marker items measure, in seconds; counting evictions needs no
+    /// markers and has no clock granularity). `read`: a client read
+    /// (recorded in the access filter and reuse record), else a peek.
+    pub fn get(&mut self, h: u64, key: &[u8], now: u32, bench: u32, read: bool) -> Option<bool> {
+        let (_, id) = self.trie.leaf_of(h);
+        self.found.clear();
+        // A staged copy is the newest.
+        if let Some(image) = self.stage.get(h, key) {
+            self.found.extend_from_slice(image);
+        } else {
+            let d = &self.descs[id as usize];
+            if !d.content.may_contain(h) || self.pending.contains_key(&h) {
+                self.stats.filtered += u64::from(read);
+                return None;
+            }
+            if !self.load(id) {
+                return None;
+            }
+            match block::find(&self.raw, h, key) {
+                Ok(Some(image)) => self.found.extend_from_slice(image),
+                _ => {
+                    self.stats.false_positives += 1;
+                    return None;
+                }
+            }
+        }
+        // Expired: a miss. The item goes when its block is next rewritten
+        // (a read never grows the zone's memory).
+        let exp = item::exptime(&self.found);
+        if exp != 0 && exp <= now {
+            return None;
+        }
+        if !read {
+            return Some(false);
+        }
+        self.stats.hits += 1;
+        Some(self.record_read(id, h, bench))
+    }
+
+    /// A client read of `h` in block `id`: the access filter, and the
+    /// reuse record, which says whether to promote (see [`Zone::get`]).
+    pub(super) fn record_read(&mut self, id: u32, h: u64, bench: u32) -> bool {
+        // Ticks of demotions so far (wrapping; 0 marks an empty record).
+        let now = ((self.stats.demotions / u64::from(REUSE_TICK)) as u16).max(1);
+        let d = &mut self.descs[id as usize];
+        d.access.insert(h);
+        // The hash's low bits: its high ones are the trie's path, shared
+        // by every item of the block.
+        let sh = h as u16;
+        let (last, at) = d.reuse;
+        d.reuse = (sh, now);
+        at != 0 && last == sh && bench > u32::from(now.wrapping_sub(at)) * REUSE_TICK
+    }
+
+    /// The first half of a read that decodes outside the zone's lock
+    /// (`crate::Cache::get`): if `h`'s block may hold it, copy the block's
+    /// bytes and how to decode them to `out`, note a client read (`read`)
+    /// as [`Zone::get`] does, and say whether to promote the item if it is
+    /// there (against [`Zone::bench`]). Then [`Copied::find`] without the
+    /// lock, and [`Zone::note_read`].
+    pub fn copy_block(&mut self, h: u64, read: bool, out: &mut Copied) -> Option<bool> {
+        let (_, id) = self.trie.leaf_of(h);
+        out.bytes.clear();
+        if let Some(image) = self.stage.get_hash(h) {
+            out.bytes.extend_from_slice(image);
+            out.staged = true;
+            return Some(read && self.record_read(id, h, self.bench));
+        }
+        out.staged = false;
+        let d = self.descs[id as usize];
+        if !d.content.may_contain(h) || self.pending.contains_key(&h) {
+            self.stats.filtered += u64::from(read);
+            return None;
+        }
+        self.stats.decompressions += 1;
+        out.bytes
+            .extend_from_slice(self.log.read(d.loc, d.stored as usize));
+        out.codec = codec_of(d.codec);
+        out.raw_len = d.raw as usize;
+        out.dict = match d.dict {
+            0 => None,
+            i => Some(self.dicts.get(i as usize)?.as_ref()?.0.clone()),
+        };
+        Some(read && self.record_read(id, h, self.bench))
+    }
+
+    /// The end of a read that decoded outside the lock: whether it found
+    /// the item.
+    pub fn note_read(&mut self, found: bool) {
+        match found {
+            true => self.stats.hits += 1,
+            false => self.stats.false_positives += 1,
+        }
+    }
+}

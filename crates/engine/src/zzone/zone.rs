@@ -1,0 +1,855 @@
+//! [`Zone`]: the Z-zone's state, its budget and counts, and the demotion
+//! path (an item the N-zone evicts is staged, and packed into its block
+//! later: `flush`). Lookups are in `read`, the sweep and compaction in
+//! `sweep`, dictionaries in `dict`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::config::{ZoneConfig, PROBE_EVERY, PROBE_STAGE, SAMPLE_EVERY, WORTH_AGAIN, WORTH_RATIO};
+use super::desc::{Desc, Entry, MAX_RAW};
+use super::log::{Log, NOWHERE};
+use super::stage::Stage;
+use super::stats::ZoneStats;
+use super::trie::Trie;
+#[cfg(any(test, feature = "testing"))]
+use super::trie::{range_end, range_start};
+#[cfg(any(test, feature = "testing"))]
+use crate::block;
+use crate::codec::{Codec, Coder, Dictionary, Recognizer};
+#[cfg(any(test, feature = "testing"))]
+use crate::hash::hash;
+use crate::item;
+use crate::pipe::Pipe;
+
+/// The Z-zone: a trie of compressed blocks in a log of pages, the
+/// demoted items staged for them, and what it counts.
+pub struct Zone {
+    pub(super) cfg: ZoneConfig,
+    pub(super) trie: Trie,
+    pub(super) descs: Vec<Desc>,
+    pub(super) free_descs: Vec<u32>,
+    pub(super) log: Log,
+    /// Removals not yet done, by key hash: whether the item was seen
+    /// there (then already subtracted from `stats.items`).
+    pub(super) pending: BTreeMap<u64, bool>,
+    /// Pages the zone may hold (the adaptive split sets it).
+    pub(super) target_pages: usize,
+    /// Demoted items not yet in their blocks, and where the writer takes
+    /// the next ones.
+    pub(super) stage: Stage,
+    pub(super) flush_hand: u64,
+    /// Flush jobs begun and not finished: (ticket, the blocks they copied,
+    /// whether one of those was rewritten since), and the last ticket.
+    pub(super) tickets: Vec<(u64, [u32; 2], bool)>,
+    pub(super) tickets_issued: u64,
+    /// The N-zone's locality benchmark for reads that decode outside the
+    /// lock (the engine keeps it current).
+    pub bench: u32,
+    /// The replacement sweep's position in hash order.
+    pub(super) hand: u64,
+    /// Running compression ratio (decoded / stored), and whether it says
+    /// the zone is worth growing (with hysteresis: [`WORTH_AGAIN`]).
+    pub(super) ratio: f64,
+    pub(super) worth: bool,
+    /// Demotions offered while the zone is not worth growing.
+    pub(super) offered: u64,
+    pub(super) coder: Coder,
+    pub(super) recognizer: Recognizer,
+    /// Scratch: a decoded block, a block being built, the entries being
+    /// rebuilt, and the item a lookup found.
+    pub(super) raw: Vec<u8>,
+    pub(super) packed: Vec<u8>,
+    pub(super) work: Vec<u8>,
+    pub(super) entries: Vec<Entry>,
+    pub(super) found: Vec<u8>,
+    pub(super) stats: ZoneStats,
+    /// Dictionaries by the byte blocks name them with, and how many blocks
+    /// use each; `dict` is the one new blocks use (0: none yet).
+    pub(super) dicts: Vec<Option<(Arc<Dictionary>, u64)>>,
+    pub(super) dict: u8,
+    /// Training samples (item images), and the demotions at the last
+    /// training.
+    pub(super) samples: Vec<Vec<u8>>,
+    /// Their bytes (kept, not summed: `-m` is checked on every store).
+    pub(super) sample_bytes: usize,
+    pub(super) trained_at: u64,
+    /// Where the items the sweep evicts go next: the flash tier, when the
+    /// engine has one (issue 12: items leaving memory, the Z-zone
+    /// included, are admitted to flash).
+    pub(super) spill: Option<Arc<dyn Pipe>>,
+}
+
+impl Zone {
+    pub fn new(cfg: ZoneConfig) -> Zone {
+        Zone {
+            trie: Trie::new(0),
+            descs: vec![Desc {
+                loc: NOWHERE,
+                ..Desc::default()
+            }],
+            free_descs: Vec::new(),
+            log: Log::new(cfg.page_size),
+            pending: BTreeMap::new(),
+            target_pages: 0,
+            stage: Stage::default(),
+            flush_hand: 0,
+            tickets: Vec::new(),
+            tickets_issued: 0,
+            bench: 0,
+            hand: 0,
+            ratio: 2.0,
+            worth: true,
+            offered: 0,
+            coder: Coder::default(),
+            recognizer: Recognizer::new(cfg.block_bytes * 2, 1.1, 1024),
+            raw: Vec::new(),
+            packed: Vec::new(),
+            work: Vec::new(),
+            entries: Vec::new(),
+            found: Vec::new(),
+            stats: ZoneStats::default(),
+            dicts: vec![None],
+            dict: 0,
+            samples: Vec::new(),
+            sample_bytes: 0,
+            trained_at: 0,
+            spill: None,
+            cfg,
+        }
+    }
+
+    /// Send the items the sweep evicts down `pipe` (the flash tier).
+    pub fn spill_to(&mut self, pipe: Arc<dyn Pipe>) {
+        self.spill = Some(pipe);
+    }
+
+    /// Whether the zone is worth more pages than [`PROBE_PAGES`]: its
+    /// blocks lately compressed at least [`WORTH_RATIO`], or they are not
+    /// meant to compress (`zzone_codec=none`).
+    pub fn worth_growing(&self) -> bool {
+        self.cfg.codec == Codec::Raw || self.worth
+    }
+
+    /// The stage's bound: a zone that does not compress holds few items,
+    /// and needs no more than a few blocks' worth waiting.
+    pub(super) fn stage_limit(&self) -> usize {
+        if self.worth_growing() {
+            self.cfg.stage_bytes
+        } else {
+            self.cfg.stage_bytes.min(PROBE_STAGE)
+        }
+    }
+
+    pub fn config(&self) -> &ZoneConfig {
+        &self.cfg
+    }
+
+    /// Everything the zone holds in memory (counted in `-m`).
+    /// The stage counts at its full size once the zone is in use, so that
+    /// its filling and emptying never move the engine's budget.
+    pub fn memory_bytes(&self) -> usize {
+        let active = self.log.pages() > 0 || !self.stage.is_empty();
+        self.log.memory_bytes()
+            + if active {
+                self.stage.bytes().max(self.stage_limit())
+            } else {
+                0
+            }
+            + self.metadata_bytes()
+    }
+
+    /// The engine has counted one more page for the zone (it is below its
+    /// target; the page came from the N-zone or from free memory): the
+    /// zone adds it at once, so it grows only into memory the engine has
+    /// made room for, and a writer without the engine's lock keeps within
+    /// `-m`. Added now rather than when a flush needs room, so that the
+    /// zone keeps asking for pages (and the N-zone keeps draining its
+    /// items into the zone) while nothing is being demoted.
+    pub fn grant_page(&mut self) {
+        if self.log.pages() < self.target_pages {
+            self.log.add_page();
+        }
+    }
+
+    /// Whether the zone is below its target.
+    /// (Pages come to it one at a time, as the N-zone gives them up, so
+    /// that the N-zone's items leave it a few at a time, demoted.)
+    pub fn wants_page(&self) -> bool {
+        self.log.pages() < self.target_pages
+    }
+
+    /// Pages the zone is below its target by.
+    pub fn wanted_pages(&self) -> usize {
+        self.target_pages.saturating_sub(self.log.pages())
+    }
+
+    pub fn target_pages(&self) -> usize {
+        self.target_pages
+    }
+
+    /// Pages the zone may hold (the adaptive split's decision).
+    pub fn set_target_pages(&mut self, pages: usize) {
+        self.target_pages = pages;
+    }
+
+    /// Items in blocks (the rest are staged).
+    pub(super) fn block_items(&self) -> u64 {
+        self.stats.items - self.stage.len() as u64
+    }
+
+    /// The zone's metadata: trie, block descriptors, pending removals,
+    /// dictionaries and training samples. An empty zone (no pages: new or
+    /// cleared) holds only its fixed root segment and first descriptor,
+    /// counted as fixed overhead like the engine's own structure, so that
+    /// `-o zzone=1` with nothing demoted takes nothing from the N-zone.
+    pub fn metadata_bytes(&self) -> usize {
+        if self.log.pages() == 0
+            && self.pending.is_empty()
+            && self.samples.is_empty()
+            && self.stage.is_empty()
+        {
+            return 0;
+        }
+        self.trie.memory_bytes()
+            + self.descs.capacity() * std::mem::size_of::<Desc>()
+            + self.free_descs.capacity() * 4
+            // A BTreeMap entry: key, value and about a third of a node's
+            // overhead.
+            + self.pending.len() * 24
+            + self.dicts.iter().flatten().map(|d| d.0.memory_bytes()).sum::<usize>()
+            + self.sample_bytes
+        // The scratch buffers (a block or two) are a fixed overhead, as
+        // the engine's own scratch and the connections' buffers are.
+    }
+
+    pub fn pages(&self) -> usize {
+        self.log.pages()
+    }
+
+    pub fn items(&self) -> u64 {
+        self.stats.items
+    }
+
+    pub fn stats(&self) -> ZoneStats {
+        let mut s = self.stats;
+        s.blocks = self.trie.leaves() as u64;
+        s.pages = self.log.pages() as u64;
+        s.memory_bytes = self.memory_bytes() as u64;
+        s.metadata_bytes = self.metadata_bytes() as u64;
+        s.pending = self.pending.len() as u64;
+        s.staged = self.stage.len() as u64;
+        s.stage_bytes = self.stage.bytes() as u64;
+        s.trie_bytes = self.trie.memory_bytes() as u64;
+        s.descriptor_bytes = (self.descs.capacity() * std::mem::size_of::<Desc>()) as u64;
+        s.dictionaries = self.dicts.iter().flatten().count() as u64;
+        s.dictionary_bytes = self
+            .dicts
+            .iter()
+            .flatten()
+            .map(|d| d.0.memory_bytes() as u64)
+            .sum();
+        s
+    }
+
+    pub fn reset_stats(&mut self) {
+        let keep = ZoneStats {
+            items: self.stats.items,
+            raw_bytes: self.stats.raw_bytes,
+            stored_bytes: self.stats.stored_bytes,
+            ..ZoneStats::default()
+        };
+        self.stats = keep;
+    }
+
+    /// The item [`Zone::get`] found was moved to the N-zone.
+    pub fn note_promotion(&mut self) {
+        self.stats.promotions += 1;
+    }
+
+    /// The item a successful [`Zone::get`] found (its N-zone image).
+    pub fn found(&self) -> &[u8] {
+        &self.found
+    }
+
+    /// A block's decoded capacity: the stored size times the running ratio.
+    pub(super) fn raw_capacity(&self) -> usize {
+        ((self.cfg.block_bytes as f64 * self.ratio) as usize).min(MAX_RAW)
+    }
+
+    /// Note that the zone's copy of `h` (if any) is gone: it moved to the
+    /// N-zone (`known`: it was found there, so it is subtracted from the
+    /// count now) or was replaced or deleted there. Done when the block is
+    /// next rewritten (§3.3.2).
+    pub fn remove(&mut self, h: u64, mut known: bool) {
+        if self.stage.remove(h).is_some() {
+            // That was the copy found (the newest); an older one in the
+            // block, if any, was not counted as found.
+            self.stats.items -= 1;
+            known = false;
+        }
+        let (_, id) = self.trie.leaf_of(h);
+        if !self.descs[id as usize].content.may_contain(h) {
+            return;
+        }
+        let seen = self.pending.entry(h).or_insert(false);
+        if known && !*seen {
+            *seen = true;
+            self.stats.items -= 1;
+        }
+    }
+
+    /// Whether an item of `len` bytes may be demoted: at most half a
+    /// block's decoded capacity. zExpander stores larger items apart,
+    /// compressed alone and referenced from their block (§3.1, footnote
+    /// 3); until the zone does, they are evicted, since in a block they
+    /// split leaves down to the trie's deepest levels, and the complete
+    /// tree's pointer arrays grow with the deepest leaf.
+    ///
+    /// A zone that does not compress takes one demotion in
+    /// [`PROBE_EVERY`], enough to go on measuring the ratio.
+    pub fn admits(&mut self, len: usize) -> bool {
+        let ok = len <= self.raw_capacity() / 2;
+        self.stats.refused += u64::from(!ok);
+        if ok && !self.worth_growing() {
+            self.offered += 1;
+            if !self.offered.is_multiple_of(PROBE_EVERY) {
+                self.stats.skipped += 1;
+                return false;
+            }
+        }
+        ok
+    }
+
+    /// Demote `image` (key hash `h`) from the N-zone: it is staged, and
+    /// packed into its block later ([`Zone::flush_some`]), or now, with
+    /// other staged items, if the stage is full. A demotion the zone has
+    /// no room for then evicts the items (counted in `evictions` and
+    /// `refused`).
+    pub fn push(&mut self, h: u64, image: &[u8], now: u32) {
+        debug_assert!(item::is_whole(image));
+        if let Some(old) = self.stage.push(h, image) {
+            // The key's older staged copy, or another key of the same hash.
+            self.stats.items -= 1;
+            if item::key(&old) != item::key(image) {
+                self.stats.evictions += 1;
+            }
+        }
+        self.stats.items += 1;
+        self.stats.demotions += 1;
+        if self.cfg.codec == Codec::Zstd
+            && self.samples.len() < self.cfg.dict_samples
+            && self.stats.demotions.is_multiple_of(SAMPLE_EVERY)
+            && self.sampling()
+        {
+            self.samples.push(image.to_vec());
+            self.sample_bytes += image.len();
+        }
+        while self.stage.bytes() > self.stage_limit() {
+            self.stats.sync_flushes += 1;
+            self.flush_some(now, 1);
+        }
+    }
+
+    /// Demotions waiting in the stage.
+    pub fn staged(&self) -> usize {
+        self.stage.len()
+    }
+
+    /// Whether the stage is more than half full.
+    pub fn stage_busy(&self) -> bool {
+        self.stage.bytes() * 2 > self.stage_limit()
+    }
+
+    /// Forget block `id`'s bytes (its descriptor stays, empty).
+    pub(super) fn free_block(&mut self, id: u32) {
+        for t in self.tickets.iter_mut().filter(|t| t.1.contains(&id)) {
+            t.2 = true;
+        }
+        let d = self.descs[id as usize];
+        if d.loc != NOWHERE {
+            self.log.kill(d.loc, d.stored as usize);
+            self.stats.raw_bytes -= d.raw as u64;
+            self.stats.stored_bytes -= d.stored as u64;
+            if let Some(Some(x)) = self.dicts.get_mut(d.dict as usize) {
+                x.1 -= 1;
+            }
+            self.release_dict(d.dict as usize);
+        }
+        self.descs[id as usize] = Desc {
+            loc: NOWHERE,
+            access: d.access,
+            reuse: d.reuse,
+            ..Desc::default()
+        };
+    }
+
+    pub(super) fn new_desc(&mut self) -> u32 {
+        let d = Desc {
+            loc: NOWHERE,
+            ..Desc::default()
+        };
+        match self.free_descs.pop() {
+            Some(id) => {
+                self.descs[id as usize] = d;
+                id
+            }
+            None => {
+                // Grown by a thirty-second, not doubled: descriptors are
+                // most of the zone's metadata, spare room included.
+                if self.descs.len() == self.descs.capacity() {
+                    self.descs.reserve_exact(self.descs.len() / 32 + 64);
+                }
+                self.descs.push(d);
+                (self.descs.len() - 1) as u32
+            }
+        }
+    }
+
+    /// `n` items leave the cache from the zone.
+    pub(super) fn drop_items(&mut self, n: u64) {
+        self.stats.items -= n;
+        self.stats.evictions += n;
+    }
+
+    /// A block was written: the codec's counts, and the running ratio,
+    /// which sizes the next blocks (zExpander's fixed 2 KB container, here
+    /// counted after compression).
+    pub(super) fn note_encoded(&mut self, raw: usize, stored: usize, codec: u8) {
+        let w = &mut self.stats.written[codec as usize];
+        w.0 += 1;
+        w.1 += raw as u64;
+        w.2 += stored as u64;
+        let r = raw as f64 / stored.max(1) as f64;
+        self.ratio = (self.ratio * 63.0 + r.clamp(1.0, 8.0)) / 64.0;
+        let worth = self.ratio >= if self.worth { WORTH_RATIO } else { WORTH_AGAIN };
+        if self.worth && !worth {
+            // Samples of values that do not compress would wait for a
+            // training that never comes.
+            self.samples = Vec::new();
+            self.sample_bytes = 0;
+        }
+        self.worth = worth;
+    }
+
+    /// `flush_all`: everything goes.
+    pub fn clear(&mut self) {
+        let target = self.target_pages;
+        let cfg = self.cfg;
+        let stats = self.stats;
+        let spill = self.spill.take();
+        *self = Zone::new(cfg);
+        self.target_pages = target;
+        self.spill = spill;
+        self.stats = ZoneStats {
+            items: 0,
+            raw_bytes: 0,
+            stored_bytes: 0,
+            ..stats
+        };
+    }
+
+    /// The zone's invariants: the trie partitions the hash space, every
+    /// leaf's block decodes to its recorded count of items, each in the
+    /// right leaf and named by the content filter, the log's counts agree
+    /// with the blocks, and the item count is the blocks' less the pending
+    /// removals known to hit.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn validate(&mut self) {
+        // Validating reads every block: not counted.
+        let decompressions = self.stats.decompressions;
+        self.trie.validate();
+        let leaves = self.trie.leaves_in_order();
+        let mut located = Vec::new();
+        let (mut items, mut raw, mut stored) = (0u64, 0u64, 0u64);
+        let mut seen_ids = std::collections::HashSet::new();
+        for &(node, id) in &leaves {
+            assert!(seen_ids.insert(id), "block {id} in two leaves");
+            let d = self.descs[id as usize];
+            if d.count == 0 {
+                assert_eq!(d.loc, NOWHERE, "an empty block has no bytes");
+                continue;
+            }
+            located.push((d.loc, d.stored as usize));
+            raw += d.raw as u64;
+            stored += d.stored as u64;
+            assert!(self.load(id), "block {id} decodes");
+            let mut n = 0;
+            for e in block::entries(&self.raw).expect("block parses") {
+                let (h, _) = e.expect("entry parses");
+                assert!(
+                    (range_start(node)..=range_end(node)).contains(&h),
+                    "item in its leaf"
+                );
+                assert!(d.content.may_contain(h), "content filter names its items");
+                n += 1;
+                if self.pending.get(&h) != Some(&true) {
+                    items += 1;
+                }
+            }
+            assert_eq!(n, d.count as usize, "block {id}'s count");
+        }
+        for (h, image) in self.stage.images() {
+            assert_eq!(hash(item::key(image)), h, "staged under its key's hash");
+            assert!(item::is_whole(image), "staged image parses");
+            items += 1;
+        }
+        assert_eq!(items, self.stats.items, "zone item count");
+        // Each dictionary's count of blocks, and none kept that is unused.
+        for (i, d) in self.dicts.iter().enumerate().skip(1) {
+            let using = leaves
+                .iter()
+                .filter(|&&(_, id)| {
+                    let d = self.descs[id as usize];
+                    d.count > 0 && d.dict as usize == i
+                })
+                .count() as u64;
+            match d {
+                Some((_, n)) => {
+                    assert_eq!(*n, using, "dictionary {i}'s blocks");
+                    assert!(
+                        using > 0 || i == self.dict as usize,
+                        "unused dictionary {i} kept"
+                    );
+                }
+                None => assert_eq!(using, 0, "blocks name a dropped dictionary {i}"),
+            }
+        }
+        assert_eq!(raw, self.stats.raw_bytes);
+        assert_eq!(stored, self.stats.stored_bytes);
+        self.log.validate(&located);
+        let sampled: usize = self.samples.iter().map(|s| s.capacity()).sum();
+        assert_eq!(sampled, self.sample_bytes, "sample bytes");
+        self.stats.decompressions = decompressions;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zzone::{flush, SAMPLES};
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// The N-zone evicts key `k` (stored with a value of `len` bytes
+        /// of pattern `fill`, and `ttl` seconds to live, 0: none).
+        Demote {
+            k: u16,
+            len: usize,
+            fill: u8,
+            ttl: u32,
+        },
+        Get {
+            k: u16,
+        },
+        /// A read that moves the item to the N-zone.
+        Promote {
+            k: u16,
+        },
+        /// A SET or DELETE in the N-zone.
+        Remove {
+            k: u16,
+        },
+        Sweep {
+            force: bool,
+        },
+        Advance {
+            secs: u32,
+        },
+        Target {
+            pages: usize,
+        },
+        /// A dictionary trained on the images of keys from `seed` on.
+        Train {
+            seed: u16,
+        },
+        Clear,
+        /// The writer packs staged items into `n` blocks.
+        Flush {
+            n: usize,
+        },
+        /// The writer begins a flush job and leaves the lock (the ops
+        /// that follow run while it compresses)...
+        Begin,
+        /// ...and finishes it (dropped if what it copied changed).
+        Finish,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            8 => (0..300u16, 0..1500usize, 0..4u8, prop_oneof![Just(0u32), 1..20u32])
+                .prop_map(|(k, len, fill, ttl)| Op::Demote { k, len, fill, ttl }),
+            6 => (0..300u16).prop_map(|k| Op::Get { k }),
+            2 => (0..300u16).prop_map(|k| Op::Promote { k }),
+            2 => (0..300u16).prop_map(|k| Op::Remove { k }),
+            1 => any::<bool>().prop_map(|force| Op::Sweep { force }),
+            1 => (1..10u32).prop_map(|secs| Op::Advance { secs }),
+            1 => (0..6usize).prop_map(|pages| Op::Target { pages }),
+            1 => any::<u16>().prop_map(|seed| Op::Train { seed }),
+            1 => Just(Op::Clear),
+            3 => (1..8usize).prop_map(|n| Op::Flush { n }),
+            3 => Just(Op::Begin),
+            3 => Just(Op::Finish),
+        ]
+    }
+
+    fn key(k: u16) -> Vec<u8> {
+        format!("key:{k}").into_bytes()
+    }
+
+    /// An item image: a value of `len` bytes, text-like (`fill` 0..3) or
+    /// pseudo-random (3), so blocks both compress and do not.
+    fn image(k: u16, len: usize, fill: u8, exptime: u32, cas: u64) -> Vec<u8> {
+        let key = key(k);
+        let mut x = (k as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ cas;
+        let value: Vec<u8> = (0..len)
+            .map(|i| match fill {
+                3 => {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                }
+                f => {
+                    let pat = b"{\"name\":\"user\",\"id\":12345,\"ok\":true}";
+                    pat[(i + f as usize) % pat.len()]
+                }
+            })
+            .collect();
+        let mut v = vec![0u8; item::total_len(key.len(), len, 7)];
+        item::write(
+            &mut v,
+            cas,
+            0,
+            (k % 5) as u8,
+            item::LIVE,
+            exptime,
+            7,
+            &key,
+            &[&value],
+        );
+        v
+    }
+
+    fn zone(codec: Codec) -> Zone {
+        let mut z = Zone::new(ZoneConfig {
+            block_bytes: 512,
+            codec,
+            page_size: 64 << 10,
+            dict_samples: SAMPLES,
+            stage_bytes: 2048,
+        });
+        z.set_target_pages(3);
+        z
+    }
+
+    /// The zone against a map: what it returns is exactly the last image
+    /// demoted under the key (never an older one, never damaged), unless
+    /// the key was removed, expired, or could have been evicted (the
+    /// zone's evictions moved since it was demoted); after every step the
+    /// zone validates.
+    fn run(codec: Codec, ops: &[Op]) {
+        let mut z = zone(codec);
+        let mut model: HashMap<u16, (Vec<u8>, u64)> = HashMap::new();
+        let mut now = 10u32;
+        let mut cas = 0u64;
+        let lost = |z: &Zone| z.stats().evictions + z.stats().refused;
+        let mut job: Option<flush::Job> = None;
+        let (mut coder, mut raw) = (Coder::default(), Vec::new());
+        for op in ops {
+            match *op {
+                Op::Demote { k, len, fill, ttl } => {
+                    cas += 1;
+                    let exp = if ttl == 0 { 0 } else { now + ttl };
+                    let im = image(k, len, fill, exp, cas);
+                    let h = hash(&key(k));
+                    // The key was in the N-zone: its old copy is gone.
+                    z.remove(h, false);
+                    // The engine counts a page for the zone, as it does
+                    // on each demotion (a sync flush may refuse the item).
+                    z.grant_page();
+                    let at = lost(&z);
+                    z.push(h, &im, now);
+                    model.insert(k, (im, at));
+                }
+                Op::Begin => {
+                    if job.is_none() {
+                        job = z.begin_flush(now);
+                    }
+                }
+                Op::Finish => {
+                    if let Some(mut j) = job.take() {
+                        j.run(&mut coder, &mut raw);
+                        z.finish_flush(j);
+                    }
+                }
+                Op::Flush { n } => {
+                    z.flush_some(now, n);
+                }
+                Op::Get { k } | Op::Promote { k } => {
+                    let h = hash(&key(k));
+                    let got = z.get(h, &key(k), now, 5, true).map(|_| z.found().to_vec());
+                    let want = model.get(&k).filter(|(im, _)| {
+                        let e = item::exptime(im);
+                        e == 0 || e > now
+                    });
+                    match (&got, want) {
+                        (Some(g), Some((w, _))) => assert_eq!(g, w, "key {k}"),
+                        (None, Some((_, at))) => {
+                            assert!(lost(&z) > *at, "key {k} lost without an eviction")
+                        }
+                        (Some(_), None) => panic!("key {k} came back"),
+                        (None, None) => {}
+                    }
+                    if got.is_none() {
+                        model.remove(&k);
+                    }
+                    if matches!(op, Op::Promote { .. }) && got.is_some() {
+                        z.remove(h, true);
+                        model.remove(&k);
+                    }
+                }
+                Op::Remove { k } => {
+                    z.remove(hash(&key(k)), false);
+                    model.remove(&k);
+                }
+                Op::Sweep { force } => z.sweep_one(now, force),
+                Op::Advance { secs } => now += secs,
+                Op::Target { pages } => {
+                    z.set_target_pages(pages);
+                    z.shrink(now, 10_000);
+                    assert!(z.pages() <= pages.max(1), "shrunk to its target");
+                }
+                Op::Train { seed } => {
+                    let samples: Vec<Vec<u8>> = (0..300u16)
+                        .map(|i| {
+                            image(
+                                seed.wrapping_add(i),
+                                80 + (i as usize % 300),
+                                (i % 3) as u8,
+                                0,
+                                1,
+                            )
+                        })
+                        .collect();
+                    if let Some(d) = crate::codec::train_dictionary(&samples, 4096) {
+                        z.install_dictionary(d);
+                    }
+                }
+                Op::Clear => {
+                    z.clear();
+                    model.clear();
+                }
+            }
+            z.validate();
+            let live = model
+                .values()
+                .filter(|(im, _)| {
+                    let e = item::exptime(im);
+                    e == 0 || e > now
+                })
+                .count() as u64;
+            // Expired items still count until found or swept.
+            assert!(
+                z.items() >= live || lost(&z) > 0,
+                "count {} < {live}",
+                z.items()
+            );
+        }
+    }
+
+    #[test]
+    fn a_flush_keeps_its_dictionary_when_a_newer_one_retires_it() {
+        use Op::*;
+        run(
+            Codec::Zstd,
+            &[
+                Demote {
+                    k: 0,
+                    len: 0,
+                    fill: 0,
+                    ttl: 0,
+                },
+                Demote {
+                    k: 261,
+                    len: 0,
+                    fill: 0,
+                    ttl: 0,
+                },
+                Demote {
+                    k: 0,
+                    len: 158,
+                    fill: 0,
+                    ttl: 0,
+                },
+                Finish,
+                Demote {
+                    k: 10,
+                    len: 552,
+                    fill: 0,
+                    ttl: 0,
+                },
+                Train { seed: 0 },
+                Demote {
+                    k: 100,
+                    len: 1054,
+                    fill: 0,
+                    ttl: 0,
+                },
+                Begin,
+                Train { seed: 0 },
+                Finish,
+            ],
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn zone_agrees_with_a_map_lz4(ops in proptest::collection::vec(op(), 1..400)) {
+            run(Codec::Lz4, &ops);
+        }
+
+        #[test]
+        fn zone_agrees_with_a_map_zstd(ops in proptest::collection::vec(op(), 1..400)) {
+            run(Codec::Zstd, &ops);
+        }
+    }
+
+    /// Filling a zone far past its pages: it splits, compacts and sweeps,
+    /// keeps to its pages, and what it returns is always right.
+    #[test]
+    fn fills_past_capacity() {
+        let mut z = zone(Codec::Lz4);
+        let mut last = HashMap::new();
+        for i in 0..30_000u32 {
+            // A quarter of the values random (incompressible): 15,000 keys
+            // overflow 192 KB.
+            let k = (i % 15_000) as u16;
+            let im = image(k, 100 + (i as usize % 200), (i % 4) as u8, 0, i as u64 + 1);
+            let h = hash(&key(k));
+            z.remove(h, false);
+            z.grant_page();
+            z.push(h, &im, 10);
+            last.insert(k, im);
+            assert!(z.pages() <= 3);
+        }
+        z.validate();
+        let s = z.stats();
+        assert!(
+            s.splits > 0 && s.compactions > 0 && s.evictions > 0,
+            "{s:?}"
+        );
+        let mut hits = 0;
+        for (k, im) in &last {
+            if z.get(hash(&key(*k)), &key(*k), 10, 0, true).is_some() {
+                assert_eq!(z.found(), &im[..]);
+                hits += 1;
+            }
+        }
+        // 192 KB of pages hold far more than 192 KB / 300 B of items.
+        assert!(hits > 1000, "{hits} hits, {s:?}");
+    }
+}
