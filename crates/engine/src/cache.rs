@@ -19,13 +19,10 @@
 //! policies that count every GET (eager GD-Wheel, SAS, learned costs).
 
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crossbeam_utils::CachePadded;
-
 use crate::api::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome, LOOKUP_BATCH};
-use crate::arena::Arena;
 use crate::chain::Value;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
@@ -33,46 +30,13 @@ use crate::engine::Engine;
 use crate::flash::fetch::{FlashStep, Want};
 use crate::flash::{Cursor, Step};
 use crate::hash::hash;
+use crate::inplace::{rewrite, Rewrite};
 use crate::item;
-use crate::magazine::Magazines;
 use crate::rebalance::profile::is_sampled;
 use crate::rebalance::HitGate;
+use crate::shared::Shared;
 use crate::slab::split_loc;
-use crate::stripe::{Stripe, Stripes, WriteGuard};
-
-/// What the GET path shares with the engine ([`Engine::shared`]).
-pub(crate) struct Shared {
-    pub arena: Arc<Arena>,
-    pub stripes: Arc<Stripes>,
-    pub chunk_bits: u32,
-    /// A pending delayed flush's time (0: none).
-    pub flush_at: Arc<CachePadded<AtomicU32>>,
-    pub gate: HitGate,
-    /// Every hit needs the engine (eager GD-Wheel re-queues the item).
-    pub locked_hits: bool,
-    /// Learned costs: misses and hits of guessed items need the engine.
-    pub learner: bool,
-    pub cas_enabled: bool,
-    /// SETs may rewrite their item in place without the engine lock
-    /// (CLOCK, no learned costs: nothing else to update).
-    pub rewrites: bool,
-    /// The MRC profile's published sampling threshold, if it profiles: a
-    /// SET of a sampled key goes to the engine.
-    pub store_gate: Option<Arc<AtomicU64>>,
-    /// Chunk size of each class.
-    pub class_sizes: Box<[u32]>,
-    pub cas_counter: Arc<CachePadded<AtomicU64>>,
-    /// SETs of new keys may place their items in chunks reserved for
-    /// their thread (`magazine`) without the engine lock.
-    pub inserts: bool,
-    pub magazines: Arc<Magazines>,
-    /// Index growth of those inserts, for the engine to count in `-m`.
-    pub index_grown: Arc<CachePadded<AtomicUsize>>,
-    /// The Z-zone, if on: a GET that misses the N-zone reads it.
-    pub zone: Option<Arc<crate::zzone::ZoneCell>>,
-    /// The flash tier, if on: a GET that misses memory looks there.
-    pub flash: Option<Arc<crate::flash::Flash>>,
-}
+use crate::stripe::WriteGuard;
 
 /// Why a SET needs the engine lock after all ([`Cache::try_store`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,172 +50,6 @@ pub enum Fallback {
     /// Stored, and the index grew by another `SETTLE_BYTES`: the engine
     /// checks the memory limit.
     Settle(StoreOutcome),
-}
-
-/// An item's header as a GET under its stripe reads it: `buf` holds the
-/// 16 header bytes, the long length and the client flags.
-pub(crate) struct Head {
-    page: u32,
-    start: usize,
-    pub class: usize,
-    chunk_size: usize,
-    buf: [u8; 24],
-    pub header: item::Header,
-    /// Where the key starts in the chunk.
-    key_at: usize,
-}
-
-/// Read the header of the item at `loc`, which the caller's hold on its
-/// stripe (reading or writing) keeps linked: nobody writes these bytes
-/// meanwhile but GETs, atomically, into the access byte and time (read so).
-pub(crate) fn read_head(arena: &Arena, chunk_bits: u32, loc: u64) -> Option<Head> {
-    let (page, chunk) = split_loc(loc, chunk_bits);
-    let (class, cs) = arena.geometry(page)?;
-    let start = chunk as usize * cs as usize;
-    let mut buf = [0u8; 24];
-    // SAFETY: the item is linked in the stripe we hold, so no writer
-    // touches it (writers acquire the stripe first), and readers write
-    // only bytes 5, 7 and 13, atomically: read so below.
-    unsafe {
-        buf[..5].copy_from_slice(arena.bytes(page, start, 5));
-        buf[6] = arena.bytes(page, start + 6, 1)[0];
-        buf[8..13].copy_from_slice(arena.bytes(page, start + 8, 5));
-        buf[14..16].copy_from_slice(arena.bytes(page, start + 14, 2));
-    }
-    for b in [5, 7, 13] {
-        buf[b] = arena.atomic(page, start + b).load(Ordering::Relaxed);
-    }
-    let long = u16::from_le_bytes([buf[14], buf[15]]) == item::LONG_VALUE as u16;
-    let extra = if long { 4 } else { 0 } + item::code_width(buf[7]);
-    // SAFETY: as above; these bytes follow the header inside the item.
-    unsafe {
-        buf[16..16 + extra].copy_from_slice(arena.bytes(page, start + 16, extra));
-    }
-    let header = item::Header::read(&buf);
-    Some(Head {
-        page,
-        start,
-        class,
-        chunk_size: cs as usize,
-        key_at: header.body_start() + header.flags_width(),
-        buf,
-        header,
-    })
-}
-
-/// What a SET that replaces its item in place writes ([`rewrite`]).
-pub(crate) struct Rewrite<'a> {
-    pub value: &'a [u8],
-    pub flags: u32,
-    pub exptime: u32,
-    /// Quantised cost.
-    pub cost: u8,
-}
-
-impl Head {
-    /// The new item's length if `new` may overwrite this item in its chunk
-    /// (`prev_chunk`: the chunk size of the class below, 0 for the first).
-    /// It must belong to the same class (memory per class stays as the
-    /// allocator would have made it) and keep everything that readers
-    /// without the stripe rely on: where the key is (flags width, long or
-    /// short length), the cost byte, the alignment of the atomics.
-    pub(crate) fn rewritable(&self, new: &Rewrite<'_>, prev_chunk: usize) -> Option<usize> {
-        let h = &self.header;
-        let total = item::total_len(h.key_len as usize, new.value.len(), new.flags);
-        let long = |n: usize| n >= item::LONG_VALUE as usize;
-        (h.total_len() <= self.chunk_size
-            && total <= self.chunk_size
-            && total > prev_chunk
-            && self.start.is_multiple_of(4)
-            && h.flags_width() == item::flags_width(new.flags)
-            && long(h.value_len as usize) == long(new.value.len())
-            && h.cost == new.cost)
-            .then_some(total)
-    }
-}
-
-/// Overwrite the item of `head` with `new` and `cas`, as if a new item of
-/// the same key had been stored: access time now, REF set (CLOCK gives a
-/// rewritten item the second chance a freshly placed one gets from where
-/// the allocator puts it, behind the hand), not fetched. The key, its
-/// length and the cost byte are not written.
-///
-/// # Safety
-/// The caller has acquired the item's stripe for writing (no reader, no
-/// other writer) and `head.rewritable(new, ..)` said yes.
-pub(crate) unsafe fn rewrite(arena: &Arena, head: &Head, new: &Rewrite<'_>, cas: u64, now: u32) {
-    let (page, at) = (head.page, head.start);
-    let vlen = new.value.len();
-    // SAFETY: bytes 0..5 (CAS), the long length, the flags and the value
-    // are read by nobody without the stripe, which the caller holds.
-    unsafe {
-        arena
-            .bytes_mut(page, at, 5)
-            .copy_from_slice(&(cas & item::CAS_MASK).to_le_bytes()[..5]);
-        let body = head.header.body_start();
-        if body > item::HEADER_LEN {
-            arena
-                .bytes_mut(page, at + item::HEADER_LEN, 4)
-                .copy_from_slice(&(vlen as u32).to_le_bytes());
-        }
-        let fw = head.header.flags_width();
-        arena
-            .bytes_mut(page, at + body, fw)
-            .copy_from_slice(&new.flags.to_le_bytes()[..fw]);
-        arena
-            .bytes_mut(page, at + head.key_at + head.header.key_len as usize, vlen)
-            .copy_from_slice(new.value);
-    }
-    // The bytes the engine reads without the stripe, atomically.
-    let [lo, hi] = item::atime_code(now).to_le_bytes();
-    arena.atomic(page, at + 5).store(lo, Ordering::Relaxed);
-    arena.atomic(page, at + 13).store(hi, Ordering::Relaxed);
-    arena.store_u32(page, at + 8, new.exptime);
-    arena.store_u16(page, at + 14, vlen.min(item::LONG_VALUE as usize) as u16);
-    let bits = (head.header.bits & item::FLAGS_WIDTH_MASK) | item::LIVE | item::REF;
-    arena.atomic(page, at + 7).store(bits, Ordering::Relaxed);
-}
-
-impl Shared {
-    #[inline]
-    fn head(&self, loc: u64) -> Option<Head> {
-        read_head(&self.arena, self.chunk_bits, loc)
-    }
-
-    /// The item of `key` (hash `h`) in `stripe`, which the caller holds
-    /// (reading or writing), with its header: the one read to compare the
-    /// key, so it is read once.
-    #[inline]
-    fn find(&self, stripe: &Stripe, h: u64, key: &[u8]) -> Option<(u64, Head)> {
-        let mut matched = None;
-        let loc = stripe.index.find(h, |loc| match self.head(loc) {
-            Some(head) if self.key_of(&head) == key => {
-                matched = Some(head);
-                true
-            }
-            _ => false,
-        })?;
-        Some((loc, matched?))
-    }
-
-    /// A delayed flush is due: the engine must do it before anything is
-    /// read or written.
-    #[inline]
-    fn flush_due(&self, now: u32) -> bool {
-        let flush = self.flush_at.load(Ordering::Acquire);
-        flush != 0 && flush <= now
-    }
-
-    /// `len` bytes of the item of `head` from `at` (key or value).
-    fn item_bytes(&self, head: &Head, at: usize, len: usize) -> &[u8] {
-        // SAFETY: as in `head`: key and value bytes of a linked item are
-        // written by no one while its stripe is held.
-        unsafe { self.arena.bytes(head.page, head.start + at, len) }
-    }
-
-    fn key_of(&self, head: &Head) -> &[u8] {
-        self.item_bytes(head, head.key_at, head.header.key_len as usize)
-    }
 }
 
 /// The cache lines a GET reads or writes that belong to the data (issue
@@ -391,7 +189,7 @@ impl Cache {
     }
 
     /// [`Engine::store`]. A plain SET of a key whose item it can overwrite
-    /// in place (same slab class, see [`Head::rewritable`]), and a SET or
+    /// in place (same slab class, see `inplace::Head::rewritable`), and a SET or
     /// ADD of a new key while its thread has a chunk reserved in the item's
     /// class (`magazine`), hold only the key's stripe; anything else takes
     /// the engine lock. The thread must not hold the engine lock already.

@@ -60,6 +60,7 @@ use crate::item;
 use crate::magazine::Magazines;
 use crate::rebalance::drain::Drain;
 use crate::rebalance::Rebalancer;
+use crate::shared::Shared;
 use crate::slab::{class_sizes, Slabs};
 use crate::stripe::{Counts, Stripe, Stripes};
 use crate::zzone::split::Zzone;
@@ -435,8 +436,8 @@ impl Engine {
     }
 
     /// What the GET path of `crate::Cache` shares with the engine.
-    pub(crate) fn shared(&self) -> crate::cache::Shared {
-        crate::cache::Shared {
+    pub(crate) fn shared(&self) -> Shared {
+        Shared {
             arena: self.slabs.arena.clone(),
             stripes: self.stripes.clone(),
             chunk_bits: self.slabs.chunk_bits,

@@ -26,8 +26,11 @@
 //! - [`cache`]: the engine shared by threads, and the GET path outside its
 //!   lock.
 //! - [`slab`]: pages, slab classes, free chunks, page moves.
+//! - `inplace`: an item's header read, and the item rewritten, under its
+//!   stripe only.
 //! - [`magazine`]: chunks reserved per thread, for SETs of new keys
 //!   without the engine lock.
+//! - `shared`: what the lock-free paths of [`cache`] read of the engine.
 //! - [`evict`]: eviction within a slab class: CLOCK (LRU) or GD-Wheel.
 //! - [`cost`]: costs learned from the gap between a GET miss and its SET.
 //! - [`rebalance`]: which class gets the next page (memcached's automove,
@@ -58,10 +61,12 @@ pub mod evict;
 pub mod flash;
 pub mod hash;
 pub mod index;
+mod inplace;
 pub mod item;
 pub mod magazine;
 pub mod pipe;
 pub mod rebalance;
+mod shared;
 pub mod slab;
 pub mod stats;
 pub mod stripe;

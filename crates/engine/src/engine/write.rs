@@ -5,11 +5,11 @@
 
 use super::Engine;
 use crate::api::{exptime_of, Evicted, Lookup, Store, StoreMode, StoreOutcome};
-use crate::cache::{read_head, rewrite, Rewrite};
 use crate::chain::Value;
 use crate::clock::RelTime;
 use crate::evict::Victim;
 use crate::hash::hash;
+use crate::inplace::{read_head, rewrite, Rewrite};
 use crate::{chain, item};
 
 /// Evictions kept for `watch` between two visits of the server's
@@ -163,7 +163,7 @@ impl Engine {
 
     /// Overwrite the live item at `loc` (key hash `h`, stripe held) in its
     /// chunk when the new one belongs to the same class: no allocation, no
-    /// index change (`crate::cache::rewrite`). False if it cannot be.
+    /// index change (`crate::inplace::rewrite`). False if it cannot be.
     pub(super) fn rewrite(&mut self, h: u64, loc: u64, new: &Rewrite<'_>, cas: u64) -> bool {
         debug_assert!(self.slabs.held[self.stripes.of(h)]);
         let Some(head) = read_head(&self.slabs.arena, self.slabs.chunk_bits, loc) else {

@@ -199,7 +199,7 @@ impl Engine {
     /// Write an item image from another tier into the N-zone as a new
     /// item, keeping its CAS, flags, expiry and cost (its copies in the
     /// tiers go: `write_new`).
-    fn write_image(&mut self, h: u64, image: &[u8]) -> Result<u64, crate::StoreOutcome> {
+    fn write_image(&mut self, h: u64, image: &[u8]) -> Result<u64, super::StoreOutcome> {
         let hdr = item::Header::read(image);
         let flags = item::flags(image);
         let value = &image[item::value_start(image)..];

@@ -9,9 +9,63 @@
 //! clear, so a fill with no reads evicts oldest-first (FIFO), and an item read
 //! once survives one more revolution.
 
-use super::Victim;
+use super::policy::{Eviction, Victim};
+use crate::config::EvictionPolicy;
 use crate::item;
 use crate::slab::Slabs;
+
+/// CLOCK as an [`Eviction`] policy (not the server clock, `crate::clock`). Its state is in the slabs (each class's
+/// hand) and in every item's REF bit, which the engine sets on access, so it
+/// has nothing to do when an item is linked, touched, moved or dropped.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClockPolicy;
+
+impl Eviction for ClockPolicy {
+    fn kind(&self) -> EvictionPolicy {
+        EvictionPolicy::Lru
+    }
+
+    fn memory_bytes(&self) -> usize {
+        0
+    }
+
+    fn first_item_bytes(&self, _class: usize) -> usize {
+        0
+    }
+
+    #[inline]
+    fn link(&mut self, _slabs: &mut Slabs, _class: usize, _loc: u64) {}
+
+    #[inline]
+    fn unlink(&mut self, _slabs: &mut Slabs, _class: usize, _loc: u64) {}
+
+    #[inline]
+    fn touch(&mut self, _slabs: &mut Slabs, _class: usize, _loc: u64) {}
+
+    #[inline]
+    fn relocate(&mut self, _slabs: &mut Slabs, _class: usize, _from: u64, _to: u64) {}
+
+    fn clear(&mut self) {}
+
+    fn victim(
+        &mut self,
+        slabs: &mut Slabs,
+        class: usize,
+        now: u32,
+        protect: Option<u64>,
+    ) -> Option<Victim> {
+        clock_victim(slabs, class, now, protect)
+    }
+
+    /// None: the engine reads the hand's position itself.
+    fn peek(&self, _class: usize) -> Option<u64> {
+        None
+    }
+
+    fn credit(&self, _slabs: &Slabs, _class: usize, _loc: u64) -> Option<u64> {
+        None
+    }
+}
 
 /// Advance `class`'s hand to the next victim. REF bits are cleared on the way.
 /// `protect` (an item the caller still needs) is skipped. Returns None when the

@@ -70,7 +70,8 @@
 //! item has none, plus the wheels: 768 queues x 16 bytes (12 KB) per slab
 //! class that holds items (`memory_bytes`; docs/cost.md has measurements).
 
-use super::Victim;
+use super::policy::{cost_table, Eviction, Victim};
+use crate::config::EvictionPolicy;
 use crate::item;
 use crate::slab::Slabs;
 
@@ -446,30 +447,8 @@ impl GdWheel {
             classes: (0..nclasses).map(|_| None).collect(),
             wheels: 0,
             side: Side::default(),
-            costs: super::cost_table(),
+            costs: cost_table(),
             lazy,
-        }
-    }
-
-    pub fn lazy(&self) -> bool {
-        self.lazy
-    }
-
-    /// Bytes of wheels and side arrays allocated so far (the engine counts
-    /// them in `-m`).
-    pub fn memory_bytes(&self) -> usize {
-        self.wheels * Wheels::BYTES
-            + self.classes.capacity() * std::mem::size_of::<Option<Box<Wheels>>>()
-            + self.side.bytes
-            + self.side.pages.capacity() * std::mem::size_of::<Option<Box<[u8]>>>()
-    }
-
-    /// Bytes the first item of `class` will allocate (its wheels), so a
-    /// page for a class without one can be refused in time.
-    pub fn first_item_bytes(&self, class: usize) -> usize {
-        match self.classes.get(class) {
-            Some(Some(_)) => 0,
-            _ => Wheels::BYTES,
         }
     }
 
@@ -481,155 +460,6 @@ impl GdWheel {
     #[inline]
     fn cost(&self, chunk: &[u8]) -> u64 {
         self.costs[item::cost_code(chunk) as usize] as u64
-    }
-
-    /// A new item: H = L + cost.
-    pub fn link(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
-        debug_assert!(loc != NIL && loc <= LOC_MASK);
-        let cost = self.cost(slabs.chunk(loc));
-        let w = match &mut self.classes[class] {
-            Some(w) => w,
-            slot => {
-                self.wheels += 1;
-                slot.insert(Box::new(Wheels::new()))
-            }
-        };
-        let mut m = Mem {
-            slabs,
-            side: &mut self.side,
-        };
-        m.prepare(loc);
-        let h = (w.hand + cost).min(w.h_max());
-        push_back(w, &mut m, place(h, w.hand), loc, h);
-        w.len += 1;
-    }
-
-    /// The item leaves the cache (evicted, deleted, expired, replaced).
-    pub fn unlink(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
-        let Some(w) = self.classes[class].as_deref_mut() else {
-            debug_assert!(false, "unlink from a class without wheels");
-            return;
-        };
-        let mut m = Mem {
-            slabs,
-            side: &mut self.side,
-        };
-        let t = m.get(loc);
-        remove(w, &mut m, place(w.h_of(t.h24), w.hand), t);
-        w.len -= 1;
-    }
-
-    /// A hit (the thesis' "reuse"): H = L + cost again, newest of its queue
-    /// (deferred to `victim` when lazy).
-    pub fn touch(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
-        if self.lazy {
-            return;
-        }
-        let cost = self.cost(slabs.chunk(loc));
-        let Some(w) = self.classes[class].as_deref_mut() else {
-            return;
-        };
-        let mut m = Mem {
-            slabs,
-            side: &mut self.side,
-        };
-        let t = m.get(loc);
-        let old = w.h_of(t.h24);
-        let h = (w.hand + cost).min(w.h_max());
-        if h == old && t.next == NIL {
-            // Already the newest item of the queue it would go to.
-            return;
-        }
-        remove(w, &mut m, place(old, w.hand), t);
-        push_back(w, &mut m, place(h, w.hand), loc, h);
-    }
-
-    /// The chunk at `from` was copied to `to` (same class) when its page was
-    /// emptied; `from` is still intact. Move the trailer if it lives aside,
-    /// and point the item's neighbours at the new place.
-    pub fn relocate(&mut self, slabs: &mut Slabs, class: usize, from: u64, to: u64) {
-        let Some(w) = self.classes[class].as_deref_mut() else {
-            return;
-        };
-        let mut m = Mem {
-            slabs,
-            side: &mut self.side,
-        };
-        let t = m.get(from);
-        m.prepare(to);
-        m.put(to, t);
-        let q = place(w.h_of(t.h24), w.hand);
-        if t.prev == NIL {
-            debug_assert_eq!(w.head[q], from);
-            w.head[q] = to;
-        } else {
-            m.set_next(t.prev, to);
-        }
-        if t.next == NIL {
-            debug_assert_eq!(w.tail[q], from);
-            w.tail[q] = to;
-        } else {
-            m.set_prev(t.next, to);
-        }
-    }
-
-    /// Every item was dropped at once (flush_all).
-    pub fn clear(&mut self) {
-        for w in self.classes.iter_mut().flatten() {
-            w.head.fill(NIL);
-            w.tail.fill(NIL);
-            w.occupied = [[0; SLOTS / 64]; LEVELS];
-            w.len = 0;
-        }
-    }
-
-    /// GreedyDual's victim in `class`: the oldest item with the smallest H.
-    /// The hand moves to its H (cascading on the way); the caller unlinks the
-    /// item. `protect` (an item about to be replaced or moved) is never
-    /// chosen.
-    pub fn victim(
-        &mut self,
-        slabs: &mut Slabs,
-        class: usize,
-        now: u32,
-        protect: Option<u64>,
-    ) -> Option<Victim> {
-        let w = self.classes[class].as_deref_mut()?;
-        let protect = protect.filter(|&p| slabs.is_live(p) && slabs.class_of(p) == class);
-        let (lazy, costs) = (self.lazy, &self.costs);
-        let mut m = Mem {
-            slabs,
-            side: &mut self.side,
-        };
-        let mut found = Self::next_victim(w, &mut m, lazy, costs);
-        if let (Some(p), Some(f)) = (protect, found) {
-            if p == f {
-                // The protected item (usually the one a SET replaces, about
-                // to be unlinked) is next: the victim is the one after it,
-                // of the same priority.
-                let t = m.get(p);
-                found = if t.next != NIL {
-                    Some(t.next)
-                } else {
-                    // Alone in its queue: take it out while searching on,
-                    // then back as the oldest of its priority (the hand
-                    // may have passed its H: then it is the next victim).
-                    let h = w.h_of(t.h24);
-                    remove(w, &mut m, place(h, w.hand), t);
-                    let next = Self::next_victim(w, &mut m, lazy, costs);
-                    let h = h.max(w.hand);
-                    push_front(w, &mut m, place(h, w.hand), p, h);
-                    next
-                };
-            }
-        }
-        let loc = found?;
-        let exp = m.slabs.exptime(loc);
-        Some(if exp != 0 && exp <= now {
-            Victim::Expired(loc)
-        } else {
-            Victim::Evicted(loc)
-        })
     }
 
     /// The next victim: `advance`, and when lazy, every item found there
@@ -675,23 +505,6 @@ impl GdWheel {
         }
     }
 
-    /// The item `victim` would take next, without moving anything (for the
-    /// `age` statistic). Exact unless the lowest items sit in a level-1 or
-    /// level-2 queue not yet cascaded, where it is the oldest of that queue.
-    pub fn peek(&self, class: usize) -> Option<u64> {
-        let w = self.classes.get(class)?.as_deref()?;
-        let s0 = next_set(&w.occupied[0], (w.hand & 0xff) as usize);
-        let s1 = || next_set(&w.occupied[1], ((w.hand >> 8) & 0xff) as usize + 1);
-        let s2 = || {
-            let start = ((w.hand >> 16) & 0xff) as usize;
-            next_set(&w.occupied[2], start + 1).or_else(|| next_set(&w.occupied[2], 0))
-        };
-        let q = s0
-            .or_else(|| s1().map(|s| SLOTS + s))
-            .or_else(|| s2().map(|s| 2 * SLOTS + s))?;
-        Some(w.head[q])
-    }
-
     /// The hand (GreedyDual's L) of `class`.
     pub fn hand(&self, class: usize) -> u64 {
         self.classes
@@ -712,6 +525,209 @@ impl GdWheel {
             .get(class)
             .and_then(|w| w.as_deref())
             .map_or(0, |w| w.len)
+    }
+}
+
+impl Eviction for GdWheel {
+    fn kind(&self) -> EvictionPolicy {
+        if self.lazy {
+            EvictionPolicy::GdWheelLazy
+        } else {
+            EvictionPolicy::GdWheel
+        }
+    }
+
+    /// Bytes of wheels and side arrays allocated so far (the engine counts
+    /// them in `-m`).
+    fn memory_bytes(&self) -> usize {
+        self.wheels * Wheels::BYTES
+            + self.classes.capacity() * std::mem::size_of::<Option<Box<Wheels>>>()
+            + self.side.bytes
+            + self.side.pages.capacity() * std::mem::size_of::<Option<Box<[u8]>>>()
+    }
+
+    /// Bytes the first item of `class` will allocate (its wheels), so a
+    /// page for a class without one can be refused in time.
+    fn first_item_bytes(&self, class: usize) -> usize {
+        match self.classes.get(class) {
+            Some(Some(_)) => 0,
+            _ => Wheels::BYTES,
+        }
+    }
+
+    /// A new item: H = L + cost.
+    fn link(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
+        debug_assert!(loc != NIL && loc <= LOC_MASK);
+        let cost = self.cost(slabs.chunk(loc));
+        let w = match &mut self.classes[class] {
+            Some(w) => w,
+            slot => {
+                self.wheels += 1;
+                slot.insert(Box::new(Wheels::new()))
+            }
+        };
+        let mut m = Mem {
+            slabs,
+            side: &mut self.side,
+        };
+        m.prepare(loc);
+        let h = (w.hand + cost).min(w.h_max());
+        push_back(w, &mut m, place(h, w.hand), loc, h);
+        w.len += 1;
+    }
+
+    /// The item leaves the cache (evicted, deleted, expired, replaced).
+    fn unlink(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
+        let Some(w) = self.classes[class].as_deref_mut() else {
+            debug_assert!(false, "unlink from a class without wheels");
+            return;
+        };
+        let mut m = Mem {
+            slabs,
+            side: &mut self.side,
+        };
+        let t = m.get(loc);
+        remove(w, &mut m, place(w.h_of(t.h24), w.hand), t);
+        w.len -= 1;
+    }
+
+    /// A hit (the thesis' "reuse"): H = L + cost again, newest of its queue
+    /// (deferred to `victim` when lazy).
+    fn touch(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
+        if self.lazy {
+            return;
+        }
+        let cost = self.cost(slabs.chunk(loc));
+        let Some(w) = self.classes[class].as_deref_mut() else {
+            return;
+        };
+        let mut m = Mem {
+            slabs,
+            side: &mut self.side,
+        };
+        let t = m.get(loc);
+        let old = w.h_of(t.h24);
+        let h = (w.hand + cost).min(w.h_max());
+        if h == old && t.next == NIL {
+            // Already the newest item of the queue it would go to.
+            return;
+        }
+        remove(w, &mut m, place(old, w.hand), t);
+        push_back(w, &mut m, place(h, w.hand), loc, h);
+    }
+
+    /// The chunk at `from` was copied to `to` (same class) when its page was
+    /// emptied; `from` is still intact. Move the trailer if it lives aside,
+    /// and point the item's neighbours at the new place.
+    fn relocate(&mut self, slabs: &mut Slabs, class: usize, from: u64, to: u64) {
+        let Some(w) = self.classes[class].as_deref_mut() else {
+            return;
+        };
+        let mut m = Mem {
+            slabs,
+            side: &mut self.side,
+        };
+        let t = m.get(from);
+        m.prepare(to);
+        m.put(to, t);
+        let q = place(w.h_of(t.h24), w.hand);
+        if t.prev == NIL {
+            debug_assert_eq!(w.head[q], from);
+            w.head[q] = to;
+        } else {
+            m.set_next(t.prev, to);
+        }
+        if t.next == NIL {
+            debug_assert_eq!(w.tail[q], from);
+            w.tail[q] = to;
+        } else {
+            m.set_prev(t.next, to);
+        }
+    }
+
+    /// Every item was dropped at once (flush_all).
+    fn clear(&mut self) {
+        for w in self.classes.iter_mut().flatten() {
+            w.head.fill(NIL);
+            w.tail.fill(NIL);
+            w.occupied = [[0; SLOTS / 64]; LEVELS];
+            w.len = 0;
+        }
+    }
+
+    /// GreedyDual's victim in `class`: the oldest item with the smallest H.
+    /// The hand moves to its H (cascading on the way); the caller unlinks the
+    /// item. `protect` (an item about to be replaced or moved) is never
+    /// chosen.
+    fn victim(
+        &mut self,
+        slabs: &mut Slabs,
+        class: usize,
+        now: u32,
+        protect: Option<u64>,
+    ) -> Option<Victim> {
+        let w = self.classes[class].as_deref_mut()?;
+        let protect = protect.filter(|&p| slabs.is_live(p) && slabs.class_of(p) == class);
+        let (lazy, costs) = (self.lazy, &self.costs);
+        let mut m = Mem {
+            slabs,
+            side: &mut self.side,
+        };
+        let mut found = Self::next_victim(w, &mut m, lazy, costs);
+        if let (Some(p), Some(f)) = (protect, found) {
+            if p == f {
+                // The protected item (usually the one a SET replaces, about
+                // to be unlinked) is next: the victim is the one after it,
+                // of the same priority.
+                let t = m.get(p);
+                found = if t.next != NIL {
+                    Some(t.next)
+                } else {
+                    // Alone in its queue: take it out while searching on,
+                    // then back as the oldest of its priority (the hand
+                    // may have passed its H: then it is the next victim).
+                    let h = w.h_of(t.h24);
+                    remove(w, &mut m, place(h, w.hand), t);
+                    let next = Self::next_victim(w, &mut m, lazy, costs);
+                    let h = h.max(w.hand);
+                    push_front(w, &mut m, place(h, w.hand), p, h);
+                    next
+                };
+            }
+        }
+        let loc = found?;
+        let exp = m.slabs.exptime(loc);
+        Some(if exp != 0 && exp <= now {
+            Victim::Expired(loc)
+        } else {
+            Victim::Evicted(loc)
+        })
+    }
+
+    /// The item `victim` would take next, without moving anything (for the
+    /// `age` statistic). Exact unless the lowest items sit in a level-1 or
+    /// level-2 queue not yet cascaded, where it is the oldest of that queue.
+    fn peek(&self, class: usize) -> Option<u64> {
+        let w = self.classes.get(class)?.as_deref()?;
+        let s0 = next_set(&w.occupied[0], (w.hand & 0xff) as usize);
+        let s1 = || next_set(&w.occupied[1], ((w.hand >> 8) & 0xff) as usize + 1);
+        let s2 = || {
+            let start = ((w.hand >> 16) & 0xff) as usize;
+            next_set(&w.occupied[2], start + 1).or_else(|| next_set(&w.occupied[2], 0))
+        };
+        let q = s0
+            .or_else(|| s1().map(|s| SLOTS + s))
+            .or_else(|| s2().map(|s| 2 * SLOTS + s))?;
+        Some(w.head[q])
+    }
+
+    /// GreedyDual's credit: H - L, what is left of the item's cost before
+    /// it becomes the victim (0 = next in line).
+    fn credit(&self, slabs: &Slabs, class: usize, loc: u64) -> Option<u64> {
+        Some(
+            self.priority(slabs, class, loc)?
+                .saturating_sub(self.hand(class)),
+        )
     }
 }
 

@@ -1,68 +1,56 @@
 //! Eviction policies: which item of a slab class gives up its chunk.
 //!
-//! The contract (in the style of foyer's pluggable eviction): the engine owns
-//! the memory and the index, and tells the policy about every item's life
-//! through [`Policy`]:
+//! Every policy implements one trait, [`Eviction`], whose contract is
+//! written in [`policy`]: the engine tells it about every item's life (link,
+//! touch, unlink, relocate, clear) and asks it for a victim when a class has
+//! no free chunk. Per-item state: CLOCK uses the header's REF bit; GD-Wheel
+//! a 12-byte trailer in the chunk's slack after the item, or in a per-page
+//! side array when the item fills its chunk.
 //!
-//! - `link` when an item is written (store, append, incr that reallocates),
-//! - `touch` on every access that counts (`get`, `touch`, `gat`, a failed
-//!   `add`, in-place incr/decr; not meta lookups with `u`, nor internal peeks),
-//! - `unlink` when it leaves (evicted, deleted, expired, replaced, its page
-//!   emptied),
-//! - `relocate` when its bytes were copied to another chunk of the same class
-//!   (a page move rescues it),
-//! - `clear` when everything goes at once (`flush_all`),
-//!
-//! and asks `victim(class)` for a chunk when the class has no free one. A
-//! victim is only chosen, not removed: the engine unlinks it. Items go to the
-//! same class under every policy. Per-item state: CLOCK uses the header's
-//! REF bit; GD-Wheel a 12-byte trailer in the chunk's slack after the item,
-//! or in a per-page side array when the item fills its chunk. Whatever a
-//! policy allocates it reports in [`Policy::memory_bytes`], which the engine
-//! counts in `-m`.
-//! Every hook is O(1) (amortised for GD-Wheel's victim search); the engine
-//! calls them under its lock.
-//!
-//! Policies:
+//! Policies, one file each:
 //! - [`clock`]: CLOCK over the chunks, the LRU approximation (`-o eviction=lru`,
 //!   the default; no per-item cost beyond the 16-byte header).
 //! - [`gdwheel`]: GreedyDual by recomputation cost with hierarchical cost
-//!   wheels (`-o eviction=gdwheel`; GD-Wheel thesis chapters 3 and 4).
+//!   wheels (`-o eviction=gdwheel`; GD-Wheel thesis chapters 3 and 4), and
+//!   its variant with deferred hits (`-o eviction=gdwheel-lazy`), the same
+//!   wheels with another `touch`.
 //!
-//! Both also keep, per class, the sum of the costs of the live items, for the
-//! `avg_cost` statistic and for cost-aware rebalancing.
+//! The engine holds a [`Policy`]: the chosen one, dispatched statically (an
+//! enum, so a hook costs a branch, as it did before the trait), and per
+//! class the sum of the costs of the live items, for the `avg_cost`
+//! statistic and for cost-aware rebalancing.
 
 pub mod clock;
 pub mod gdwheel;
+pub mod policy;
 
-pub use clock::clock_victim;
+pub use clock::ClockPolicy;
 pub use gdwheel::GdWheel;
+pub use policy::{Eviction, Victim};
 
 use crate::config::EvictionPolicy;
 use crate::item;
 use crate::slab::Slabs;
 
-/// Why a chunk was chosen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Victim {
-    /// Held an expired item.
-    Expired(u64),
-    /// Held a live item that the policy gives up.
-    Evicted(u64),
+/// The policies, as an enum: static dispatch on the hot path.
+enum Chosen {
+    Clock(ClockPolicy),
+    GdWheel(GdWheel),
 }
 
-/// `item::dequantize_cost` for every header byte.
-pub fn cost_table() -> Box<[u32; 256]> {
-    let mut t = Box::new([0u32; 256]);
-    for (q, c) in t.iter_mut().enumerate() {
-        *c = item::dequantize_cost(q as u8);
-    }
-    t
+/// `$body` with `$p` bound to the chosen policy, whichever it is.
+macro_rules! with_chosen {
+    ($chosen:expr, $p:ident => $body:expr) => {
+        match $chosen {
+            Chosen::Clock($p) => $body,
+            Chosen::GdWheel($p) => $body,
+        }
+    };
 }
 
 /// The engine's eviction policy and per-class cost gauges.
 pub struct Policy {
-    wheel: Option<GdWheel>,
+    chosen: Chosen,
     /// Per class: sum of the (dequantised) costs of its live items.
     live_cost: Vec<u64>,
     costs: Box<[u32; 256]>,
@@ -71,32 +59,28 @@ pub struct Policy {
 impl Policy {
     pub fn new(kind: EvictionPolicy, nclasses: usize) -> Policy {
         Policy {
-            wheel: match kind {
-                EvictionPolicy::Lru => None,
-                EvictionPolicy::GdWheel => Some(GdWheel::new(nclasses, false)),
-                EvictionPolicy::GdWheelLazy => Some(GdWheel::new(nclasses, true)),
+            chosen: match kind {
+                EvictionPolicy::Lru => Chosen::Clock(ClockPolicy),
+                EvictionPolicy::GdWheel => Chosen::GdWheel(GdWheel::new(nclasses, false)),
+                EvictionPolicy::GdWheelLazy => Chosen::GdWheel(GdWheel::new(nclasses, true)),
             },
             live_cost: vec![0; nclasses],
-            costs: cost_table(),
+            costs: policy::cost_table(),
         }
     }
 
     pub fn kind(&self) -> EvictionPolicy {
-        match &self.wheel {
-            Some(w) if w.lazy() => EvictionPolicy::GdWheelLazy,
-            Some(_) => EvictionPolicy::GdWheel,
-            None => EvictionPolicy::Lru,
-        }
+        with_chosen!(&self.chosen, p => p.kind())
     }
 
     /// Memory the policy holds outside the pages.
     pub fn memory_bytes(&self) -> usize {
-        self.wheel.as_ref().map_or(0, GdWheel::memory_bytes) + self.live_cost.capacity() * 8
+        with_chosen!(&self.chosen, p => p.memory_bytes()) + self.live_cost.capacity() * 8
     }
 
     /// Memory the first item of `class` makes the policy allocate.
     pub fn first_item_bytes(&self, class: usize) -> usize {
-        self.wheel.as_ref().map_or(0, |w| w.first_item_bytes(class))
+        with_chosen!(&self.chosen, p => p.first_item_bytes(class))
     }
 
     /// The dequantised cost of the item in `chunk`.
@@ -108,24 +92,20 @@ impl Policy {
     #[inline]
     pub fn link(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
         self.live_cost[class] += self.cost_of(slabs.chunk(loc)) as u64;
-        if let Some(w) = &mut self.wheel {
-            w.link(slabs, class, loc);
-        }
+        with_chosen!(&mut self.chosen, p => p.link(slabs, class, loc));
     }
 
     #[inline]
     pub fn unlink(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
         let c = self.cost_of(slabs.chunk(loc)) as u64;
         self.live_cost[class] = self.live_cost[class].saturating_sub(c);
-        if let Some(w) = &mut self.wheel {
-            w.unlink(slabs, class, loc);
-        }
+        with_chosen!(&mut self.chosen, p => p.unlink(slabs, class, loc));
     }
 
     /// Items linked without the engine lock (`crate::Cache::store`, CLOCK
     /// only) with costs summing to `cost`.
     pub fn add_live_cost(&mut self, class: usize, cost: u64) {
-        debug_assert!(cost == 0 || self.wheel.is_none());
+        debug_assert!(cost == 0 || matches!(self.chosen, Chosen::Clock(_)));
         if let Some(c) = self.live_cost.get_mut(class) {
             *c += cost;
         }
@@ -146,23 +126,17 @@ impl Policy {
     /// An access that counts (CLOCK's REF bit is set by the engine).
     #[inline]
     pub fn touch(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
-        if let Some(w) = &mut self.wheel {
-            w.touch(slabs, class, loc);
-        }
+        with_chosen!(&mut self.chosen, p => p.touch(slabs, class, loc));
     }
 
     #[inline]
     pub fn relocate(&mut self, slabs: &mut Slabs, class: usize, from: u64, to: u64) {
-        if let Some(w) = &mut self.wheel {
-            w.relocate(slabs, class, from, to);
-        }
+        with_chosen!(&mut self.chosen, p => p.relocate(slabs, class, from, to));
     }
 
     pub fn clear(&mut self) {
         self.live_cost.fill(0);
-        if let Some(w) = &mut self.wheel {
-            w.clear();
-        }
+        with_chosen!(&mut self.chosen, p => p.clear());
     }
 
     pub fn victim(
@@ -172,16 +146,13 @@ impl Policy {
         now: u32,
         protect: Option<u64>,
     ) -> Option<Victim> {
-        match &mut self.wheel {
-            Some(w) => w.victim(slabs, class, now, protect),
-            None => clock_victim(slabs, class, now, protect),
-        }
+        with_chosen!(&mut self.chosen, p => p.victim(slabs, class, now, protect))
     }
 
     /// The next victim of `class` if the policy can name it without moving
     /// (GD-Wheel); None for CLOCK, whose hand position the engine reads.
     pub fn peek(&self, class: usize) -> Option<u64> {
-        self.wheel.as_ref().and_then(|w| w.peek(class))
+        with_chosen!(&self.chosen, p => p.peek(class))
     }
 
     /// Sum of the costs of `class`'s live items.
@@ -193,13 +164,7 @@ impl Policy {
     /// left of its cost before it becomes the victim (0 = next in line).
     /// None under CLOCK. A page move can keep the items with the most.
     pub fn credit(&self, slabs: &Slabs, class: usize, loc: u64) -> Option<u64> {
-        let w = self.wheel.as_ref()?;
-        Some(w.priority(slabs, class, loc)?.saturating_sub(w.hand(class)))
-    }
-
-    /// GD-Wheel's state, when that is the policy.
-    pub fn gdwheel(&self) -> Option<&GdWheel> {
-        self.wheel.as_ref()
+        with_chosen!(&self.chosen, p => p.credit(slabs, class, loc))
     }
 }
 
@@ -208,7 +173,7 @@ impl Policy {
     /// Check the policy's invariants against the slabs (tests and fuzzing):
     /// GD-Wheel's wheels, and the per-class live cost gauges.
     pub fn validate(&self, slabs: &Slabs) {
-        if let Some(w) = &self.wheel {
+        if let Chosen::GdWheel(w) = &self.chosen {
             w.validate(slabs);
         }
         for (class, &sum) in self.live_cost.iter().enumerate() {

@@ -1,5 +1,5 @@
-//! The Z-zone's settings, and the constants that tune it (each with the
-//! measurement that chose it).
+//! The Z-zone's settings, and the constants that tune it (with the
+//! measurements that chose them).
 
 use crate::codec::Codec;
 

@@ -42,6 +42,7 @@ const _: () = assert!(std::mem::size_of::<Desc>() == 48);
 pub(super) const MAX_RAW: usize = u16::MAX as usize;
 
 /// The codec a descriptor names (the zone writes only valid codes).
+#[inline]
 pub(super) fn codec_of(c: u8) -> Codec {
     Codec::from_code(c).unwrap_or(Codec::Raw)
 }
@@ -55,6 +56,7 @@ pub(super) struct Entry {
 }
 
 /// The image of entry `e` in `work`.
+#[inline]
 pub(super) fn entry(work: &[u8], e: Entry) -> &[u8] {
     &work[e.at as usize..(e.at + e.len) as usize]
 }

@@ -29,7 +29,7 @@ pub struct ZoneStats {
     /// Items the sweep sent on to flash.
     pub spilled: u64,
     /// Demotions a zone that does not compress let go unsampled (it takes
-    /// one in [`super::config::PROBE_EVERY`]): evicted.
+    /// one in `PROBE_EVERY`): evicted.
     pub skipped: u64,
     /// Items the replacement sweep evicted.
     pub evictions: u64,

@@ -272,6 +272,7 @@ impl Trie {
 }
 
 /// The last hash of leaf `n`'s range.
+#[inline]
 pub fn range_end(n: Node) -> u64 {
     if n.depth == 0 {
         u64::MAX
@@ -280,6 +281,7 @@ pub fn range_end(n: Node) -> u64 {
     }
 }
 
+#[inline]
 pub fn range_start(n: Node) -> u64 {
     if n.depth == 0 {
         0

@@ -124,7 +124,7 @@ impl Zone {
         self.spill = Some(pipe);
     }
 
-    /// Whether the zone is worth more pages than [`PROBE_PAGES`]: its
+    /// Whether the zone is worth more pages than [`super::PROBE_PAGES`]: its
     /// blocks lately compressed at least [`WORTH_RATIO`], or they are not
     /// meant to compress (`zzone_codec=none`).
     pub fn worth_growing(&self) -> bool {
