@@ -234,3 +234,21 @@ impl std::str::FromStr for RebalancePolicy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rebalance_policy_names_round_trip() {
+        for p in [
+            RebalancePolicy::Off,
+            RebalancePolicy::Memcached,
+            RebalancePolicy::Sas,
+            RebalancePolicy::CostPerByte,
+        ] {
+            assert_eq!(p.name().parse::<RebalancePolicy>(), Ok(p));
+        }
+        assert!("lru".parse::<RebalancePolicy>().is_err());
+    }
+}

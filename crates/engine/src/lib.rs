@@ -12,33 +12,41 @@
 //! its thread: `magazine`); the rest takes the mutex (`stripe` has the lock
 //! protocol). No lock is held across network I/O.
 //!
-//! Module map (see docs/ARCHITECTURE.md):
-//! - [`arena`]: the pages' memory, optionally on transparent huge pages.
-//! - [`clock`]: the coarse server clock and memcached's exptime rules.
-//! - [`hash`]: the key hash, the stripe a hash falls in, the prefetch hint.
-//! - [`item`]: the 16-byte item header and item layout inside a chunk.
-//! - [`chain`]: items larger than the largest chunk, over several chunks.
-//! - [`codec`]: block compression (zstd with trained dictionaries, LZ4)
-//!   and the entropy test that skips incompressible blocks.
-//! - [`config`]: the engine's [`Config`] (memcached's flags), the policies'
-//!   names, memcached's size limits.
-//! - [`index`]: the hash index (Cavast section 4.3), in [`stripe`]s.
-//! - [`cache`]: the engine shared by threads, and the GET path outside its
-//!   lock.
-//! - [`slab`]: pages, slab classes, free chunks, page moves.
-//! - `inplace`: an item's header read, and the item rewritten, under its
-//!   stripe only.
-//! - [`magazine`]: chunks reserved per thread, for SETs of new keys
-//!   without the engine lock.
-//! - `shared`: what the lock-free paths of [`cache`] read of the engine.
-//! - [`evict`]: eviction within a slab class: CLOCK (LRU) or GD-Wheel.
-//! - [`cost`]: costs learned from the gap between a GET miss and its SET.
-//! - [`rebalance`]: which class gets the next page (memcached's automove,
-//!   SAS with a ghost set, GD-Wheel's cost per byte).
-//! - [`block`]: the block format the Z-zone and flash tiers both store.
-//! - [`pipe`]: how the Z-zone hands its evictions to flash, naming neither.
-//! - [`zzone`]: the compressed Z-zone's parts (trie, filters, log).
-//! - [`engine`]: the operations (get/store/delete/arith/touch/flush) on top.
+//! Module map, by floor: a module imports only from its own floor's
+//! modules below it and from lower floors (`scripts/layers.py` checks that no
+//! two import each other; see docs/ARCHITECTURE.md).
+//! 1. [`hash`]: the key hash, the stripe a hash falls in, the prefetch hint;
+//!    [`clock`]: the coarse server clock and memcached's exptime rules;
+//!    [`codec`]: block compression (zstd with trained dictionaries, LZ4) and
+//!    the entropy test that skips incompressible blocks; [`durable`]: files
+//!    replaced whole.
+//! 2. Memory: [`arena`]: the pages' memory, optionally on transparent huge
+//!    pages; [`item`]: the 16-byte item header and item layout inside a
+//!    chunk; [`slab`]: pages, slab classes, free chunks, page moves;
+//!    [`chain`]: items larger than the largest chunk, over several chunks;
+//!    `inplace`: an item's header read, and the item rewritten, under its
+//!    stripe only; [`columns`]: Cavast's hot/cold page columns, for
+//!    re-partitioning.
+//! 3. Index: [`index`]: the hash index (Cavast section 4.3), in
+//!    [`stripe`]s, each with its lock protocol; [`magazine`]: chunks reserved
+//!    per thread, for SETs of new keys without the engine lock.
+//! 4. Tiers and policies: [`block`]: the block format the Z-zone and flash
+//!    tiers both store; [`pipe`]: how the Z-zone hands its evictions to
+//!    flash, naming neither; [`zzone`]: the compressed Z-zone; [`flash`]: the
+//!    flash tier (and in `zzone::split`, the split of memory between the
+//!    Z-zone and the N-zone); [`config`]: the engine's [`Config`] (memcached's flags),
+//!    the policies' names, memcached's size limits; [`evict`]: eviction
+//!    within a slab class, CLOCK (LRU) or GD-Wheel, behind one trait;
+//!    [`rebalance`]: which class gets the next page (memcached's automove,
+//!    SAS with a ghost set, GD-Wheel's cost per byte, MRC); [`cost`]: costs
+//!    learned from the gap between a GET miss and its SET.
+//! 5. `shared`: what the lock-free paths of [`cache`] read of the engine;
+//!    [`api`]: the engine's vocabulary (requests, outcomes, `ItemRef`);
+//!    [`stats`]: the engine's counters.
+//! 6. [`engine`]: the operations (get/store/delete/arith/touch/flush),
+//!    split by concern under `engine/`.
+//! 7. [`cache`]: the engine shared by threads, and the GET and SET paths
+//!    outside its lock; [`warm`]: warm restart.
 //! - `testing` (feature `testing`): the reference model the property tests
 //!   and the fuzzer check the engine against; `validate()` on every structure.
 
@@ -50,6 +58,7 @@ pub mod cache;
 pub mod chain;
 pub mod clock;
 pub mod codec;
+pub mod columns;
 pub mod config;
 pub mod cost;
 pub mod durable;
@@ -72,15 +81,16 @@ pub mod testing;
 pub mod warm;
 pub mod zzone;
 
+pub use api::{
+    ArithOutcome, DeleteOutcome, Evicted, ItemId, ItemRef, MetaItem, Store, StoreMode, StoreOutcome,
+};
 pub use cache::{Cache, EngineGuard, Footprint};
 pub use clock::{Clock, Expiry, RelTime};
+pub use columns::RepartitionStats;
 pub use config::{
     Config, ConfigError, EvictionPolicy, RebalancePolicy, DEFAULT_PAGE_SIZE, KEY_MAX_LEN,
     VALUE_MAX_LEN,
 };
-pub use engine::{
-    ArithOutcome, DeleteOutcome, Engine, Evicted, ItemId, ItemRef, MetaItem, RepartitionStats,
-    Store, StoreMode, StoreOutcome,
-};
+pub use engine::Engine;
 pub use slab::SlabClassStats;
 pub use stats::EngineStats;

@@ -47,6 +47,7 @@ impl Eviction for ClockPolicy {
 
     fn clear(&mut self) {}
 
+    #[inline]
     fn victim(
         &mut self,
         slabs: &mut Slabs,
