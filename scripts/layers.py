@@ -19,6 +19,8 @@ lines that are not blank and not comments, outside `#[cfg(test)]` modules.
 
     scripts/layers.py                       # both checks, as the suite runs them
     scripts/layers.py crates/server/src     # the circles of one crate
+    scripts/layers.py --floors crates/engine/src   # its top-level modules by floor
+    scripts/layers.py --dot crates/engine/src | dot -Tsvg > docs/engine-floors.svg
 """
 
 import re
@@ -262,7 +264,75 @@ def name(m):
     return "::".join(m) or "crate"
 
 
+def floors(src):
+    """Top-level modules (children folded in, tests left out) -> floor, where
+    a module's floor is one above the highest module it imports; and the
+    folded edges. Meaningful only without circles."""
+    _, edges = circles(src)
+    top = lambda m: m[0] if m else None
+    deps = {}
+    for a, tos in edges.items():
+        if "tests" in a or not a:
+            continue
+        for b in tos:
+            if "tests" in b or not b or top(a) == top(b):
+                continue
+            deps.setdefault(top(a), set()).add(top(b))
+    names = {top(m) for m in circles_modules(src) if m and "tests" not in m}
+    level = {}
+
+    def floor(m, seen=()):
+        if m not in level:
+            below = [floor(d, seen + (m,)) for d in deps.get(m, ()) if d not in seen]
+            level[m] = 1 + max(below, default=0)
+        return level[m]
+
+    for m in names:
+        floor(m)
+    return level, deps
+
+
+def circles_modules(src):
+    modules, _ = scan(src)
+    return modules
+
+
+def dot(src):
+    level, deps = floors(src)
+    # Draw only the imports no longer path implies (transitive reduction).
+    def reach(a, skip):
+        out, todo = set(), [d for d in deps.get(a, ()) if d != skip]
+        while todo:
+            d = todo.pop()
+            if d not in out:
+                out.add(d)
+                todo.extend(deps.get(d, ()))
+        return out
+    print("digraph floors {")
+    print('  rankdir=BT; node [shape=box, fontname="Helvetica", fontsize=11]; edge [color="#888888"];')
+    for f in sorted(set(level.values())):
+        ms = sorted(m for m, l in level.items() if l == f)
+        print(f'  {{ rank=same; "floor {f}" [shape=plaintext]; ' + " ".join(f'"{m}";' for m in ms) + " }")
+    floors_ = sorted(set(level.values()))
+    for a, b in zip(floors_, floors_[1:]):
+        print(f'  "floor {a}" -> "floor {b}" [style=invis];')
+    for a in sorted(deps):
+        for b in sorted(deps[a]):
+            if not any(b in reach(c, None) for c in deps[a] if c != b):
+                print(f'  "{a}" -> "{b}";')
+    print("}")
+
+
 def main(dirs):
+    if dirs and dirs[0] in ("--dot", "--floors"):
+        src = Path(dirs[1] if len(dirs) > 1 else "crates/engine/src")
+        if dirs[0] == "--dot":
+            dot(src)
+        else:
+            level, _ = floors(src)
+            for f in sorted(set(level.values())):
+                print(f"floor {f}: " + ", ".join(sorted(m for m, l in level.items() if l == f)))
+        return 0
     bad = 0
     for d in dirs:
         src = Path(d)

@@ -4,7 +4,8 @@
 # and gcc; everything else is installed by scripts/install-deps.sh.
 #
 #   1. prerequisites (apt packages, rustfmt/clippy, .venv, node_modules)
-#   2. cargo fmt --check, cargo clippy -D warnings
+#   2. cargo fmt --check, cargo clippy -D warnings, scripts/layers.py (no
+#      import circles, the engine's files within their size)
 #   3. cargo build --release, cargo test --workspace --release
 #      (integration tests find the server through CACHALOT_BIN)
 #   4. scripts/conformance.sh: memccapable, pymemcache's integration tests and
@@ -33,6 +34,9 @@ trap 'servers_stop_all; summary_print' EXIT
 step "install deps" scripts/install-deps.sh
 step "cargo fmt --check" cargo fmt --all --check
 step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
+# No two modules of the engine or the server import each other, and no
+# engine file outgrows its room (issue 33).
+step "module layers" python3 scripts/layers.py
 step "cargo build --release" cargo build --release
 # Under KEEP_GOING, cargo runs every test binary instead of stopping at the
 # first one that fails.

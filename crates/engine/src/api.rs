@@ -1,6 +1,7 @@
 //! The engine's vocabulary: the requests and outcomes of its operations
 //! (`Store`, `Arith`, `Lookup`, the outcomes), the view of an item
-//! (`ItemRef`, built only by [`ItemRef::new`]) and what the dumps report.
+//! (`ItemRef`, built only by [`ItemRef::new`]), what the dumps report, and
+//! the saved pages of a warm restart.
 //! Below the engine, so that `crate::cache`'s GET path and the tiers can
 //! speak it without depending on the engine.
 
@@ -276,4 +277,59 @@ pub struct MetaItem {
     pub class: u32,
     /// The size memcached would give it (`item::memcached_size`).
     pub size: usize,
+}
+
+// Warm restart by whole pages (`crate::warm`, `engine/restore.rs`).
+
+/// How an engine cuts its pages into chunks: saved pages load as they are
+/// only into an engine with the same layout (the same `-n`, `-f`, `-I` and
+/// `slab_chunk_max`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageLayout {
+    pub page_size: u32,
+    pub chunk_bits: u32,
+    pub item_size_max: u64,
+    /// Chunk size of each class.
+    pub sizes: Vec<u32>,
+}
+
+/// The clock the saved items' times are relative to.
+#[derive(Clone, Copy, Debug)]
+pub struct SavedClock {
+    /// Unix time of the saving process's relative time 0.
+    pub started_unix: i64,
+    /// Its relative time when it saved.
+    pub now: RelTime,
+}
+
+/// What [`crate::engine::Engine::adopt_pages`] brought back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Adopted {
+    pub items: u64,
+    /// Key and value bytes of those items.
+    pub bytes: u64,
+    /// Items whose TTL ran out while the server was down.
+    pub expired: u64,
+    pub max_cas: u64,
+    /// Pages that failed their check.
+    pub bad_pages: u64,
+}
+
+/// Where [`crate::engine::Engine::adopt_pages`] gets a saved page's bytes.
+pub enum PageSource<'a> {
+    /// Read a page's worth from the file where it stands.
+    Read(&'a std::fs::File),
+    /// Map a page's worth of a file on a RAM disk, from an offset that is
+    /// a multiple of 4 KB (`Arena::map_file`): no copy, no memory to zero.
+    Map(&'a std::fs::File, u64),
+}
+
+/// A page as `warm::save` wrote it.
+pub struct SavedPage<'a> {
+    pub class: usize,
+    /// Chunks handed out.
+    pub bump: u32,
+    /// CRC-32 of its bytes.
+    pub crc: u32,
+    pub source: PageSource<'a>,
 }

@@ -15,7 +15,7 @@
 //! - `maintain.rs`: flush_all and the background work;
 //! - `report.rs`: stats and dumps;
 //! - `pages.rs`: page moves between classes; `repartition.rs`: hot/cold
-//!   columns within pages; `zone.rs`: the Z-zone; `restore.rs`: warm
+//!   columns within pages (`crate::columns`); `zone.rs`: the Z-zone; `restore.rs`: warm
 //!   restart by pages; `validate.rs`: invariant checks (tests).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -40,27 +40,30 @@ mod zone;
 const RECLAIM_SLICES: usize = 8;
 
 pub use crate::api::{
-    Arith, ArithOutcome, DeleteOutcome, Evicted, ItemId, ItemRef, Lookup, MetaItem,
-    ReassignOutcome, Store, StoreMode, StoreOutcome, LOOKUP_BATCH,
+    Adopted, Arith, ArithOutcome, DeleteOutcome, Evicted, ItemId, ItemRef, Lookup, MetaItem,
+    PageLayout, PageSource, ReassignOutcome, SavedClock, SavedPage, Store, StoreMode, StoreOutcome,
+    LOOKUP_BATCH,
 };
-pub use repartition::RepartitionStats;
-pub use restore::{Adopted, PageLayout, PageSource, SavedClock, SavedPage};
-pub use zone::ZzoneStats;
+pub use crate::columns::RepartitionStats;
+pub use crate::zzone::split::ZzoneStats;
 
 use crate::api::fits;
 use crate::chain;
 use crate::clock::{Clock, RelTime};
-use crate::config::{Config, ConfigError, DEFAULT_PAGE_SIZE, VALUE_MAX_LEN};
+use crate::columns::Repartition;
+use crate::config::{Config, ConfigError, EvictionPolicy, DEFAULT_PAGE_SIZE, VALUE_MAX_LEN};
 use crate::cost::Learner;
 use crate::evict::Policy;
 use crate::hash::hash;
 use crate::index::Index;
 use crate::item;
 use crate::magazine::Magazines;
+use crate::rebalance::drain::Drain;
 use crate::rebalance::Rebalancer;
 use crate::shared::Shared;
 use crate::slab::{class_sizes, Slabs};
 use crate::stripe::{Counts, Stripe, Stripes};
+use crate::zzone::split::Zzone;
 
 /// Counters kept as plain integers under the engine lock.
 #[derive(Default)]
@@ -119,11 +122,11 @@ pub struct Engine {
     reclaim_at: (usize, u32),
     /// Hot/cold re-partitioning within pages (`-o repartition=1` under
     /// CLOCK), which also does the reclaimer's work.
-    repartition: Option<Box<repartition::Repartition>>,
+    repartition: Option<Box<Repartition>>,
     /// Page moves between classes: the rule (`rebalance`) and the page in
-    /// transit (`engine/pages.rs`).
+    /// transit (`rebalance/drain.rs`, drained by `engine/pages.rs`).
     rebal: Rebalancer,
-    drain: Option<pages::Drain>,
+    drain: Option<Drain>,
     /// Pages granted beyond `-m` to classes below their floor
     /// (`floor_pages`), as memcached grants a class its first page.
     pub(super) granted: usize,
@@ -133,8 +136,9 @@ pub struct Engine {
     policy: Policy,
     /// Recent GET misses, to learn costs (`-o learn_costs=1`), see `cost`.
     learner: Option<Learner>,
-    /// The compressed Z-zone (`-o zzone=1`), see `engine/zone.rs`.
-    zone: Option<Box<zone::Zzone>>,
+    /// The compressed Z-zone (`-o zzone=1`), see `engine/zone.rs`, and its
+    /// share of memory (`zzone/split.rs`).
+    zone: Option<Box<Zzone>>,
     /// The flash tier (`--flash-path`), see `flash`.
     flash: Option<Arc<crate::flash::Flash>>,
 }
@@ -212,10 +216,9 @@ impl Engine {
         slabs.check_stripes = cfg!(debug_assertions).then_some(stripes.shift());
         // Only CLOCK keeps no per-chunk state outside the chunk
         // (`engine/repartition.rs`).
-        let repartition = (config.repartition
-            && config.eviction == crate::config::EvictionPolicy::Lru)
-            .then(Box::default);
-        let zone = zone::Zzone::new(&config, page_size);
+        let repartition =
+            (config.repartition && config.eviction == EvictionPolicy::Lru).then(Box::default);
+        let zone = Zzone::new(&config, page_size);
         let flash = match (&config.flash, device) {
             (Some(f), Some(d)) => {
                 let mut f = f.clone();

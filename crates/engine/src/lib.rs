@@ -25,14 +25,16 @@
 //!    chunk; [`slab`]: pages, slab classes, free chunks, page moves;
 //!    [`chain`]: items larger than the largest chunk, over several chunks;
 //!    `inplace`: an item's header read, and the item rewritten, under its
-//!    stripe only.
+//!    stripe only; [`columns`]: Cavast's hot/cold page columns, for
+//!    re-partitioning.
 //! 3. Index: [`index`]: the hash index (Cavast section 4.3), in
 //!    [`stripe`]s, each with its lock protocol; [`magazine`]: chunks reserved
 //!    per thread, for SETs of new keys without the engine lock.
 //! 4. Tiers and policies: [`block`]: the block format the Z-zone and flash
 //!    tiers both store; [`pipe`]: how the Z-zone hands its evictions to
 //!    flash, naming neither; [`zzone`]: the compressed Z-zone; [`flash`]: the
-//!    flash tier; [`config`]: the engine's [`Config`] (memcached's flags),
+//!    flash tier (and in `zzone::split`, the split of memory between the
+//!    Z-zone and the N-zone); [`config`]: the engine's [`Config`] (memcached's flags),
 //!    the policies' names, memcached's size limits; [`evict`]: eviction
 //!    within a slab class, CLOCK (LRU) or GD-Wheel, behind one trait;
 //!    [`rebalance`]: which class gets the next page (memcached's automove,
@@ -55,6 +57,7 @@ pub mod cache;
 pub mod chain;
 pub mod clock;
 pub mod codec;
+pub mod columns;
 pub mod config;
 pub mod cost;
 pub mod durable;
@@ -77,15 +80,16 @@ pub mod testing;
 pub mod warm;
 pub mod zzone;
 
+pub use api::{
+    ArithOutcome, DeleteOutcome, Evicted, ItemId, ItemRef, MetaItem, Store, StoreMode, StoreOutcome,
+};
 pub use cache::{Cache, EngineGuard, Footprint};
 pub use clock::{Clock, Expiry, RelTime};
+pub use columns::RepartitionStats;
 pub use config::{
     Config, ConfigError, EvictionPolicy, RebalancePolicy, DEFAULT_PAGE_SIZE, KEY_MAX_LEN,
     VALUE_MAX_LEN,
 };
-pub use engine::{
-    ArithOutcome, DeleteOutcome, Engine, Evicted, ItemId, ItemRef, MetaItem, RepartitionStats,
-    Store, StoreMode, StoreOutcome,
-};
+pub use engine::Engine;
 pub use slab::SlabClassStats;
 pub use stats::EngineStats;

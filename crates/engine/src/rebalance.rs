@@ -41,6 +41,7 @@
 
 pub mod automove;
 pub mod cpb;
+pub(crate) mod drain;
 pub mod ghost;
 pub mod mrc;
 pub mod profile;

@@ -59,9 +59,9 @@ pub struct EngineStats {
     /// Bytes of the rebalancer's ghost set and tables (inside `limit_maxbytes`).
     pub rebalance_bytes: u64,
     /// Hot/cold re-partitioning (`-o repartition=1`), if on.
-    pub repartition: Option<crate::engine::RepartitionStats>,
+    pub repartition: Option<crate::columns::RepartitionStats>,
     /// The compressed Z-zone (`-o zzone=1`), if on.
-    pub zzone: Option<crate::engine::ZzoneStats>,
+    pub zzone: Option<crate::zzone::split::ZzoneStats>,
     /// Evicted keys the ghost set can hold.
     pub ghost_capacity: u64,
     /// The flash tier's figures, if it is on (`stats flash`).

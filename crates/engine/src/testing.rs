@@ -19,12 +19,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::api::{Arith, ArithOutcome, DeleteOutcome, Lookup, Store, StoreMode, StoreOutcome};
 use crate::cache::Cache;
 use crate::cache::Fallback;
 use crate::clock::{Clock, Expiry, RelTime};
 use crate::codec::Codec;
 use crate::config::{Config, EvictionPolicy, RebalancePolicy, KEY_MAX_LEN};
-use crate::engine::{Arith, ArithOutcome, DeleteOutcome, Lookup, Store, StoreMode, StoreOutcome};
 use crate::rebalance::Tuning;
 
 /// Which CAS unique a conditional operation sends.

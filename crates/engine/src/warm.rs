@@ -57,12 +57,12 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
+use crate::api::{
+    ItemRef, Lookup, PageLayout, PageSource, SavedClock, SavedPage, Store, StoreMode, StoreOutcome,
+};
 use crate::cache::Cache;
 use crate::clock::Expiry;
 use crate::durable;
-use crate::engine::{
-    ItemRef, Lookup, PageLayout, PageSource, SavedClock, SavedPage, Store, StoreMode, StoreOutcome,
-};
 use crate::item;
 
 /// The item stream of earlier versions (still loaded).

@@ -3,8 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::Engine;
-use super::RECLAIM_SLICES;
+use super::{Engine, RECLAIM_SLICES};
 use crate::clock::RelTime;
 use crate::config::ConfigError;
 use crate::hash::hash;

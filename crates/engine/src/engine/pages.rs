@@ -32,37 +32,16 @@
 //! empties it at once; a synchronous page removal (`steal_page_for`,
 //! `enforce_budget`) that picks it cancels the drain.
 
-use super::zone::DrainPace;
-use super::{Engine, ReassignOutcome};
+use super::Engine;
+use crate::api::ReassignOutcome;
 use crate::chain;
 use crate::evict::Victim;
 use crate::hash::hash;
 use crate::item;
+use crate::rebalance::drain::Drain;
 use crate::rebalance::ClassInfo;
 use crate::slab::PageId;
-
-/// A page on its way out of its class.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Drain {
-    pub page: PageId,
-    pub from: usize,
-    /// The class that gets it; None: the pool of unassigned pages.
-    pub to: Option<usize>,
-    /// Next chunk to look at.
-    pub next: u32,
-    /// Chunks that held a hot item when the move began (one bit each):
-    /// CLOCK's hand keeps sweeping the page while it drains and clears REF
-    /// bits, which must not make its hot items look cold.
-    pub hot: Box<[u64]>,
-}
-
-impl Drain {
-    fn was_hot(&self, chunk: u32) -> bool {
-        self.hot
-            .get(chunk as usize / 64)
-            .is_some_and(|w| w >> (chunk % 64) & 1 != 0)
-    }
-}
+use crate::zzone::split::DrainPace;
 
 /// Where a hot item can go.
 enum Rescue {

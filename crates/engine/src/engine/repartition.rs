@@ -2,11 +2,11 @@
 //! memcached case study of section 6.1, Algorithm 1), with the expiry
 //! reclaimer folded in (section 4.4). `-o repartition=1`.
 //!
-//! Each page is cut into [`ZONES`] columns of equal chunk counts, hottest
-//! first. A pass over a page reads the access time of every live item (the
-//! page's own LRU order, as Cavast keeps an LRU list per slab), ranks them,
-//! and gives the hottest the first column's chunks, the next the second's,
-//! and so on. Cavast's rules keep the moves few:
+//! Each page is cut into [`crate::columns::COLUMNS`] columns of equal
+//! chunk counts, hottest first. A pass over a page reads the access time
+//! of every live item (the page's own LRU order, as Cavast keeps an LRU
+//! list per slab), ranks them, and gives the hottest the first column's
+//! chunks, the next the second's, and so on. Cavast's rules keep the moves few:
 //! - no movement within a column: an item moves only if its rank puts it in
 //!   another column, and items of equal temperature keep their order;
 //! - lazy: one page at a time, in the maintainer's bounded slices;
@@ -25,149 +25,21 @@
 //! The largest class, where chained items live, is left alone.
 
 use super::Engine;
+use crate::columns::{
+    column_start, temperature, Phase, Placing, Repartition, Work, COLUMNS, NOWHERE,
+};
 use crate::hash::hash;
 use crate::item;
 use crate::slab::PageId;
-
-/// Columns per page (Cavast: 16 columns of 128 KB in a 2 MB page; our pages
-/// are 1 MB, so a column is 64 KB).
-pub const ZONES: u32 = 16;
 
 /// Budget units a swap costs (two chunk copies, two index updates, two
 /// stripes taken and let go), against one per chunk scanned.
 const SWAP_COST: usize = 16;
 
-/// Where the re-partitioner is.
-#[derive(Default)]
-pub(crate) struct Repartition {
-    /// The next page to visit.
-    next_page: usize,
-    work: Option<Work>,
-    /// Second copy buffer for swaps (the engine's `scratch` is the first).
-    scratch: Vec<u8>,
-    pub(crate) stats: RepartitionStats,
-    /// `stats.swaps` when the current sweep over all pages began, and the
-    /// pages it has done.
-    sweep_began_at: u64,
-    sweep_pages: u64,
-    /// The last sweep found little to trade: sweep at the reclaimer's
-    /// pace until one finds more (`Engine::maintain_slices`).
-    settled: bool,
-}
-
 /// Maintainer slices per period while re-partitioning is under way; once
 /// a sweep found little to trade, the reclaimer's pace.
 const EAGER_SLICES: usize = 256;
 const SETTLED_SLICES: usize = super::RECLAIM_SLICES;
-
-/// Counters for `stats`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RepartitionStats {
-    /// Pages passed over.
-    pub pages: u64,
-    /// Chunks whose temperature was read.
-    pub scanned: u64,
-    /// Pairs of items that traded chunks.
-    pub swaps: u64,
-}
-
-/// The page being re-partitioned.
-struct Work {
-    page: PageId,
-    class: usize,
-    chunk_size: u32,
-    nchunks: u32,
-    /// Whether the page is re-partitioned after the scan, or only scanned
-    /// for expired items (the largest class, and pages of few chunks).
-    arrange: bool,
-    phase: Phase,
-}
-
-enum Phase {
-    /// Reading temperatures: the next chunk, and (temperature, chunk) of
-    /// the live items so far, in chunk order.
-    Scan {
-        at: u32,
-        seen: Vec<(u8, u32)>,
-    },
-    Place(Placing),
-}
-
-/// Trading chunks. `want[c]` is the column the item at chunk `c` should be
-/// in and `temp[c]` its temperature (`NOWHERE` for no item); columns
-/// before `zone` are settled; `resident` walks column `zone` for items that
-/// belong further down, `incomer` walks the later columns for items that
-/// belong in `zone`.
-struct Placing {
-    want: Vec<u8>,
-    temp: Vec<u8>,
-    zone: u32,
-    resident: u32,
-    incomer: u32,
-}
-
-const NOWHERE: u8 = u8::MAX;
-
-impl Placing {
-    /// From the scan's (temperature, chunk) of the live items, in chunk
-    /// order, of a page of `n` chunks.
-    fn new(seen: &[(u8, u32)], n: u32) -> Placing {
-        let mut temp = vec![NOWHERE; n as usize];
-        for &(t, c) in seen {
-            temp[c as usize] = t;
-        }
-        Placing {
-            want: targets(seen, n),
-            temp,
-            zone: 0,
-            resident: 0,
-            incomer: zone_start(1, n),
-        }
-    }
-}
-
-/// The column of chunk `c` in a page of `n` chunks.
-#[inline]
-fn zone_of(c: u32, n: u32) -> u32 {
-    (c as u64 * ZONES as u64 / n as u64) as u32
-}
-
-/// First chunk of column `z`.
-#[inline]
-fn zone_start(z: u32, n: u32) -> u32 {
-    // The smallest c with c * ZONES / n >= z.
-    ((z as u64 * n as u64).div_ceil(ZONES as u64)) as u32
-}
-
-/// An item's temperature: 0 for an access this second, then one more for
-/// each doubling of its age (lower is hotter).
-#[inline]
-fn temperature(age: u32) -> u8 {
-    (u32::BITS - age.leading_zeros()) as u8
-}
-
-/// Which column each live item should be in: ranked by temperature (ties
-/// in chunk order), the i-th hottest takes the i-th live chunk's column.
-fn targets(seen: &[(u8, u32)], nchunks: u32) -> Vec<u8> {
-    // A counting sort (temperatures are below 33): linear, so a page of
-    // 32 768 items ranks within one bounded slice, and stable, so equal
-    // temperatures keep their chunk order and stay put.
-    let mut first = [0usize; 34];
-    for &(t, _) in seen {
-        first[t as usize + 1] += 1;
-    }
-    for t in 1..first.len() {
-        first[t] += first[t - 1];
-    }
-    let mut want = vec![NOWHERE; nchunks as usize];
-    for &(t, c) in seen {
-        let rank = first[t as usize];
-        first[t as usize] += 1;
-        // `seen` is in chunk order: the rank-th live chunk's column.
-        want[c as usize] = zone_of(seen[rank].1, nchunks) as u8;
-    }
-    want
-}
 
 impl Engine {
     /// Whether pages are re-partitioned (`-o repartition=1` under CLOCK).
@@ -289,7 +161,7 @@ impl Engine {
                 class: page.class as usize - 1,
                 chunk_size: page.chunk_size,
                 nchunks: page.nchunks,
-                arrange: page.class as usize - 1 != last_class && page.nchunks >= ZONES,
+                arrange: page.class as usize - 1 != last_class && page.nchunks >= COLUMNS,
                 phase: Phase::Scan {
                     at: 0,
                     seen: Vec::new(),
@@ -323,27 +195,28 @@ impl Engine {
         let Placing {
             want,
             temp,
-            zone,
+            column,
             resident,
             incomer,
         } = p;
-        while *zone + 1 < ZONES {
-            let end = zone_start(*zone + 1, n);
+        while *column + 1 < COLUMNS {
+            let end = column_start(*column + 1, n);
             // The next item in this column that belongs further down.
             while *resident < end
-                && (want[*resident as usize] == NOWHERE || want[*resident as usize] as u32 == *zone)
+                && (want[*resident as usize] == NOWHERE
+                    || want[*resident as usize] as u32 == *column)
             {
                 *resident += 1;
             }
             // The next item further down that belongs in this column.
-            while *incomer < n && want[*incomer as usize] as u32 != *zone {
+            while *incomer < n && want[*incomer as usize] as u32 != *column {
                 *incomer += 1;
             }
             if *resident >= end || *incomer >= n {
                 // Settled (or the counts changed since the scan): next column.
-                *zone += 1;
+                *column += 1;
                 *resident = end;
-                *incomer = zone_start(*zone + 1, n);
+                *incomer = column_start(*column + 1, n);
                 continue;
             }
             let (i, j) = (*incomer as usize, *resident as usize);
@@ -372,7 +245,7 @@ impl Engine {
                 temp.swap(i, j);
             }
             want[i] = want[j];
-            want[j] = *zone as u8;
+            want[j] = *column as u8;
         }
         true
     }
@@ -404,6 +277,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::columns::column_of;
     use crate::engine::Store;
     use crate::{Clock, Config, Expiry, RebalancePolicy};
     use std::sync::Arc;
@@ -455,7 +329,7 @@ mod tests {
             }
         }
         e.release_stripes();
-        assert!(hot.clone().all(|k| zone_of(place(&mut e, k).1, n) >= 2));
+        assert!(hot.clone().all(|k| column_of(place(&mut e, k).1, n) >= 2));
         while e.repartition.as_ref().unwrap().stats.pages == 0 {
             e.maintain(1000);
             e.release_stripes();
@@ -463,7 +337,7 @@ mod tests {
         let stats = e.repartition.as_ref().unwrap().stats;
         assert_eq!(stats.swaps, 100, "each hot item traded with a cold one");
         for k in hot {
-            assert_eq!(zone_of(place(&mut e, k).1, n), 0, "key {k}");
+            assert_eq!(column_of(place(&mut e, k).1, n), 0, "key {k}");
         }
         for k in 0..3000 {
             let v = e.get(&key(k)).expect("kept").value.to_vec();
@@ -543,46 +417,5 @@ mod tests {
         };
         let e = Engine::new(config, Arc::new(Clock::new())).unwrap();
         assert!(!e.repartitions());
-    }
-
-    #[test]
-    fn zones_cover_the_page_in_order() {
-        for n in [16u32, 17, 31, 32, 100, 32768] {
-            assert_eq!(zone_start(0, n), 0);
-            for z in 0..ZONES {
-                let (s, e) = (zone_start(z, n), zone_start(z + 1, n));
-                assert!(s < e, "zone {z} of {n} chunks is empty");
-                assert!((s..e).all(|c| zone_of(c, n) == z));
-            }
-            assert_eq!(zone_start(ZONES, n), n);
-        }
-    }
-
-    #[test]
-    fn temperature_doubles() {
-        let t: Vec<u8> = [0, 1, 2, 3, 4, 7, 8, 1000].map(temperature).to_vec();
-        assert_eq!(t, [0, 1, 2, 2, 3, 3, 4, 10]);
-    }
-
-    #[test]
-    fn targets_rank_the_hottest_first_and_keep_ties_in_place() {
-        // 32 chunks, 2 per column; live items at every chunk but 5.
-        let seen: Vec<(u8, u32)> = (0..32u32)
-            .filter(|&c| c != 5)
-            .map(|c| (if c == 30 || c == 31 { 0 } else { 3 }, c))
-            .collect();
-        let want = targets(&seen, 32);
-        assert_eq!(want[5], NOWHERE);
-        // The two hot items take the first two live chunks (column 0).
-        assert_eq!((want[30], want[31]), (0, 0));
-        // The rest keep their order, each pushed two live chunks down.
-        assert_eq!(want[0], 1);
-        assert_eq!(want[29], 15);
-        let per_zone = (0..ZONES as u8)
-            .map(|z| want.iter().filter(|&&w| w == z).count())
-            .collect::<Vec<_>>();
-        // As many items want each column as it has live chunks.
-        let live_in = |z: u32| seen.iter().filter(|s| zone_of(s.1, 32) == z).count();
-        assert_eq!(per_zone, (0..ZONES).map(live_in).collect::<Vec<_>>());
     }
 }

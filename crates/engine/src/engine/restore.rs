@@ -27,7 +27,8 @@ use std::io::{self, Read};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
-use super::{Engine, ItemRef};
+use super::Engine;
+use crate::api::{Adopted, ItemRef, PageLayout, PageSource, SavedClock, SavedPage};
 use crate::arena::Arena;
 use crate::chain;
 use crate::clock::RelTime;
@@ -44,49 +45,6 @@ const PREFETCH_AHEAD: usize = 24;
 /// Index bytes an item is assumed to take when deciding whether saved pages
 /// fit a memory limit (measured: 9.05-9.76, `index.rs`).
 const INDEX_BYTES_PER_ITEM: usize = 12;
-
-/// How an engine cuts its pages into chunks: saved pages load as they are
-/// only into an engine with the same layout (the same `-n`, `-f`, `-I` and
-/// `slab_chunk_max`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PageLayout {
-    pub page_size: u32,
-    pub chunk_bits: u32,
-    pub item_size_max: u64,
-    /// Chunk size of each class.
-    pub sizes: Vec<u32>,
-}
-
-/// The clock the saved items' times are relative to.
-#[derive(Clone, Copy, Debug)]
-pub struct SavedClock {
-    /// Unix time of the saving process's relative time 0.
-    pub started_unix: i64,
-    /// Its relative time when it saved.
-    pub now: RelTime,
-}
-
-/// What [`Engine::adopt_pages`] brought back.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Adopted {
-    pub items: u64,
-    /// Key and value bytes of those items.
-    pub bytes: u64,
-    /// Items whose TTL ran out while the server was down.
-    pub expired: u64,
-    pub max_cas: u64,
-    /// Pages that failed their check.
-    pub bad_pages: u64,
-}
-
-/// Where [`Engine::adopt_pages`] gets a saved page's bytes.
-pub enum PageSource<'a> {
-    /// Read a page's worth from the file where it stands.
-    Read(&'a std::fs::File),
-    /// Map a page's worth of a file on a RAM disk, from an offset that is
-    /// a multiple of 4 KB (`Arena::map_file`): no copy, no memory to zero.
-    Map(&'a std::fs::File, u64),
-}
 
 /// What a chunk of a saved page holds, once its times are moved.
 enum Chunk {
@@ -404,16 +362,6 @@ fn key_at(arena: &Arena, chunk_bits: u32, loc: u64) -> Vec<u8> {
     // SAFETY: the key bytes of an adopted item are written by nobody
     // while the load runs (above), and lie inside its chunk.
     unsafe { arena.bytes(page, at, klen) }.to_vec()
-}
-
-/// A page as `warm::save` wrote it.
-pub struct SavedPage<'a> {
-    pub class: usize,
-    /// Chunks handed out.
-    pub bump: u32,
-    /// CRC-32 of its bytes.
-    pub crc: u32,
-    pub source: PageSource<'a>,
 }
 
 /// Classify the chunk of a saved page and, for a live item, move its

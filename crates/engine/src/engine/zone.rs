@@ -20,140 +20,15 @@
 //! it in seconds with marker items it SETs and watches being evicted; the
 //! engine knows its own item count, so it needs no markers.
 //!
-//! The split (§3.3.1): the zones share `-m`, the Z-zone's pages counted
-//! beside the index. Each window of [`WINDOW_OPS`] requests, the share
-//! served by the N-zone is compared with the target (`-o zzone_target`,
-//! 90%): below it the Z-zone gives up 3% of memory, above it takes 3% more.
-//! As in zExpander, a request is served by the Z-zone when it has to read
-//! a block (a hit there, or a false positive of its content filter), and
-//! by the N-zone otherwise: a GET hit there, a GET miss the filter answers,
-//! a store (stores always write the N-zone).
-//! zExpander also counts demotions as Z-zone work; here they are not: each
-//! follows a miss, which costs the client a backend fetch far longer than
-//! a block rewrite, and counted they shrink the Z-zone in any workload
-//! with more than a few percent of misses (to 2% of memory at 40% misses
-//! in the lab, docs/benchmarks-history.md), exactly where it would help most.
+//! The split of memory between the zones (§3.3.1) is the controller of
+//! `crate::zzone::split`.
 
-use std::sync::Arc;
-
-use super::{DeleteOutcome, Engine};
+use super::Engine;
+use crate::api::DeleteOutcome;
 use crate::chain;
-use crate::config::Config;
 use crate::hash::hash;
 use crate::item;
-use crate::zzone::{Zone, ZoneCell, ZoneConfig, ZoneStats, PROBE_PAGES};
-
-/// Requests per adaptation window (zExpander: one minute).
-pub const WINDOW_OPS: u64 = 100_000;
-/// The split moves by this share of memory per window (zExpander: 3%).
-const STEP: f64 = 0.03;
-/// Within this of the target, the split stays.
-const SLACK: f64 = 0.02;
-/// The Z-zone's share of memory at start, and the most it may take.
-const START_SHARE: f64 = 0.5;
-const MAX_SHARE: f64 = 0.9;
-/// Pages below its target the Z-zone may be while drains wait for its
-/// writer.
-const GROW_SLACK: usize = 4;
-/// Demotions wait to be packed in a stage of up to 1/[`STAGE_SHARE`] of
-/// `-m` ([`MAX_STAGE`] at most), so that the writer, not the request that
-/// evicted, rewrites the blocks, and items of one block that wait together
-/// go in one rewrite. What it saves grows with its items per block, so it
-/// grows with `-m`: at 1/64, YCSB-B (`cachalot-lab sim`, 1 M keys, `-m
-/// 64`) rewrote 290 K blocks for 579 K demotions where 1/256 rewrote 454 K
-/// for 561 K, at the same hit ratio; at 1/32 the uncompressed items cost
-/// hits when the zone is large (docs/benchmarks-history.md).
-const STAGE_SHARE: usize = 64;
-const MAX_STAGE: usize = 64 << 20;
-
-pub(super) struct Zzone {
-    /// The zone, shared with GETs that read it without the engine lock
-    /// (`crate::Cache::get`); the engine takes this lock inside its own.
-    pub zone: Arc<ZoneCell>,
-    /// Share of `-m` the Z-zone may hold.
-    share: f64,
-    /// N-served and Z-served requests when the window began.
-    window: (u64, u64),
-    /// A promoted item's image, copied out of the zone.
-    image: Vec<u8>,
-    /// A writer thread packs the stage and shrinks the zone
-    /// ([`crate::Cache::flush_zone`]); without one, `maintain` shrinks it.
-    writer: bool,
-    /// Evictions are not demoted (the budget is being enforced: the items
-    /// of a whole page go at once, and demoting them would be thousands of
-    /// block rewrites under the engine lock).
-    pub(super) paused: bool,
-    /// The N-zone page being drained for the zone, if any.
-    pub(super) drain: Option<crate::slab::PageId>,
-}
-
-/// See [`Engine::drain_pace`].
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum DrainPace {
-    Go,
-    Wait,
-    Shed,
-}
-
-/// The Z-zone's part of `stats`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ZzoneStats {
-    pub zone: ZoneStats,
-    /// The Z-zone's share of memory now (percent).
-    pub share_percent: u32,
-    pub target_pages: u64,
-    /// The N-zone's locality benchmark, in demotions (its item count).
-    pub benchmark: u64,
-}
-
-impl Zzone {
-    pub(super) fn new(config: &Config, page_size: usize) -> Option<Box<Zzone>> {
-        if !config.zzone || !config.evict {
-            return None;
-        }
-        let mut z = Box::new(Zzone {
-            zone: Arc::new(ZoneCell::new(Zone::new(ZoneConfig {
-                block_bytes: config.zzone_block,
-                codec: config.zzone_codec,
-                page_size,
-                dict_samples: config.zzone_dict_samples,
-                stage_bytes: (config.memory_limit / STAGE_SHARE).clamp(4 << 10, MAX_STAGE),
-            }))),
-            share: if config.zzone_target == 0 {
-                MAX_SHARE
-            } else {
-                START_SHARE
-            },
-            window: (0, 0),
-            image: Vec::new(),
-            writer: false,
-            paused: false,
-            drain: None,
-        });
-        z.retarget(config.memory_limit);
-        Some(z)
-    }
-
-    /// `stats reset`: the zone's counters, and a new window.
-    pub(super) fn reset_stats(&mut self) {
-        self.zone.lock().reset_stats();
-        self.window = (0, 0);
-    }
-
-    /// Pages for the Z-zone: its share of the memory the rest of the engine
-    /// (index, policy, rebalancer) leaves.
-    fn retarget(&mut self, available: usize) {
-        let mut zone = self.zone.lock();
-        let page = zone.config().page_size;
-        let mut pages = (self.share * available as f64) as usize / page;
-        // A zone whose blocks do not compress holds fewer items than the
-        // N-zone would in its pages, for a block rewrite per demotion.
-        if !zone.worth_growing() {
-            pages = pages.min(PROBE_PAGES);
-        }
-        zone.set_target_pages(pages);
-    }
-}
+use crate::zzone::split::{DrainPace, ZzoneStats};
 
 impl Engine {
     /// The item at `loc` (its stripe held) leaves the N-zone: demote it to
@@ -360,21 +235,7 @@ impl Engine {
         let Some(z) = self.zone.as_mut() else {
             return 0;
         };
-        let zs = z.zone.lock().stats();
-        let served_n = at_n_zone + zs.filtered;
-        let served_z = zs.hits + zs.false_positives;
-        let (n0, z0) = z.window;
-        let (dn, dz) = (served_n.saturating_sub(n0), served_z.saturating_sub(z0));
-        if dn + dz >= WINDOW_OPS {
-            z.window = (served_n, served_z);
-            let at_n = dn as f64 / (dn + dz) as f64;
-            let want = target as f64 / 100.0;
-            if target == 0 || at_n > want + SLACK {
-                z.share = (z.share + STEP).min(MAX_SHARE);
-            } else if at_n < want - SLACK {
-                z.share = (z.share - STEP).max(0.0);
-            }
-        }
+        z.adapt(at_n_zone, target);
         // Every step, so that pages the zone gave the N-zone in a pinch
         // come back to it.
         z.retarget(available);
@@ -453,29 +314,14 @@ impl Engine {
         true
     }
 
-    /// How a page drain goes on while its items would be demoted: at once
-    /// while the Z-zone's writer keeps up; while its stage is over half
-    /// full, it waits for the writer (else the stores would pack the
-    /// drained items under the engine lock), unless the zone is more than
-    /// [`GROW_SLACK`] pages below its target (a cache filling up, the
-    /// split moving far): then it sheds, its items evicted, not demoted,
-    /// since a zone that waited for a writer at `SCHED_IDLE` would not grow
-    /// while the server is busy.
+    /// How a page drain goes on while its items would be demoted (see
+    /// [`crate::zzone::split::Zzone::pace`]): at once without a Z-zone.
     pub(super) fn drain_pace(&self) -> DrainPace {
-        let Some(z) = self.zone.as_ref() else {
-            return DrainPace::Go;
-        };
-        let zone = z.zone.lock();
-        if !z.writer || !zone.stage_busy() {
-            DrainPace::Go
-        } else if zone.pages() + GROW_SLACK >= zone.target_pages() {
-            DrainPace::Wait
-        } else {
-            DrainPace::Shed
-        }
+        self.zone.as_ref().map_or(DrainPace::Go, |z| z.pace())
     }
 
-    /// While on, evicted items are not demoted (see [`Zzone::paused`]).
+    /// While on, evicted items are not demoted (see
+    /// [`crate::zzone::split::Zzone::paused`]).
     /// Returns what it was.
     pub(super) fn pause_demotions(&mut self, on: bool) -> bool {
         match self.zone.as_mut() {
@@ -521,7 +367,7 @@ impl Engine {
     }
 
     /// Pages the Z-zone is below its target by.
-    /// (Both read without the zone's lock: see [`ZoneCell`].)
+    /// (Both read without the zone's lock: see [`crate::zzone::ZoneCell`].)
     pub(super) fn zone_wanted(&self) -> usize {
         self.zone.as_ref().map_or(0, |z| z.zone.wanted_pages())
     }
@@ -532,13 +378,7 @@ impl Engine {
 
     pub(super) fn zone_stats(&self) -> Option<ZzoneStats> {
         let z = self.zone.as_ref()?;
-        let zone = z.zone.lock();
-        Some(ZzoneStats {
-            zone: zone.stats(),
-            share_percent: (z.share * 100.0).round() as u32,
-            target_pages: zone.target_pages() as u64,
-            benchmark: self.counters.curr_items,
-        })
+        Some(z.stats(self.counters.curr_items))
     }
 }
 

@@ -37,6 +37,7 @@ pub mod filter;
 pub mod flush;
 pub mod log;
 mod read;
+pub mod split;
 pub mod stage;
 mod stats;
 mod sweep;
