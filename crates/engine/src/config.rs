@@ -5,14 +5,15 @@
 //!
 //! It sits below the policies (`evict`, `rebalance`), which read their kind
 //! from here, and above the components whose own settings it names
-//! (`flash::FlashConfig`, `rebalance::tuning::Tuning`, `codec::Codec`, the
-//! stripes' and the Z-zone's defaults).
+//! (`flash::config::FlashConfig`, `rebalance::tuning::Tuning`,
+//! `codec::Codec`, the stripes' and the Z-zone's defaults), each in a module
+//! that imports nothing above it.
 
 use crate::codec;
-use crate::flash;
+use crate::flash::config::FlashConfig;
 use crate::rebalance::tuning::Tuning;
 use crate::stripe;
-use crate::zzone;
+use crate::zzone::config::SAMPLES;
 
 /// Default page size: memcached's 1 MB slab page.
 pub const DEFAULT_PAGE_SIZE: usize = 1 << 20;
@@ -96,7 +97,7 @@ pub struct Config {
     pub zzone_dict_samples: usize,
     /// `--flash-path`/`--flash-size` (or `-o ext_path=`): items leaving
     /// memory go to a flash tier in this file (SlimCache; `flash`).
-    pub flash: Option<flash::FlashConfig>,
+    pub flash: Option<FlashConfig>,
 }
 
 /// Eviction within a slab class.
@@ -158,7 +159,7 @@ impl Default for Config {
             zzone_block: 2048,
             zzone_codec: codec::Codec::Zstd,
             zzone_target: 90,
-            zzone_dict_samples: zzone::SAMPLES,
+            zzone_dict_samples: SAMPLES,
             flash: None,
         }
     }

@@ -2,7 +2,8 @@
 //! GET reads without the engine lock ([`read_head`]) and the SET that
 //! overwrites an item in its chunk ([`rewrite`], issue 10). Byte-level code
 //! over the arena, below the index and the engine; the lock protocol that
-//! makes it safe is in `stripe`.
+//! makes it safe is in `stripe`. Its functions are `#[inline]`: they sit
+//! on the GET and SET paths of `crate::cache`, in another codegen unit.
 
 use std::sync::atomic::Ordering;
 
@@ -26,6 +27,7 @@ pub(crate) struct Head {
 /// Read the header of the item at `loc`, which the caller's hold on its
 /// stripe (reading or writing) keeps linked: nobody writes these bytes
 /// meanwhile but GETs, atomically, into the access byte and time (read so).
+#[inline]
 pub(crate) fn read_head(arena: &Arena, chunk_bits: u32, loc: u64) -> Option<Head> {
     let (page, chunk) = split_loc(loc, chunk_bits);
     let (class, cs) = arena.geometry(page)?;
@@ -77,6 +79,7 @@ impl Head {
     /// allocator would have made it) and keep everything that readers
     /// without the stripe rely on: where the key is (flags width, long or
     /// short length), the cost byte, the alignment of the atomics.
+    #[inline]
     pub(crate) fn rewritable(&self, new: &Rewrite<'_>, prev_chunk: usize) -> Option<usize> {
         let h = &self.header;
         let total = item::total_len(h.key_len as usize, new.value.len(), new.flags);
@@ -101,6 +104,7 @@ impl Head {
 /// # Safety
 /// The caller has acquired the item's stripe for writing (no reader, no
 /// other writer) and `head.rewritable(new, ..)` said yes.
+#[inline]
 pub(crate) unsafe fn rewrite(arena: &Arena, head: &Head, new: &Rewrite<'_>, cas: u64, now: u32) {
     let (page, at) = (head.page, head.start);
     let vlen = new.value.len();

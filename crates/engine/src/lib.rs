@@ -12,40 +12,39 @@
 //! its thread: `magazine`); the rest takes the mutex (`stripe` has the lock
 //! protocol). No lock is held across network I/O.
 //!
-//! Module map, by floor: a module imports only from its own floor's
-//! modules below it and from lower floors (`scripts/layers.py` checks that no
-//! two import each other; see docs/ARCHITECTURE.md).
-//! 1. [`hash`]: the key hash, the stripe a hash falls in, the prefetch hint;
-//!    [`clock`]: the coarse server clock and memcached's exptime rules;
-//!    [`codec`]: block compression (zstd with trained dictionaries, LZ4) and
-//!    the entropy test that skips incompressible blocks; [`durable`]: files
-//!    replaced whole.
+//! Module map, from the bottom up: each module imports only from modules
+//! below it (`scripts/layers.py` checks that no two import each other;
+//! `scripts/layers.py --floors` prints the exact floors; see
+//! docs/ARCHITECTURE.md).
+//! 1. Foundations: [`hash`]: the key hash, the stripe a hash falls in, the
+//!    prefetch hint; [`clock`]: the coarse server clock and memcached's
+//!    exptime rules; [`item`]: the 16-byte item header and item layout inside
+//!    a chunk; [`codec`]: block compression (zstd with trained dictionaries,
+//!    LZ4) and the entropy test that skips incompressible blocks;
+//!    [`durable`]: files replaced whole; [`pipe`]: how the Z-zone hands its
+//!    evictions to flash, naming neither.
 //! 2. Memory: [`arena`]: the pages' memory, optionally on transparent huge
-//!    pages; [`item`]: the 16-byte item header and item layout inside a
-//!    chunk; [`slab`]: pages, slab classes, free chunks, page moves;
+//!    pages; [`slab`]: pages, slab classes, free chunks, page moves;
 //!    [`chain`]: items larger than the largest chunk, over several chunks;
 //!    `inplace`: an item's header read, and the item rewritten, under its
-//!    stripe only; [`columns`]: Cavast's hot/cold page columns, for
-//!    re-partitioning.
+//!    stripe only; [`columns`]: Cavast's page columns; [`cost`]: costs
+//!    learned from the gap between a GET miss and its SET.
 //! 3. Index: [`index`]: the hash index (Cavast section 4.3), in
 //!    [`stripe`]s, each with its lock protocol; [`magazine`]: chunks reserved
 //!    per thread, for SETs of new keys without the engine lock.
-//! 4. Tiers and policies: [`block`]: the block format the Z-zone and flash
-//!    tiers both store; [`pipe`]: how the Z-zone hands its evictions to
-//!    flash, naming neither; [`zzone`]: the compressed Z-zone; [`flash`]: the
-//!    flash tier (and in `zzone::split`, the split of memory between the
-//!    Z-zone and the N-zone); [`config`]: the engine's [`Config`] (memcached's flags),
+//! 4. Tiers: [`block`]: the block format the Z-zone and flash tiers both
+//!    store; [`zzone`]: the compressed Z-zone; [`flash`]: the flash tier.
+//! 5. Policies and configuration: [`rebalance`]: which class gets the next
+//!    page (memcached's automove, SAS with a ghost set, GD-Wheel's cost per
+//!    byte, MRC); [`config`]: the engine's [`Config`] (memcached's flags),
 //!    the policies' names, memcached's size limits; [`evict`]: eviction
-//!    within a slab class, CLOCK (LRU) or GD-Wheel, behind one trait;
-//!    [`rebalance`]: which class gets the next page (memcached's automove,
-//!    SAS with a ghost set, GD-Wheel's cost per byte, MRC); [`cost`]: costs
-//!    learned from the gap between a GET miss and its SET.
-//! 5. `shared`: what the lock-free paths of [`cache`] read of the engine;
+//!    within a slab class, CLOCK (LRU) or GD-Wheel, behind one trait.
+//! 6. `shared`: what the lock-free paths of [`cache`] read of the engine;
 //!    [`api`]: the engine's vocabulary (requests, outcomes, `ItemRef`);
 //!    [`stats`]: the engine's counters.
-//! 6. [`engine`]: the operations (get/store/delete/arith/touch/flush),
+//! 7. [`engine`]: the operations (get/store/delete/arith/touch/flush),
 //!    split by concern under `engine/`.
-//! 7. [`cache`]: the engine shared by threads, and the GET and SET paths
+//! 8. [`cache`]: the engine shared by threads, and the GET and SET paths
 //!    outside its lock; [`warm`]: warm restart.
 //! - `testing` (feature `testing`): the reference model the property tests
 //!   and the fuzzer check the engine against; `validate()` on every structure.

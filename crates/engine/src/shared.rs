@@ -82,12 +82,14 @@ impl Shared {
     }
 
     /// `len` bytes of the item of `head` from `at` (key or value).
+    #[inline]
     pub(crate) fn item_bytes(&self, head: &Head, at: usize, len: usize) -> &[u8] {
         // SAFETY: as in `read_head`: key and value bytes of a linked item are
         // written by no one while its stripe is held.
         unsafe { self.arena.bytes(head.page, head.start + at, len) }
     }
 
+    #[inline]
     pub(crate) fn key_of(&self, head: &Head) -> &[u8] {
         self.item_bytes(head, head.key_at, head.header.key_len as usize)
     }

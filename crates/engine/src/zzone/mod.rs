@@ -30,7 +30,7 @@
 //! Codecs and the compressibility test are in [`crate::codec`].
 
 mod cell;
-mod config;
+pub(crate) mod config;
 mod desc;
 mod dict;
 pub mod filter;
