@@ -3,7 +3,10 @@
 # of build A and of build B, alternated, REPEAT times each, at 1 and 2
 # threads, with a small cache (-m 64, 32 MB of data) and a big one (-m 8192,
 # BIG_DATA MB of data), 90% GETs over Zipf 0.99 keys. Prints the median
-# ops/s of each side and B/A. Used to show that a restructuring (issue 33)
+# ops/s of each side, their ratio B/A, and the median of the runs' own B/A
+# (each run's two sides back to back): on a shared 2-core machine the 2-thread
+# runs swing between two levels from one run to the next, and the paired
+# ratio is the steadier figure. Used to show that a restructuring (issue 33)
 # changed nothing on the hot paths: the two sides must be within noise.
 #
 #   LAB_A=/path/old/cachalot-lab LAB_B=target/release/cachalot-lab benches/engine-ab.sh
@@ -45,12 +48,18 @@ for run in $(seq "$REPEAT"); do
 done
 
 median() { jq -s '[.[] | .ops_per_s] | sort | .[length / 2 | floor]' "$OUT/$1".*.json; }
-echo "| -m | threads | A ops/s | B ops/s | B/A |"
-echo "|---|---|---|---|---|"
+# paired NAME: the median over runs of B's ops/s / A's in the same run.
+paired() {
+    for run in $(seq "$REPEAT"); do
+        jq -n "$(jq .ops_per_s "$OUT/B-$1.$run.json") / $(jq .ops_per_s "$OUT/A-$1.$run.json")"
+    done | sort -g | awk '{a[NR]=$1} END { print a[int((NR+1)/2)] }'
+}
+echo "| -m | threads | A ops/s | B ops/s | B/A of medians | median of paired B/A |"
+echo "|---|---|---|---|---|---|"
 for m in $SIZES; do
     for t in $THREADS; do
         a=$(median "A-$m-$t")
         b=$(median "B-$m-$t")
-        printf '| %s | %s | %.0f | %.0f | %.3f |\n' "$m" "$t" "$a" "$b" "$(jq -n "$b / $a")"
+        printf '| %s | %s | %.0f | %.0f | %.3f | %.3f |\n' "$m" "$t" "$a" "$b" "$(jq -n "$b / $a")" "$(paired "$m-$t")"
     done
 done
