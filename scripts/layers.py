@@ -28,6 +28,9 @@ import sys
 from pathlib import Path
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+# A raw string's opening, and a char literal (so that a quote in it starts no string).
+RAW = re.compile(r'r(#*)"')
+CHAR = re.compile(r"'(\\.|[^\\'])'|'\\u\{[0-9a-fA-F]+\}'|'\\x[0-9a-fA-F]{2}'")
 
 
 def strip(text):
@@ -51,8 +54,8 @@ def strip(text):
                     j += 1
             out.append(re.sub(r"[^\n]", " ", text[i:j]))
             i = j
-        elif c == "r" and re.match(r'r#*"', text[i:]) and not re.match(r"\w", text[i - 1 : i] or " "):
-            hashes = re.match(r"r(#*)\"", text[i:]).group(1)
+        elif c == "r" and (m := RAW.match(text, i)) and not re.match(r"\w", text[i - 1 : i] or " "):
+            hashes = m.group(1)
             end = text.find('"' + hashes, i + 2 + len(hashes))
             j = n if end < 0 else end + 1 + len(hashes)
             out.append(re.sub(r"[^\n]", " ", text[i:j]))
@@ -63,8 +66,7 @@ def strip(text):
                 j += 2 if text[j] == "\\" else 1
             out.append(re.sub(r"[^\n]", " ", text[i : j + 1]))
             i = j + 1
-        elif c == "'" and re.match(r"'(\\.|[^\\'])'|'\\u\{[0-9a-fA-F]+\}'|'\\x[0-9a-fA-F]{2}'", text[i:]):
-            m = re.match(r"'(\\.|[^\\'])'|'\\u\{[0-9a-fA-F]+\}'|'\\x[0-9a-fA-F]{2}'", text[i:])
+        elif c == "'" and (m := CHAR.match(text, i)):
             out.append(" " * len(m.group(0)))
             i += len(m.group(0))
         else:
@@ -213,7 +215,7 @@ def circles(src):
     for v in sorted(modules):
         if v not in index:
             visit(v)
-    return out, edges
+    return out, edges, modules
 
 
 # The engine's rooms: the largest a file may be, in lines of code.
@@ -270,7 +272,7 @@ def floors(src):
     folded edges. A child that its parent's importers import (as `config`
     imports `rebalance::tuning` while `rebalance` imports `config`) is kept
     apart, so that folding makes no circle. Meaningful only without circles."""
-    _, edges = circles(src)
+    _, edges, modules = circles(src)
     pairs = [(a, b) for a, tos in edges.items() for b in tos
              if a and b and "tests" not in a and "tests" not in b]
     apart = set()
@@ -296,7 +298,7 @@ def floors(src):
         if not new:
             break  # nothing left to split: a real circle
         apart |= new
-    names = {node(m) for m in circles_modules(src) if m and "tests" not in m}
+    names = {node(m) for m in modules if m and "tests" not in m}
     level = {}
 
     def floor(m, seen=()):
@@ -308,11 +310,6 @@ def floors(src):
     for m in names:
         floor(m)
     return level, deps
-
-
-def circles_modules(src):
-    modules, _ = scan(src)
-    return modules
 
 
 def dot(src):
@@ -354,7 +351,7 @@ def main(dirs):
     bad = 0
     for d in dirs:
         src = Path(d)
-        found, edges = circles(src)
+        found, edges, _ = circles(src)
         for comp in found:
             bad += 1
             members = set(comp)

@@ -181,6 +181,12 @@ pub enum ConfigError {
 }
 
 impl EvictionPolicy {
+    const ALL: [EvictionPolicy; 3] = [
+        EvictionPolicy::Lru,
+        EvictionPolicy::GdWheel,
+        EvictionPolicy::GdWheelLazy,
+    ];
+
     /// The name `-o eviction=` takes and `stats settings` prints.
     pub fn name(self) -> &'static str {
         match self {
@@ -194,19 +200,21 @@ impl EvictionPolicy {
 impl std::str::FromStr for EvictionPolicy {
     type Err = String;
 
+    /// By [`EvictionPolicy::name`], so the two never disagree.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "lru" => Ok(EvictionPolicy::Lru),
-            "gdwheel" => Ok(EvictionPolicy::GdWheel),
-            "gdwheel-lazy" => Ok(EvictionPolicy::GdWheelLazy),
-            _ => Err(format!(
-                "unknown eviction policy {s:?} (lru, gdwheel, gdwheel-lazy)"
-            )),
-        }
+        parse_by_name(s, &Self::ALL, Self::name, "eviction")
     }
 }
 
 impl RebalancePolicy {
+    const ALL: [RebalancePolicy; 5] = [
+        RebalancePolicy::Off,
+        RebalancePolicy::Memcached,
+        RebalancePolicy::Sas,
+        RebalancePolicy::CostPerByte,
+        RebalancePolicy::Mrc,
+    ];
+
     /// The name `-o rebalance=` takes and `stats settings` prints.
     pub fn name(self) -> &'static str {
         match self {
@@ -222,18 +230,26 @@ impl RebalancePolicy {
 impl std::str::FromStr for RebalancePolicy {
     type Err = String;
 
+    /// By [`RebalancePolicy::name`], and `cpb` for `cost-per-byte`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "off" => Ok(RebalancePolicy::Off),
-            "memcached" => Ok(RebalancePolicy::Memcached),
-            "sas" => Ok(RebalancePolicy::Sas),
-            "cost-per-byte" | "cpb" => Ok(RebalancePolicy::CostPerByte),
-            "mrc" => Ok(RebalancePolicy::Mrc),
-            _ => Err(format!(
-                "unknown rebalance policy {s:?} (off, memcached, sas, cost-per-byte, mrc)"
-            )),
+        if s == "cpb" {
+            return Ok(RebalancePolicy::CostPerByte);
         }
+        parse_by_name(s, &Self::ALL, Self::name, "rebalance")
     }
+}
+
+/// The policy of `all` whose name is `s`, or the error that lists them.
+fn parse_by_name<P: Copy>(
+    s: &str,
+    all: &[P],
+    name: fn(P) -> &'static str,
+    what: &str,
+) -> Result<P, String> {
+    all.iter().copied().find(|&p| name(p) == s).ok_or_else(|| {
+        let names: Vec<&str> = all.iter().map(|&p| name(p)).collect();
+        format!("unknown {what} policy {s:?} ({})", names.join(", "))
+    })
 }
 
 #[cfg(test)]

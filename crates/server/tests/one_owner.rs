@@ -11,9 +11,9 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{cachalot_bin, read_until, temp_path, Server};
+use common::{cachalot_bin, read_until, temp_path, wait_child, Server};
 
 const ITEMS: u64 = 3_000;
 
@@ -91,18 +91,11 @@ fn refused(args: &[&str], what: &str) {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("run a second cachalot");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_child(&mut child, Duration::from_secs(10));
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let stderr = std::fs::read_to_string(&log).unwrap_or_default();
     let _ = std::fs::remove_file(&log);
     let bound = port_file.exists();

@@ -124,17 +124,10 @@ fn as_root_without_user_flag_cachalot_warns_where_memcached_refuses() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run memcached");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = memcached.try_wait().expect("wait for memcached") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = memcached.kill();
-            let _ = memcached.wait();
-            panic!("memcached started as root without -u");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = common::wait_child(&mut memcached, Duration::from_secs(10)) else {
+        let _ = memcached.kill();
+        let _ = memcached.wait();
+        panic!("memcached started as root without -u");
     };
     let mut err = String::new();
     memcached

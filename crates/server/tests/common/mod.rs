@@ -222,16 +222,7 @@ impl Server {
 
     /// Wait up to `timeout` for the process to exit on its own.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.try_wait() {
-                return Some(s);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_child(&mut self.child, timeout)
     }
 
     /// A number from `stats [group]` (`group` "" for plain `stats`); 0 when
@@ -259,6 +250,21 @@ impl Server {
             .map(|s| s.success())
             .unwrap_or(false);
         assert!(ok, "kill -{name} {}", self.pid());
+    }
+}
+
+/// Wait up to `timeout` for `child` to exit on its own (polling its
+/// status); None if it is still running then.
+pub fn wait_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
