@@ -425,8 +425,10 @@ impl Cache {
     /// The tier chain of a GET, the one walk down the tiers every GET
     /// takes: the N-zone, then the Z-zone, then flash, which re-caches
     /// what it reads again soon (`read_flash`). A GET the engine must do
-    /// (`read_n_zone` says which) looks in both memory tiers under the
-    /// engine lock (`Engine::read`), and goes on to flash without it.
+    /// (`read_n_zone` says which) looks in the N-zone under the engine
+    /// lock (`Engine::read_n_zone`), and goes on down the same chain
+    /// without it; its miss is counted once both memory tiers missed
+    /// (`Engine::missed`).
     #[inline]
     fn get_hashed<R>(
         &self,
@@ -444,12 +446,27 @@ impl Cache {
             },
             Tier::Locked(f) => {
                 let mut engine = self.lock();
-                match engine.read(key, how) {
-                    Some(item) => return Got::Done(f(Some(item))),
-                    None if self.shared.flash.is_none() => return Got::Done(f(None)),
-                    // A miss in memory: flash is read without the lock.
-                    None => (f, self.clock.now()),
+                if let Some(item) = engine.read_n_zone(key, h, how) {
+                    return Got::Done(f(Some(item)));
                 }
+                let now = self.clock.now();
+                let f = match self.shared.zone.is_some() {
+                    false => f,
+                    // The Z-zone is read as by a lock-free GET, without the
+                    // engine lock; a miss there is counted under it again.
+                    true => {
+                        drop(engine);
+                        let f = match self.read_zone(key, h, how, now, f) {
+                            Ok(r) => return Got::Done(r),
+                            Err(f) => f,
+                        };
+                        engine = self.lock();
+                        f
+                    }
+                };
+                engine.missed(h, how);
+                drop(engine);
+                (f, now)
             }
         };
         self.read_flash(key, h, now, reads, f)
@@ -493,9 +510,10 @@ impl Cache {
         mut reads: Option<&mut Fetches>,
         mut f: impl FnMut(usize, &'k [u8], Option<ItemRef<'_>>) -> ControlFlow<()>,
     ) -> Option<(usize, Want)> {
-        // With flash, a key that misses memory is read there without the
-        // lock, so keys go one at a time.
-        if !self.lock_free(how) && self.shared.flash.is_none() {
+        // A key that misses the N-zone is read in the Z-zone and on flash
+        // without the lock, so with either tier keys go one at a time.
+        let sh = &self.shared;
+        if !self.lock_free(how) && sh.flash.is_none() && sh.zone.is_none() {
             self.lock().lookup_batch(keys, how, f);
             return None;
         }

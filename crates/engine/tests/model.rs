@@ -701,8 +701,8 @@ fn batch_op() -> impl Strategy<Value = BatchOp> {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
-    /// `lookup_batch` (prefetching multi-get) is `read` (`lookup` for
-    /// items in the N-zone) of each key in order: same items, and the same engine afterwards (hits, access
+    /// `lookup_batch` (prefetching multi-get) is `lookup` of each key in
+    /// order: same items, and the same engine afterwards (hits, access
     /// bits, eviction order, rebalancer samples), also when the caller stops
     /// the batch early. Two engines get the same operations; one answers
     /// multi-gets with lookup_batch, the other key by key. Small memory, so
@@ -741,7 +741,7 @@ proptest! {
                         let taken = (*stop).clamp(1, keys.len().max(1)).min(keys.len());
                         assert_eq!(got.len(), taken, "stopped after the key that said so");
                         for (key, g) in keys.iter().zip(&got) {
-                            let want = single.read(key, Lookup::GET).map(|it| (it.cas, it.value.to_vec()));
+                            let want = single.lookup(key, Lookup::GET).map(|it| (it.cas, it.value.to_vec()));
                             assert_eq!(g, &want, "{:?}", String::from_utf8_lossy(key));
                         }
                     }

@@ -3,7 +3,7 @@
 //! and fast enough for policy studies over many memory sizes.
 //!
 //! What makes it agree with `replay` against a cachalot server with the same
-//! `-m`/`-f`/`-n`/`-I`: the same engine (`cachalot_engine::Engine` with the
+//! `-m`/`-f`/`-n`/`-I`: the same engine (`cachalot_engine::Cache`, GETs down its tier chain, with the
 //! server's default `Config`), the same look-aside steps (GET; on a miss SET
 //! `value_size` bytes from `values::value_bytes`, flags 0, exptime = ttl,
 //! with the request's cost, as replay sends `cost=` to cachalot), the same
@@ -40,7 +40,7 @@ use cachalot_engine::codec::Codec;
 use cachalot_engine::engine::Lookup;
 use cachalot_engine::rebalance::{SasRule, Tuning};
 use cachalot_engine::{
-    Clock, Config, DeleteOutcome, Engine, EvictionPolicy, RebalancePolicy, Store, StoreOutcome,
+    Cache, Clock, Config, DeleteOutcome, EvictionPolicy, RebalancePolicy, Store, StoreOutcome,
 };
 
 use crate::metrics::{self, At, IntervalSpec, Recorder, RunMeta, RunResult, ZoneInterval};
@@ -269,8 +269,10 @@ impl SimConfig {
 }
 
 /// The engine with its simulated clock and the server's maintainer schedule.
+/// GETs go through the `Cache`, as the server's do (one tier chain); the
+/// rest through the engine under its lock.
 struct Sim {
-    engine: Engine,
+    cache: Cache,
     clock: Arc<Clock>,
     /// Simulated microseconds since the start, and the whole seconds the
     /// engine clock has been moved so far.
@@ -289,10 +291,10 @@ impl Sim {
     fn new(config: Config, backend_delay: BackendDelay) -> anyhow::Result<Sim> {
         let clock = Arc::new(Clock::new());
         clock.set_us(0);
-        let engine = Engine::new(config, clock.clone())
+        let cache = Cache::new(config, clock.clone())
             .map_err(|e| anyhow::anyhow!("engine configuration: {e}"))?;
         Ok(Sim {
-            engine,
+            cache,
             clock,
             now_us: 0,
             clock_secs: 0,
@@ -327,12 +329,14 @@ impl Sim {
                 self.next_maintain_us = last;
             }
             self.set_clock(self.next_maintain_us);
-            for _ in 0..self.engine.maintain_slices() {
-                if self.engine.maintain(MAINTAIN_BUDGET) < MAINTAIN_BUDGET {
+            let mut engine = self.cache.lock();
+            for _ in 0..engine.maintain_slices() {
+                if engine.maintain(MAINTAIN_BUDGET) < MAINTAIN_BUDGET {
                     break;
                 }
             }
-            self.engine.train_zone_now();
+            engine.train_zone_now();
+            drop(engine);
             self.next_maintain_us += MAINTAIN_PERIOD_US;
             ticks += 1;
         }
@@ -346,8 +350,8 @@ impl Sim {
         key_bytes(r.key, (r.key_size as usize).min(KEY_MAX), &mut self.key);
         match r.op {
             Op::Get => {
-                // As a server GET does (`Cache::get`): a Z-zone hit may stay there.
-                let hit = self.engine.read(&self.key, Lookup::GET).is_some();
+                // As a server GET does: a Z-zone hit may stay there.
+                let hit = self.cache.get(&self.key, Lookup::GET, |it| it.is_some());
                 rec.get(at, hit, r.value_size, r.cost);
                 if !hit {
                     if self.backend_delay == BackendDelay::Cost {
@@ -368,7 +372,7 @@ impl Sim {
             }
             Op::Delete => {
                 // NOT_FOUND is a normal reply, not an error.
-                let _: DeleteOutcome = self.engine.delete(&self.key, 0);
+                let _: DeleteOutcome = self.cache.lock().delete(&self.key, 0);
                 rec.delete(at);
             }
         }
@@ -378,14 +382,14 @@ impl Sim {
     /// out of memory), which a server answers with SERVER_ERROR.
     fn store(&mut self, r: &Request, values: ValueKind) -> bool {
         // Refused before a value is built: a trace may ask for huge values.
-        if !self.engine.fits(self.key.len(), r.value_size as usize, 0) {
+        if !self.cache.fits(self.key.len(), r.value_size as usize, 0) {
             return false;
         }
         value_bytes(values, r.key, r.value_size as usize, &mut self.value);
         let mut st = Store::set(&self.key, &self.value);
         st.expiry = self.clock.expiry(r.ttl as i64);
         st.cost = (self.backend_delay == BackendDelay::None).then_some(r.cost);
-        matches!(self.engine.store(&st), StoreOutcome::Stored { .. })
+        matches!(self.cache.lock().store(&st), StoreOutcome::Stored { .. })
     }
 }
 
@@ -415,7 +419,7 @@ pub fn simulate(
             elapsed_us: us.max(sim.now_us),
         };
         // A new interval: the zones as the last one left them.
-        probe.enter(cfg.interval.index(at), &sim.engine);
+        probe.enter(cfg.interval.index(at), &sim.cache);
         sim.advance_to(us);
         sim.request(&r, at, cfg.values, &mut rec);
         if seq % 65_536 == 65_535 {
@@ -424,7 +428,7 @@ pub fn simulate(
             }
         }
     }
-    probe.enter(usize::MAX, &sim.engine);
+    probe.enter(usize::MAX, &sim.cache);
     fill_meta(&mut meta, cfg, &sim);
     let mut result = rec.finish(meta, started.elapsed());
     for iv in &mut result.intervals {
@@ -447,11 +451,11 @@ struct ZoneProbe {
 impl ZoneProbe {
     /// The next request is in interval `index`: if that is a new one, record
     /// the interval just left as the engine has it now.
-    fn enter(&mut self, index: usize, engine: &Engine) {
+    fn enter(&mut self, index: usize, cache: &Cache) {
         if self.current == Some(index) {
             return;
         }
-        let st = engine.stats();
+        let st = cache.lock().stats();
         let Some(z) = st.zzone else {
             self.current = Some(index);
             return;
@@ -520,7 +524,7 @@ fn fill_meta(meta: &mut RunMeta, cfg: &SimConfig, sim: &Sim) {
         cfg.rate.map(serde_json::Value::from).unwrap_or_default(),
     );
     s.insert("simulated_seconds".into(), (sim.now_us as f64 / 1e6).into());
-    let st = sim.engine.stats();
+    let st = sim.cache.lock().stats();
     let stats = [
         ("curr_items", st.curr_items),
         ("total_items", st.total_items),
@@ -575,7 +579,8 @@ fn fill_meta(meta: &mut RunMeta, cfg: &SimConfig, sim: &Sim) {
         }
     }
     let pages: Vec<String> = sim
-        .engine
+        .cache
+        .lock()
         .slab_stats()
         .iter()
         .filter(|c| c.total_pages > 0)

@@ -1,10 +1,12 @@
-//! Finding items and reading them: `lookup`, `read`, multi-get batches
-//! (`lookup_batch`), and what a hit does to the item (`access`).
+//! Finding items and reading them: `lookup`, multi-get batches
+//! (`lookup_batch`), the N-zone's part of a GET the cache does under the
+//! lock (`read_n_zone`, `missed`), and what a hit does to the item
+//! (`access`).
 
 use std::ops::ControlFlow;
 
 use super::Engine;
-use crate::api::{image_view, item_view, ItemId, ItemRef, Lookup};
+use crate::api::{item_view, ItemId, ItemRef, Lookup};
 use crate::batch::batches;
 use crate::chain::Value;
 use crate::hash::hash;
@@ -35,13 +37,7 @@ impl Engine {
     /// An item found in the Z-zone is moved to the N-zone first, so the
     /// item's id can be used to change it.
     pub fn lookup(&mut self, key: &[u8], how: Lookup) -> Option<ItemRef<'_>> {
-        self.lookup_hashed(key, hash(key), how, true)
-    }
-
-    /// [`Engine::lookup`] for a read that only copies the item out: one in
-    /// the Z-zone may be served from there, its id then naming no item.
-    pub fn read(&mut self, key: &[u8], how: Lookup) -> Option<ItemRef<'_>> {
-        self.lookup_hashed(key, hash(key), how, false)
+        self.lookup_hashed(key, hash(key), how)
     }
 
     /// Look up several keys, as a multi-get does, with their memory loads
@@ -73,48 +69,54 @@ impl Engine {
                 }
             }
             for (i, (&key, &h)) in batch.iter().zip(hashes).enumerate() {
-                let item = self.lookup_hashed(key, h, how, false);
+                let item = self.lookup_hashed(key, h, how);
                 f(at + i, key, item)?;
             }
             ControlFlow::Continue(())
         });
     }
 
-    pub(super) fn lookup_hashed(
-        &mut self,
-        key: &[u8],
-        h: u64,
-        how: Lookup,
-        promote: bool,
-    ) -> Option<ItemRef<'_>> {
-        let mut found = self.find_live(key, h);
-        if found.is_none() && self.zone.is_some() {
-            if promote {
-                found = self.find_any(key, h);
-            } else {
-                match self.read_zone(key, h, how.bump && how.fetch) {
-                    Some(Some(loc)) => found = Some(loc),
-                    Some(None) => return Some(self.view_image()),
-                    None => {}
-                }
-            }
-        }
+    fn lookup_hashed(&mut self, key: &[u8], h: u64, how: Lookup) -> Option<ItemRef<'_>> {
+        let found = match self.zone.is_some() {
+            true => self.find_any(key, h),
+            false => self.find_live(key, h),
+        };
         let Some(loc) = found else {
-            if how.fetch {
-                if let Some(l) = &mut self.learner {
-                    l.miss(h, self.clock.now_us());
-                }
-                self.rebal.miss(h);
-            }
+            self.missed(h, how);
             return None;
         };
+        Some(self.hit(loc, h, how))
+    }
+
+    /// The N-zone's part of a GET the cache must do under the engine lock
+    /// (`Cache::get`, which walks the tiers below): the live item of `key`
+    /// there, accessed as a hit. A miss is not counted here: the caller
+    /// calls [`Engine::missed`] once the other memory tier missed too.
+    pub(crate) fn read_n_zone(&mut self, key: &[u8], h: u64, how: Lookup) -> Option<ItemRef<'_>> {
+        let loc = self.find_live(key, h)?;
+        Some(self.hit(loc, h, how))
+    }
+
+    /// A fetch that missed memory (both zones): learned costs time the
+    /// refill that follows, and the rebalancer counts the miss. A Z-zone
+    /// hit is no miss for either (it costs no recomputation).
+    pub(crate) fn missed(&mut self, h: u64, how: Lookup) {
+        if how.fetch {
+            if let Some(l) = &mut self.learner {
+                l.miss(h, self.clock.now_us());
+            }
+            self.rebal.miss(h);
+        }
+    }
+
+    fn hit(&mut self, loc: u64, h: u64, how: Lookup) -> ItemRef<'_> {
         self.access(loc, how);
         if how.fetch && self.rebal.wants_hits() {
             let class = self.slabs.class_of(loc);
             let cost = item::Header::read(self.slabs.chunk(loc)).cost;
             self.rebal.hit(h, class, cost);
         }
-        Some(self.view(loc))
+        self.view(loc)
     }
 
     /// `get`: lookup that counts as an access.
@@ -159,12 +161,6 @@ impl Engine {
         let value = Value::of(&self.slabs, loc);
         let (cas_enabled, now) = (self.config.cas_enabled, self.now());
         item_view(self.slabs.chunk(loc), ItemId(loc), value, cas_enabled, now)
-    }
-
-    /// A view of the item a Z-zone read left in the zone (its id names no
-    /// N-zone item).
-    pub(super) fn view_image(&self) -> ItemRef<'_> {
-        image_view(self.zone_found(), self.config.cas_enabled, self.now())
     }
 
     /// View an item found earlier (valid until the next mutation).

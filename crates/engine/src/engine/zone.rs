@@ -122,40 +122,11 @@ impl Engine {
         loc
     }
 
-    /// A read that missed the N-zone: the Z-zone's copy, if any, promoted
-    /// when its reuse time beats the benchmark, else left where it is
-    /// (`Some(None)`: the image is in [`Engine::zone_found`]).
-    pub(super) fn read_zone(&mut self, key: &[u8], h: u64, bump: bool) -> Option<Option<u64>> {
-        let now = self.now();
-        let bench = self.counters.curr_items.min(u32::MAX as u64) as u32;
-        let z = self.zone.as_mut()?;
-        let promote = {
-            let mut zone = z.zone.lock();
-            zone.bench = bench;
-            let promote = zone.get(h, key, now, bench, bump)?;
-            z.image.clear();
-            z.image.extend_from_slice(zone.found());
-            promote
-        };
-        if promote {
-            if let Some(loc) = self.promote(h) {
-                return Some(Some(loc));
-            }
-            return None;
-        }
-        Some(None)
-    }
-
     /// A read without the engine lock found `key` in the Z-zone and its
     /// reuse time beats the benchmark: promote it, unless the N-zone has
     /// the key again or the Z-zone no longer does.
     pub fn promote_read(&mut self, key: &[u8]) {
         self.find_any(key, hash(key));
-    }
-
-    /// The image a [`Engine::read_zone`] left in the zone.
-    pub(super) fn zone_found(&self) -> &[u8] {
-        self.zone.as_ref().map_or(&[], |z| &z.image)
     }
 
     /// A key was written to the N-zone: its Z-zone copy, if any, is stale.
