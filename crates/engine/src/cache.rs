@@ -24,6 +24,7 @@ pub mod ops;
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::api::{ItemId, ItemRef, Lookup, Store, StoreMode, StoreOutcome};
 use crate::batch::batches;
@@ -34,6 +35,7 @@ use crate::engine::Engine;
 use crate::flash::fetch::{Fetches, FlashStep, Got, Want};
 use crate::flash::{Cursor, Step};
 use crate::hash::hash;
+use crate::holds::{HoldStats, Holder, Holds};
 use crate::inplace::{rewrite, Rewrite};
 use crate::item;
 use crate::rebalance::profile::is_sampled;
@@ -119,6 +121,8 @@ enum Tier<R, F> {
 /// The engine shared by all worker threads.
 pub struct Cache {
     engine: parking_lot::Mutex<Engine>,
+    /// How long the engine lock is held, by requests and background work.
+    holds: Holds,
     clock: Arc<Clock>,
     /// A copy of the engine's configuration, for what it alone decides.
     config: Config,
@@ -126,25 +130,30 @@ pub struct Cache {
 }
 
 /// The engine, locked; gives back the stripes the operation took when
-/// dropped.
-pub struct EngineGuard<'a>(parking_lot::MutexGuard<'a, Engine>);
+/// dropped, and counts the hold (`holds`).
+pub struct EngineGuard<'a> {
+    engine: parking_lot::MutexGuard<'a, Engine>,
+    holds: &'a Holds,
+    since: Instant,
+}
 
 impl std::ops::Deref for EngineGuard<'_> {
     type Target = Engine;
     fn deref(&self) -> &Engine {
-        &self.0
+        &self.engine
     }
 }
 
 impl std::ops::DerefMut for EngineGuard<'_> {
     fn deref_mut(&mut self) -> &mut Engine {
-        &mut self.0
+        &mut self.engine
     }
 }
 
 impl Drop for EngineGuard<'_> {
     fn drop(&mut self) {
-        self.0.release_stripes();
+        self.engine.release_stripes();
+        self.holds.record(self.since);
         #[cfg(debug_assertions)]
         ENGINE_LOCKED.set(ENGINE_LOCKED.get() - 1);
     }
@@ -177,6 +186,7 @@ impl Cache {
         let shared = engine.shared();
         Cache {
             engine: parking_lot::Mutex::new(engine),
+            holds: Holds::default(),
             clock,
             config,
             shared,
@@ -197,7 +207,12 @@ impl Cache {
     /// the engine directly.
     #[inline]
     pub fn lock(&self) -> EngineGuard<'_> {
-        let guard = EngineGuard(self.engine.lock());
+        let engine = self.engine.lock();
+        let guard = EngineGuard {
+            engine,
+            holds: &self.holds,
+            since: Instant::now(),
+        };
         #[cfg(debug_assertions)]
         ENGINE_LOCKED.set(ENGINE_LOCKED.get() + 1);
         guard
@@ -205,6 +220,23 @@ impl Cache {
 
     pub fn clock(&self) -> &Arc<Clock> {
         &self.clock
+    }
+
+    /// How long the locks requests need have been held (`stats locks`):
+    /// for each lock (the engine's; the Z-zone's, if on), by each kind of
+    /// holder.
+    pub fn lock_holds(&self) -> Vec<(&'static str, Holder, HoldStats)> {
+        let mut locks = vec![("engine", &self.holds)];
+        if let Some(z) = &self.shared.zone {
+            locks.push(("zzone", z.holds()));
+        }
+        let mut out = Vec::new();
+        for (name, holds) in locks {
+            for holder in Holder::ALL {
+                out.push((name, holder, holds.stats(holder)));
+            }
+        }
+        out
     }
 
     /// [`Engine::store`]. A plain SET of a key whose item it can overwrite

@@ -22,7 +22,8 @@
 //!    a chunk; [`codec`]: block compression (zstd with trained dictionaries,
 //!    LZ4) and the entropy test that skips incompressible blocks;
 //!    [`durable`]: files replaced whole; [`pipe`]: how the Z-zone hands its
-//!    evictions to flash, naming neither.
+//!    evictions to flash, naming neither; [`holds`]: how long the locks
+//!    requests need are held, by requests and by background work.
 //! 2. Memory: [`arena`]: the pages' memory, optionally on transparent huge
 //!    pages; [`slab`]: pages, slab classes, free chunks, page moves;
 //!    [`chain`]: items larger than the largest chunk, over several chunks;
@@ -65,6 +66,7 @@ pub mod engine;
 pub mod evict;
 pub mod flash;
 pub mod hash;
+pub mod holds;
 pub mod index;
 mod inplace;
 pub mod item;

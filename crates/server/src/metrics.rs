@@ -26,6 +26,7 @@
 //! [`MAX_HEAD`] bytes, one request per connection, `Connection: close`):
 //! less code than any server crate's setup.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -373,6 +374,7 @@ pub fn render(ctx: &Ctx<'_>, format: Format) -> String {
         general: group(b""),
         settings: group(b"settings"),
         tiers: [group(b"flash"), group(b"zzone")],
+        locks: group(b"locks"),
     };
     encode(&snapshot.families(), format)
 }
@@ -381,15 +383,21 @@ pub fn render(ctx: &Ctx<'_>, format: Format) -> String {
 enum Kind {
     Gauge,
     Counter,
+    Histogram,
 }
 
+/// A sample's labels.
+type Labels<'a> = Vec<(&'a str, Cow<'a, str>)>;
+
 /// A metric family: its name (a counter's without `_total`), help, type
-/// and samples (labels, value).
+/// and samples (labels, value); a histogram's samples also say which of
+/// its series (`_bucket`, `_sum`, `_count`) each is, in `series`.
 struct Family<'a> {
     name: String,
     help: &'a str,
     kind: Kind,
-    samples: Vec<(Vec<(&'a str, &'a str)>, f64)>,
+    samples: Vec<(Labels<'a>, f64)>,
+    series: Vec<&'static str>,
 }
 
 impl<'a> Family<'a> {
@@ -399,6 +407,7 @@ impl<'a> Family<'a> {
             help,
             kind,
             samples: Vec::new(),
+            series: Vec::new(),
         }
     }
 
@@ -420,6 +429,7 @@ fn encode(families: &[Family<'_>], format: Format) -> String {
         let (sample, kind) = match f.kind {
             Kind::Counter => (format!("{}_total", f.name), "counter"),
             Kind::Gauge => (f.name.clone(), "gauge"),
+            Kind::Histogram => (f.name.clone(), "histogram"),
         };
         let family = match format {
             Format::OpenMetrics => &f.name,
@@ -428,8 +438,9 @@ fn encode(families: &[Family<'_>], format: Format) -> String {
         let help = escape(f.help, format == Format::OpenMetrics);
         let _ = writeln!(out, "# HELP {family} {help}");
         let _ = writeln!(out, "# TYPE {family} {kind}");
-        for (labels, value) in &f.samples {
+        for (i, (labels, value)) in f.samples.iter().enumerate() {
             out.push_str(&sample);
+            out.push_str(f.series.get(i).copied().unwrap_or(""));
             if !labels.is_empty() {
                 out.push('{');
                 for (i, (k, v)) in labels.iter().enumerate() {
@@ -494,6 +505,7 @@ struct Snapshot {
     general: Pairs,
     settings: Pairs,
     tiers: [Pairs; 2],
+    locks: Pairs,
 }
 
 fn find<'a>(pairs: &'a Pairs, name: &str) -> Option<&'a str> {
@@ -658,6 +670,57 @@ const COMMANDS: &[(&str, &str, &str)] = &[
     ("flush", "hit", "cmd_flush"),
 ];
 
+impl Snapshot {
+    /// `cachalot_lock_hold_seconds{lock,holder}`: the histogram `stats
+    /// locks` prints, its power-of-two microsecond bounds in seconds.
+    fn lock_holds(&self) -> Family<'_> {
+        let mut f = Family::new(
+            "cachalot_lock_hold_seconds",
+            "how long the locks requests need are held, by requests and by background work (stats locks)",
+            Kind::Histogram,
+        );
+        let l = &self.locks;
+        for (field, count) in l {
+            let Some((lock, holder)) = field
+                .strip_suffix("_holds")
+                .and_then(|p| p.rsplit_once('_'))
+            else {
+                continue;
+            };
+            let p = &field[..field.len() - "_holds".len()];
+            let labels = |le: Option<String>| {
+                let mut v: Labels<'_> = vec![("lock", lock.into()), ("holder", holder.into())];
+                v.extend(le.map(|le| ("le", le.into())));
+                v
+            };
+            let under = format!("{p}_le_");
+            for (field, n) in l {
+                let bound = field
+                    .strip_prefix(&under)
+                    .and_then(|b| b.strip_suffix("us"));
+                if let (Some(us), Some(n)) = (bound.and_then(number), number(n)) {
+                    // Display, never an exponent: `0.000064`.
+                    f.samples.push((labels(Some(format!("{}", us / 1e6))), n));
+                    f.series.push("_bucket");
+                }
+            }
+            let (Some(n), Some(us)) = (
+                number(count),
+                find(l, &format!("{p}_hold_us")).and_then(number),
+            ) else {
+                continue;
+            };
+            f.samples.push((labels(Some("+Inf".into())), n));
+            f.series.push("_bucket");
+            f.samples.push((labels(None), us / 1e6));
+            f.series.push("_sum");
+            f.samples.push((labels(None), n));
+            f.series.push("_count");
+        }
+        f
+    }
+}
+
 fn number(v: &str) -> Option<f64> {
     v.parse::<f64>().ok().filter(|x| x.is_finite())
 }
@@ -674,7 +737,7 @@ impl Snapshot {
         )];
         if let Some(v) = find(g, "version") {
             let mut f = Family::new("memcached_version", "the version of the server", Gauge);
-            f.samples.push((vec![("version", v)], 1.0));
+            f.samples.push((vec![("version", v.into())], 1.0));
             out.push(f);
         }
         for &(name, field, help) in GAUGES {
@@ -702,22 +765,23 @@ impl Snapshot {
         );
         for &(command, status, field) in COMMANDS {
             if let Some(x) = find(g, field).and_then(number) {
-                commands
-                    .samples
-                    .push((vec![("command", command), ("status", status)], x));
+                commands.samples.push((
+                    vec![("command", command.into()), ("status", status.into())],
+                    x,
+                ));
             }
         }
         out.push(commands);
         // The engine's own: its policies as labels of an info metric, and
         // every numeric figure of the tiers that are on.
         let s = &self.settings;
-        let info: Vec<(&str, &str)> = [
+        let info: Labels<'_> = [
             ("eviction", "eviction"),
             ("rebalance", "rebalance_policy"),
             ("zzone", "zzone"),
         ]
         .iter()
-        .filter_map(|&(label, field)| find(s, field).map(|v| (label, v)))
+        .filter_map(|&(label, field)| find(s, field).map(|v| (label, v.into())))
         .collect();
         let mut f = Family::new(
             "cachalot_info",
@@ -726,6 +790,7 @@ impl Snapshot {
         );
         f.samples.push((info, 1.0));
         out.push(f);
+        out.push(self.lock_holds());
         for tier in &self.tiers {
             for (field, value) in tier {
                 if let Some(x) = number(value) {
@@ -778,7 +843,7 @@ mod tests {
     #[test]
     fn the_two_formats_differ_where_their_specifications_do() {
         let mut c = Family::new("x", "a \"quoted\" \\ help\nline", Kind::Counter);
-        c.samples.push((vec![("l", "v\"\\\n")], 3.0));
+        c.samples.push((vec![("l", "v\"\\\n".into())], 3.0));
         let families = [c, Family::one("g", "gauge", Kind::Gauge, 0.25)];
         assert_eq!(
             encode(&families, Format::OpenMetrics),

@@ -579,6 +579,7 @@ fn clock_thread(clock: &Clock, shared: &Shared, stop: &AtomicBool) {
 /// Background engine work a few times a second, in small slices so a
 /// request never waits long for the engine lock.
 fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
+    cachalot_engine::holds::background_thread();
     let mut logging = false;
     while !stopping(stop, shared) {
         // `watch evictions`: the engine records them only while watched.
@@ -609,6 +610,7 @@ fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
 /// stage meanwhile, readable; a full stage is flushed by the demoting
 /// thread itself).
 fn zone_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
+    cachalot_engine::holds::background_thread();
     idle_priority();
     let mut idle_ms = 1;
     while !stopping(stop, shared) {
@@ -628,6 +630,7 @@ fn zone_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
 /// that long for the journal). At a clean shutdown it writes out what is
 /// staged, seals the open slabs and saves the index.
 fn flash_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
+    cachalot_engine::holds::background_thread();
     let mut idle_ms = 1;
     while !stopping(stop, shared) {
         if cache.flash_write_step() {

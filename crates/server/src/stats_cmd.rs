@@ -16,6 +16,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
+use cachalot_engine::holds::HoldStats;
 use cachalot_protocol::text::{TextError, MEMCACHED_COMPAT_VERSION};
 use parking_lot::Mutex;
 
@@ -60,6 +61,8 @@ pub fn collect(ctx: &Ctx<'_>, group: &[u8]) -> Option<Pairs> {
         b"zzone" => zzone(ctx, &mut out)?,
         // cachalot's own, with the flash tier on.
         b"flash" => flash(ctx, &mut out)?,
+        // cachalot's own: how long the locks requests need are held.
+        b"locks" => locks(ctx, &mut out),
         // memcached 1.6.18 answers it with no lines, extstore on or off.
         b"extstore" => {}
         _ => return None,
@@ -338,6 +341,29 @@ fn extstore(f: &cachalot_engine::flash::FlashStats, out: &mut Pairs) {
 }
 
 /// `stats flash`: the flash tier (`--flash-path`; None without it).
+/// `stats locks`: for each lock requests need (`engine`, and `zzone` with
+/// the Z-zone on), by requests and by background work: how many holds,
+/// their total and longest time, the bucket bounds 99% and 99.9% of them
+/// are under, and the cumulative count under each power-of-two bound up
+/// to the longest (`<lock>_<holder>_le_<N>us`, the histogram
+/// `/metrics` exports as `cachalot_lock_hold_seconds`).
+fn locks(ctx: &Ctx<'_>, out: &mut Pairs) {
+    for (lock, holder, h) in ctx.cache.lock_holds() {
+        let p = format!("{lock}_{}", holder.name());
+        stat(out, format!("{p}_holds"), h.holds());
+        stat(out, format!("{p}_hold_us"), h.total_ns / 1000);
+        stat(out, format!("{p}_hold_max_us"), h.max_ns / 1000);
+        stat(out, format!("{p}_hold_p99_us"), h.quantile_us(0.99));
+        stat(out, format!("{p}_hold_p999_us"), h.quantile_us(0.999));
+        let last = h.buckets.iter().rposition(|&c| c > 0).unwrap_or(0);
+        let mut under = 0;
+        for (i, c) in h.buckets.iter().enumerate().take(last + 1) {
+            under += c;
+            stat(out, format!("{p}_le_{}us", HoldStats::bound_us(i)), under);
+        }
+    }
+}
+
 fn flash(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     let f = ctx.cache.stats().flash?;
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };

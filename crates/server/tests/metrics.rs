@@ -114,6 +114,33 @@ fn metrics_parse_and_carry_the_servers_figures() {
         .expect("send");
     let reply = common::read_until(&mut c, b"NOT_FOUND\r\n");
     assert!(reply.ends_with(b"NOT_FOUND\r\n"));
+    // `stats locks`: the background's holds of the engine lock come from
+    // the maintainer, which runs at start and every 200 ms.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        c.write_all(b"stats locks\r\n").expect("send");
+        let reply = String::from_utf8(common::read_until(&mut c, b"END\r\n")).expect("text");
+        let stat = |name: &str| {
+            reply
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let holds = stat("engine_background_holds").expect("engine_background_holds");
+        // Cumulative, up to the bucket of the longest hold, which holds all.
+        let le: Vec<u64> = reply
+            .lines()
+            .filter(|l| l.starts_with("STAT engine_background_le_"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        assert!(le.windows(2).all(|w| w[0] <= w[1]), "{reply}");
+        assert_eq!(le.last().copied().unwrap_or(0), holds, "{reply}");
+        if holds > 0 && stat("engine_request_holds").is_some_and(|n| n > 0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no holds counted: {reply}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // Prometheus's Accept header: OpenMetrics.
     let (status, head, om_body) = exchange(
@@ -213,6 +240,30 @@ fn metrics_parse_and_carry_the_servers_figures() {
         Some("counter")
     );
     assert!(om.contains_key("memcached_uptime_seconds{}"));
+    // The engine lock's holds (issue 34), a histogram whose +Inf bucket is
+    // its count, by requests and by background work (the maintainer and
+    // flash's writer hold it too).
+    for holder in ["background", "request"] {
+        let series = |s: &str, le: &str| {
+            let le = match le {
+                "" => String::new(),
+                le => format!(",le=\"{le}\""),
+            };
+            format!(r#"cachalot_lock_hold_seconds{s}{{holder="{holder}"{le},lock="engine"}}"#)
+        };
+        let count = om.get(&series("_count", ""));
+        assert_eq!(
+            count.map(|(_, t)| t.as_str()),
+            Some("histogram"),
+            "{om_body}"
+        );
+        assert_eq!(
+            om.get(&series("_bucket", "+Inf")).map(|(v, _)| v),
+            count.map(|(v, _)| v)
+        );
+        assert!(count.is_some_and(|(n, _)| *n >= 1.0), "{holder}: {om_body}");
+        assert!(om.contains_key(&series("_sum", "")), "{om_body}");
+    }
     // The classic parser reads the same samples of the same types from the
     // 0.0.4 text (the figures that move between two scrapes aside).
     let moving = [
@@ -231,7 +282,9 @@ fn metrics_parse_and_carry_the_servers_figures() {
             .get(name)
             .unwrap_or_else(|| panic!("{name} not in the 0.0.4 text:\n{text_body}"));
         assert_eq!(ckind, kind, "{name}'s type (classic parser)");
-        if !moving.contains(&name.as_str()) {
+        // Scrapes take the engine lock themselves.
+        let held = name.starts_with("cachalot_lock_hold_seconds");
+        if !moving.contains(&name.as_str()) && !held {
             assert_eq!(cv, v, "{name} (classic parser)");
         }
     }

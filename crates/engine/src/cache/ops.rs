@@ -196,6 +196,10 @@ impl Cache {
     /// [`Engine::reset_stats`].
     pub fn reset_stats(&self) {
         self.lock().reset_stats();
+        self.holds.reset();
+        if let Some(z) = &self.shared.zone {
+            z.holds().reset();
+        }
     }
 
     /// [`Engine::size_histogram`].

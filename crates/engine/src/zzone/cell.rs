@@ -7,15 +7,18 @@
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use parking_lot::{Mutex, MutexGuard};
 
 use super::zone::Zone;
+use crate::holds::Holds;
 
 pub struct ZoneCell {
     zone: Mutex<Zone>,
     memory: AtomicUsize,
     wanted: AtomicUsize,
+    holds: Holds,
 }
 
 impl ZoneCell {
@@ -24,16 +27,24 @@ impl ZoneCell {
             zone: Mutex::new(zone),
             memory: AtomicUsize::new(0),
             wanted: AtomicUsize::new(0),
+            holds: Holds::default(),
         };
         drop(cell.lock());
         cell
     }
 
     pub fn lock(&self) -> ZoneGuard<'_> {
+        let zone = self.zone.lock();
         ZoneGuard {
-            zone: self.zone.lock(),
+            zone,
             cell: self,
+            since: Instant::now(),
         }
+    }
+
+    /// How long the lock has been held, by requests and background work.
+    pub fn holds(&self) -> &Holds {
+        &self.holds
     }
 
     /// [`Zone::memory_bytes`] as of the last time the lock was released.
@@ -50,10 +61,12 @@ impl ZoneCell {
     }
 }
 
-/// The zone's lock held; its figures are published when it drops.
+/// The zone's lock held; its figures are published, and the hold
+/// counted, when it drops.
 pub struct ZoneGuard<'a> {
     zone: MutexGuard<'a, Zone>,
     cell: &'a ZoneCell,
+    since: Instant,
 }
 
 impl Deref for ZoneGuard<'_> {
@@ -74,5 +87,6 @@ impl Drop for ZoneGuard<'_> {
         let z = &*self.zone;
         self.cell.memory.store(z.memory_bytes(), Ordering::Relaxed);
         self.cell.wanted.store(z.wanted_pages(), Ordering::Relaxed);
+        self.cell.holds.record(self.since);
     }
 }

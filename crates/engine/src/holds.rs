@@ -1,0 +1,192 @@
+//! How long the locks that requests need are held, and by whom (issue
+//! 34): a log₂ histogram of microseconds per lock, one for requests and
+//! one for background work (the maintainer, the Z-zone's and flash's
+//! writers). A request that waits on a lock waits for its holder, so the
+//! background's longest holds bound the tail it adds to requests; the
+//! figures are `stats locks` and `cachalot_lock_hold_seconds`.
+//!
+//! A hold costs two clock reads (`Instant::now`, the vDSO's
+//! `clock_gettime`, some 20 ns each) and two relaxed atomic adds.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Bucket 0 counts holds under 1 µs; bucket `i` those of [2^(i-1), 2^i)
+/// µs; the last also all longer ones (over 4 s).
+pub const BUCKETS: usize = 24;
+
+/// Who held a lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    Request = 0,
+    Background = 1,
+}
+
+impl Holder {
+    pub const ALL: [Holder; 2] = [Holder::Request, Holder::Background];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Holder::Request => "request",
+            Holder::Background => "background",
+        }
+    }
+}
+
+thread_local! {
+    static BACKGROUND: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The calling thread does background work from now on: the locks it
+/// holds are counted as the background's.
+pub fn background_thread() {
+    BACKGROUND.set(true);
+}
+
+fn holder() -> Holder {
+    match BACKGROUND.get() {
+        true => Holder::Background,
+        false => Holder::Request,
+    }
+}
+
+/// The holds of one lock.
+#[derive(Default)]
+pub struct Holds {
+    by: [Histogram; 2],
+}
+
+#[derive(Default)]
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS],
+    total_ns: AtomicU64,
+    max_ns: AtomicU64,
+}
+
+impl Holds {
+    /// A hold that began at `since` ends now.
+    #[inline]
+    pub fn record(&self, since: Instant) {
+        let ns = since.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        let h = &self.by[holder() as usize];
+        h.buckets[bucket(ns)].fetch_add(1, Ordering::Relaxed);
+        h.total_ns.fetch_add(ns, Ordering::Relaxed);
+        if ns > h.max_ns.load(Ordering::Relaxed) {
+            h.max_ns.fetch_max(ns, Ordering::Relaxed);
+        }
+    }
+
+    pub fn stats(&self, holder: Holder) -> HoldStats {
+        let h = &self.by[holder as usize];
+        HoldStats {
+            buckets: std::array::from_fn(|i| h.buckets[i].load(Ordering::Relaxed)),
+            total_ns: h.total_ns.load(Ordering::Relaxed),
+            max_ns: h.max_ns.load(Ordering::Relaxed),
+        }
+    }
+
+    /// `stats reset`.
+    pub fn reset(&self) {
+        for h in &self.by {
+            for b in &h.buckets {
+                b.store(0, Ordering::Relaxed);
+            }
+            h.total_ns.store(0, Ordering::Relaxed);
+            h.max_ns.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+fn bucket(ns: u64) -> usize {
+    let us = ns / 1000;
+    ((u64::BITS - us.leading_zeros()) as usize).min(BUCKETS - 1)
+}
+
+/// One lock's holds by one kind of holder.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HoldStats {
+    pub buckets: [u64; BUCKETS],
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+impl HoldStats {
+    /// The upper bound (µs) of the holds bucket `i` counts: `2^i`.
+    pub fn bound_us(i: usize) -> u64 {
+        1 << i
+    }
+
+    pub fn holds(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// The smallest bucket bound (µs) that at least the share `q` of the
+    /// holds are under; 0 with no holds.
+    pub fn quantile_us(&self, q: f64) -> u64 {
+        let n = self.holds();
+        if n == 0 {
+            return 0;
+        }
+        let want = (q * n as f64).ceil() as u64;
+        let mut seen = 0;
+        for (i, &c) in self.buckets.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return Self::bound_us(i);
+            }
+        }
+        Self::bound_us(BUCKETS - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_powers_of_two_microseconds() {
+        assert_eq!(bucket(0), 0);
+        assert_eq!(bucket(999), 0);
+        assert_eq!(bucket(1_000), 1);
+        assert_eq!(bucket(1_999), 1);
+        assert_eq!(bucket(2_000), 2);
+        assert_eq!(bucket(100_000), 7); // 100 µs in [64, 128)
+        assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn holds_are_counted_by_holder() {
+        let holds = Holds::default();
+        holds.record(Instant::now());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                background_thread();
+                let since = Instant::now();
+                std::thread::sleep(std::time::Duration::from_millis(3));
+                holds.record(since);
+            });
+        });
+        let (req, bg) = (
+            holds.stats(Holder::Request),
+            holds.stats(Holder::Background),
+        );
+        assert_eq!((req.holds(), bg.holds()), (1, 1));
+        assert!(bg.max_ns >= 3_000_000, "{bg:?}");
+        // 3 ms and a little: the [2048, 4096) µs bucket or the next.
+        assert!(bg.quantile_us(1.0) >= 4096, "{bg:?}");
+        assert!(req.max_ns < bg.max_ns);
+        holds.reset();
+        assert_eq!(holds.stats(Holder::Background), HoldStats::default());
+    }
+
+    #[test]
+    fn quantiles_are_bucket_bounds() {
+        let mut s = HoldStats::default();
+        assert_eq!(s.quantile_us(0.999), 0);
+        s.buckets[2] = 999; // [2, 4) µs
+        s.buckets[10] = 1; // [512, 1024) µs
+        assert_eq!(s.quantile_us(0.999), 4);
+        assert_eq!(s.quantile_us(1.0), 1024);
+    }
+}
