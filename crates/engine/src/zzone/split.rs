@@ -57,13 +57,6 @@ pub(crate) struct Zzone {
     share: f64,
     /// N-served and Z-served requests when the window began.
     window: (u64, u64),
-    /// The share is a ceiling, not a grant: a zone that admits nothing
-    /// is held to no page. Left to the share alone, a zone of refused
-    /// large items held 90% of `-m`, empty (issue 34).
-    cap: Option<usize>,
-    /// Its demotions and refusals at the end of the last window.
-    demotions: u64,
-    refused: u64,
     /// A promoted item's image, copied out of the zone.
     pub(crate) image: Vec<u8>,
     /// A writer thread packs the stage and shrinks the zone
@@ -115,9 +108,6 @@ impl Zzone {
                 START_SHARE
             },
             window: (0, 0),
-            cap: None,
-            demotions: 0,
-            refused: 0,
             image: Vec::new(),
             writer: false,
             paused: false,
@@ -131,7 +121,6 @@ impl Zzone {
     pub(crate) fn reset_stats(&mut self) {
         self.zone.lock().reset_stats();
         self.window = (0, 0);
-        (self.demotions, self.refused) = (0, 0);
     }
 
     /// Pages for the Z-zone: its share of the memory the rest of the engine
@@ -145,9 +134,6 @@ impl Zzone {
         if !zone.worth_growing() {
             pages = pages.min(PROBE_PAGES);
         }
-        if let Some(cap) = self.cap {
-            pages = pages.min(cap);
-        }
         zone.set_target_pages(pages);
     }
 
@@ -157,24 +143,13 @@ impl Zzone {
     /// and stores); the zone's own figures add the misses its filter
     /// answered.
     pub(crate) fn adapt(&mut self, at_n_zone: u64, target: u8) {
-        let zone = self.zone.lock();
-        let zs = zone.stats();
+        let zs = self.zone.lock().stats();
         let served_n = at_n_zone + zs.filtered;
         let served_z = zs.hits + zs.false_positives;
         let (n0, z0) = self.window;
         let (dn, dz) = (served_n.saturating_sub(n0), served_z.saturating_sub(z0));
         if dn + dz >= WINDOW_OPS {
             self.window = (served_n, served_z);
-            // A zone empty at the end of a window in which it admitted no
-            // demotion and refused some (too large for a block) needs no page
-            // until it takes one. (Capping every zone that stopped filling
-            // at what it fills, tried too, cost ETC hits at `-m 16` and 64:
-            // 0.7822 and 0.8196 against 0.7966 and 0.8288 uncapped.)
-            let demoted = zs.demotions.saturating_sub(self.demotions);
-            let refused = zs.refused.saturating_sub(self.refused);
-            let empty = zone.used_pages() == 0;
-            self.cap = (empty && demoted == 0 && refused > 0).then_some(0);
-            (self.demotions, self.refused) = (zs.demotions, zs.refused);
             let at_n = dn as f64 / (dn + dz) as f64;
             let want = target as f64 / 100.0;
             if target == 0 || at_n > want + SLACK {

@@ -6,9 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::config::{
-    ZoneConfig, FILL, PROBE_EVERY, PROBE_STAGE, SAMPLE_EVERY, WORTH_AGAIN, WORTH_RATIO,
-};
+use super::config::{ZoneConfig, PROBE_EVERY, PROBE_STAGE, SAMPLE_EVERY, WORTH_AGAIN, WORTH_RATIO};
 use super::desc::{Desc, Entry, MAX_RAW};
 use super::log::{Log, NOWHERE};
 use super::stage::Stage;
@@ -184,13 +182,6 @@ impl Zone {
     /// Pages the zone is below its target by.
     pub fn wanted_pages(&self) -> usize {
         self.target_pages.saturating_sub(self.log.pages())
-    }
-
-    /// Pages the zone's live blocks fill, at the share of a page that the
-    /// sweep lets them fill ([`FILL`]).
-    pub fn used_pages(&self) -> usize {
-        let page = (FILL * self.log.page_size() as f64) as usize;
-        self.log.live_bytes().div_ceil(page.max(1))
     }
 
     pub fn target_pages(&self) -> usize {
