@@ -476,26 +476,22 @@ impl Cache {
                 Ok(r) => return Got::Done(r),
                 Err(f) => (f, now),
             },
-            Tier::Locked(f) => {
+            Tier::Locked(mut f) => {
                 let mut engine = self.lock();
                 if let Some(item) = engine.read_n_zone(key, h, how) {
                     return Got::Done(f(Some(item)));
                 }
                 let now = self.clock.now();
-                let f = match self.shared.zone.is_some() {
-                    false => f,
-                    // The Z-zone is read as by a lock-free GET, without the
-                    // engine lock; a miss there is counted under it again.
-                    true => {
-                        drop(engine);
-                        let f = match self.read_zone(key, h, how, now, f) {
-                            Ok(r) => return Got::Done(r),
-                            Err(f) => f,
-                        };
-                        engine = self.lock();
-                        f
-                    }
-                };
+                // The Z-zone is read as by a lock-free GET, without the
+                // engine lock; a miss there is counted under it again.
+                if self.shared.zone.is_some() {
+                    drop(engine);
+                    f = match self.read_zone(key, h, how, now, f) {
+                        Ok(r) => return Got::Done(r),
+                        Err(f) => f,
+                    };
+                    engine = self.lock();
+                }
                 engine.missed(h, how);
                 drop(engine);
                 (f, now)
