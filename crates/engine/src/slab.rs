@@ -502,6 +502,37 @@ impl Slabs {
         }
     }
 
+    /// Give page `id`, in transit until now, back to its class: the chunks
+    /// below `drained` that the move emptied (no item, no segment, not on
+    /// the free list) are freed, and the page is listed if it has room.
+    pub fn call_off_move(&mut self, id: PageId, drained: u32) {
+        let page = self.page(id);
+        let cs = page.chunk_size as usize;
+        let mut free = vec![false; page.nchunks as usize];
+        let mut next = page.free_head;
+        while next != NONE {
+            free[next as usize] = true;
+            // SAFETY: free chunks' links are touched only under the engine
+            // lock, which the caller holds.
+            let link = unsafe { self.arena.bytes(id, next as usize * cs + 8, 4) };
+            next = u32::from_le_bytes(link.try_into().expect("4 bytes"));
+        }
+        self.page_mut(id).listed = false;
+        for c in 0..drained {
+            let loc = self.loc(id, c);
+            let bits = self.bits(loc);
+            if !free[c as usize] && bits & item::LIVE == 0 && bits != item::SEGMENT {
+                self.free(loc);
+            }
+        }
+        let page = self.page_mut(id);
+        if !page.listed && (page.free_head != NONE || page.bump < page.nchunks) {
+            page.listed = true;
+            let class = page.class as usize - 1;
+            self.classes[class].with_free.push(id);
+        }
+    }
+
     /// Detach an emptied page from its class (all its items already gone).
     pub fn unassign(&mut self, id: PageId) {
         let class = self.page(id).class as usize - 1;

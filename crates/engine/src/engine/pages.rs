@@ -333,6 +333,19 @@ impl Engine {
         }
     }
 
+    /// Stop moving the page in transit out of `class`: it stays, with the
+    /// chunks drained so far free. False if no page of `class` is in
+    /// transit.
+    pub(super) fn call_off_drain(&mut self, class: usize) -> bool {
+        if self.drain.as_ref().is_none_or(|d| d.from != class) {
+            return false;
+        }
+        if let Some(d) = self.drain.take() {
+            self.slabs.call_off_move(d.page, d.next);
+        }
+        true
+    }
+
     /// `flush_all` emptied every page: the page in transit moves now.
     pub(super) fn drain_after_flush(&mut self) {
         if let Some(d) = self.drain.take() {

@@ -326,6 +326,11 @@ impl Engine {
                     self.take_back_reserved();
                     continue;
                 }
+                // A page in transit out of the class may be its last (an
+                // idle class may give it): a store wants the class now.
+                if self.call_off_drain(class) {
+                    continue;
+                }
                 // Last, the item being replaced may go, as in memcached
                 // (a class of one chunk at its floor holds only it). The
                 // new value is never read from it: callers copied it.
