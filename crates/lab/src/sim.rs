@@ -562,6 +562,7 @@ fn fill_meta(meta: &mut RunMeta, cfg: &SimConfig, sim: &Sim) {
             ("zzone_hits", zs.hits),
             ("zzone_promotions", zs.promotions),
             ("zzone_demotions", zs.demotions),
+            ("zzone_refused", zs.refused),
             ("zzone_evictions", zs.evictions),
             ("zzone_bytes_in", zs.raw_bytes),
             ("zzone_bytes_out", zs.stored_bytes),

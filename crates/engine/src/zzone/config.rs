@@ -12,13 +12,14 @@ pub(super) const FILL: f64 = 0.95;
 /// would in the same pages: the zone keeps a twentieth of its pages free for
 /// compaction, and its stage and metadata count in `-m` too.
 pub const WORTH_RATIO: f64 = 1.25;
-/// Pages a zone whose blocks do not compress keeps: enough to go on
-/// measuring their ratio.
-pub const PROBE_PAGES: usize = 2;
-/// Such a zone takes one demotion in [`PROBE_EVERY`] (the rest are evicted
-/// as without a zone: a block rewrite each would buy nothing) and stages
-/// at most [`PROBE_STAGE`] bytes, so that its fixed cost in `-m` is about
-/// its probe pages.
+/// A zone whose blocks do not compress holds no page: pages of blocks
+/// compressed less than [`WORTH_RATIO`] hold fewer items than the N-zone
+/// would, and at a small `-m` even two such pages cost hits (+0.016 of
+/// miss ratio on YCSB-B's random values at `-m 8`, `benches/zone-split.sh`).
+/// It goes on measuring: it takes one demotion in [`PROBE_EVERY`] (the rest
+/// are evicted as without a zone), stages at most [`PROBE_STAGE`] bytes,
+/// and its writer compresses them into blocks that count in the ratio and
+/// then, finding no page, are dropped.
 pub(super) const PROBE_EVERY: u64 = 16;
 pub(crate) const PROBE_STAGE: usize = 8 << 10;
 /// Once below [`WORTH_RATIO`], the running ratio must climb back to this

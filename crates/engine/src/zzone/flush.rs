@@ -292,7 +292,20 @@ impl Zone {
         if o.count == 0 {
             return;
         }
-        let loc = match self.make_room(o.packed.len(), now) {
+        // Measured whether it is kept or not: a zone with no page (its
+        // blocks do not compress) goes on measuring with the blocks it drops.
+        self.note_encoded(o.raw as usize, o.packed.len(), o.codec);
+        match o.tried {
+            true => self
+                .recognizer
+                .record(o.entropy, o.raw as usize, o.packed.len()),
+            false => {
+                self.recognizer.worth_trying(o.entropy);
+            }
+        }
+        // A zone to hold no page keeps no block, so that its last page
+        // empties (`Zone::shrink`).
+        let loc = match self.target_pages > 0 && self.make_room(o.packed.len(), now) {
             true => self.log.append(id, &o.packed),
             false => None,
         };
@@ -314,15 +327,6 @@ impl Zone {
         }
         self.stats.raw_bytes += o.raw as u64;
         self.stats.stored_bytes += o.packed.len() as u64;
-        self.note_encoded(o.raw as usize, o.packed.len(), o.codec);
-        match o.tried {
-            true => self
-                .recognizer
-                .record(o.entropy, o.raw as usize, o.packed.len()),
-            false => {
-                self.recognizer.worth_trying(o.entropy);
-            }
-        }
     }
 
     /// Pack staged items into their blocks: up to `budget` block rewrites,

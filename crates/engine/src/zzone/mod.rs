@@ -47,9 +47,7 @@ mod zone;
 pub use cell::{ZoneCell, ZoneGuard};
 #[cfg(test)]
 pub(crate) use config::PROBE_STAGE;
-pub use config::{
-    ZoneConfig, DICT_BYTES, PROBE_PAGES, RETRAIN_DEMOTIONS, SAMPLES, SAMPLE_EVERY, WORTH_RATIO,
-};
+pub use config::{ZoneConfig, DICT_BYTES, RETRAIN_DEMOTIONS, SAMPLES, SAMPLE_EVERY, WORTH_RATIO};
 pub use read::Copied;
 pub use stats::ZoneStats;
 pub use zone::Zone;

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use super::cell::ZoneCell;
-use super::config::{ZoneConfig, PROBE_PAGES};
+use super::config::ZoneConfig;
 use super::stats::ZoneStats;
 use super::zone::Zone;
 use crate::config::Config;
@@ -130,9 +130,10 @@ impl Zzone {
         let page = zone.config().page_size;
         let mut pages = (self.share * available as f64) as usize / page;
         // A zone whose blocks do not compress holds fewer items than the
-        // N-zone would in its pages, for a block rewrite per demotion.
+        // N-zone would in its pages, for a block rewrite per demotion: it
+        // holds none (`config::PROBE_EVERY`).
         if !zone.worth_growing() {
-            pages = pages.min(PROBE_PAGES);
+            pages = 0;
         }
         zone.set_target_pages(pages);
     }

@@ -124,7 +124,7 @@ impl Zone {
         self.spill = Some(pipe);
     }
 
-    /// Whether the zone is worth more pages than [`super::PROBE_PAGES`]: its
+    /// Whether the zone is worth any page: its
     /// blocks lately compressed at least [`WORTH_RATIO`], or they are not
     /// meant to compress (`zzone_codec=none`).
     pub fn worth_growing(&self) -> bool {
@@ -438,7 +438,13 @@ impl Zone {
         let cfg = self.cfg;
         let stats = self.stats;
         let spill = self.spill.take();
+        // What the values are like stays known: a zone of values that do
+        // not compress, emptied, must not grow again to find out.
+        let (ratio, worth, offered) = (self.ratio, self.worth, self.offered);
+        let recognizer = self.recognizer.clone();
         *self = Zone::new(cfg);
+        (self.ratio, self.worth, self.offered) = (ratio, worth, offered);
+        self.recognizer = recognizer;
         self.target_pages = target;
         self.spill = spill;
         self.stats = ZoneStats {
