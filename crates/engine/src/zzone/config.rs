@@ -42,6 +42,9 @@ pub(super) const MAX_SWEEPS: usize = 512;
 /// [`RETRAIN_DEMOTIONS`] demotions, so that it follows the data.
 pub const SAMPLE_EVERY: u64 = 8;
 pub const SAMPLES: usize = 2048;
+/// The samples hold at most 1/[`SAMPLE_SHARE`] of `-m` (64 KB at least):
+/// 2,048 samples of 1 KB items would be a quarter of `-m 8`.
+pub const SAMPLE_SHARE: usize = 64;
 pub const DICT_BYTES: usize = 16 << 10;
 pub const RETRAIN_DEMOTIONS: u64 = 4 << 20;
 /// Dictionaries alive at once (blocks name theirs in a byte; 0 is none).
@@ -57,6 +60,8 @@ pub struct ZoneConfig {
     pub page_size: usize,
     /// Samples a dictionary is trained on ([`SAMPLES`]).
     pub dict_samples: usize,
+    /// Bytes those samples may hold ([`SAMPLE_SHARE`]).
+    pub sample_bytes: usize,
     /// Bytes demoted items may fill waiting for their blocks' rewrite
     /// ([`super::stage`]) before the demoting thread rewrites them itself.
     pub stage_bytes: usize,

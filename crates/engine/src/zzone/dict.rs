@@ -22,12 +22,20 @@ impl Zone {
                 || self.stats.demotions + window >= self.trained_at + RETRAIN_DEMOTIONS)
     }
 
+    /// Whether the samples are enough to train on: as many as configured,
+    /// or as many bytes as they may hold, near enough that another
+    /// demotable item would not fit.
+    pub(super) fn samples_full(&self) -> bool {
+        self.samples.len() >= self.cfg.dict_samples
+            || self.sample_bytes + self.raw_capacity() / 2 > self.cfg.sample_bytes
+    }
+
     /// Samples to train a dictionary on, when one is due (taken: train
     /// outside any lock with [`crate::codec::train_dictionary`], then
     /// [`Zone::install_dictionary`]).
     pub fn take_samples(&mut self) -> Option<Vec<Vec<u8>>> {
         let due = self.dict == 0 || self.stats.demotions >= self.trained_at + RETRAIN_DEMOTIONS;
-        if self.cfg.codec != Codec::Zstd || self.samples.len() < self.cfg.dict_samples || !due {
+        if self.cfg.codec != Codec::Zstd || !self.samples_full() || !due {
             return None;
         }
         self.trained_at = self.stats.demotions;

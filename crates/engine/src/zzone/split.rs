@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use super::cell::ZoneCell;
-use super::config::ZoneConfig;
+use super::config::{ZoneConfig, SAMPLE_SHARE};
 use super::stats::ZoneStats;
 use super::zone::Zone;
 use crate::config::Config;
@@ -100,6 +100,7 @@ impl Zzone {
                 codec: config.zzone_codec,
                 page_size,
                 dict_samples: config.zzone_dict_samples,
+                sample_bytes: (config.memory_limit / SAMPLE_SHARE).max(64 << 10),
                 stage_bytes: (config.memory_limit / STAGE_SHARE).clamp(4 << 10, MAX_STAGE),
             }))),
             share: if config.zzone_target == 0 {

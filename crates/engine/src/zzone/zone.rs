@@ -338,7 +338,8 @@ impl Zone {
         self.stats.items += 1;
         self.stats.demotions += 1;
         if self.cfg.codec == Codec::Zstd
-            && self.samples.len() < self.cfg.dict_samples
+            && !self.samples_full()
+            && self.sample_bytes + image.len() <= self.cfg.sample_bytes
             && self.stats.demotions.is_multiple_of(SAMPLE_EVERY)
             && self.sampling()
         {
@@ -645,6 +646,7 @@ mod tests {
             codec,
             page_size: 64 << 10,
             dict_samples: SAMPLES,
+            sample_bytes: 1 << 20,
             stage_bytes: 2048,
         });
         z.set_target_pages(3);
