@@ -303,9 +303,9 @@ impl Zone {
                 self.recognizer.worth_trying(o.entropy);
             }
         }
-        // A zone to hold no page keeps no block, so that its last page
-        // empties (`Zone::shrink`).
-        let loc = match self.target_pages > 0 && self.make_room(o.packed.len(), now) {
+        // A zone whose blocks do not compress keeps none of them, so that
+        // its last page empties (`Zone::shrink`; `config::PROBE_EVERY`).
+        let loc = match self.worth_growing() && self.make_room(o.packed.len(), now) {
             true => self.log.append(id, &o.packed),
             false => None,
         };
