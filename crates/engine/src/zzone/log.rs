@@ -169,6 +169,17 @@ impl Log {
         self.emptiest_except(u32::MAX)
     }
 
+    /// The page a compaction leaves the most room in: the one with the
+    /// fewest live bytes, the head included (a zone of one page has only
+    /// its head, which fills with the garbage of rewritten blocks).
+    pub fn roomiest(&self) -> Option<(u32, usize)> {
+        self.pages
+            .iter()
+            .enumerate()
+            .filter_map(|(p, pg)| pg.as_ref().map(|pg| (p as u32, pg.live as usize)))
+            .min_by_key(|&(_, live)| live)
+    }
+
     /// [`Log::emptiest`], also passing over page `skip`.
     pub fn emptiest_except(&self, skip: u32) -> Option<(u32, usize)> {
         self.pages

@@ -37,7 +37,7 @@ impl Zone {
             return false;
         }
         if under {
-            if let Some((p, live)) = self.log.emptiest() {
+            if let Some((p, live)) = self.log.roomiest() {
                 if page - live >= reserve {
                     self.compact(p);
                     return true;
@@ -186,7 +186,7 @@ impl Zone {
             }
             let allowed = (FILL * (self.log.pages() * self.log.page_size()) as f64) as usize;
             if self.log.live_bytes() + need <= allowed {
-                if let Some((p, live)) = self.log.emptiest() {
+                if let Some((p, live)) = self.log.roomiest() {
                     if self.log.page_size() - live >= need {
                         self.compact(p);
                         continue;
@@ -195,7 +195,7 @@ impl Zone {
             }
             if self.block_items() == 0 && self.pending.is_empty() {
                 // Nothing to evict: only garbage, all of it in the head.
-                let p = self.log.emptiest().map(|(p, _)| p);
+                let p = self.log.roomiest().map(|(p, _)| p);
                 match p {
                     Some(p) => self.compact(p),
                     None => return false,
