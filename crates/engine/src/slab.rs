@@ -454,12 +454,7 @@ impl Slabs {
             let page = self.pages[id as usize].as_mut().expect("live page id");
             let chunk = if page.free_head != NONE {
                 let c = page.free_head;
-                let cs = page.chunk_size as usize;
-                // SAFETY: a free chunk's link is touched only by the engine
-                // lock's holder (no GET finds a free chunk).
-                let link = unsafe { self.arena.bytes(id, c as usize * cs + 8, 4) };
-                let next = u32::from_le_bytes(link.try_into().expect("4 bytes"));
-                page.free_head = next;
+                page.free_head = Self::free_link(&self.arena, page, id, c);
                 page.free_count -= 1;
                 Some(c)
             } else if page.bump < page.nchunks {
@@ -502,20 +497,26 @@ impl Slabs {
         }
     }
 
+    /// The free chunk after free chunk `c` of `page` (page number `id`).
+    #[inline]
+    fn free_link(arena: &Arena, page: &Page, id: PageId, c: u32) -> u32 {
+        let cs = page.chunk_size as usize;
+        // SAFETY: a free chunk's link is touched only by the engine lock's
+        // holder (no GET finds a free chunk), which the caller is.
+        let link = unsafe { arena.bytes(id, c as usize * cs + 8, 4) };
+        u32::from_le_bytes(link.try_into().expect("4 bytes"))
+    }
+
     /// Give page `id`, in transit until now, back to its class: the chunks
     /// below `drained` that the move emptied (no item, no segment, not on
     /// the free list) are freed, and the page is listed if it has room.
     pub fn call_off_move(&mut self, id: PageId, drained: u32) {
         let page = self.page(id);
-        let cs = page.chunk_size as usize;
         let mut free = vec![false; page.nchunks as usize];
         let mut next = page.free_head;
         while next != NONE {
             free[next as usize] = true;
-            // SAFETY: free chunks' links are touched only under the engine
-            // lock, which the caller holds.
-            let link = unsafe { self.arena.bytes(id, next as usize * cs + 8, 4) };
-            next = u32::from_le_bytes(link.try_into().expect("4 bytes"));
+            next = Self::free_link(&self.arena, page, id, next);
         }
         self.page_mut(id).listed = false;
         for c in 0..drained {

@@ -124,9 +124,9 @@ impl Zone {
         self.spill = Some(pipe);
     }
 
-    /// Whether the zone is worth any page: its
-    /// blocks lately compressed at least [`WORTH_RATIO`], or they are not
-    /// meant to compress (`zzone_codec=none`).
+    /// Whether the zone is worth any page: its blocks lately compressed at
+    /// least [`WORTH_RATIO`], or they are not meant to compress
+    /// (`zzone_codec=none`).
     pub fn worth_growing(&self) -> bool {
         self.cfg.codec == Codec::Raw || self.worth
     }
