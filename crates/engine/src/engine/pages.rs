@@ -320,8 +320,15 @@ impl Engine {
 
     /// Stores help the maintainer: each drains a few chunks, so a page
     /// moves in step with the traffic that needs it (a few microseconds
-    /// per store while a page is in transit, nothing otherwise).
+    /// per store while a page is in transit, nothing otherwise). Not while
+    /// the Z-zone's lock is taken: its drained items would be demoted, and
+    /// the store would wait for the writer holding the engine lock, and
+    /// every request behind it (`benches/fill-tail.sh`); a later store or
+    /// the maintainer drains them.
     pub(super) fn drain_on_store(&mut self) {
+        if self.zone.as_ref().is_some_and(|z| z.zone.is_locked()) {
+            return;
+        }
         self.drain_some(DRAIN_PER_STORE);
     }
 

@@ -42,6 +42,11 @@ impl ZoneCell {
         }
     }
 
+    /// Whether someone holds the lock now (the writer, most often).
+    pub fn is_locked(&self) -> bool {
+        self.zone.is_locked()
+    }
+
     /// How long the lock has been held, by requests and background work.
     pub fn holds(&self) -> &Holds {
         &self.holds
