@@ -162,8 +162,11 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 background_thread();
+                // A hold of at least 3 ms, however slow the machine.
                 let since = Instant::now();
-                std::thread::sleep(std::time::Duration::from_millis(3));
+                while since.elapsed() < std::time::Duration::from_millis(3) {
+                    std::hint::spin_loop();
+                }
                 holds.record(since);
             });
         });
