@@ -120,7 +120,11 @@ enum Tier<R, F> {
 
 /// The engine shared by all worker threads.
 pub struct Cache {
-    engine: parking_lot::Mutex<Engine>,
+    /// A futex lock (std's): a waiter spins briefly, then sleeps, and the
+    /// holder's release wakes it. parking_lot's spins with `sched_yield`,
+    /// and a yielding waiter let the `SCHED_IDLE` Z-zone writer run to the
+    /// next scheduler tick (measured: workers runnable for 5 ms behind it).
+    engine: std::sync::Mutex<Engine>,
     /// How long the engine lock is held, by requests and background work.
     holds: Holds,
     clock: Arc<Clock>,
@@ -132,7 +136,7 @@ pub struct Cache {
 /// The engine, locked; gives back the stripes the operation took when
 /// dropped, and counts the hold (`holds`).
 pub struct EngineGuard<'a> {
-    engine: parking_lot::MutexGuard<'a, Engine>,
+    engine: std::sync::MutexGuard<'a, Engine>,
     holds: &'a Holds,
     since: Instant,
 }
@@ -185,7 +189,7 @@ impl Cache {
     fn with_engine(engine: Engine, config: Config, clock: Arc<Clock>) -> Cache {
         let shared = engine.shared();
         Cache {
-            engine: parking_lot::Mutex::new(engine),
+            engine: std::sync::Mutex::new(engine),
             holds: Holds::default(),
             clock,
             config,
@@ -207,7 +211,9 @@ impl Cache {
     /// the engine directly.
     #[inline]
     pub fn lock(&self) -> EngineGuard<'_> {
-        let engine = self.engine.lock();
+        // A panic under the lock leaves the engine as parking_lot's would:
+        // every operation keeps its invariants step by step.
+        let engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         let guard = EngineGuard {
             engine,
             holds: &self.holds,
@@ -857,29 +863,32 @@ impl Cache {
     /// at a time under the zone's lock alone (never the engine's), up to
     /// `budget` steps. Returns the steps done; 0 when nothing waits.
     pub fn flush_zone(&self, budget: usize) -> usize {
-        let Some(zone) = &self.shared.zone else {
-            return 0;
-        };
         let mut done = 0;
-        while done < budget {
-            let now = self.clock.now();
-            let job = {
-                let mut z = zone.lock();
-                if z.shrink_step(now) || z.room_step(now) {
-                    done += 1;
-                    continue;
-                }
-                z.begin_flush(now)
-            };
-            let Some(mut job) = job else {
-                break;
-            };
-            // The rewrite's decoding and compression, without the lock.
-            ZONE_READER.with_borrow_mut(|r| job.run(&mut r.coder, &mut r.raw));
-            zone.lock().finish_flush(job);
+        while done < budget && self.zone_writer_step() {
             done += 1;
         }
         done
+    }
+
+    fn zone_writer_step(&self) -> bool {
+        let Some(zone) = &self.shared.zone else {
+            return false;
+        };
+        let now = self.clock.now();
+        let job = {
+            let mut z = zone.lock();
+            if z.shrink_step(now) || z.room_step(now) {
+                return true;
+            }
+            z.begin_flush(now)
+        };
+        let Some(mut job) = job else {
+            return false;
+        };
+        // The rewrite's decoding and compression, without the lock.
+        ZONE_READER.with_borrow_mut(|r| job.run(&mut r.coder, &mut r.raw));
+        zone.lock().finish_flush(job);
+        true
     }
 
     /// A thread will call [`Cache::flush_zone`] from now on: the engine

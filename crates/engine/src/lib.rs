@@ -72,6 +72,7 @@ mod inplace;
 pub mod item;
 pub mod magazine;
 pub mod pipe;
+pub mod priority;
 pub mod rebalance;
 mod shared;
 pub mod slab;

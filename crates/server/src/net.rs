@@ -611,7 +611,7 @@ fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
 /// thread itself).
 fn zone_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
     cachalot_engine::holds::background_thread();
-    idle_priority();
+    cachalot_engine::priority::idle_thread();
     let mut idle_ms = 1;
     while !stopping(stop, shared) {
         if cache.flush_zone(256) > 0 {
@@ -642,27 +642,6 @@ fn flash_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
     }
     if !cache.flash_shutdown() {
         eprintln!("flash: the last slabs or the index could not be saved at shutdown");
-    }
-}
-
-/// Run the calling thread only on CPU time no other thread wants
-/// (`SCHED_IDLE`): a worker that wakes up preempts it at once, where at
-/// the same priority it could wait a scheduler slice (milliseconds) behind
-/// it. Measured: with the Z-zone writer at normal priority, p99 latency was
-/// 5× that without the Z-zone (docs/benchmarks-history.md).
-fn idle_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: pid 0 is the calling thread; `param` is a valid
-        // sched_param the call only reads.
-        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-        if rc != 0 {
-            eprintln!(
-                "Could not lower the Z-zone writer's priority: {}",
-                std::io::Error::last_os_error()
-            );
-        }
     }
 }
 

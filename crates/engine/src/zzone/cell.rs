@@ -9,12 +9,15 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use parking_lot::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use super::zone::Zone;
 use crate::holds::Holds;
+use crate::priority::Raised;
 
 pub struct ZoneCell {
+    /// std's futex lock, not parking_lot's, whose waiters `sched_yield`:
+    /// see `crate::Cache`'s engine lock.
     zone: Mutex<Zone>,
     memory: AtomicUsize,
     wanted: AtomicUsize,
@@ -34,9 +37,11 @@ impl ZoneCell {
     }
 
     pub fn lock(&self) -> ZoneGuard<'_> {
-        let zone = self.zone.lock();
+        let raised = Raised::new();
+        let zone = self.zone.lock().unwrap_or_else(|e| e.into_inner());
         ZoneGuard {
             zone,
+            _raised: raised,
             cell: self,
             since: Instant::now(),
         }
@@ -44,7 +49,7 @@ impl ZoneCell {
 
     /// Whether someone holds the lock now (the writer, most often).
     pub fn is_locked(&self) -> bool {
-        self.zone.is_locked()
+        matches!(self.zone.try_lock(), Err(TryLockError::WouldBlock))
     }
 
     /// How long the lock has been held, by requests and background work.
@@ -67,11 +72,13 @@ impl ZoneCell {
 }
 
 /// The zone's lock held; its figures are published, and the hold
-/// counted, when it drops.
+/// counted, when it drops. The Z-zone writer holds it at normal priority
+/// (`crate::priority`): `_raised` drops after `zone`, the lock released.
 pub struct ZoneGuard<'a> {
     zone: MutexGuard<'a, Zone>,
     cell: &'a ZoneCell,
     since: Instant,
+    _raised: Raised,
 }
 
 impl Deref for ZoneGuard<'_> {

@@ -55,6 +55,17 @@ pub fn drop_privileges(user: Option<&str>) -> Result<(), (String, i32)> {
             EX_OSERR,
         )
     };
+    // The Z-zone writer runs at idle priority and goes back to normal
+    // priority (nice 0) while it holds the zone's lock
+    // (`cachalot_engine::priority`): the user needs an RLIMIT_NICE of 20 for
+    // that, which only root may grant. It allows nothing above nice 0.
+    let nice = libc::rlimit {
+        rlim_cur: 20,
+        rlim_max: 20,
+    };
+    // SAFETY: `nice` is a valid rlimit the call only reads. Best effort: a
+    // refusal leaves the writer idle throughout.
+    unsafe { libc::setrlimit(libc::RLIMIT_NICE, &nice) };
     // SAFETY: setgroups with a zero count reads no memory; setgid/setuid take
     // plain integers. Order matters: groups and gid first, while still root.
     unsafe {
