@@ -45,8 +45,12 @@ use crate::stats::{ConnEntry, ConnState, Shared, ThreadStats};
 const TOO_MANY_CONNS: &[u8] = b"ERROR Too many open connections\r\n";
 /// How often the acceptor looks at the shutdown flags.
 const ACCEPT_TICK: Duration = Duration::from_millis(50);
-/// Engine chunks visited per `maintain` call; small so the lock is brief.
-const MAINTAIN_BUDGET: usize = 512;
+/// Engine chunks visited per `maintain` call; small so the lock is brief
+/// (each may be an eviction or a demotion: at 512, the maintainer's holds
+/// reached 1 ms during a fill, issue 34).
+const MAINTAIN_BUDGET: usize = 64;
+/// The engine counts its slices (`Cache::maintain_slices`) in 512 chunks.
+const CALLS_PER_SLICE: usize = 512 / MAINTAIN_BUDGET;
 /// Trim the heap once this many connections closed since the last high mark.
 const TRIM_AFTER_CLOSED: usize = 1000;
 
@@ -591,8 +595,8 @@ fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
             }
             logging = want;
         }
-        let slices = cache.maintain_slices();
-        for _ in 0..slices {
+        let calls = cache.maintain_slices() * CALLS_PER_SLICE;
+        for _ in 0..calls {
             let visited = cache.maintain(MAINTAIN_BUDGET);
             if visited < MAINTAIN_BUDGET || stopping(stop, shared) {
                 break;

@@ -79,8 +79,8 @@ impl Engine {
         visited + self.rebalance_step(budget) + self.zone_step(budget)
     }
 
-    /// How many `maintain` slices a maintainer runs per period (200 ms in
-    /// the server) while each finds work: the reclaimer's walk needs few;
+    /// How many `maintain` slices of 512 chunks a maintainer runs per
+    /// period (200 ms in the server) while each finds work: the reclaimer's walk needs few;
     /// re-partitioning gets more until a sweep over all pages finds little
     /// to trade (docs/benchmarks-history.md, "Cavast's layout").
     pub fn maintain_slices(&self) -> usize {

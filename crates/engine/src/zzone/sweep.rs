@@ -3,7 +3,7 @@
 //! them down the zone's pipe); compaction of the log's pages; and
 //! shrinking to a smaller target, a page at a time.
 
-use super::config::{EVACUATE_BLOCKS, FILL, GENTLE_SWEEPS, MAX_SWEEPS, ROOM_BLOCKS};
+use super::config::{COMPACT_STEP, EVACUATE_BLOCKS, FILL, GENTLE_SWEEPS, MAX_SWEEPS, ROOM_BLOCKS};
 use super::desc::{self, Entry};
 use super::filter::Filter;
 use super::log;
@@ -23,8 +23,8 @@ impl Zone {
     /// The writer's step ahead of its flushes: keep room for a few blocks
     /// at the log's head, under the fill limit, so that a flush swapping
     /// its blocks in rarely sweeps or compacts while it holds the lock.
-    /// One sweep, one compaction or one page per call; false if there was
-    /// nothing to do.
+    /// One sweep, one step of a compaction or one page per call; false if
+    /// there was nothing to do.
     pub fn room_step(&mut self, now: u32) -> bool {
         let reserve = log::round(ROOM_BLOCKS * self.cfg.block_bytes);
         let page = self.log.page_size();
@@ -33,13 +33,19 @@ impl Zone {
         }
         let allowed = (FILL * (self.log.pages() * page) as f64) as usize;
         let under = self.log.live_bytes() + reserve <= allowed;
+        if self.log.compacting().is_some() {
+            self.compact_step();
+            return true;
+        }
         if self.log.head_room() >= reserve && under {
             return false;
         }
         if under {
             if let Some((p, live)) = self.log.roomiest() {
                 if page - live >= reserve {
-                    self.compact(p);
+                    self.stats.compactions += 1;
+                    self.log.begin_compact(p);
+                    self.compact_step();
                     return true;
                 }
             }
@@ -181,6 +187,11 @@ impl Zone {
             if self.log.head_room() >= need {
                 return true;
             }
+            if self.log.compacting().is_some() {
+                // The writer's, a step at a time: done now.
+                while !self.compact_step() {}
+                continue;
+            }
             if self.log.pages() == 0 {
                 return false;
             }
@@ -207,17 +218,33 @@ impl Zone {
         false
     }
 
-    /// Compact log page `p` in place; it becomes the head.
+    /// Compact log page `p` in place, at once (a flush needs the room
+    /// now); it becomes the head.
     pub(super) fn compact(&mut self, p: u32) {
+        debug_assert!(self.log.compacting().is_none(), "finished first");
         self.stats.compactions += 1;
+        self.log.begin_compact(p);
+        while !self.compact_step() {}
+    }
+
+    /// Go on with the log's compaction (if one is in progress) by about
+    /// [`COMPACT_STEP`] bytes; true once it is done.
+    pub(super) fn compact_step(&mut self) -> bool {
         let descs = &self.descs;
-        let moved = self.log.compact(p, |id, loc| {
-            let d = descs.get(id as usize)?;
-            (d.loc == loc).then_some(d.stored as usize)
-        });
-        for (id, loc) in moved {
+        let mut moved = std::mem::take(&mut self.moved);
+        let done = self.log.compact_step(
+            COMPACT_STEP,
+            |id, loc| {
+                let d = descs.get(id as usize)?;
+                (d.loc == loc).then_some(d.stored as usize)
+            },
+            &mut moved,
+        );
+        for (id, loc) in moved.drain(..) {
             self.descs[id as usize].loc = loc;
         }
+        self.moved = moved;
+        done
     }
 
     /// The replacement sweep's next step (§3.2): at the leaf under the
@@ -277,6 +304,11 @@ impl Zone {
         let mut steps = 0;
         while self.log.pages() > self.target_pages && steps < budget {
             steps += 1;
+            if self.log.compacting().is_some() {
+                // The page choices below pass the page being compacted by.
+                self.compact_step();
+                continue;
+            }
             let page = self.log.page_size();
             let keep = self.log.pages() - 1;
             let allowed = (FILL * (keep * page) as f64) as usize;
@@ -313,6 +345,9 @@ impl Zone {
         });
         let last = blocks.len() <= EVACUATE_BLOCKS;
         for (id, len) in blocks.into_iter().take(EVACUATE_BLOCKS) {
+            if self.log.compacting().is_some() && self.log.head_room() < log::round(len) {
+                while !self.compact_step() {}
+            }
             if self.log.head_room() < log::round(len) {
                 let other = self
                     .log
