@@ -14,8 +14,9 @@
 # Environment: RATE (20000 req/s), REQUESTS (1000000), REPEAT (3),
 # MEMORY (64), THREADS (2: -t), ON_ARGS ("-o zzone=1"), OFF_ARGS
 # ("-o zzone=0"), MODEL (ycsb-b), WORKLOAD (replay flags after --model;
-# default: 1 M keys of 100 B protobuf-like values), CACHALOT_BIN, LAB_BIN,
-# OUT_DIR.
+# default: 1 M keys of 100 B protobuf-like values), CACHALOT_BIN, OFF_BIN
+# (the "off" side's binary, CACHALOT_BIN by default: two builds compared
+# with the same flags), LAB_BIN, OUT_DIR.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 RATE=${RATE:-20000}
@@ -28,6 +29,7 @@ OFF_ARGS=${OFF_ARGS:--o zzone=0}
 MODEL=${MODEL:-ycsb-b}
 WORKLOAD=${WORKLOAD:---values proto --param keys=1000000 --param value_size=100}
 LAB_BIN=${LAB_BIN:-$BENCH_ROOT/target/release/cachalot-lab}
+OFF_BIN=${OFF_BIN:-$CACHALOT_BIN}
 OUT_DIR=${OUT_DIR:-$(mktemp -d)}
 mkdir -p "$OUT_DIR"
 ensure_loadgen
@@ -39,9 +41,10 @@ echo "command: cachalot -m $MEMORY -t $THREADS {$ON_ARGS | $OFF_ARGS} (CPU 0); c
 
 # One run: prints "p99 p999 lock:holder:max:p999 ..." for side $1 ($2: flags).
 run() {
-    local side=$1 flags=$2 json=$OUT_DIR/$side.$3.json
+    local side=$1 flags=$2 json=$OUT_DIR/$side.$3.json bin=$CACHALOT_BIN
+    [ "$side" = off ] && bin=$OFF_BIN
     # shellcheck disable=SC2086
-    start_server cachalot 0 -m "$MEMORY" -t "$THREADS" $flags
+    CACHALOT_BIN=$bin start_server cachalot 0 -m "$MEMORY" -t "$THREADS" $flags
     # shellcheck disable=SC2086
     taskset -c 1 "$LAB_BIN" replay --server "127.0.0.1:$SERVER_PORT" --model "$MODEL" $WORKLOAD \
         --requests "$REQUESTS" --rate "$RATE" --json "$json" >"$OUT_DIR/$side.$3.log" 2>&1

@@ -870,6 +870,7 @@ impl Cache {
         done
     }
 
+    /// One step of [`Cache::flush_zone`]: false when nothing waits.
     fn zone_writer_step(&self) -> bool {
         let Some(zone) = &self.shared.zone else {
             return false;
