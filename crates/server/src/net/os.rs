@@ -55,17 +55,19 @@ pub fn drop_privileges(user: Option<&str>) -> Result<(), (String, i32)> {
             EX_OSERR,
         )
     };
-    // The Z-zone writer runs at idle priority and goes back to normal
-    // priority (nice 0) while it holds the zone's lock
-    // (`cachalot_engine::priority`): the user needs an RLIMIT_NICE of 20 for
-    // that, which only root may grant. It allows nothing above nice 0.
-    let nice = libc::rlimit {
-        rlim_cur: 20,
-        rlim_max: 20,
-    };
-    // SAFETY: `nice` is a valid rlimit the call only reads. Best effort: a
-    // refusal leaves the writer idle throughout.
-    unsafe { libc::setrlimit(libc::RLIMIT_NICE, &nice) };
+    // The Z-zone writer runs at idle priority and holds the zone's lock at
+    // SCHED_FIFO 1 (`cachalot_engine::priority`): the user needs an
+    // RLIMIT_RTPRIO of 1 for that (or an RLIMIT_NICE of 20, for normal
+    // priority), which only root may grant. Best effort: refused, the
+    // writer holds the lock at the best priority it may.
+    for (resource, max) in [(libc::RLIMIT_RTPRIO, 1), (libc::RLIMIT_NICE, 20)] {
+        let lim = libc::rlimit {
+            rlim_cur: max,
+            rlim_max: max,
+        };
+        // SAFETY: `lim` is a valid rlimit the call only reads.
+        unsafe { libc::setrlimit(resource, &lim) };
+    }
     // SAFETY: setgroups with a zero count reads no memory; setgid/setuid take
     // plain integers. Order matters: groups and gid first, while still root.
     unsafe {
