@@ -188,23 +188,24 @@ impl Log {
     /// fewest live bytes, the head included (a zone of one page has only
     /// its head, which fills with the garbage of rewritten blocks).
     pub fn roomiest(&self) -> Option<(u32, usize)> {
-        let busy = self.compacting();
-        self.pages
-            .iter()
-            .enumerate()
-            .filter(|&(p, _)| Some(p as u32) != busy)
-            .filter_map(|(p, pg)| pg.as_ref().map(|pg| (p as u32, pg.live as usize)))
-            .min_by_key(|&(_, live)| live)
+        self.least_live(|_| true)
     }
 
     /// [`Log::emptiest`], also passing over page `skip` (and the page being
     /// compacted).
     pub fn emptiest_except(&self, skip: u32) -> Option<(u32, usize)> {
+        self.least_live(|p| Some(p) != self.head && p != skip)
+    }
+
+    /// The held page with the fewest live bytes among those `choose`
+    /// takes, never the one being compacted.
+    fn least_live(&self, choose: impl Fn(u32) -> bool) -> Option<(u32, usize)> {
+        let busy = self.compacting();
         self.pages
             .iter()
             .enumerate()
             .map(|(p, pg)| (p as u32, pg))
-            .filter(|&(p, _)| Some(p) != self.head && p != skip && Some(p) != self.compacting())
+            .filter(|&(p, _)| Some(p) != busy && choose(p))
             .filter_map(|(p, pg)| pg.as_ref().map(|pg| (p, pg.live as usize)))
             .min_by_key(|&(_, live)| live)
     }

@@ -43,8 +43,7 @@ impl Zone {
         if under {
             if let Some((p, live)) = self.log.roomiest() {
                 if page - live >= reserve {
-                    self.stats.compactions += 1;
-                    self.log.begin_compact(p);
+                    self.begin_compact(p);
                     self.compact_step();
                     return true;
                 }
@@ -187,9 +186,8 @@ impl Zone {
             if self.log.head_room() >= need {
                 return true;
             }
-            if self.log.compacting().is_some() {
-                // The writer's, a step at a time: done now.
-                while !self.compact_step() {}
+            // The writer's compaction, a step at a time: done now.
+            if self.finish_compaction() {
                 continue;
             }
             if self.log.pages() == 0 {
@@ -222,9 +220,23 @@ impl Zone {
     /// now); it becomes the head.
     pub(super) fn compact(&mut self, p: u32) {
         debug_assert!(self.log.compacting().is_none(), "finished first");
+        self.begin_compact(p);
+        self.finish_compaction();
+    }
+
+    /// Begin compacting log page `p` ([`Zone::compact_step`]).
+    pub(super) fn begin_compact(&mut self, p: u32) {
         self.stats.compactions += 1;
         self.log.begin_compact(p);
+    }
+
+    /// Finish the compaction in progress, at once; false if there was none.
+    fn finish_compaction(&mut self) -> bool {
+        if self.log.compacting().is_none() {
+            return false;
+        }
         while !self.compact_step() {}
+        true
     }
 
     /// Go on with the log's compaction (if one is in progress) by about
@@ -345,8 +357,8 @@ impl Zone {
         });
         let last = blocks.len() <= EVACUATE_BLOCKS;
         for (id, len) in blocks.into_iter().take(EVACUATE_BLOCKS) {
-            if self.log.compacting().is_some() && self.log.head_room() < log::round(len) {
-                while !self.compact_step() {}
+            if self.log.head_room() < log::round(len) {
+                self.finish_compaction();
             }
             if self.log.head_room() < log::round(len) {
                 let other = self
