@@ -137,6 +137,9 @@ pub struct Cache {
 /// dropped, and counts the hold (`holds`).
 pub struct EngineGuard<'a> {
     engine: std::sync::MutexGuard<'a, Engine>,
+    /// A background thread's hold at the lock's ceiling
+    /// (`crate::priority`): dropped after `engine`, the lock released.
+    _raised: crate::priority::Raised,
     holds: &'a Holds,
     since: Instant,
 }
@@ -213,9 +216,11 @@ impl Cache {
     pub fn lock(&self) -> EngineGuard<'_> {
         // A panic under the lock leaves the engine as parking_lot's would:
         // every operation keeps its invariants step by step.
+        let raised = crate::priority::Raised::new();
         let engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         let guard = EngineGuard {
             engine,
+            _raised: raised,
             holds: &self.holds,
             since: Instant::now(),
         };

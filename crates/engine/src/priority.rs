@@ -9,6 +9,13 @@
 //! then (longest holds 0.2-3.7 ms, p99.9 128 µs, against 0.14-0.3 ms and
 //! 64 µs at `SCHED_FIFO`: docs/benchmarks-history.md). A hold is a few
 //! block copies or one block's install, tens of microseconds of CPU.
+//!
+//! The maintainer runs at normal priority (the expiry reclaimer must not
+//! starve), but it too holds the engine's lock at the ceiling
+//! ([`raised_holds`]): preempted by a worker's wakeup, its holds lasted up
+//! to 2-37 ms of wall time on a loaded machine, against 0.27-0.29 ms
+//! raised (`engine_background_hold_max_us` of `stats locks` during the
+//! fill of `benches/fill-tail.sh`, with two compilers running beside it).
 
 use std::cell::Cell;
 
@@ -19,9 +26,20 @@ enum Policy {
     Ceiling,
 }
 
+/// How a background thread runs: `rest` between its holds, `hold` while
+/// it holds a lock that requests need.
+#[derive(Clone, Copy, Debug)]
+struct Levels {
+    rest: Policy,
+    hold: Policy,
+}
+
 thread_local! {
-    /// The policy this thread holds the zone's lock at, if it runs idle.
-    static RAISE: Cell<Option<Policy>> = const { Cell::new(None) };
+    /// This thread's levels, if it is a background thread that could raise.
+    static LEVELS: Cell<Option<Levels>> = const { Cell::new(None) };
+    /// [`Raised`] guards alive on this thread: the outermost raises and
+    /// lowers (the writer takes the engine's lock inside the zone's).
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Run the calling thread at idle priority from now on, but for the holds
@@ -33,24 +51,55 @@ pub fn idle_thread() -> bool {
     if !set(Policy::Idle) {
         return false;
     }
-    let raise = [Policy::Ceiling, Policy::Normal]
+    let hold = [Policy::Ceiling, Policy::Normal]
         .into_iter()
         .find(|&p| set(p));
-    if raise.is_none() {
+    if hold.is_none() {
         eprintln!("The Z-zone writer holds its lock at idle priority (no CAP_SYS_NICE)");
     }
-    RAISE.set(raise.filter(|_| set(Policy::Idle)));
+    let levels = hold.map(|hold| Levels {
+        rest: Policy::Idle,
+        hold,
+    });
+    LEVELS.set(levels.filter(|_| set(Policy::Idle)));
+    true
+}
+
+/// The calling thread (the maintainer) runs at normal priority, but holds
+/// the locks that requests need at their ceiling where allowed: a worker's
+/// wakeup preempted it with the engine's lock held, for 1-9 ms of wall
+/// time around 5-100 µs of work (a probe on `benches/fill-tail.sh`'s
+/// fill). False if `SCHED_FIFO` is refused: it then holds at normal
+/// priority.
+pub fn raised_holds() -> bool {
+    if !set(Policy::Ceiling) || !set(Policy::Normal) {
+        return false;
+    }
+    LEVELS.set(Some(Levels {
+        rest: Policy::Normal,
+        hold: Policy::Ceiling,
+    }));
     true
 }
 
 /// The lock's ceiling priority for as long as it lives, on a thread of
-/// [`idle_thread`]; nothing on any other.
-pub struct Raised(bool);
+/// [`idle_thread`] or [`raised_holds`]; nothing on any other.
+pub struct Raised(Option<Policy>);
 
 impl Raised {
     #[inline]
     pub fn new() -> Raised {
-        Raised(RAISE.get().is_some_and(set))
+        let Some(levels) = LEVELS.get() else {
+            return Raised(None);
+        };
+        let depth = DEPTH.get();
+        DEPTH.set(depth + 1);
+        if depth == 0 && !set(levels.hold) {
+            // Refused now (a limit lowered meanwhile): stay where we are.
+            DEPTH.set(depth);
+            return Raised(None);
+        }
+        Raised(Some(levels.rest))
     }
 }
 
@@ -63,8 +112,12 @@ impl Default for Raised {
 impl Drop for Raised {
     #[inline]
     fn drop(&mut self) {
-        if self.0 {
-            set(Policy::Idle);
+        if let Some(rest) = self.0 {
+            let depth = DEPTH.get() - 1;
+            DEPTH.set(depth);
+            if depth == 0 {
+                set(rest);
+            }
         }
     }
 }
@@ -109,17 +162,43 @@ mod tests {
             drop(other);
             assert!(idle_thread());
             assert_eq!(policy(), libc::SCHED_IDLE);
-            let raised = match RAISE.get() {
+            let raised = match LEVELS.get().map(|l| l.hold) {
                 Some(Policy::Ceiling) => libc::SCHED_FIFO,
                 Some(_) => libc::SCHED_OTHER,
                 // Not allowed here: the holds stay idle.
                 None => libc::SCHED_IDLE,
             };
             {
-                let _r = Raised::new();
+                let _outer = Raised::new();
                 assert_eq!(policy(), raised);
+                {
+                    // The engine's lock taken inside the zone's.
+                    let _inner = Raised::new();
+                    assert_eq!(policy(), raised);
+                }
+                assert_eq!(policy(), raised, "the outer hold is still raised");
             }
             assert_eq!(policy(), libc::SCHED_IDLE);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_maintainer_holds_at_the_ceiling_and_rests_at_normal() {
+        std::thread::spawn(|| {
+            let allowed = raised_holds();
+            assert_eq!(policy(), libc::SCHED_OTHER);
+            {
+                let _r = Raised::new();
+                let held = if allowed {
+                    libc::SCHED_FIFO
+                } else {
+                    libc::SCHED_OTHER
+                };
+                assert_eq!(policy(), held);
+            }
+            assert_eq!(policy(), libc::SCHED_OTHER);
         })
         .join()
         .unwrap();

@@ -384,12 +384,19 @@ struct Worker<'a> {
     threads: usize,
     poll: Poll,
     recorder: Recorder,
+    /// Times the safety poll found replies (see [`STALL`]).
+    stalls: u64,
     key: Vec<u8>,
     value: Vec<u8>,
 }
 
 /// The poll token of the open-loop alarm's waker.
 const WAKE: Token = Token(usize::MAX);
+/// The longest a worker's poll waits: if nothing woke it by then while
+/// requests are in flight, it reads every connection (a reply whose
+/// readiness was never reported would otherwise hang the run: seen on a
+/// loaded 2-core machine, with bytes in every socket's receive queue).
+const STALL: Duration = Duration::from_millis(20);
 
 /// Open loop's timer: a thread that sleeps until the armed instant (a
 /// condvar wait, nanosecond timeouts) and then wakes the worker's poll, so a
@@ -493,6 +500,7 @@ impl<'a> Worker<'a> {
             threads,
             poll,
             recorder: Recorder::new(cfg.interval),
+            stalls: 0,
             key: Vec::with_capacity(KEY_MAX),
             value: Vec::new(),
         })
@@ -513,9 +521,31 @@ impl<'a> Worker<'a> {
         done: &AtomicU64,
         stop: &AtomicBool,
     ) -> anyhow::Result<Instant> {
-        if self.cfg.rate.is_none() && self.cfg.backend_us_per_cost <= 0.0 {
-            return self.run_loop(stream, start, done, stop, None);
+        let r = if self.cfg.rate.is_none() && self.cfg.backend_us_per_cost <= 0.0 {
+            self.run_loop(stream, start, done, stop, None)
+        } else {
+            self.run_alarmed(stream, start, done, stop)
+        };
+        if self.stalls > 0 {
+            eprintln!(
+                "warning: {} times replies were found only by the {} ms safety poll; \
+                 their latencies include that wait",
+                self.stalls,
+                STALL.as_millis()
+            );
         }
+        r
+    }
+
+    /// [`Worker::run_loop`] with a timer thread that wakes its poll when
+    /// the next request is due.
+    fn run_alarmed(
+        &mut self,
+        stream: Requests,
+        start: Instant,
+        done: &AtomicU64,
+        stop: &AtomicBool,
+    ) -> anyhow::Result<Instant> {
         let waker = mio::Waker::new(self.poll.registry(), WAKE)?;
         let alarm = Alarm::new();
         std::thread::scope(|scope| {
@@ -619,11 +649,26 @@ impl<'a> Worker<'a> {
             match (wait, alarm) {
                 (Some(w), Some(a)) => {
                     a.set(now + w);
-                    self.poll.poll(&mut events, None)?;
+                    self.poll.poll(&mut events, Some(STALL))?;
                 }
-                _ => self.poll.poll(&mut events, wait)?,
+                _ => self
+                    .poll
+                    .poll(&mut events, Some(wait.map_or(STALL, |w| w.min(STALL))))?,
             }
             let now = Instant::now();
+            if events.is_empty() && wait.is_none_or(|w| w >= STALL) {
+                // Nothing woke the poll for STALL with requests in flight:
+                // look at every connection, and say so.
+                for c in 0..self.conns.len() {
+                    let n = self.read_replies(c, start, now)?;
+                    if n > 0 {
+                        self.stalls += 1;
+                        completed_local += n;
+                        last = now;
+                    }
+                    self.flush(c)?;
+                }
+            }
             for ev in events.iter() {
                 let c = ev.token().0;
                 if c >= self.conns.len() {

@@ -584,6 +584,7 @@ fn clock_thread(clock: &Clock, shared: &Shared, stop: &AtomicBool) {
 /// request never waits long for the engine lock.
 fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
     cachalot_engine::holds::background_thread();
+    cachalot_engine::priority::raised_holds();
     let mut logging = false;
     while !stopping(stop, shared) {
         // `watch evictions`: the engine records them only while watched.
