@@ -79,7 +79,8 @@ pub struct Config {
     pub repartition: bool,
     /// `-o zzone=0|1`: items the N-zone (the slab engine) evicts go to a
     /// compressed Z-zone in the same memory, and GETs that miss look there
-    /// (zExpander; `zzone`). Off by default while it is being built.
+    /// (zExpander; `zzone`). On by default (issue 34): values that do not
+    /// compress are refused by the zone's filter and cost a sample each.
     pub zzone: bool,
     /// `-o zzone_block=N`: bytes a Z-zone block may hold once compressed
     /// before it splits (binary splits leave blocks about two thirds full
@@ -155,7 +156,7 @@ impl Default for Config {
             in_place_sets: true,
             lockfree_inserts: true,
             repartition: false,
-            zzone: false,
+            zzone: true,
             zzone_block: 2048,
             zzone_codec: codec::Codec::Zstd,
             zzone_target: 90,

@@ -464,11 +464,11 @@ impl Engine {
     /// without the engine lock (`-o lockfree_inserts`): as for in-place
     /// SETs, and no rebalancer that counts every insertion (SAS).
     fn inserts_without_lock(&self) -> bool {
-        // A new key's Z-zone copy must be removed, under the engine lock.
+        // A new key's flash copy is forgotten under the engine lock (its
+        // Z-zone copy under the key's stripe: `Cache::insert`).
         self.config.lockfree_inserts
             && self.rewrites_in_place()
             && !self.rebal.counts_inserts()
-            && self.zone.is_none()
             && self.flash.is_none()
     }
 

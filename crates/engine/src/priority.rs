@@ -38,7 +38,7 @@ thread_local! {
     /// This thread's levels, if it is a background thread that could raise.
     static LEVELS: Cell<Option<Levels>> = const { Cell::new(None) };
     /// [`Raised`] guards alive on this thread: the outermost raises and
-    /// lowers (the writer takes the engine's lock inside the zone's).
+    /// lowers (the maintainer takes the zone's lock inside the engine's).
     static DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
@@ -172,7 +172,7 @@ mod tests {
                 let _outer = Raised::new();
                 assert_eq!(policy(), raised);
                 {
-                    // The engine's lock taken inside the zone's.
+                    // One lock taken inside another.
                     let _inner = Raised::new();
                     assert_eq!(policy(), raised);
                 }

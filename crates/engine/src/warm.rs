@@ -793,6 +793,8 @@ mod tests {
         let config = Config {
             memory_limit: memory_mb << 20,
             growth_factor: factor,
+            // Pages adopted whole: the N-zone alone (see `can_adopt`).
+            zzone: false,
             ..Config::default()
         };
         Cache::new(config, Arc::new(Clock::new())).expect("cache")
@@ -929,6 +931,7 @@ mod tests {
         let config = Config {
             memory_limit: 32 << 20,
             eviction: crate::config::EvictionPolicy::GdWheel,
+            zzone: false,
             ..Config::default()
         };
         let wheel = || Cache::new(config.clone(), Arc::new(Clock::new())).expect("cache");

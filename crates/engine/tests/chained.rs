@@ -30,6 +30,8 @@ fn config(memory_limit: usize, eviction: EvictionPolicy, rebalance: RebalancePol
         slab_chunk_max: 16 << 10,
         eviction,
         rebalance,
+        // The N-zone alone: chains across its pages.
+        zzone: false,
         ..Config::default()
     }
 }

@@ -43,6 +43,8 @@ fn config(path: &TempFile, memory_mb: usize, flash_mb: u64) -> Config {
     Config {
         memory_limit: memory_mb << 20,
         flash: Some(FlashConfig::new(path.0.clone(), flash_mb << 20)),
+        // Memory and flash alone (`the_zzone_evictions_go_on_to_flash` adds the zone).
+        zzone: false,
         ..Config::default()
     }
 }

@@ -24,6 +24,8 @@ fn engine(memory: usize, eviction: EvictionPolicy, rebalance: RebalancePolicy) -
             sas_misses: 200,
             ..Tuning::default()
         },
+        // The N-zone alone: these test the slab engine's page moves.
+        zzone: false,
         ..Config::default()
     };
     Engine::new(config, Arc::new(Clock::new())).unwrap()
@@ -211,6 +213,8 @@ fn capacity_miss_scenario(eviction: EvictionPolicy, rebalance: RebalancePolicy) 
             sas_misses: 500,
             ..Tuning::default()
         },
+        // The N-zone alone (its capacity misses).
+        zzone: false,
         ..Config::default()
     };
     let mut e = Engine::new(config, clock.clone()).unwrap();

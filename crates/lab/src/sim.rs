@@ -925,13 +925,12 @@ mod tests {
         // The table shows the split.
         assert!(metrics::format_intervals(&r).contains("Z mem"));
         // Without a Z-zone, no samples (and the document has no field).
-        let plain = simulate(
-            reqs.iter().copied(),
-            &small_config(),
-            RunMeta::default(),
-            None,
-        )
-        .unwrap();
+        let off = SimConfig::new(Config {
+            memory_limit: 16 << 20,
+            zzone: false,
+            ..Config::default()
+        });
+        let plain = simulate(reqs.iter().copied(), &off, RunMeta::default(), None).unwrap();
         assert!(plain.intervals.iter().all(|i| i.zzone.is_none()));
         let json = serde_json::to_string(&plain).unwrap();
         assert!(!json.contains("zzone"));

@@ -946,6 +946,9 @@ mod tests {
         s.engine.eviction = EvictionPolicy::GdWheel;
         s.engine.learn_costs = true;
         s.engine.memory_limit = memory_limit;
+        // The N-zone's counters alone: with a Z-zone, the totals count
+        // items leaving the cache, the classes items leaving their pages.
+        s.engine.zzone = false;
         let clock = Arc::new(Clock::new());
         let cache = Cache::new(s.engine.clone(), clock.clone()).unwrap();
         (s, cache, clock)
@@ -1020,6 +1023,8 @@ mod tests {
     fn rebalancing_fields_in_settings_slabs_and_stats() {
         let mut s = Settings::default();
         s.engine.memory_limit = 4 << 20;
+        // Evicted keys come back as capacity misses: not from a Z-zone.
+        s.engine.zzone = false;
         let cache = Cache::new(s.engine.clone(), Arc::new(Clock::new())).unwrap();
         assert_eq!(pairs(&s, &cache, b"settings")["rebalance"], "mrc");
         // SAS counts every capacity miss (mrc estimates them from its

@@ -154,7 +154,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     let mut warnings = Vec::new();
     let mut listen_given = false;
     let mut item_size = 1i32 << 20;
-    let mut rebalance_given = false;
+    let mut given = Given::default();
     let mut auth_file = None;
 
     for opt in opts {
@@ -321,7 +321,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
                 })?;
                 warnings.push("WARNING: -N (napi ids) is not supported; ignored.".to_string());
             }
-            'o' => extended(&v, &mut s, &mut warnings, &mut rebalance_given)?,
+            'o' => extended(&v, &mut s, &mut warnings, &mut given)?,
             FLASH_PATH => flash_config(&mut s).path = PathBuf::from(v),
             FLASH_SIZE => {
                 flash_config(&mut s).size = flash_size(&v).ok_or_else(|| {
@@ -369,11 +369,18 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     // `slab_automove=0` pauses whichever rebalancing rule runs (as `slabs
     // automove 0` does at run time), unless `rebalance=` names one: an
     // explicit rule wins over memcached's flag, in either order.
-    if rebalance_given
+    if given.rebalance
         && s.engine.rebalance != cachalot_engine::RebalancePolicy::Off
         && s.engine.slab_automove == 0
     {
         s.engine.slab_automove = 1;
+    }
+    // The Z-zone is on by default, but not in front of a flash tier
+    // unless asked for: there, what the zone has no room for is evicted
+    // rather than written to flash (7-10% fewer hits on
+    // `tests/flash.rs`'s reads), and a clean stop does not keep it yet.
+    if s.engine.flash.is_some() && !given.zzone {
+        s.engine.zzone = false;
     }
     // A request line may carry a key plus meta flags; values are bounded by -I.
     s.max_line = s.max_line.max(2048);
@@ -435,12 +442,19 @@ fn sub_float(name: &str, value: Option<&str>) -> Result<f64, CliError> {
         .ok_or_else(|| CliError::new(EXIT_FAILURE, format!("Invalid numeric argument for {name}")))
 }
 
+/// Options whose defaults depend on others, and whether they were given.
+#[derive(Default)]
+struct Given {
+    rebalance: bool,
+    zzone: bool,
+}
+
 /// `-o key[=value],key...`: memcached's extended options.
 fn extended(
     list: &str,
     s: &mut Settings,
     warnings: &mut Vec<String>,
-    rebalance_given: &mut bool,
+    given: &mut Given,
 ) -> Result<(), CliError> {
     for item in list.split(',').filter(|i| !i.is_empty()) {
         let (key, value) = match item.split_once('=') {
@@ -609,7 +623,10 @@ fn extended(
             // Cavast's hot/cold re-partitioning within pages.
             "repartition" => s.engine.repartition = sub_switch(key, value)?,
             // Issue 11: zExpander's compressed Z-zone.
-            "zzone" => s.engine.zzone = sub_switch(key, value)?,
+            "zzone" => {
+                s.engine.zzone = sub_switch(key, value)?;
+                given.zzone = true;
+            }
             "zzone_block" => {
                 let n: u32 = sub_number(key, value)?;
                 if !(256..=65536).contains(&n) {
@@ -654,7 +671,7 @@ fn extended(
                             "Unknown rebalance option (off, memcached, sas, cost-per-byte, mrc)",
                         )
                     })?;
-                    *rebalance_given = true;
+                    given.rebalance = true;
                 }
             },
             "sas_rule" => match value {
@@ -938,9 +955,10 @@ pub fn usage() -> String {
                           items into 16 columns by last access, hottest first,
                           reclaiming expired ones on the way (Cavast; CLOCK
                           eviction only)
-   - zzone:               0 (default) or 1: items the slab engine evicts go to a
-                          compressed Z-zone in the same memory, where GETs
-                          that miss find them (zExpander)
+   - zzone:               1 (default, but 0 with a flash tier) or 0: items the
+                          slab engine evicts go to a compressed Z-zone in the
+                          same memory, where GETs that miss find them
+                          (zExpander)
    - zzone_block:         bytes a Z-zone block holds compressed before it
                           splits (default 2048)
    - zzone_codec:         zstd (default), lz4 or none
@@ -1341,6 +1359,9 @@ mod tests {
         assert!(!s.engine.repartition);
         let (s, _) = run(&["-o", "repartition=1"]).unwrap();
         assert!(s.engine.repartition);
+        // The Z-zone is on by default; `-o zzone=0` turns it off.
+        assert!(s.engine.zzone);
+        let (s, _) = run(&["-o", "zzone=0"]).unwrap();
         assert!(!s.engine.zzone);
         let (s, _) = run(&[
             "-o",
@@ -1353,6 +1374,11 @@ mod tests {
         assert_eq!(s.engine.zzone_target, 0);
         let (s, _) = run(&["-o", "zzone=on,zzone=off"]).unwrap();
         assert!(!s.engine.zzone);
+        // Not in front of a flash tier unless asked for, in either order.
+        let (s, _) = run(&["-o", "ext_path=/tmp/x:1g"]).unwrap();
+        assert!(!s.engine.zzone);
+        let (s, _) = run(&["-o", "zzone=1", "-o", "ext_path=/tmp/x:1g"]).unwrap();
+        assert!(s.engine.zzone);
         for bad in ["zzone_codec=gzip", "zzone_block=100", "zzone_target=101"] {
             assert!(run(&["-o", bad]).is_err(), "{bad}");
         }
