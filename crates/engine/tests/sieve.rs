@@ -13,7 +13,8 @@
 //! is the page's chunk count and every eviction is a SIEVE decision. Its
 //! stores follow the engine's order: when the class is full, evict first
 //! (never the item being replaced: the hand passes over it and leaves its
-//! flag), then drop the old item, then link the new one as the newest.
+//! flag), then drop the old item, then link the new one as the newest,
+//! visited if it replaced one (an overwrite is an access).
 
 use std::sync::Arc;
 
@@ -105,11 +106,12 @@ impl Model {
         }
     }
 
-    /// A store the engine's way; returns the victim.
+    /// A store the engine's way; returns the victim. Overwriting a cached
+    /// key is an access: the new item starts visited.
     fn store(&mut self, k: u32) -> Option<u32> {
         let victim = (self.queue.len() == self.cap).then(|| self.evict(k));
-        self.remove(k);
-        self.queue.push((k, false));
+        let was_cached = self.remove(k);
+        self.queue.push((k, was_cached));
         victim
     }
 }

@@ -118,8 +118,9 @@ impl Eviction for Sieve {
         0
     }
 
-    /// A new item: the newest of its class, not visited (the engine writes
-    /// new items with REF clear).
+    /// A new item: the newest of its class. Its REF bit is its visited bit
+    /// as the engine wrote it: clear for a new key, set for an overwrite (an
+    /// access, `engine/write.rs`).
     fn link(&mut self, slabs: &mut Slabs, class: usize, loc: u64) {
         debug_assert!(loc != NIL && loc <= LOC_MASK);
         let q = &mut self.classes[class];
