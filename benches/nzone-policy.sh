@@ -117,6 +117,15 @@ for kind, col in (("matched", 0), ("raw -m", 1)):
             for a in algos:
                 row.append(f"{100 * lcs[a][2 * i + col]['miss_ratio']:.2f}")
             print("| " + " | ".join(row) + " |")
+    if col == 0 and "lru" in engine and len(engine) > 1:
+        print("\nthe engine's policies relative to its CLOCK at the same -m (negative = fewer misses):")
+        for name, sizes in traces:
+            for m in sizes:
+                miss = {p: 1 - json.load(open(f"{out}/sim-{name}-{m}-{p}.json"))["totals"]["hit_ratio"]
+                        for p in engine}
+                rel = [f"{names.get(p, p)} {100 * (miss[p] / miss['lru'] - 1):+.1f}%"
+                       for p in engine if p != "lru"]
+                print(f"  {name} -m {m}: " + ", ".join(rel))
     if "Clock" in algos:
         print("\nmisses relative to libCacheSim's Clock (negative = fewer):")
         for name, sizes in traces:
