@@ -1398,6 +1398,8 @@ mod tests {
         let (s, _) = run(&["-o", "eviction=gdwheel,eviction=lru,learn_costs"]).unwrap();
         assert_eq!(s.engine.eviction, EvictionPolicy::Lru);
         assert!(s.engine.learn_costs);
+        let (s, _) = run(&["-o", "eviction=sieve"]).unwrap();
+        assert_eq!(s.engine.eviction, EvictionPolicy::Sieve);
         let (s, _) = run(&["-o", "learn_costs,no_learn_costs"]).unwrap();
         assert!(!s.engine.learn_costs);
         let (s, _) = run(&["-o", "learn_costs=0"]).unwrap();
