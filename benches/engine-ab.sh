@@ -11,24 +11,35 @@
 #
 #   LAB_A=/path/old/cachalot-lab LAB_B=target/release/cachalot-lab benches/engine-ab.sh
 #
-# Environment: LAB_A, LAB_B (required), REPEAT (5), DURATION (5 s),
-# BIG_DATA (2048), THREADS ("1 2"), SIZES ("64 8192"), OUT (a temp dir).
+# Or two configurations of one build (issue 34: an eviction policy against
+# CLOCK, with a small cache under pressure):
+#
+#   LAB_A=target/release/cachalot-lab LAB_B=$LAB_A ARGS_B="--eviction sieve" \
+#       SIZES=64 SMALL_DATA=128 benches/engine-ab.sh
+#
+# Environment: LAB_A, LAB_B (required), ARGS_A, ARGS_B (extra engine-bench
+# flags of each side), REPEAT (5), DURATION (5 s), SMALL_DATA (32: MB of data
+# for -m 64), BIG_DATA (2048), THREADS ("1 2"), SIZES ("64 8192"), OUT (a
+# temp dir).
 set -euo pipefail
 : "${LAB_A:?LAB_A: the first build's cachalot-lab}" "${LAB_B:?LAB_B: the second build's cachalot-lab}"
 REPEAT=${REPEAT:-5}
 DURATION=${DURATION:-5}
 BIG_DATA=${BIG_DATA:-2048}
+SMALL_DATA=${SMALL_DATA:-32}
+ARGS_A=${ARGS_A:-}
+ARGS_B=${ARGS_B:-}
 THREADS=${THREADS:-1 2}
 SIZES=${SIZES:-64 8192}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 
 echo "machine: $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB RAM; date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "A: $LAB_A (built $(date -u -r "$LAB_A" '+%Y-%m-%d %H:%M UTC'))"
-echo "B: $LAB_B (built $(date -u -r "$LAB_B" '+%Y-%m-%d %H:%M UTC'))"
+echo "A: $LAB_A $ARGS_A (built $(date -u -r "$LAB_A" '+%Y-%m-%d %H:%M UTC'))"
+echo "B: $LAB_B $ARGS_B (built $(date -u -r "$LAB_B" '+%Y-%m-%d %H:%M UTC'))"
 echo "command: cachalot-lab engine-bench --warm --duration $DURATION -m M --dataset D --zipf 0.99 --get-ratio 0.9 --threads T; reports in $OUT"
 
-data_of() { [ "$1" = 64 ] && echo 32 || echo "$BIG_DATA"; }
+data_of() { [ "$1" = 64 ] && echo "$SMALL_DATA" || echo "$BIG_DATA"; }
 
 for run in $(seq "$REPEAT"); do
     for m in $SIZES; do
@@ -38,8 +49,10 @@ for run in $(seq "$REPEAT"); do
             [ $((run % 2)) = 0 ] && sides="B A"
             for side in $sides; do
                 lab=$LAB_A
-                [ "$side" = B ] && lab=$LAB_B
-                "$lab" engine-bench --warm --duration "$DURATION" -m "$m" \
+                args=$ARGS_A
+                [ "$side" = B ] && lab=$LAB_B && args=$ARGS_B
+                # shellcheck disable=SC2086  # flags, split on purpose
+                "$lab" engine-bench $args --warm --duration "$DURATION" -m "$m" \
                     --dataset "$(data_of "$m")" --zipf 0.99 --get-ratio 0.9 --threads "$t" \
                     --json "$OUT/$side-$m-$t.$run.json" >/dev/null
             done

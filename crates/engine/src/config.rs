@@ -113,6 +113,10 @@ pub enum EvictionPolicy {
     /// and the item is re-queued at L + cost when it reaches the front
     /// (`evict/gdwheel.rs`), so a hit writes nothing shared (issue 10).
     GdWheelLazy,
+    /// SIEVE (Zhang et al., NSDI'24): a FIFO queue per class whose hand
+    /// keeps visited items in place and evicts new ones not read since
+    /// (`evict/sieve.rs`).
+    Sieve,
 }
 
 /// Moving pages between slab classes.
@@ -182,10 +186,11 @@ pub enum ConfigError {
 }
 
 impl EvictionPolicy {
-    const ALL: [EvictionPolicy; 3] = [
+    const ALL: [EvictionPolicy; 4] = [
         EvictionPolicy::Lru,
         EvictionPolicy::GdWheel,
         EvictionPolicy::GdWheelLazy,
+        EvictionPolicy::Sieve,
     ];
 
     /// The name `-o eviction=` takes and `stats settings` prints.
@@ -194,6 +199,7 @@ impl EvictionPolicy {
             EvictionPolicy::Lru => "lru",
             EvictionPolicy::GdWheel => "gdwheel",
             EvictionPolicy::GdWheelLazy => "gdwheel-lazy",
+            EvictionPolicy::Sieve => "sieve",
         }
     }
 }

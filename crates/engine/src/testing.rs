@@ -734,10 +734,11 @@ fn decode_config(b: &mut Bytes) -> Option<Config> {
         item_size_max: if y & 1 == 0 { 1 << 20 } else { 64 << 10 },
         evict: y & 0x0e != 0,
         slab_automove: 1 + (y >> 4 & 1),
-        eviction: match (x & 1, x >> 7) {
-            (0, _) => EvictionPolicy::Lru,
-            (_, 0) => EvictionPolicy::GdWheel,
-            _ => EvictionPolicy::GdWheelLazy,
+        eviction: match (x & 1, x >> 7, y >> 7) {
+            (0, _, _) => EvictionPolicy::Lru,
+            (_, 0, _) => EvictionPolicy::GdWheel,
+            (_, _, 0) => EvictionPolicy::GdWheelLazy,
+            _ => EvictionPolicy::Sieve,
         },
         learn_costs: x & 2 != 0,
         rebalance: [

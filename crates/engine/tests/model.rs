@@ -56,7 +56,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// SETs go without the engine lock (`Cache::store`, in place or into
 /// reserved chunks).
 /// The last flag turns Cavast's re-partitioning within pages on.
-const POLICIES: [(EvictionPolicy, bool, RebalancePolicy, bool, bool); 5] = [
+const POLICIES: [(EvictionPolicy, bool, RebalancePolicy, bool, bool); 6] = [
     (
         EvictionPolicy::Lru,
         false,
@@ -91,6 +91,13 @@ const POLICIES: [(EvictionPolicy, bool, RebalancePolicy, bool, bool); 5] = [
         RebalancePolicy::Mrc,
         false,
         false,
+    ),
+    (
+        EvictionPolicy::Sieve,
+        true,
+        RebalancePolicy::Sas,
+        false,
+        true,
     ),
 ];
 

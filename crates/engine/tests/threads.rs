@@ -339,6 +339,12 @@ fn gets_race_everything_else_under_lazy_gdwheel() {
 }
 
 #[test]
+fn gets_race_everything_else_under_sieve() {
+    // Lock-free GETs set REF while SIEVE's hand clears it.
+    run(EvictionPolicy::Sieve, RebalancePolicy::Mrc, 16, false);
+}
+
+#[test]
 fn gets_race_everything_else_with_locked_hits() {
     // Eager GD-Wheel and SAS: every GET takes the engine lock.
     run(EvictionPolicy::GdWheel, RebalancePolicy::Sas, 1, false);

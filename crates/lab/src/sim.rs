@@ -73,8 +73,9 @@ pub struct EngineArgs {
     /// -M: return errors instead of evicting.
     #[arg(short = 'M', long)]
     pub no_evict: bool,
-    /// -o eviction=: lru (CLOCK, the default), gdwheel (GreedyDual by cost)
-    /// or gdwheel-lazy (hits applied when the item reaches the front).
+    /// -o eviction=: lru (CLOCK, the default), gdwheel (GreedyDual by cost),
+    /// gdwheel-lazy (hits applied when the item reaches the front) or sieve
+    /// (SIEVE, NSDI'24).
     #[arg(long, default_value = "lru", value_parser = parse_eviction)]
     pub eviction: EvictionPolicy,
     /// -o learn_costs=1: learn costs from the gap between a GET miss and its SET.

@@ -122,6 +122,17 @@ impl Engine {
                     };
                     self.rewrite(h, loc, &new, cas)
                 });
+            // Under SIEVE an overwrite is an access, as a request for a
+            // cached object is in the paper (and as a SET in place sets REF
+            // under CLOCK): the new item starts visited, or every SET of a
+            // hot key would make it a new, unvisited item, the first that
+            // SIEVE's quick demotion takes.
+            let bits = match old {
+                Some(_) if self.policy.kind() == crate::config::EvictionPolicy::Sieve => {
+                    bits | item::REF
+                }
+                _ => bits,
+            };
             let written = match rewritten {
                 true => Ok(0),
                 false => self.write_new(h, req.key, &[value], flags, exptime, cas, cost, bits, old),

@@ -83,11 +83,11 @@ pub const SLOTS: usize = 256;
 pub const TRAILER_LEN: usize = 12;
 
 const QUEUES: usize = LEVELS * SLOTS;
-const LOC_MASK: u64 = (1 << 36) - 1;
+pub(super) const LOC_MASK: u64 = (1 << 36) - 1;
 /// "No item". Item locations are below 2^LOC_BITS and the engine refuses a
 /// memory limit whose last page number would reach the all-ones page
 /// (`Engine::check_addressable`), so all ones is never a real location.
-const NIL: u64 = LOC_MASK;
+pub(super) const NIL: u64 = LOC_MASK;
 const H_MASK: u64 = (1 << 24) - 1;
 
 // The trailer packs locations in 36 bits.
@@ -179,10 +179,10 @@ fn next_set(map: &[u64; SLOTS / 64], from: usize) -> Option<usize> {
 
 /// An item's queue links and priority bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Trailer {
-    prev: u64,
-    next: u64,
-    h24: u64,
+pub(super) struct Trailer {
+    pub(super) prev: u64,
+    pub(super) next: u64,
+    pub(super) h24: u64,
 }
 
 impl Trailer {
@@ -213,7 +213,7 @@ impl Trailer {
 
 /// Whether the item in `chunk` leaves room for its trailer at the end.
 #[inline]
-fn fits_in_chunk(chunk: &[u8]) -> bool {
+pub(super) fn fits_in_chunk(chunk: &[u8]) -> bool {
     item::stored_len(chunk) + TRAILER_LEN <= chunk.len()
 }
 
@@ -224,21 +224,21 @@ fn fits_in_chunk(chunk: &[u8]) -> bool {
 /// header: a hit reads and writes two neighbours' trailers, and each is one
 /// cache line instead of two.
 #[derive(Default)]
-struct Side {
-    pages: Vec<Option<Box<[u8]>>>,
-    bytes: usize,
+pub(super) struct Side {
+    pub(super) pages: Vec<Option<Box<[u8]>>>,
+    pub(super) bytes: usize,
 }
 
 impl Side {
     #[inline]
-    fn array(&self, page: u32) -> Option<&[u8]> {
+    pub(super) fn array(&self, page: u32) -> Option<&[u8]> {
         self.pages.get(page as usize).and_then(|a| a.as_deref())
     }
 }
 
 /// The trailer of the item at `loc`.
 #[inline(always)]
-fn read(slabs: &Slabs, side: &Side, loc: u64) -> Trailer {
+pub(super) fn read(slabs: &Slabs, side: &Side, loc: u64) -> Trailer {
     let (page, c) = slabs.split(loc);
     if let Some(Some(arr)) = side.pages.get(page as usize) {
         let at = c as usize * TRAILER_LEN;
@@ -250,14 +250,14 @@ fn read(slabs: &Slabs, side: &Side, loc: u64) -> Trailer {
 }
 
 /// The chunks and the side arrays: where trailers are read and written.
-struct Mem<'a> {
-    slabs: &'a mut Slabs,
-    side: &'a mut Side,
+pub(super) struct Mem<'a> {
+    pub(super) slabs: &'a mut Slabs,
+    pub(super) side: &'a mut Side,
 }
 
 impl Mem<'_> {
     #[inline]
-    fn get(&self, loc: u64) -> Trailer {
+    pub(super) fn get(&self, loc: u64) -> Trailer {
         read(self.slabs, self.side, loc)
     }
 
@@ -273,14 +273,14 @@ impl Mem<'_> {
     }
 
     #[inline]
-    fn put(&mut self, loc: u64, t: Trailer) {
+    pub(super) fn put(&mut self, loc: u64, t: Trailer) {
         t.encode(self.slot(loc));
     }
 
     /// Rewrite one link in place: a load and a store of the word holding it
     /// (a neighbour's trailer is touched twice per hit).
     #[inline]
-    fn set_prev(&mut self, loc: u64, prev: u64) {
+    pub(super) fn set_prev(&mut self, loc: u64, prev: u64) {
         let t = self.slot(loc);
         let mut w = [0u8; 8];
         w.copy_from_slice(&t[..8]);
@@ -289,7 +289,7 @@ impl Mem<'_> {
     }
 
     #[inline]
-    fn set_next(&mut self, loc: u64, next: u64) {
+    pub(super) fn set_next(&mut self, loc: u64, next: u64) {
         let t = self.slot(loc);
         let mut w = [0u8; 8];
         w.copy_from_slice(&t[..8]);
@@ -304,7 +304,7 @@ impl Mem<'_> {
     /// linked items (every other live item) there first. A page keeps its
     /// array when it changes class (it only grows), so its new items find
     /// their trailers aside too.
-    fn prepare(&mut self, loc: u64) {
+    pub(super) fn prepare(&mut self, loc: u64) {
         let (page, _) = self.slabs.split(loc);
         let Some(pg) = self.slabs.pages[page as usize].as_ref() else {
             return;

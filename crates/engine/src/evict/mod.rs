@@ -14,6 +14,9 @@
 //!   wheels (`-o eviction=gdwheel`; GD-Wheel thesis chapters 3 and 4), and
 //!   its variant with deferred hits (`-o eviction=gdwheel-lazy`), the same
 //!   wheels with another `touch`.
+//! - [`sieve`]: SIEVE (NSDI'24), a FIFO queue per class with a hand that
+//!   keeps visited items in place (`-o eviction=sieve`; the queue's links in
+//!   GD-Wheel's trailers, the visited bit is REF).
 //!
 //! The engine holds a [`Policy`]: the chosen one, dispatched statically (an
 //! enum, so a hook costs a branch, as it did before the trait), and per
@@ -23,10 +26,12 @@
 pub mod clock;
 pub mod gdwheel;
 pub mod policy;
+pub mod sieve;
 
 pub use clock::ClockPolicy;
 pub use gdwheel::GdWheel;
 pub use policy::{Eviction, Victim};
+pub use sieve::Sieve;
 
 use crate::config::EvictionPolicy;
 use crate::item;
@@ -36,6 +41,7 @@ use crate::slab::Slabs;
 enum Chosen {
     Clock(ClockPolicy),
     GdWheel(GdWheel),
+    Sieve(Sieve),
 }
 
 /// `$body` with `$p` bound to the chosen policy, whichever it is.
@@ -44,6 +50,7 @@ macro_rules! with_chosen {
         match $chosen {
             Chosen::Clock($p) => $body,
             Chosen::GdWheel($p) => $body,
+            Chosen::Sieve($p) => $body,
         }
     };
 }
@@ -63,6 +70,7 @@ impl Policy {
                 EvictionPolicy::Lru => Chosen::Clock(ClockPolicy),
                 EvictionPolicy::GdWheel => Chosen::GdWheel(GdWheel::new(nclasses, false)),
                 EvictionPolicy::GdWheelLazy => Chosen::GdWheel(GdWheel::new(nclasses, true)),
+                EvictionPolicy::Sieve => Chosen::Sieve(Sieve::new(nclasses)),
             },
             live_cost: vec![0; nclasses],
             costs: policy::cost_table(),
@@ -171,10 +179,12 @@ impl Policy {
 #[cfg(any(test, feature = "testing"))]
 impl Policy {
     /// Check the policy's invariants against the slabs (tests and fuzzing):
-    /// GD-Wheel's wheels, and the per-class live cost gauges.
+    /// GD-Wheel's wheels, SIEVE's queues, and the per-class live cost gauges.
     pub fn validate(&self, slabs: &Slabs) {
-        if let Chosen::GdWheel(w) = &self.chosen {
-            w.validate(slabs);
+        match &self.chosen {
+            Chosen::GdWheel(w) => w.validate(slabs),
+            Chosen::Sieve(v) => v.validate(slabs),
+            Chosen::Clock(_) => {}
         }
         for (class, &sum) in self.live_cost.iter().enumerate() {
             let mut want = 0u64;

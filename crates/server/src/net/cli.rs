@@ -595,7 +595,7 @@ fn extended(
                     s.engine.eviction = v.parse().map_err(|_| {
                         CliError::new(
                             EXIT_FAILURE,
-                            "Unknown eviction option (lru, gdwheel, gdwheel-lazy)",
+                            "Unknown eviction option (lru, gdwheel, gdwheel-lazy, sieve)",
                         )
                     })?
                 }
@@ -937,8 +937,10 @@ pub fn usage() -> String {
    - slab_automove:       0 = off, 1 = rebalance pages in the background (default), 2 = aggressive
    - eviction:            lru (default), gdwheel: evict by recomputation cost
                           (GreedyDual with cost wheels; costs from meta w / cost=),
-                          or gdwheel-lazy: the same, hits applied when the item
-                          reaches the front (a hit writes no shared state)
+                          gdwheel-lazy: the same, hits applied when the item
+                          reaches the front (a hit writes no shared state),
+                          or sieve: SIEVE (NSDI'24), a FIFO whose hand passes over
+                          items read since it last came by and evicts the others
    - learn_costs:         0 (default) or 1: learn a key's cost from the time between
                           a GET miss and the SET that follows it
    - hugepages:           1 (default) or 0: item memory on transparent huge pages
@@ -1422,13 +1424,15 @@ mod tests {
         let (s, _) = run(&["-o", "eviction=gdwheel,eviction=lru,learn_costs"]).unwrap();
         assert_eq!(s.engine.eviction, EvictionPolicy::Lru);
         assert!(s.engine.learn_costs);
+        let (s, _) = run(&["-o", "eviction=sieve"]).unwrap();
+        assert_eq!(s.engine.eviction, EvictionPolicy::Sieve);
         let (s, _) = run(&["-o", "learn_costs,no_learn_costs"]).unwrap();
         assert!(!s.engine.learn_costs);
         let (s, _) = run(&["-o", "learn_costs=0"]).unwrap();
         assert!(!s.engine.learn_costs);
         assert_eq!(
             err(&["-o", "eviction=lfu"]).message,
-            "Unknown eviction option (lru, gdwheel, gdwheel-lazy)"
+            "Unknown eviction option (lru, gdwheel, gdwheel-lazy, sieve)"
         );
         assert_eq!(err(&["-o", "eviction=lfu"]).code, 1);
         assert_eq!(
