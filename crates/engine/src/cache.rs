@@ -897,6 +897,11 @@ impl Cache {
         true
     }
 
+    /// Test knob: [`Engine::demote_all`] under the engine lock.
+    pub fn demote_all(&self) -> usize {
+        self.lock().demote_all()
+    }
+
     /// A thread will call [`Cache::flush_zone`] from now on: the engine
     /// leaves shrinking the Z-zone to it. False if the Z-zone is off.
     pub fn start_zone_writer(&self) -> bool {

@@ -63,6 +63,54 @@ impl Engine {
         self.flash.as_ref().is_some_and(|f| f.admit(h, image))
     }
 
+    /// Test knob (`-o zzone_demote_all`, the differential tester's): every
+    /// item of the N-zone goes down the path an evicted one takes
+    /// ([`Engine::demote`]), and the stage is packed, so that the next
+    /// command reads compressed blocks. An item the Z-zone does not take
+    /// (chained, too large for a block, refused as incompressible, expired)
+    /// stays where it is: the knob moves items, it never evicts them.
+    /// Returns the items moved. Costs a walk of the pages that hold items.
+    pub fn demote_all(&mut self) -> usize {
+        if self.zone.is_none() {
+            return 0;
+        }
+        // Every stripe: their lock-free SETs' counts are folded in, and
+        // most of their items leave.
+        self.hold_all();
+        // Pages for the zone now, not at the maintainer's next turn: a
+        // block with no page to go to would drop its items.
+        self.feed_zone();
+        let mut left = self.counters.curr_items;
+        let mut moved = 0;
+        let pages: Vec<_> = self
+            .slabs
+            .classes
+            .iter()
+            .flat_map(|c| c.pages.iter().copied())
+            .collect();
+        for page in pages {
+            if left == 0 {
+                break;
+            }
+            if !self.slabs.may_hold_items(page) {
+                continue;
+            }
+            for loc in self.slabs.live_in_page(page) {
+                left = left.saturating_sub(1);
+                if self.demote(loc) {
+                    self.unlink(loc);
+                    self.slabs.free(loc);
+                    moved += 1;
+                }
+            }
+        }
+        if let Some(z) = self.zone.as_ref() {
+            let now = self.now();
+            z.zone.lock().flush_some(now, usize::MAX);
+        }
+        moved
+    }
+
     /// The live item of `key` in either zone: the N-zone's, else the
     /// Z-zone's, promoted (for commands that act on the item).
     pub(super) fn find_any(&mut self, key: &[u8], h: u64) -> Option<u64> {

@@ -633,6 +633,8 @@ fn extended(
                     }
                 }
             }
+            // A test knob (issue 34): not for production.
+            "zzone_demote_all" => s.zzone_demote_all = sub_switch(key, value)?,
             "zzone_target" => {
                 let n: u32 = sub_number(key, value)?;
                 if n > 100 {
@@ -947,6 +949,9 @@ pub fn usage() -> String {
    - zzone_target:        percent of the expensive operations the adaptive
                           split keeps in the uncompressed zone (default 90;
                           0: the Z-zone takes all it can)
+   - zzone_demote_all:    TEST KNOB, 0 (default) or 1: after every command,
+                          every item of the slab engine is demoted to the
+                          Z-zone (for the differential tester; slow)
    - ext_path:            FILE:SIZE, the flash tier (as --flash-path/--flash-size)
    - ext_item_size:       smallest item written to flash (default 0: all)
    - ext_item_age:        seconds idle after which an item goes to flash
@@ -1353,6 +1358,9 @@ mod tests {
         assert_eq!(s.engine.zzone_target, 0);
         let (s, _) = run(&["-o", "zzone=on,zzone=off"]).unwrap();
         assert!(!s.engine.zzone);
+        assert!(!s.zzone_demote_all);
+        let (s, _) = run(&["-o", "zzone=1,zzone_demote_all=1"]).unwrap();
+        assert!(s.zzone_demote_all && s.engine.zzone);
         for bad in ["zzone_codec=gzip", "zzone_block=100", "zzone_target=101"] {
             assert!(run(&["-o", bad]).is_err(), "{bad}");
         }
