@@ -171,10 +171,22 @@ impl Engine {
     }
 
     /// A read without the engine lock found `key` in the Z-zone and its
-    /// reuse time beats the benchmark: promote it, unless the N-zone has
-    /// the key again or the Z-zone no longer does.
-    pub fn promote_read(&mut self, key: &[u8]) {
-        self.find_any(key, hash(key));
+    /// reuse time beats the benchmark, or it was the item's first fetch
+    /// (`fetched`: then it is marked fetched, as the N-zone marks an item
+    /// its GET finds): promote it, unless the N-zone has the key again or
+    /// the Z-zone no longer does.
+    pub fn promote_read(&mut self, key: &[u8], fetched: bool) {
+        let h = hash(key);
+        // A newer item of the key: the read was not of it.
+        if self.find_live(key, h).is_some() {
+            return;
+        }
+        if let Some(loc) = self.find_any(key, h) {
+            if fetched {
+                let chunk = self.slabs.chunk_mut(loc);
+                item::set_bits(chunk, item::bits(chunk) | item::FETCHED);
+            }
+        }
     }
 
     /// A key was written to the N-zone: its Z-zone copy, if any, is stale.
