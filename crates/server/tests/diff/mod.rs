@@ -36,10 +36,6 @@ pub struct Pair {
 }
 
 impl Pair {
-    pub fn start() -> Pair {
-        Pair::start_for(false)
-    }
-
     /// A pair whose cachalot also has [`ZONE_FLAGS`] if `zone`.
     pub fn start_for(zone: bool) -> Pair {
         let mut flags = SERVER_FLAGS.to_vec();
