@@ -1049,6 +1049,25 @@ mod tests {
         Cache::new(config, Arc::new(Clock::new())).unwrap()
     }
 
+    /// The test knob moves what the Z-zone takes into a block and leaves
+    /// the rest (here a chained value) where it was: nothing is evicted,
+    /// and both read back whole.
+    #[test]
+    fn demote_all_moves_what_the_zone_takes_and_evicts_nothing() {
+        let c = zone_cache();
+        let big = vec![b'b'; 700 << 10];
+        c.store(&Store::set(b"small", b"value"));
+        c.store(&Store::set(b"big", &big));
+        assert_eq!(c.demote_all(), 1);
+        let s = c.stats();
+        let z = s.zzone.expect("zone on").zone;
+        assert_eq!((z.items, z.staged, z.flushed), (1, 0, 1), "{z:?}");
+        assert_eq!((s.curr_items, s.evictions), (2, 0));
+        assert_eq!(get(&c, b"small").map(|g| g.0), Some(b"value".to_vec()));
+        assert_eq!(get(&c, b"big").map(|g| g.0), Some(big));
+        c.lock().validate();
+    }
+
     /// A GET served from a Z-zone block marks the item fetched, and the
     /// mark outlives the next demotion (the differential tester's `mg`
     /// then `mg h` answered `h0` when items were demoted between them).
