@@ -1086,6 +1086,25 @@ mod tests {
         assert_eq!(peek(&c), Some(true));
     }
 
+    /// A promoted item keeps its last access: `mg l` (a peek, which
+    /// promotes) answered 0 for an item read 3 s before its demotion.
+    #[test]
+    fn a_promotion_keeps_the_last_access() {
+        let c = zone_cache();
+        c.store(&Store::set(b"k", b"value"));
+        c.clock().advance(std::time::Duration::from_secs(3));
+        c.demote_all();
+        let age = |c: &Cache| {
+            let now = c.clock().now();
+            let mut e = c.lock();
+            e.lookup(b"k", Lookup::PEEK).map(|it| now - it.last_access)
+        };
+        // The lookup under the engine lock promotes it.
+        assert_eq!(age(&c), Some(3));
+        assert_eq!(c.stats().zzone.map(|z| z.zone.promotions), Some(1));
+        assert_eq!(age(&c), Some(3));
+    }
+
     /// A GET's lines: one index line for a key alone in its bucket, and
     /// the lines the item spans from its chunk's start; a miss reads at
     /// most its bucket (none while its stripe's index has no table yet).

@@ -228,14 +228,14 @@ impl Engine {
     }
 
     /// Write an item image from another tier into the N-zone as a new
-    /// item, keeping its CAS, flags, expiry and cost (its copies in the
-    /// tiers go: `write_new`).
+    /// item, keeping its CAS, flags, expiry, cost and last access (its
+    /// copies in the tiers go: `write_new`).
     fn write_image(&mut self, h: u64, image: &[u8]) -> Result<u64, super::StoreOutcome> {
         let hdr = item::Header::read(image);
         let flags = item::flags(image);
         let value = &image[item::value_start(image)..];
         let bits = (hdr.bits & !item::FLAGS_WIDTH_MASK) | item::LIVE | item::REF;
-        self.write_new(
+        let loc = self.write_new(
             h,
             item::key(image),
             &[value],
@@ -245,7 +245,11 @@ impl Engine {
             hdr.cost,
             bits,
             None,
-        )
+        )?;
+        // `write_new` stamps a new item with now: a promotion is no access
+        // (meta `l` after a promotion answered 0).
+        item::set_atime(self.slabs.chunk_mut(loc), hdr.atime);
+        Ok(loc)
     }
 
     /// Background work: adapt the split once per window, and shrink the
