@@ -639,6 +639,14 @@ impl Slabs {
             .collect()
     }
 
+    /// Whether a page may hold a live item (or a segment or reserved
+    /// chunk): fewer of its handed-out chunks are free than were handed
+    /// out. A cheap test before [`Slabs::live_in_page`] walks it.
+    pub fn may_hold_items(&self, id: PageId) -> bool {
+        let p = self.page(id);
+        p.free_count < p.bump
+    }
+
     /// Segments of chained items in a page (`chain`).
     pub fn segments_in_page(&self, id: PageId) -> Vec<u64> {
         (0..self.page(id).bump)

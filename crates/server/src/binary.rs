@@ -706,6 +706,7 @@ impl Handler for BinaryHandler {
                     if self.flush_point && self.swallow == 0 {
                         mark = out.len();
                     }
+                    crate::handler::demote_all_if_asked(ctx);
                 }
                 Flow::NeedMore => break,
                 Flow::Parked => return Step::Parked(pos),

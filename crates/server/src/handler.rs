@@ -66,6 +66,15 @@ pub struct Ctx<'a> {
     pub reads: Option<&'a RefCell<Fetches>>,
 }
 
+/// The test knob `-o zzone_demote_all` (`Settings::zzone_demote_all`): a
+/// command is done, so every item of the N-zone goes to the Z-zone, and
+/// the next command reads it from a compressed block.
+pub fn demote_all_if_asked(ctx: &Ctx<'_>) {
+    if ctx.settings.zzone_demote_all {
+        ctx.cache.demote_all();
+    }
+}
+
 /// A protocol handler bound to one connection.
 pub trait Handler: Send {
     /// Handle as many complete requests at the front of `input` as it wants,

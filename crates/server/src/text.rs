@@ -38,7 +38,7 @@ use cachalot_protocol::text::{
 };
 
 use crate::auth;
-use crate::handler::{out_full, Ctx, Handler, Step};
+use crate::handler::{demote_all_if_asked, out_full, Ctx, Handler, Step};
 use crate::meta::{self, MetaStep};
 use crate::stats::ThreadStats;
 use crate::stats_cmd;
@@ -368,6 +368,7 @@ impl Handler for AsciiHandler {
                         self.kept = out.len();
                         pos += p.len;
                         handled += 1;
+                        demote_all_if_asked(ctx);
                         continue;
                     }
                 }
@@ -422,11 +423,15 @@ impl Handler for AsciiHandler {
                     want_pipelined_gets(ctx, &rest[nl + 1..]);
                     return Step::Parked(pos);
                 }
-                Outcome::Done(used) => pos += nl + 1 + used.min(after.len()),
+                Outcome::Done(used) => {
+                    pos += nl + 1 + used.min(after.len());
+                    demote_all_if_asked(ctx);
+                }
                 Outcome::NeedMore => return progress(pos),
                 Outcome::Swallow(used, remaining) => {
                     pos += nl + 1 + used.min(after.len());
                     self.swallow = remaining;
+                    demote_all_if_asked(ctx);
                 }
                 Outcome::Close => return Step::Close(pos + nl + 1),
             }

@@ -63,6 +63,54 @@ impl Engine {
         self.flash.as_ref().is_some_and(|f| f.admit(h, image))
     }
 
+    /// Test knob (`-o zzone_demote_all`, the differential tester's): every
+    /// item of the N-zone goes down the path an evicted one takes
+    /// ([`Engine::demote`]), and the stage is packed, so that the next
+    /// command reads compressed blocks. An item the Z-zone does not take
+    /// (chained, too large for a block, refused as incompressible, expired)
+    /// stays where it is: the knob moves items, it never evicts them.
+    /// Returns the items moved. Costs a walk of the pages that hold items.
+    pub fn demote_all(&mut self) -> usize {
+        if self.zone.is_none() {
+            return 0;
+        }
+        // Every stripe: their lock-free SETs' counts are folded in, and
+        // most of their items leave.
+        self.hold_all();
+        // Pages for the zone now, not at the maintainer's next turn: a
+        // block with no page to go to would drop its items.
+        self.feed_zone();
+        let mut left = self.counters.curr_items;
+        let mut moved = 0;
+        let pages: Vec<_> = self
+            .slabs
+            .classes
+            .iter()
+            .flat_map(|c| c.pages.iter().copied())
+            .collect();
+        for page in pages {
+            if left == 0 {
+                break;
+            }
+            if !self.slabs.may_hold_items(page) {
+                continue;
+            }
+            for loc in self.slabs.live_in_page(page) {
+                left = left.saturating_sub(1);
+                if self.demote(loc) {
+                    self.unlink(loc);
+                    self.slabs.free(loc);
+                    moved += 1;
+                }
+            }
+        }
+        if let Some(z) = self.zone.as_ref() {
+            let now = self.now();
+            z.zone.lock().flush_some(now, usize::MAX);
+        }
+        moved
+    }
+
     /// The live item of `key` in either zone: the N-zone's, else the
     /// Z-zone's, promoted (for commands that act on the item).
     pub(super) fn find_any(&mut self, key: &[u8], h: u64) -> Option<u64> {
@@ -123,10 +171,22 @@ impl Engine {
     }
 
     /// A read without the engine lock found `key` in the Z-zone and its
-    /// reuse time beats the benchmark: promote it, unless the N-zone has
-    /// the key again or the Z-zone no longer does.
-    pub fn promote_read(&mut self, key: &[u8]) {
-        self.find_any(key, hash(key));
+    /// reuse time beats the benchmark, or it was the item's first fetch
+    /// (`fetched`: then it is marked fetched, as the N-zone marks an item
+    /// its GET finds): promote it, unless the N-zone has the key again or
+    /// the Z-zone no longer does.
+    pub fn promote_read(&mut self, key: &[u8], fetched: bool) {
+        let h = hash(key);
+        // A newer item of the key: the read was not of it.
+        if self.find_live(key, h).is_some() {
+            return;
+        }
+        if let Some(loc) = self.find_any(key, h) {
+            if fetched {
+                let chunk = self.slabs.chunk_mut(loc);
+                item::set_bits(chunk, item::bits(chunk) | item::FETCHED);
+            }
+        }
     }
 
     /// A key was written to the N-zone: its Z-zone copy, if any, is stale.
@@ -168,14 +228,14 @@ impl Engine {
     }
 
     /// Write an item image from another tier into the N-zone as a new
-    /// item, keeping its CAS, flags, expiry and cost (its copies in the
-    /// tiers go: `write_new`).
+    /// item, keeping its CAS, flags, expiry, cost and last access (its
+    /// copies in the tiers go: `write_new`).
     fn write_image(&mut self, h: u64, image: &[u8]) -> Result<u64, super::StoreOutcome> {
         let hdr = item::Header::read(image);
         let flags = item::flags(image);
         let value = &image[item::value_start(image)..];
         let bits = (hdr.bits & !item::FLAGS_WIDTH_MASK) | item::LIVE | item::REF;
-        self.write_new(
+        let loc = self.write_new(
             h,
             item::key(image),
             &[value],
@@ -185,7 +245,11 @@ impl Engine {
             hdr.cost,
             bits,
             None,
-        )
+        )?;
+        // `write_new` stamps a new item with now: a promotion is no access
+        // (meta `l` after a promotion answered 0).
+        item::set_atime(self.slabs.chunk_mut(loc), hdr.atime);
+        Ok(loc)
     }
 
     /// Background work: adapt the split once per window, and shrink the

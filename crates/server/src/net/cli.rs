@@ -366,6 +366,10 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
             ));
         }
     }
+    // A test knob that would silently test nothing.
+    if s.zzone_demote_all && !s.engine.zzone {
+        return Err(CliError::new(EX_USAGE, "zzone_demote_all needs zzone=1"));
+    }
     // `slab_automove=0` pauses whichever rebalancing rule runs (as `slabs
     // automove 0` does at run time), unless `rebalance=` names one: an
     // explicit rule wins over memcached's flag, in either order.
@@ -650,6 +654,8 @@ fn extended(
                     }
                 }
             }
+            // A test knob (issue 34): not for production.
+            "zzone_demote_all" => s.zzone_demote_all = sub_switch(key, value)?,
             "zzone_target" => {
                 let n: u32 = sub_number(key, value)?;
                 if n > 100 {
@@ -967,6 +973,10 @@ pub fn usage() -> String {
    - zzone_target:        percent of the expensive operations the adaptive
                           split keeps in the uncompressed zone (default 90;
                           0: the Z-zone takes all it can)
+   - zzone_demote_all:    TEST KNOB, 0 (default) or 1 (with zzone=1): after
+                          every command, every item of the slab engine is
+                          demoted to the Z-zone (the differential tester's;
+                          slow, not for production)
    - ext_path:            FILE:SIZE, the flash tier (as --flash-path/--flash-size)
    - ext_item_size:       smallest item written to flash (default 0: all)
    - ext_item_age:        seconds idle after which an item goes to flash
@@ -1381,6 +1391,10 @@ mod tests {
         assert!(!s.engine.zzone);
         let (s, _) = run(&["-o", "zzone=1", "-o", "ext_path=/tmp/x:1g"]).unwrap();
         assert!(s.engine.zzone);
+        assert!(!s.zzone_demote_all);
+        let (s, _) = run(&["-o", "zzone=1,zzone_demote_all=1"]).unwrap();
+        assert!(s.zzone_demote_all && s.engine.zzone);
+        assert!(run(&["-o", "zzone=0,zzone_demote_all=1"]).is_err());
         for bad in ["zzone_codec=gzip", "zzone_block=100", "zzone_target=101"] {
             assert!(run(&["-o", bad]).is_err(), "{bad}");
         }

@@ -222,6 +222,8 @@ pub struct Step {
 #[derive(Clone, Debug)]
 pub struct Seq {
     pub seed: u64,
+    /// Run on the Z-zone pair (`sequence_for`).
+    pub zone: bool,
     pub family: Family,
     pub steps: Vec<Step>,
 }
@@ -1040,8 +1042,9 @@ fn flags_i64(r: &mut Rng) -> i64 {
     i64::from(flags(r))
 }
 
-/// The random sequence for `seed`; the family comes from the seed too.
-pub fn sequence(seed: u64) -> Seq {
+/// The random sequence for `seed` (the family comes from the seed too),
+/// to run on the Z-zone pair if `zone`.
+pub fn sequence_for(seed: u64, zone: bool) -> Seq {
     let family = [Family::Text, Family::Meta, Family::Binary][(seed % 3) as usize];
     let mut g = Gen {
         r: Rng::with_seed(seed),
@@ -1061,6 +1064,7 @@ pub fn sequence(seed: u64) -> Seq {
     }
     Seq {
         seed,
+        zone,
         family,
         steps: g.steps,
     }

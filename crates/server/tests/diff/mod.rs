@@ -18,6 +18,17 @@ use gen::{Seq, Step};
 /// (`gen::ITEM_MAX`).
 pub const SERVER_FLAGS: &[&str] = &["-m", "1024", "-t", "2", "-I", "2m"];
 
+/// What cachalot gets besides [`SERVER_FLAGS`] in the Z-zone pair: after
+/// every command each item of the N-zone is demoted to the Z-zone and
+/// packed into a block (a test knob), so every command reads the item from
+/// a block, through promotion or a zone read. The blocks are stored
+/// uncompressed (`zzone_codec=none`, the form zstd's entropy test also
+/// picks): the sequences' few small items make blocks that zstd cannot
+/// shrink, and a zone whose blocks do not compress gives its pages up and
+/// evicts, by design (`zzone::config::PROBE_EVERY`), which memcached
+/// would not.
+pub const ZONE_FLAGS: &[&str] = &["-o", "zzone=1,zzone_codec=none,zzone_demote_all=1"];
+
 /// memcached and cachalot with the same flags.
 pub struct Pair {
     pub memcached: Memcached,
@@ -25,10 +36,15 @@ pub struct Pair {
 }
 
 impl Pair {
-    pub fn start() -> Pair {
+    /// A pair whose cachalot also has [`ZONE_FLAGS`] if `zone`.
+    pub fn start_for(zone: bool) -> Pair {
+        let mut flags = SERVER_FLAGS.to_vec();
+        if zone {
+            flags.extend_from_slice(ZONE_FLAGS);
+        }
         Pair {
             memcached: Memcached::start(SERVER_FLAGS),
-            cachalot: common::Server::start(SERVER_FLAGS),
+            cachalot: common::Server::start(&flags),
         }
     }
 
@@ -95,15 +111,20 @@ pub fn shrink(pair: &Pair, seq: &Seq) -> Vec<Step> {
 pub fn report(pair: &Pair, seq: &Seq, diff: &Difference) -> String {
     let short = shrink(pair, seq);
     let again = pair.run(seq, &short);
+    let rerun = match seq.zone {
+        true => "DIFF_ZONE_SEED={} DIFF_ZONE_SEQUENCES=1, test random_sequences_through_the_zone",
+        false => "DIFF_SEED={} DIFF_SEQUENCES=1",
+    }
+    .replace("{}", &seq.seed.to_string());
     let mut s = format!(
-        "memcached and cachalot differ: seed {} ({:?}, {} steps; rerun with DIFF_SEED={} DIFF_SEQUENCES=1)\n\
+        "memcached and cachalot{} differ: seed {} ({:?}, {} steps; rerun with {rerun})\n\
          first difference at steps {}..{} of the original sequence\n\
          shortest sequence that reproduces it ({} steps; `|` starts a pipeline; keys prefixed PPPPPPPP:;\n\
          replies after each pipeline, CAS uniques numbered #n in order of appearance):\n",
+        if seq.zone { " (Z-zone pair)" } else { "" },
         seq.seed,
         seq.family,
         seq.steps.len(),
-        seq.seed,
         diff.first_step,
         diff.first_step + diff.steps,
         short.len()
@@ -150,7 +171,32 @@ pub fn report(pair: &Pair, seq: &Seq, diff: &Difference) -> String {
     ] {
         s.push_str(&format!("{name} stats: {}\n", memory_stats(addr)));
     }
+    if seq.zone {
+        // What the Z-zone let go of, and why.
+        s.push_str(&format!(
+            "cachalot stats zzone: {}\n",
+            zone_stats(pair.cachalot.addr())
+        ));
+    }
     s
+}
+
+/// `stats zzone`, without the per-codec figures.
+fn zone_stats(addr: std::net::SocketAddr) -> String {
+    use std::io::Write;
+    let Ok(mut c) = std::net::TcpStream::connect(addr) else {
+        return "unreachable".into();
+    };
+    if c.write_all(b"stats zzone\r\n").is_err() {
+        return "unreachable".into();
+    }
+    let reply = common::read_until(&mut c, b"END\r\n");
+    String::from_utf8_lossy(&reply)
+        .lines()
+        .filter_map(|l| l.strip_prefix("STAT zzone_"))
+        .filter(|l| !l.starts_with("raw_") && !l.starts_with("lz4_"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// What a server holds and what it let go of (items, bytes, evictions,
@@ -185,4 +231,50 @@ pub fn memory_stats(addr: std::net::SocketAddr) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// What a cachalot's Z-zone did (`stats zzone`; all 0 without one).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ZoneFigures {
+    pub demotions: u64,
+    pub flushed: u64,
+    pub hits: u64,
+    pub promotions: u64,
+}
+
+impl ZoneFigures {
+    pub fn add(self, o: ZoneFigures) -> ZoneFigures {
+        ZoneFigures {
+            demotions: self.demotions + o.demotions,
+            flushed: self.flushed + o.flushed,
+            hits: self.hits + o.hits,
+            promotions: self.promotions + o.promotions,
+        }
+    }
+}
+
+pub fn zone_figures(addr: std::net::SocketAddr) -> ZoneFigures {
+    use std::io::Write;
+    let mut z = ZoneFigures::default();
+    let Ok(mut c) = std::net::TcpStream::connect(addr) else {
+        return z;
+    };
+    if c.write_all(b"stats zzone\r\n").is_err() {
+        return z;
+    }
+    let reply = common::read_until(&mut c, b"END\r\n");
+    for line in String::from_utf8_lossy(&reply).lines() {
+        let mut t = line.split(' ').skip(1);
+        let (Some(name), Some(n)) = (t.next(), t.next().and_then(|n| n.parse().ok())) else {
+            continue;
+        };
+        match name {
+            "zzone_demotions" => z.demotions = n,
+            "zzone_flushed" => z.flushed = n,
+            "zzone_hits" => z.hits = n,
+            "zzone_promotions" => z.promotions = n,
+            _ => {}
+        }
+    }
+    z
 }

@@ -172,6 +172,7 @@ pub fn sequences() -> Vec<Seq> {
         steps[0].new_batch = true;
         Seq {
             seed: i as u64,
+            zone: false,
             family,
             steps,
         }
