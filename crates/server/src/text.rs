@@ -176,15 +176,17 @@ impl AsciiHandler {
             items.clear();
             let classes = d.classes;
             let wanted = |c: u32| classes.is_none_or(|w| w[c as usize % 64]);
-            match ctx.cache.metadump_step(d.next, wanted, &mut items) {
+            let next = ctx.cache.metadump_step(d.next, wanted, &mut items);
+            // The last step may bring items too: they go before `END`.
+            for it in &items {
+                write_meta_line(out, it, started);
+            }
+            match next {
                 Some(next) => d.next = next,
                 None => {
                     self.dump = None;
                     reply(out, false, "END");
                 }
-            }
-            for it in &items {
-                write_meta_line(out, it, started);
             }
         }
         true
@@ -325,6 +327,10 @@ fn is_meta(line: &[u8]) -> bool {
 impl Handler for AsciiHandler {
     fn parks(&self) -> bool {
         true
+    }
+
+    fn busy(&self) -> bool {
+        self.dump.is_some()
     }
 
     fn watching(&self) -> bool {
