@@ -89,9 +89,11 @@ mod tests {
     use crate::clock::{Clock, Expiry};
     use crate::config::Config;
 
-    /// Every item a whole metadump lists: key -> (its lines, tier, CAS,
-    /// expiry), and the steps it took.
-    fn dump(c: &Cache) -> (HashMap<Vec<u8>, (usize, Tier, u64, u32)>, usize) {
+    /// What a dump lists of a key: its lines, tier, CAS and expiry.
+    type Listed = (usize, Tier, u64, u32);
+
+    /// Every item a whole metadump lists, and the steps it took.
+    fn dump(c: &Cache) -> (HashMap<Vec<u8>, Listed>, usize) {
         let (mut seen, mut steps) = (HashMap::new(), 0);
         let mut at = Some(DumpAt::START);
         let mut items = Vec::new();
