@@ -63,10 +63,9 @@
 //! is trusted, and each chunk's header against the chunk: a damaged page
 //! loads nothing (its items are misses, the other pages load), a damaged
 //! block stops the chained items (or the Z-zone's) there; never wrong
-//! bytes. The file is
-//! written beside its final name and renamed, and removed once loaded: a
-//! crash after that start must not bring back items that were deleted or
-//! changed meanwhile.
+//! bytes. The file is written beside its final name and renamed, and
+//! removed once loaded: a crash after that start must not bring back items
+//! that were deleted or changed meanwhile.
 //!
 //! Items on the flash tier are not written here: the tier keeps them in
 //! its own file and restarts from it (`crate::flash`'s recovery).
