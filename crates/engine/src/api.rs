@@ -277,6 +277,20 @@ pub struct MetaItem {
     pub class: u32,
     /// The size memcached would give it (`item::memcached_size`).
     pub size: usize,
+    /// Where it is.
+    pub tier: Tier,
+}
+
+/// Where an item `lru_crawler metadump` lists is kept (issue 34).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// The slab pages (the N-zone).
+    Memory,
+    /// A compressed block of the Z-zone (its class: the N-zone class its
+    /// image would take).
+    Zzone,
+    /// The flash tier.
+    Flash,
 }
 
 // Warm restart by whole pages (`crate::warm`, `engine/restore.rs`).

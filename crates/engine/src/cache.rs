@@ -18,6 +18,7 @@
 //! flush that is due, keys the MRC profile samples, and everything under
 //! policies that count every GET (eager GD-Wheel, SAS, learned costs).
 
+pub mod dump;
 pub mod meta;
 pub mod ops;
 

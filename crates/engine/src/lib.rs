@@ -84,8 +84,10 @@ pub mod warm;
 pub mod zzone;
 
 pub use api::{
-    ArithOutcome, DeleteOutcome, Evicted, ItemId, ItemRef, MetaItem, Store, StoreMode, StoreOutcome,
+    ArithOutcome, DeleteOutcome, Evicted, ItemId, ItemRef, MetaItem, Store, StoreMode,
+    StoreOutcome, Tier,
 };
+pub use cache::dump::DumpAt;
 pub use cache::{Cache, EngineGuard, Footprint};
 pub use clock::{Clock, Expiry, RelTime};
 pub use columns::RepartitionStats;

@@ -34,7 +34,23 @@
 //!         and the next one found, and a page can be mapped in place)
 //! then the chained items as v1 blocks: u32 length, CRC-32, records; a
 //! length of u32::MAX, and the item count u64
+//! then, if the Z-zone held items, "zzone\0v1" and its items as v1 blocks,
+//! a length of u32::MAX, and their count u64
 //! ```
+//!
+//! The Z-zone's items (zExpander's compressed blocks, `crate::zzone`) are
+//! decoded at the save, a block or so at a time under the zone's lock and
+//! written without it, as records of the chained items' format; older
+//! loaders stop at the chained items' end and load the rest. At load they
+//! are stored one by one before the pages' items (they were all evicted
+//! from the N-zone: a smaller cache keeps the N-zone's), through the
+//! normal store path, which puts them in the N-zone or demotes them to the
+//! zone as it would any item; the maintainer's steps (the zone's pages,
+//! its dictionary) are run every [`MAINTAIN_EVERY`] stores meanwhile. They
+//! are saved by ranges of hashes in bit-reversed order, not in the zone's
+//! hash order (see `write_zone`). A Z-zone's engine never adopts pages
+//! (they share `-m` with the zone); an engine without one adopts the
+//! pages, then stores the zone's items.
 //!
 //! On a RAM disk (tmpfs, where memcached's file must be too) the pages are
 //! not even read: each is mapped shared from the file into its place in the
@@ -46,19 +62,21 @@
 //! Every page and block is checked against its CRC-32 before anything in it
 //! is trusted, and each chunk's header against the chunk: a damaged page
 //! loads nothing (its items are misses, the other pages load), a damaged
-//! block stops the chained items there; never wrong bytes. The file is
-//! written beside its final name and renamed, and removed once loaded: a
-//! crash after that start must not bring back items that were deleted or
-//! changed meanwhile.
+//! block stops the chained items (or the Z-zone's) there; never wrong
+//! bytes. The file is written beside its final name and renamed, and
+//! removed once loaded: a crash after that start must not bring back items
+//! that were deleted or changed meanwhile.
 //!
-//! Items in the Z-zone are not written (they come back as misses).
+//! Items on the flash tier are not written here: the tier keeps them in
+//! its own file and restarts from it (`crate::flash`'s recovery).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use crate::api::{
-    ItemRef, Lookup, PageLayout, PageSource, SavedClock, SavedPage, Store, StoreMode, StoreOutcome,
+    image_view, ItemRef, Lookup, PageLayout, PageSource, SavedClock, SavedPage, Store, StoreMode,
+    StoreOutcome,
 };
 use crate::cache::Cache;
 use crate::clock::Expiry;
@@ -84,6 +102,18 @@ const PAGE_HEAD: usize = 12;
 const ALIGN: u64 = 4096;
 /// `statfs`'s magic for tmpfs (linux/magic.h).
 const TMPFS_MAGIC: i64 = 0x0102_1994;
+/// Marks the Z-zone's items after the chained ones' end marker (older
+/// loaders stop at that marker, so they load such a file without them).
+const ZONE: &[u8; 8] = b"zzone\0v1";
+/// Item bytes copied out of the Z-zone per hold of its lock at a save.
+const ZONE_BATCH: usize = 64 << 10;
+/// At most 2^this ranges of hashes the Z-zone's items are saved by (see
+/// `write_zone`).
+const ZONE_RANGE_BITS: u32 = 24;
+/// Stores between two maintenance steps while items are stored one by one
+/// with a Z-zone: no maintainer runs before the server starts, and the
+/// zone grows only by the pages a maintenance step grants it.
+const MAINTAIN_EVERY: u64 = 1024;
 /// The longest header a loader accepts (a damaged length must not make it
 /// allocate much).
 const HEADER_MAX: u32 = 64 << 10;
@@ -106,6 +136,9 @@ pub struct WarmStats {
     /// At load: whether the pages were adopted whole (else their items
     /// were stored one by one).
     pub adopted: bool,
+    /// Of `items`, those of the Z-zone (written after the pages; at load,
+    /// stored first).
+    pub zone: u64,
 }
 
 /// The file's header.
@@ -266,6 +299,7 @@ fn write_file(cache: &Cache, out: &mut BufWriter<&mut File>) -> io::Result<WarmS
     }
     out.write_all(&END.to_le_bytes())?;
     out.write_all(&chained.to_le_bytes())?;
+    let zone = write_zone(cache, out)?;
     let crc = crc32fast::hash(&table);
     table.extend_from_slice(&crc.to_le_bytes());
     out.seek(SeekFrom::Start(table_at))?;
@@ -273,8 +307,73 @@ fn write_file(cache: &Cache, out: &mut BufWriter<&mut File>) -> io::Result<WarmS
     Ok(WarmStats {
         items: counts.curr_items,
         bytes: counts.bytes,
+        zone,
         ..WarmStats::default()
     })
+}
+
+/// The Z-zone's items, if it holds any: [`ZONE`], then v1 blocks of their
+/// records, the end marker and their count. Copied out about a block at a
+/// time under the zone's lock (`Cache::export_zone`: decoded there, live
+/// ones only) and written without it.
+///
+/// They were all evicted from the N-zone, so at load they are stored
+/// before its items, whatever their order among themselves; but not in
+/// key-hash order, the zone's own: the N-zone they pass through at load
+/// then held keys of a narrow band of hashes at a time, and the index's
+/// overflow buckets grew for them (twice the index, and 6% of the items
+/// lost, in `the_z_zone_s_items_come_back_too`). The hash space is cut
+/// into about as many ranges as the zone has leaves and visited in
+/// bit-reversed order (van der Corput's), so that any run of items read
+/// back spreads over all hashes.
+fn write_zone(cache: &Cache, out: &mut impl Write) -> io::Result<u64> {
+    let clock = cache.clock();
+    let (unix_now, now) = (clock.unix_now(), clock.now());
+    let (mut images, mut block) = (Vec::new(), Vec::with_capacity(BLOCK + ZONE_BATCH));
+    let depth = cache
+        .zone_blocks()
+        .max(1)
+        .next_power_of_two()
+        .trailing_zeros();
+    let depth = depth.min(ZONE_RANGE_BITS);
+    let mut n = 0u64;
+    for k in 0..1u64 << depth {
+        // The range's first hash: k's `depth` bits reversed, on top.
+        let (from, to) = match depth {
+            0 => (0, u64::MAX),
+            d => (k.reverse_bits(), k.reverse_bits() | u64::MAX >> d),
+        };
+        let mut at = Some(from);
+        while let Some(from) = at {
+            images.clear();
+            at = cache.export_zone(from, to, ZONE_BATCH, &mut images);
+            for image in crate::zzone::export::images(&images) {
+                let item = image_view(image, true, now);
+                let exp_unix = match item.expiry {
+                    Expiry::Never => 0,
+                    Expiry::Expired => continue,
+                    Expiry::At(t) => unix_now + i64::from(t.saturating_sub(now)),
+                };
+                if n == 0 {
+                    out.write_all(ZONE)?;
+                }
+                encode(&item, exp_unix, &mut block);
+                n += 1;
+            }
+            if block.len() >= BLOCK {
+                write_block(out, &block)?;
+                block.clear();
+            }
+        }
+    }
+    if n > 0 {
+        if !block.is_empty() {
+            write_block(out, &block)?;
+        }
+        out.write_all(&END.to_le_bytes())?;
+        out.write_all(&n.to_le_bytes())?;
+    }
+    Ok(n)
 }
 
 fn encode(item: &ItemRef<'_>, exp_unix: i64, out: &mut Vec<u8>) {
@@ -444,10 +543,20 @@ fn load_pages(cache: &Cache, file: &mut File, size: u64, map: bool) -> io::Resul
             offset: pages_at,
             items,
         };
+        let zone_at = find_zone(file, chained_at, size);
+        // The Z-zone's items were evicted from the N-zone: stored first,
+        // so that a smaller cache keeps the N-zone's. Adopted pages need
+        // an engine with nothing stored yet: then they come after.
+        if !adopt {
+            load_zone(cache, file, zone_at, size, &mut stats, &mut max_cas);
+        }
         let mut whole = match adopt {
             true => adopt_pages(cache, file, &at, map, size, &mut stats, &mut max_cas),
             false => store_pages(cache, file, &at, &mut stats, &mut max_cas),
         };
+        if adopt {
+            load_zone(cache, file, zone_at, size, &mut stats, &mut max_cas);
+        }
         if whole.is_ok() && chained_at <= size {
             whole = file
                 .seek(SeekFrom::Start(chained_at))
@@ -468,13 +577,63 @@ fn load_pages(cache: &Cache, file: &mut File, size: u64, map: bool) -> io::Resul
         cache.lock().raise_cas(max_cas);
         return Ok(stats);
     }
+    let zone_at = find_zone(file, chained_at, size);
+    let mut max_cas = 0;
+    load_zone(cache, file, zone_at, size, &mut stats, &mut max_cas);
     if file.seek(SeekFrom::Start(chained_at)).is_ok() {
-        let mut max_cas = 0;
         let mut input = BufReader::with_capacity(BLOCK, &mut *file);
         read_blocks(cache, &mut input, size, &mut stats, &mut max_cas);
-        cache.lock().raise_cas(max_cas);
     }
+    cache.lock().raise_cas(max_cas);
     Ok(stats)
+}
+
+/// Where the Z-zone's blocks start (after [`ZONE`]), if the file has
+/// them: past the chained items' blocks, which start at `chained_at`,
+/// their end marker and count. None for a file without them (written
+/// before they were, or by a server without a Z-zone) or one damaged
+/// before them.
+fn find_zone(file: &mut File, chained_at: u64, size: u64) -> Option<u64> {
+    let mut at = chained_at;
+    let mut head = [0u8; 8];
+    loop {
+        file.seek(SeekFrom::Start(at)).ok()?;
+        file.read_exact(&mut head).ok()?;
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        if len == END {
+            break;
+        }
+        at = at.checked_add(8 + u64::from(len)).filter(|&a| a <= size)?;
+    }
+    // The end marker (4 bytes) and the chained items' count (8), then the
+    // mark.
+    let mark = at + 12;
+    file.seek(SeekFrom::Start(mark)).ok()?;
+    file.read_exact(&mut head).ok()?;
+    (&head == ZONE).then_some(mark + 8)
+}
+
+/// Store the Z-zone's items from the blocks at `zone_at` (if any); a
+/// damaged block stops there, as for the chained items.
+fn load_zone(
+    cache: &Cache,
+    file: &mut File,
+    zone_at: Option<u64>,
+    size: u64,
+    stats: &mut WarmStats,
+    max_cas: &mut u64,
+) {
+    let Some(at) = zone_at else {
+        return;
+    };
+    if file.seek(SeekFrom::Start(at)).is_err() {
+        stats.damaged = true;
+        return;
+    }
+    let before = stats.items;
+    let mut input = BufReader::with_capacity(BLOCK, &mut *file);
+    read_blocks(cache, &mut input, size, stats, max_cas);
+    stats.zone += stats.items - before;
 }
 
 /// The header and its length, None if damaged.
@@ -676,6 +835,13 @@ fn store(cache: &Cache, it: &Saved<'_>, stats: &mut WarmStats, max_cas: &mut u64
     match cache.store(&req) {
         StoreOutcome::Stored { .. } => {
             stats.items += 1;
+            if stats.items.is_multiple_of(MAINTAIN_EVERY) && cache.has_zone() {
+                // What the maintainer would do meanwhile: grant the zone
+                // its pages, and train its dictionary once samples are in
+                // (without one, blocks hold fewer items than they did).
+                cache.maintain(512);
+                cache.train_zone();
+            }
             stats.bytes += (it.key.len() + it.value.len()) as u64;
             *max_cas = (*max_cas).max(it.cas);
             if it.stale {
@@ -1114,6 +1280,170 @@ mod tests {
         assert!(load(&cache(), &path).is_err());
         assert!(path.exists());
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// A cache with a Z-zone in `memory_mb` of memory.
+    fn zone_cache(memory_mb: usize) -> Cache {
+        let config = Config {
+            memory_limit: memory_mb << 20,
+            zzone: true,
+            ..Config::default()
+        };
+        Cache::new(config, Arc::new(Clock::new())).expect("cache")
+    }
+
+    /// A JSON-like value that compresses (a few times) but differs per key.
+    fn json(i: u32) -> Vec<u8> {
+        format!(
+            "{{\"id\":{i},\"name\":\"user{}\",\"mail\":\"user{}@example.com\",\
+             \"active\":{},\"score\":{:05},\"tags\":[\"a{}\",\"b{}\"],\"pad\":\"{}\"}}",
+            i % 977,
+            i % 977,
+            i.is_multiple_of(2),
+            i % 1000,
+            i % 13,
+            i % 17,
+            "x".repeat((i % 64) as usize)
+        )
+        .into_bytes()
+    }
+
+    /// Fill a zone cache past its N-zone with `n` compressible items of
+    /// every kind of field, as a server's maintainer would see it.
+    fn fill_zone(a: &Cache, n: u32) -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        for i in 0..n {
+            let key = format!("zkey:{i:08}").into_bytes();
+            let value = json(i);
+            let req = Store {
+                flags: i,
+                expiry: match i % 3 {
+                    0 => Expiry::Never,
+                    _ => a.clock().expiry(1000 + i64::from(i % 5000)),
+                },
+                cost: (i % 7 == 0).then_some(40 + i % 1000),
+                ..Store::set(&key, &value)
+            };
+            assert!(matches!(a.store(&req), StoreOutcome::Stored { .. }));
+            keys.push(key);
+            if i % 1000 == 999 {
+                a.maintain(512);
+                a.train_zone();
+            }
+        }
+        keys
+    }
+
+    /// Items (of `keys`) in the Z-zone and in all.
+    fn zone_share(c: &Cache) -> (u64, u64) {
+        let stats = c.lock().stats();
+        let zone = stats.zzone.expect("zone on").zone.items;
+        (zone, stats.curr_items)
+    }
+
+    #[test]
+    fn the_z_zone_s_items_come_back_too() {
+        let a = zone_cache(16);
+        let keys = fill_zone(&a, 150_000);
+        a.lock().validate();
+        let (zone, all) = zone_share(&a);
+        assert!(zone * 2 >= all, "the zone holds {zone} of {all} items");
+        let before = snapshot(&a, &keys);
+        let held = before.iter().flatten().count();
+        assert_eq!(held as u64, all, "every item counted is found");
+        // Peeks promote nothing: the zone still holds as many.
+        assert_eq!(zone_share(&a), (zone, all));
+        let path = temp("zone");
+        let started = std::time::Instant::now();
+        let saved = save(&a, &path).expect("save");
+        let save_secs = started.elapsed().as_secs_f64();
+        assert_eq!(saved.zone, zone, "{saved:?}");
+        let b = zone_cache(16);
+        let started = std::time::Instant::now();
+        let loaded = load(&b, &path).expect("load");
+        let load_secs = started.elapsed().as_secs_f64();
+        assert!(!loaded.damaged && !loaded.adopted, "{loaded:?}");
+        assert_eq!(loaded.zone, zone, "{loaded:?}");
+        b.lock().validate();
+        let after = snapshot(&b, &keys);
+        let mut same = 0;
+        for (k, (x, y)) in keys.iter().zip(before.iter().zip(&after)) {
+            let (Some(x), Some(y)) = (x, y) else { continue };
+            // Byte-exact values, flags, CAS, cost, stale; TTLs within the
+            // clocks' starts (tests do not tick them: see `assert_same`).
+            assert_eq!(x.0, y.0, "{}", String::from_utf8_lossy(k));
+            let apart = (a.clock().started_unix() - b.clock().started_unix()).abs();
+            assert!((x.1 - y.1).abs() <= 1 + apart, "ttl {} vs {}", x.1, y.1);
+            same += 1;
+        }
+        let (zone_b, all_b) = zone_share(&b);
+        eprintln!(
+            "zone warm restart: {same} of {held} items back ({zone} of them in the zone before, \
+             {zone_b} of {all_b} after); save {save_secs:.3} s, load {load_secs:.3} s"
+        );
+        assert!(same * 100 >= held * 99, "{same} of {held} came back");
+        // New CAS values are above every restored one.
+        let max = after.iter().flatten().map(|s| s.0 .2).max().unwrap_or(0);
+        let fresh = b.store(&Store::set(b"new", b"v"));
+        assert!(matches!(fresh, StoreOutcome::Stored { cas } if cas > max));
+    }
+
+    /// A file whose Z-zone section is damaged loads what is sound and
+    /// nothing wrong; one cut inside it too; a server without a Z-zone
+    /// loads the zone's items into its slabs.
+    #[test]
+    fn a_damaged_zone_section_loads_nothing_wrong() {
+        let a = zone_cache(16);
+        let keys = fill_zone(&a, 60_000);
+        let before = snapshot(&a, &keys);
+        let path = temp("zone-damaged");
+        let saved = save(&a, &path).expect("save");
+        assert!(saved.zone > 1000, "{saved:?}");
+        let bytes = std::fs::read(&path).expect("read");
+        let mark = bytes
+            .windows(ZONE.len())
+            .rposition(|w| w == ZONE)
+            .expect("the zone's mark");
+        let check = |b: &Cache, loaded: &WarmStats| {
+            b.lock().validate();
+            let after = snapshot(b, &keys);
+            let found = after.iter().flatten().count() as u64;
+            assert_eq!(found, loaded.items, "{loaded:?}");
+            for (x, y) in before.iter().zip(&after) {
+                if let (Some(x), Some(y)) = (x, y) {
+                    assert_eq!(x.0, y.0);
+                }
+            }
+        };
+        // (A flipped byte in the first block, the file cut inside it, its
+        // length made larger than the file.)
+        let mut flipped = bytes.clone();
+        flipped[mark + 8 + 8 + 100] ^= 0x10;
+        let cut = bytes[..mark + 8 + 5000].to_vec();
+        let mut wild = bytes.clone();
+        wild[mark + 8 + 3] = 0x7f;
+        let cases = [
+            ("a flipped byte", flipped),
+            ("a cut", cut),
+            ("a wild length", wild),
+        ];
+        for (tag, bad) in cases {
+            std::fs::write(&path, &bad).expect("write");
+            let b = zone_cache(16);
+            let loaded = load(&b, &path).expect("load");
+            assert!(
+                loaded.damaged && loaded.zone < saved.zone,
+                "{tag}: {loaded:?}"
+            );
+            check(&b, &loaded);
+        }
+        // Zone off, a larger cache: every item, in the slabs.
+        std::fs::write(&path, &bytes).expect("write");
+        let b = cache_with(64, 1.25);
+        let loaded = load(&b, &path).expect("load");
+        assert!(!loaded.damaged && loaded.zone == saved.zone, "{loaded:?}");
+        assert_eq!(loaded.items, before.iter().flatten().count() as u64);
+        check(&b, &loaded);
     }
 
     #[test]

@@ -90,6 +90,13 @@ pub trait Handler: Send {
     /// bytes at most.
     fn watch_lines(&mut self, _out: &mut Vec<u8>, _room: usize) {}
 
+    /// Whether it has output to go on with that no input asks for (an
+    /// `lru_crawler metadump` past the output's high-water mark): the
+    /// connection steps it again once the output drains, input or not.
+    fn busy(&self) -> bool {
+        false
+    }
+
     /// Whether it parks a GET whose item is on flash ([`Step::Parked`]);
     /// a handler that does not gets flash reads done in place.
     fn parks(&self) -> bool {

@@ -31,7 +31,7 @@ use std::sync::atomic::Ordering;
 use cachalot_engine::engine::{
     Arith, ArithOutcome, DeleteOutcome, Lookup, ReassignOutcome, LOOKUP_BATCH,
 };
-use cachalot_engine::{Expiry, ItemRef, Store, StoreMode, StoreOutcome};
+use cachalot_engine::{DumpAt, Expiry, ItemRef, Store, StoreMode, StoreOutcome, Tier};
 use cachalot_protocol::text::{
     self, AutomoveArg, FlushDelay, Keys, ShutdownMode, StoreKind, TextCommand, TextError,
     KEY_MAX_LENGTH, MEMCACHED_COMPAT_VERSION,
@@ -65,17 +65,18 @@ pub struct AsciiHandler {
     paused: Option<PausedGet>,
     /// Whether it has authenticated (only asked with `-Y`: `crate::auth`).
     authenticated: bool,
-    /// An `lru_crawler metadump` being written, a page at a time.
+    /// An `lru_crawler metadump` being written, a page (or a few Z-zone
+    /// blocks) at a time.
     dump: Option<Metadump>,
     /// After `watch`: the connection only receives log lines (`watch`).
     watch: Option<crate::watchers::WatchGuard>,
 }
 
-/// Where a metadump goes on: the next page, and the classes asked for
-/// (None: all).
+/// Where a metadump goes on: the next page or tier's batch, and the
+/// classes asked for (None: all).
 #[derive(Debug, Clone, Copy)]
 struct Metadump {
-    next: usize,
+    next: DumpAt,
     classes: Option<[bool; 64]>,
 }
 
@@ -155,12 +156,16 @@ impl AsciiHandler {
                 Some(wanted)
             }
         };
-        self.dump = Some(Metadump { next: 0, classes });
+        self.dump = Some(Metadump {
+            next: DumpAt::START,
+            classes,
+        });
         Some(Outcome::Done(0))
     }
 
-    /// Write the dump a page at a time until it ends (`END`; true) or the
-    /// output reaches its high-water mark (false).
+    /// Write the dump a page (or a few Z-zone blocks) at a time until it
+    /// ends (`END`; true) or the output reaches its high-water mark
+    /// (false).
     fn continue_dump(&mut self, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> bool {
         let started = ctx.cache.clock().started_unix();
         let mut items = Vec::new();
@@ -171,15 +176,17 @@ impl AsciiHandler {
             items.clear();
             let classes = d.classes;
             let wanted = |c: u32| classes.is_none_or(|w| w[c as usize % 64]);
-            match ctx.cache.metadump_page(d.next, wanted, &mut items) {
+            let next = ctx.cache.metadump_step(d.next, wanted, &mut items);
+            // The last step may bring items too: they go before `END`.
+            for it in &items {
+                write_meta_line(out, it, started);
+            }
+            match next {
                 Some(next) => d.next = next,
                 None => {
                     self.dump = None;
                     reply(out, false, "END");
                 }
-            }
-            for it in &items {
-                write_meta_line(out, it, started);
             }
         }
         true
@@ -320,6 +327,10 @@ fn is_meta(line: &[u8]) -> bool {
 impl Handler for AsciiHandler {
     fn parks(&self) -> bool {
         true
+    }
+
+    fn busy(&self) -> bool {
+        self.dump.is_some()
     }
 
     fn watching(&self) -> bool {
@@ -731,7 +742,10 @@ impl AsciiHandler {
 }
 
 /// One `lru_crawler metadump` line, as memcached writes it: the key
-/// URI-encoded, absolute times, a bare `\n`.
+/// URI-encoded, absolute times, a bare `\n`. An item outside the slabs
+/// ends with ` tier=zzone` or ` tier=flash` (docs/protocol.md: readers of
+/// memcached's lines, `memcached-tool dump` among them, match the fields
+/// they know from the start and ignore what follows).
 fn write_meta_line(out: &mut Vec<u8>, it: &cachalot_engine::MetaItem, started: i64) {
     use std::io::Write as _;
     out.extend_from_slice(b"key=");
@@ -746,7 +760,7 @@ fn write_meta_line(out: &mut Vec<u8>, it: &cachalot_engine::MetaItem, started: i
         0 => -1,
         t => started + i64::from(t),
     };
-    let _ = writeln!(
+    let _ = write!(
         out,
         " exp={exp} la={} cas={} fetch={} cls={} size={}",
         started + i64::from(it.accessed),
@@ -755,6 +769,11 @@ fn write_meta_line(out: &mut Vec<u8>, it: &cachalot_engine::MetaItem, started: i
         it.class,
         it.size
     );
+    out.extend_from_slice(match it.tier {
+        Tier::Memory => b"\n",
+        Tier::Zzone => b" tier=zzone\n",
+        Tier::Flash => b" tier=flash\n",
+    });
 }
 
 /// Append `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.

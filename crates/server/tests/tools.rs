@@ -97,6 +97,15 @@ fn metadump_walks_every_item_whatever_the_output_size() {
     assert!(lines
         .iter()
         .all(|l| l.contains(" exp=-1 ") && l.contains(" fetch=no ")));
+    // With nothing after it in the input (as memcached-tool sends it): the
+    // dump goes on each time its output drains.
+    s.write_all(b"lru_crawler metadump all\r\n").expect("send");
+    let alone = read_until(&mut s, b"END\r\n");
+    let listed = String::from_utf8_lossy(&alone)
+        .lines()
+        .filter(|l| l.starts_with("key="))
+        .count();
+    assert_eq!(listed, n, "a dump alone in its input");
     // Classes one by one, and refusals as memcached's.
     assert_eq!(
         server.ask(b"lru_crawler metadump 0\r\n", b"\r\n"),
@@ -115,4 +124,53 @@ fn metadump_walks_every_item_whatever_the_output_size() {
         off.ask(b"lru_crawler metadump all\r\n", b"\r\n"),
         b"ERROR metadump not allowed\r\n"
     );
+}
+
+#[test]
+fn metadump_lists_the_z_zone_s_items_once_and_memcached_tool_reads_them() {
+    // Compressible values in 16 MB, the Z-zone taking all it may: most of
+    // the items are in its blocks.
+    let server = Server::start(&["-m", "16", "-f", "2", "-o", "zzone=1,zzone_target=0"]);
+    let n = 100_000;
+    let mut req = Vec::new();
+    for i in 0..n {
+        let value = format!("{{\"id\":{i},\"pad\":\"{}\"}}", "xy".repeat(i % 100));
+        req.extend_from_slice(
+            format!("set zkey:{i:06} 0 0 {} noreply\r\n", value.len()).as_bytes(),
+        );
+        req.extend_from_slice(value.as_bytes());
+        req.extend_from_slice(b"\r\n");
+    }
+    fill(server.addr(), &req);
+    assert_eq!(server.stat("", "evictions"), 0, "the fill fits");
+    assert_eq!(server.stat("", "curr_items"), n as u64);
+    let in_zone = server.stat("zzone", "zzone_items");
+    assert!(in_zone as usize * 2 >= n, "only {in_zone} in the zone");
+    let mut s = server.connect();
+    s.write_all(b"lru_crawler metadump all\r\nversion\r\n")
+        .expect("send");
+    let got = read_until(&mut s, b"END\r\nVERSION ");
+    let text = String::from_utf8_lossy(&got);
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("key=")).collect();
+    let mut keys: Vec<&str> = lines
+        .iter()
+        .map(|l| l.split(' ').next().unwrap_or_default())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!((lines.len(), keys.len()), (n, n), "every item once");
+    let zoned = lines.iter().filter(|l| l.ends_with(" tier=zzone")).count();
+    assert!(
+        zoned as u64 <= in_zone && zoned as u64 + 1000 >= in_zone,
+        "{zoned} lines of the zone's {in_zone} items"
+    );
+    assert!(lines.iter().all(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.len() == 7 || (f.len() == 8 && f[7] == "tier=zzone")
+    }));
+    // memcached-tool reads every line, the zone's among them: one `add`
+    // (two lines) per item.
+    let dumped = tool(server.addr(), "dump");
+    let adds = dumped.lines().filter(|l| l.starts_with("add ")).count();
+    assert_eq!(adds, n, "memcached-tool dump");
 }

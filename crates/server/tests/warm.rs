@@ -178,19 +178,27 @@ fn compare(who: &str, before: &Items, after: &Items, down_secs: i64) -> usize {
 }
 
 /// Fill, stop with `signal`, start again and compare: (items before,
-/// items after, items that were on flash before).
+/// items after, items that were on flash before, or in the Z-zone when it
+/// stopped with `-o zzone=1`).
 fn cachalot_restart(file: &Path, extra: &[&str], signal: &str) -> (usize, usize, u64) {
+    cachalot_restart_n(file, extra, signal, ITEMS)
+}
+
+/// [`cachalot_restart`] with `n` items.
+fn cachalot_restart_n(file: &Path, extra: &[&str], signal: &str, n: usize) -> (usize, usize, u64) {
     let file = file.to_string_lossy().into_owned();
     let mut args = vec!["-m", "64", "-e", &file];
     args.extend_from_slice(extra);
     let mut first = Server::start(&args);
     // (Without a flash tier, `stats flash` is an unknown group: ERROR.)
     let flash = extra.contains(&"--flash-path");
-    fill(first.addr(), ITEMS, true, flash);
-    let before = read_all(first.addr(), ITEMS, true);
-    let flash_items = match flash {
-        true => first.stat("flash", "flash_items"),
-        false => 0,
+    fill(first.addr(), n, true, flash);
+    let before = read_all(first.addr(), n, true);
+    let zone = extra.iter().any(|a| a.contains("zzone=1"));
+    let flash_items = match (flash, zone) {
+        (true, _) => first.stat("flash", "flash_items"),
+        (false, true) => first.stat("zzone", "zzone_items"),
+        (false, false) => 0,
     };
     let started = std::time::Instant::now();
     first.signal(signal);
@@ -203,7 +211,7 @@ fn cachalot_restart(file: &Path, extra: &[&str], signal: &str) -> (usize, usize,
     );
     assert!(Path::new(&file).exists(), "nothing saved to {file}");
     let second = Server::start(&args);
-    let after = read_all(second.addr(), ITEMS, true);
+    let after = read_all(second.addr(), n, true);
     let down = started.elapsed().as_secs() as i64;
     let kept = compare("cachalot", &before, &after, down);
     // Loaded once: the file is gone, and new CAS values are above the old.
@@ -246,6 +254,28 @@ fn a_restart_keeps_the_items_as_memcached_does() {
     drop(second);
     let _ = std::fs::remove_file(&mc_file);
     let _ = std::fs::remove_file(format!("{mc_path}.meta"));
+}
+
+#[test]
+fn the_z_zone_s_items_come_back_too() {
+    // Compressible values, a Z-zone that takes all it may (90% of -m) and
+    // few slab classes (-f 2: each class keeps a 1 MB page): most items
+    // are in the Z-zone when the server stops.
+    let file = temp_path("warm-zzone");
+    let extra = ["-m", "16", "-f", "2", "-o", "zzone=1,zzone_target=0"];
+    let n = 120_000;
+    let started = Instant::now();
+    let (had, kept, in_zone) = cachalot_restart_n(&file, &extra, "TERM", n);
+    eprintln!(
+        "zzone warm restart: {kept} of {had} items back, {in_zone} of them in the zone; \
+         fill, stop, start and reads {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(had, n, "the fill fits: every item was there before");
+    assert!(
+        in_zone as usize * 2 >= had,
+        "only {in_zone} of {had} in the zone"
+    );
 }
 
 #[test]

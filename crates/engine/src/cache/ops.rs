@@ -171,6 +171,11 @@ impl Cache {
         self.lock().maintain(budget)
     }
 
+    /// Whether the Z-zone is on.
+    pub fn has_zone(&self) -> bool {
+        self.shared.zone.is_some()
+    }
+
     /// [`Engine::maintain_slices`].
     pub fn maintain_slices(&self) -> usize {
         self.lock().maintain_slices()

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Engine;
-use crate::api::{ItemRef, MetaItem};
+use crate::api::{ItemRef, MetaItem, Tier};
 use crate::clock::{Expiry, RelTime};
 use crate::cost::Learner;
 use crate::item;
@@ -210,11 +210,55 @@ impl Engine {
                         flags,
                         cas,
                     ),
+                    tier: Tier::Memory,
                 });
             }
             return Some(p + 1);
         }
         None
+    }
+
+    /// `lru_crawler metadump` of items held outside the slabs (the
+    /// Z-zone's or the flash tier's, `tier`): the live ones of the item
+    /// images `images` (back to back, as [`crate::zzone::Zone::export`]
+    /// copies them) whose class `wanted` accepts, appended to `out`. Their
+    /// class is the N-zone class each image would take (the largest class
+    /// for an image larger than every chunk).
+    pub fn metadump_images(
+        &self,
+        images: &[u8],
+        tier: Tier,
+        wanted: impl Fn(u32) -> bool,
+        out: &mut Vec<MetaItem>,
+    ) {
+        let now = self.now();
+        let cas = self.config.cas_enabled;
+        let last = self.slabs.classes.len().max(1) - 1;
+        for image in crate::zzone::export::images(images) {
+            let h = item::Header::read(image);
+            if h.exptime != 0 && h.exptime <= now {
+                continue;
+            }
+            let class = self.slabs.class_for(image.len()).unwrap_or(last) as u32 + 1;
+            if !wanted(class) {
+                continue;
+            }
+            out.push(MetaItem {
+                key: item::key(image).to_vec(),
+                exptime: h.exptime,
+                accessed: now.saturating_sub(item::atime_age(h.atime, now)),
+                cas: if cas { h.cas } else { 0 },
+                fetched: h.bits & item::FETCHED != 0,
+                class,
+                size: item::memcached_size(
+                    h.key_len as usize,
+                    h.value_len as usize,
+                    item::flags(image),
+                    cas,
+                ),
+                tier,
+            });
+        }
     }
 
     /// Warm restart (`warm::save`): call `f` with each live item of the

@@ -10,6 +10,8 @@
 //! - [`log`]: the 1 MB pages the compressed blocks are appended to.
 //! - [`stage`]: demoted items waiting for their block's rewrite, and
 //!   [`flush`], the rewrite in three steps that compress outside the lock.
+//! - [`export`]: the live items copied out a few blocks at a time, in
+//!   hash order (warm restart, `lru_crawler metadump`).
 //! - `zone`: [`Zone`], its state, budget and demotions; `read`: lookups,
 //!   under the lock and outside it ([`Copied`]); `sweep`: the replacement
 //!   sweep, compaction and shrinking; `dict`: zstd dictionaries; `desc`:
@@ -33,6 +35,7 @@ mod cell;
 pub(crate) mod config;
 mod desc;
 mod dict;
+pub mod export;
 pub mod filter;
 pub mod flush;
 pub mod log;

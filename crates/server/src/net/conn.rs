@@ -425,7 +425,10 @@ impl Conn {
 
     /// Run complete requests from the read buffer through the handler.
     fn process(&mut self, env: &mut Env<'_>, reqs: &mut usize) -> Processed {
-        if self.rpos == self.rend {
+        // A metadump goes on once its output drains, though nothing
+        // follows it in the input (`Handler::busy`).
+        let busy = self.handler.as_ref().is_some_and(|h| h.busy());
+        if self.rpos == self.rend && !busy {
             return Processed::NeedMore;
         }
         if self.wbuf.capacity() == 0 {
@@ -441,7 +444,7 @@ impl Conn {
         let parks = env.flash.is_some() && handler.parks();
         let mut result = Processed::NeedMore;
         let mut ran = false;
-        while self.rpos < self.rend {
+        while self.rpos < self.rend || handler.busy() {
             let input = &self.rbuf[self.rpos..self.rend];
             // The text handler enforces `-R` itself and counts the yield; a
             // rise of conn_yields during the step is how we learn it stopped
