@@ -342,6 +342,8 @@ struct Gen {
     /// An immediate flush happened: no delayed one may follow (see
     /// `flush_delay`).
     flushed: bool,
+    /// For the Z-zone pair: no meta `h` (see `gen_meta`).
+    zone: bool,
     steps: Vec<Step>,
 }
 
@@ -724,10 +726,13 @@ impl Gen {
                     (self.key(), None)
                 };
                 // No `h` on counters: whether incr/decr wrote a new item
-                // (which was never fetched) is memcached's timing.
+                // (which was never fetched) is memcached's timing. Nor on
+                // the Z-zone pair: a read from a block marks the item
+                // fetched only if it promotes it (docs/protocol.md).
                 let letters: &[u8] = match key {
                     Key::Counter(_) if self.readable(key) => b"vkcfsqu",
                     Key::Counter(_) => b"kcfqu", // no value, no size
+                    _ if self.zone => b"vkcfsqu",
                     _ => b"vkcfsquh",
                 };
                 self.meta_common(&mut flags, letters);
@@ -1051,6 +1056,7 @@ pub fn sequence_for(seed: u64, zone: bool) -> Seq {
         family,
         counters: [Counter::Absent; COUNTER_KEYS as usize],
         flushed: false,
+        zone,
         steps: Vec::new(),
     };
     let len = g.r.usize(5..60);
