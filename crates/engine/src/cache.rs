@@ -427,12 +427,6 @@ impl Cache {
             .atomic(page, start + 7)
             .store(head[7], Ordering::Release);
         drop(magazine);
-        // The key's Z-zone copy, if any, is stale now (`tiers_forget`).
-        // Removed before the stripe is let go: a promotion of that copy
-        // needs the stripe, and then finds this item instead.
-        if let Some(zone) = &sh.zone {
-            zone.lock().remove(h, false);
-        }
         drop(stripe);
         let outcome = StoreOutcome::Stored {
             cas: if sh.cas_enabled { cas } else { 0 },
@@ -1036,6 +1030,8 @@ mod tests {
             memory_limit: 8 << 20,
             rebalance,
             in_place_sets: true,
+            // New keys skip the engine lock only without a Z-zone.
+            zzone: false,
             ..Config::default()
         };
         Cache::new(config, Arc::new(Clock::new())).unwrap()

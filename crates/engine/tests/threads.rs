@@ -759,6 +759,8 @@ fn new_keys_race_page_moves_and_flushes() {
         in_place_sets: true,
         lockfree_inserts: true,
         rebalance: RebalancePolicy::Off,
+        // New keys skip the engine lock only without a Z-zone.
+        zzone: false,
         ..Config::default()
     };
     let clock = Arc::new(Clock::new());
