@@ -25,11 +25,8 @@ use cachalot_engine::item::{dequantize_cost, quantize_cost};
 use cachalot_engine::{Clock, Config, DeleteOutcome, Engine, EvictionPolicy, Store, StoreOutcome};
 use proptest::prelude::*;
 
-/// Values this long put ~250 items in a 1 MB page.
-const VALUE_LEN: usize = 4000;
-/// With a 10-byte key and the 16-byte header, this fills a 4128-byte chunk
-/// exactly: GD-Wheel keeps such items' trailers in side arrays.
-const FULL_LEN: usize = 4128 - 16 - 10;
+mod one_page;
+use one_page::{FULL_LEN, VALUE_LEN};
 
 /// Odd keys fill their chunk, even ones leave room (same class): both of
 /// GD-Wheel's trailer places are exercised.
@@ -139,29 +136,6 @@ fn key(k: u32) -> Vec<u8> {
     format!("key:{k:06}").into_bytes()
 }
 
-/// One-page engine with this policy; returns it and its capacity in items.
-fn one_page(eviction: EvictionPolicy) -> (Engine, usize) {
-    let clock = Arc::new(Clock::new());
-    let mut e = Engine::new(
-        Config {
-            memory_limit: 3 << 19,
-            eviction,
-            ..Config::default()
-        },
-        clock,
-    )
-    .unwrap();
-    let v = vec![b'v'; VALUE_LEN];
-    assert!(matches!(
-        e.store(&Store::set(b"probe", &v)),
-        StoreOutcome::Stored { .. }
-    ));
-    let cap = e.slab_stats()[0].chunks_per_page as usize;
-    assert_eq!(e.slab_stats()[0].chunk_size as usize, 16 + 10 + FULL_LEN);
-    assert_eq!(e.delete(b"probe", 0), DeleteOutcome::Deleted);
-    (e, cap)
-}
-
 #[derive(Clone, Copy, Debug)]
 enum Op {
     /// Look-aside read: GET, and on a miss SET with the key's cost.
@@ -181,7 +155,7 @@ struct Outcome {
 /// Run `ops` through a one-page GD-Wheel engine and the model; with
 /// `exact`, they must agree on every hit, miss and victim.
 fn run(ops: &[Op], costs: &[u32], quantised: Quantised, exact: bool) -> (Outcome, Outcome) {
-    let (mut e, cap) = one_page(EvictionPolicy::GdWheel);
+    let (mut e, cap) = one_page::one_page(EvictionPolicy::GdWheel);
     let mut m = GdPq::new(cap, quantised);
     let full = vec![b'v'; FULL_LEN];
     let (mut eo, mut mo) = (Outcome::default(), Outcome::default());
@@ -316,7 +290,7 @@ proptest! {
         cost in prop_oneof![Just(None), any::<u32>().prop_map(Some)],
         ops in proptest::collection::vec((0.0f64..1.0).prop_map(|u| (u * u * 600.0) as u32), 2500),
     ) {
-        let (mut e, cap) = one_page(EvictionPolicy::GdWheel);
+        let (mut e, cap) = one_page::one_page(EvictionPolicy::GdWheel);
         let full = vec![b'v'; FULL_LEN];
         // LRU: key -> last use, and the uses in order.
         let mut last: HashMap<u32, u64> = HashMap::new();
@@ -380,7 +354,7 @@ fn quantisation_costs_little() {
     let ratio = engine.miss_cost as f64 / exact.miss_cost as f64;
     assert!((0.97..1.03).contains(&ratio), "engine/exact = {ratio}");
     // LRU on the same requests: the one-page engine under CLOCK.
-    let (mut lru, _) = one_page(EvictionPolicy::Lru);
+    let (mut lru, _) = one_page::one_page(EvictionPolicy::Lru);
     let v = vec![b'v'; VALUE_LEN];
     let mut lru_cost = 0u64;
     for op in &ops {

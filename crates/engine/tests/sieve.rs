@@ -16,17 +16,12 @@
 //! flag), then drop the old item, then link the new one as the newest,
 //! visited if it replaced one (an overwrite is an access).
 
-use std::sync::Arc;
-
 use cachalot_engine::engine::Lookup;
-use cachalot_engine::{Clock, Config, DeleteOutcome, Engine, EvictionPolicy, Store, StoreOutcome};
+use cachalot_engine::{DeleteOutcome, EvictionPolicy, Store, StoreOutcome};
 use proptest::prelude::*;
 
-/// Values this long put ~250 items in a 1 MB page.
-const VALUE_LEN: usize = 4000;
-/// With a 10-byte key and the 16-byte header, this fills a 4128-byte chunk
-/// exactly: such items keep their queue links in side arrays.
-const FULL_LEN: usize = 4128 - 16 - 10;
+mod one_page;
+use one_page::{FULL_LEN, VALUE_LEN};
 
 /// Odd keys fill their chunk, even ones leave room (same class): both
 /// places of the links are exercised.
@@ -116,29 +111,6 @@ impl Model {
     }
 }
 
-/// One-page engine under SIEVE and its capacity in items.
-fn one_page() -> (Engine, usize) {
-    let clock = Arc::new(Clock::new());
-    let mut e = Engine::new(
-        Config {
-            memory_limit: 3 << 19,
-            eviction: EvictionPolicy::Sieve,
-            ..Config::default()
-        },
-        clock,
-    )
-    .unwrap();
-    let v = vec![b'v'; VALUE_LEN];
-    assert!(matches!(
-        e.store(&Store::set(b"probe", &v)),
-        StoreOutcome::Stored { .. }
-    ));
-    let cap = e.slab_stats()[0].chunks_per_page as usize;
-    assert_eq!(e.slab_stats()[0].chunk_size as usize, 16 + 10 + FULL_LEN);
-    assert_eq!(e.delete(b"probe", 0), DeleteOutcome::Deleted);
-    (e, cap)
-}
-
 #[derive(Clone, Copy, Debug)]
 enum Op {
     /// Look-aside read: GET, and on a miss SET.
@@ -151,7 +123,7 @@ enum Op {
 /// Run `ops` through the engine and the model: they must agree on every
 /// hit, miss and victim. Returns the misses.
 fn run(ops: &[Op], keys: u32) -> u64 {
-    let (mut e, cap) = one_page();
+    let (mut e, cap) = one_page::one_page(EvictionPolicy::Sieve);
     let mut m = Model::new(cap);
     let full = vec![b'v'; FULL_LEN];
     let mut misses = 0;
@@ -233,7 +205,7 @@ proptest! {
 /// first round no hot key misses.
 #[test]
 fn scans_do_not_flush_the_hot_set() {
-    let (mut e, cap) = one_page();
+    let (mut e, cap) = one_page::one_page(EvictionPolicy::Sieve);
     let hot = (cap / 2) as u32;
     let full = vec![b'v'; FULL_LEN];
     let mut hot_misses = 0;

@@ -80,11 +80,7 @@ fn metadump_walks_every_item_whatever_the_output_size() {
         req.extend_from_slice(b"\r\n");
     }
     fill(server.addr(), &req);
-    let mut s = server.connect();
-    s.write_all(b"lru_crawler metadump all\r\nversion\r\n")
-        .expect("send");
-    let got = read_until(&mut s, b"END\r\nVERSION ");
-    let text = String::from_utf8_lossy(&got);
+    let text = metadump_all(&server);
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("key=")).collect();
     assert_eq!(lines.len(), n, "every item once");
     let mut keys: Vec<&str> = lines
@@ -99,6 +95,7 @@ fn metadump_walks_every_item_whatever_the_output_size() {
         .all(|l| l.contains(" exp=-1 ") && l.contains(" fetch=no ")));
     // With nothing after it in the input (as memcached-tool sends it): the
     // dump goes on each time its output drains.
+    let mut s = server.connect();
     s.write_all(b"lru_crawler metadump all\r\n").expect("send");
     let alone = read_until(&mut s, b"END\r\n");
     let listed = String::from_utf8_lossy(&alone)
@@ -146,11 +143,7 @@ fn metadump_lists_the_z_zone_s_items_once_and_memcached_tool_reads_them() {
     assert_eq!(server.stat("", "curr_items"), n as u64);
     let in_zone = server.stat("zzone", "zzone_items");
     assert!(in_zone as usize * 2 >= n, "only {in_zone} in the zone");
-    let mut s = server.connect();
-    s.write_all(b"lru_crawler metadump all\r\nversion\r\n")
-        .expect("send");
-    let got = read_until(&mut s, b"END\r\nVERSION ");
-    let text = String::from_utf8_lossy(&got);
+    let text = metadump_all(&server);
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("key=")).collect();
     let mut keys: Vec<&str> = lines
         .iter()
@@ -173,4 +166,13 @@ fn metadump_lists_the_z_zone_s_items_once_and_memcached_tool_reads_them() {
     let dumped = tool(server.addr(), "dump");
     let adds = dumped.lines().filter(|l| l.starts_with("add ")).count();
     assert_eq!(adds, n, "memcached-tool dump");
+}
+
+/// `lru_crawler metadump all` with a command after it, as the text read
+/// until that command's reply.
+fn metadump_all(server: &Server) -> String {
+    let mut s = server.connect();
+    s.write_all(b"lru_crawler metadump all\r\nversion\r\n")
+        .expect("send");
+    String::from_utf8_lossy(&read_until(&mut s, b"END\r\nVERSION ")).into_owned()
 }
