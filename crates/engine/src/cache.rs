@@ -664,7 +664,7 @@ impl Cache {
                     exp == 0 || exp > now
                 });
             if read {
-                zone.lock().note_read(found.is_some());
+                zone.lock().note_read(h, found.is_some());
             }
             match found {
                 Some(image) => {

@@ -186,6 +186,15 @@ impl GhostSet {
         self.buckets[b].0[pick] = slot(fp, class, epoch);
     }
 
+    /// `class` now evicts `per_page` items per page (the window is
+    /// counted in pages of the new size from now on).
+    pub fn resize(&mut self, class: usize, per_page: u32) {
+        if let Some(c) = self.clocks.get_mut(class) {
+            c.step = (per_page / EPOCHS_PER_PAGE).max(1);
+            c.inserted = 0;
+        }
+    }
+
     /// `class` got `pages` more pages: its last `pages` pages of evicted
     /// keys would be cached now; age them by that much.
     pub fn grew(&mut self, class: usize, pages: u32) {

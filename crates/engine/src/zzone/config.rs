@@ -72,4 +72,6 @@ pub struct ZoneConfig {
     /// Bytes demoted items may fill waiting for their blocks' rewrite
     /// ([`super::stage`]) before the demoting thread rewrites them itself.
     pub stage_bytes: usize,
+    /// Bytes of the ghost of recent evictions ([`super::regret`]).
+    pub ghost_bytes: usize,
 }

@@ -16,7 +16,9 @@
 //!   under the lock and outside it ([`Copied`]); `sweep`: the replacement
 //!   sweep, compaction and shrinking; `dict`: zstd dictionaries; `desc`:
 //!   the block descriptor; `config` and `stats`: settings and counters;
-//!   `cell`: the zone behind its lock ([`ZoneCell`]).
+//!   `cell`: the zone behind its lock ([`ZoneCell`]); [`regret`]: the
+//!   keys its sweep evicted lately, which tell the split what a smaller
+//!   zone would cost.
 //!
 //! [`Zone`] puts them together: a lookup goes from the key hash to its
 //! leaf, answers from the content filter when it can, else decompresses
@@ -40,6 +42,7 @@ pub mod filter;
 pub mod flush;
 pub mod log;
 mod read;
+pub mod regret;
 pub mod split;
 pub mod stage;
 mod stats;

@@ -103,7 +103,10 @@ impl Zone {
         } else {
             let d = &self.descs[id as usize];
             if !d.content.may_contain(h) || self.pending.contains_key(&h) {
-                self.stats.filtered += u64::from(read);
+                if read {
+                    self.stats.filtered += 1;
+                    self.note_miss(h);
+                }
                 return None;
             }
             if !self.load(id) {
@@ -113,6 +116,9 @@ impl Zone {
                 Ok(Some(image)) => self.found.extend_from_slice(image),
                 _ => {
                     self.stats.false_positives += 1;
+                    if read {
+                        self.note_miss(h);
+                    }
                     return None;
                 }
             }
@@ -162,7 +168,10 @@ impl Zone {
         out.staged = false;
         let d = self.descs[id as usize];
         if !d.content.may_contain(h) || self.pending.contains_key(&h) {
-            self.stats.filtered += u64::from(read);
+            if read {
+                self.stats.filtered += 1;
+                self.note_miss(h);
+            }
             return None;
         }
         self.stats.decompressions += 1;
@@ -177,12 +186,15 @@ impl Zone {
         Some(read && self.record_read(id, h, self.bench))
     }
 
-    /// The end of a read that decoded outside the lock: whether it found
-    /// the item.
-    pub fn note_read(&mut self, found: bool) {
+    /// The end of a read of `h` that decoded outside the lock: whether it
+    /// found the item.
+    pub fn note_read(&mut self, h: u64, found: bool) {
         match found {
             true => self.stats.hits += 1,
-            false => self.stats.false_positives += 1,
+            false => {
+                self.stats.false_positives += 1;
+                self.note_miss(h);
+            }
         }
     }
 }

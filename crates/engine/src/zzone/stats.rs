@@ -33,6 +33,9 @@ pub struct ZoneStats {
     pub skipped: u64,
     /// Items the replacement sweep evicted.
     pub evictions: u64,
+    /// Client reads that missed on a key the sweep evicted within its last
+    /// step of memory (estimated from a sample: [`super::regret`]).
+    pub ghost_hits: u64,
     pub expired: u64,
     pub splits: u64,
     /// Pairs of sibling leaves joined into one block.

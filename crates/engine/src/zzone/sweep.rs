@@ -290,10 +290,15 @@ impl Zone {
         // Those the pipe takes (flash: a copy into its stage, its lock, no
         // I/O) leave the zone without leaving the cache: no evictions.
         let mut spilled = 0;
-        if let Some(pipe) = &self.spill {
-            for &i in &gone {
-                let e = entries[i];
-                spilled += u64::from(pipe.send(e.h, desc::entry(&self.work, e)));
+        for &i in &gone {
+            let e = entries[i];
+            let sent = match &self.spill {
+                Some(pipe) => pipe.send(e.h, desc::entry(&self.work, e)),
+                None => false,
+            };
+            spilled += u64::from(sent);
+            if !sent {
+                self.note_evicted(e.h);
             }
         }
         gone.sort_unstable_by(|a, b| b.cmp(a));

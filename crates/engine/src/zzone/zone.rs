@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::config::{ZoneConfig, PROBE_EVERY, PROBE_STAGE, SAMPLE_EVERY, WORTH_AGAIN, WORTH_RATIO};
 use super::desc::{Desc, Entry, MAX_RAW};
 use super::log::{Log, NOWHERE};
+use super::regret::Regret;
 use super::stage::Stage;
 use super::stats::ZoneStats;
 use super::trie::Trie;
@@ -80,6 +81,8 @@ pub struct Zone {
     /// engine has one (issue 12: items leaving memory, the Z-zone
     /// included, are admitted to flash).
     pub(super) spill: Option<Arc<dyn Pipe>>,
+    /// The keys the sweep evicted lately (built at its first eviction).
+    pub(super) regret: Option<Regret>,
 }
 
 impl Zone {
@@ -118,6 +121,7 @@ impl Zone {
             sample_bytes: 0,
             trained_at: 0,
             spill: None,
+            regret: None,
             cfg,
         }
     }
@@ -222,6 +226,7 @@ impl Zone {
             + self.pending.len() * 24
             + self.dicts.iter().flatten().map(|d| d.0.memory_bytes()).sum::<usize>()
             + self.sample_bytes
+            + self.regret.as_ref().map_or(0, Regret::memory_bytes)
         // The scratch buffers (a block or two) are a fixed overhead, as
         // the engine's own scratch and the connections' buffers are.
     }
@@ -407,6 +412,35 @@ impl Zone {
                 self.descs.push(d);
                 (self.descs.len() - 1) as u32
             }
+        }
+    }
+
+    /// The sweep evicted the item of hash `h`.
+    pub(super) fn note_evicted(&mut self, h: u64) {
+        let bytes = self.cfg.ghost_bytes;
+        self.regret
+            .get_or_insert_with(|| Regret::new(bytes))
+            .evicted(h);
+    }
+
+    /// A client's read of `h` missed the zone.
+    pub(super) fn note_miss(&mut self, h: u64) {
+        if let Some(r) = &mut self.regret {
+            self.stats.ghost_hits += r.missed(h);
+        }
+    }
+
+    /// The split gave the zone one more step of memory ([`Regret::grew`]).
+    pub(crate) fn regret_grew(&mut self) {
+        if let Some(r) = &mut self.regret {
+            r.grew();
+        }
+    }
+
+    /// Keys the zone holds in one step of the split's memory.
+    pub(crate) fn set_regret_window(&mut self, items: u64) {
+        if let Some(r) = &mut self.regret {
+            r.set_window(items);
         }
     }
 
@@ -655,6 +689,7 @@ mod tests {
             dict_samples: SAMPLES,
             sample_bytes: 1 << 20,
             stage_bytes: 2048,
+            ghost_bytes: 8 << 10,
         });
         z.set_target_pages(3);
         z
