@@ -181,9 +181,6 @@ impl Zzone {
             let at_n = dn as f64 / (dn + dz) as f64;
             let want = target as f64 / 100.0;
             if target == 0 || at_n > want + SLACK || regret > REGRET_SHARE {
-                if self.share < MAX_SHARE {
-                    zone.regret_grew();
-                }
                 self.share = (self.share + STEP).min(MAX_SHARE);
             } else if at_n < want - SLACK {
                 self.share = (self.share - STEP).max(0.0);

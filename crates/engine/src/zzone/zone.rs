@@ -430,13 +430,6 @@ impl Zone {
         }
     }
 
-    /// The split gave the zone one more step of memory ([`Regret::grew`]).
-    pub(crate) fn regret_grew(&mut self) {
-        if let Some(r) = &mut self.regret {
-            r.grew();
-        }
-    }
-
     /// Keys the zone holds in one step of the split's memory.
     pub(crate) fn set_regret_window(&mut self, items: u64) {
         if let Some(r) = &mut self.regret {
