@@ -249,6 +249,13 @@ impl Engine {
         // `write_new` stamps a new item with now: a promotion is no access
         // (meta `l` after a promotion answered 0).
         item::set_atime(self.slabs.chunk_mut(loc), hdr.atime);
+        // Nor is it a store: `total_items` and a class's `cmd_set` count
+        // the clients' (curr_items + evictions = total_items holds across
+        // the tiers when nothing is deleted), and the split counts stores
+        // as the N-zone's requests.
+        self.counters.total_items -= 1;
+        let class = self.slabs.class_of(loc);
+        self.slabs.classes[class].stats.cmd_set -= 1;
         Ok(loc)
     }
 
@@ -497,6 +504,34 @@ mod tests {
             }
         }
         e.maintain(64);
+    }
+
+    /// A promotion moves an item between tiers: not a store, so
+    /// `total_items` stays what the clients stored and `curr_items` +
+    /// `evictions` still equals it.
+    #[test]
+    fn promotions_are_not_counted_as_stores() {
+        let config = Config {
+            memory_limit: 16 << 20,
+            zzone: true,
+            ..Config::default()
+        };
+        let mut e = Engine::new(config, Arc::new(Clock::new())).unwrap();
+        fill(&mut e, 0, 1000, false);
+        assert!(e.demote_all() > 0);
+        for i in 0..1000u32 {
+            let key = format!("key:{i:09}");
+            assert!(
+                e.touch(key.as_bytes(), crate::Expiry::Never).is_some(),
+                "{key}"
+            );
+        }
+        let s = e.stats();
+        let z = s.zzone.expect("zone on").zone;
+        assert!(z.promotions >= 900, "{z:?}");
+        assert_eq!(s.total_items, 1000);
+        assert_eq!(s.curr_items + s.evictions, s.total_items);
+        e.validate();
     }
 
     fn target_pages(e: &Engine) -> u64 {
