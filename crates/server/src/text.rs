@@ -66,7 +66,7 @@ pub struct AsciiHandler {
     /// Whether it has authenticated (only asked with `-Y`: `crate::auth`).
     authenticated: bool,
     /// An `lru_crawler metadump` being written, a page (or a few Z-zone
-    /// blocks) at a time.
+    /// blocks, or flash containers) at a time.
     dump: Option<Metadump>,
     /// After `watch`: the connection only receives log lines (`watch`).
     watch: Option<crate::watchers::WatchGuard>,
@@ -163,7 +163,8 @@ impl AsciiHandler {
         Some(Outcome::Done(0))
     }
 
-    /// Write the dump a page (or a few Z-zone blocks) at a time until it
+    /// Write the dump a page (or a few Z-zone blocks, or flash
+    /// containers, read here: `Cache::metadump_step`) at a time until it
     /// ends (`END`; true) or the output reaches its high-water mark
     /// (false).
     fn continue_dump(&mut self, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> bool {

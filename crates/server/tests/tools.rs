@@ -168,6 +168,98 @@ fn metadump_lists_the_z_zone_s_items_once_and_memcached_tool_reads_them() {
     assert_eq!(adds, n, "memcached-tool dump");
 }
 
+#[test]
+fn metadump_lists_the_flash_tier_s_items_marked_and_memcached_tool_reads_them() {
+    // 8 MB of memory and a flash file: most of the items leave memory for
+    // flash.
+    let path = common::temp_path("metadump-flash");
+    let _files = FlashFiles(path.clone());
+    let ext = format!("ext_path={}:64m", path.display());
+    let server = Server::start(&["-m", "8", "-o", &ext]);
+    let n = 60_000;
+    let mut req = Vec::new();
+    for i in 0..n {
+        let value = format!(
+            "{{\"id\":{i:06},\"name\":\"user{i:06}\",\"pad\":\"{}\"}}",
+            "ab".repeat(40)
+        );
+        req.extend_from_slice(
+            format!("set fkey:{i:06} 0 0 {} noreply\r\n", value.len()).as_bytes(),
+        );
+        req.extend_from_slice(value.as_bytes());
+        req.extend_from_slice(b"\r\n");
+        if i % 5_000 == 4_999 {
+            fill(server.addr(), &req);
+            req.clear();
+            settle(&server);
+        }
+    }
+    fill(server.addr(), &req);
+    settle(&server);
+    let counts = |server: &Server| {
+        (
+            server.stat("", "curr_items"),
+            server.stat("", "extstore_objects_used"),
+            server.stat("flash", "flash_staged"),
+        )
+    };
+    let (curr, on_flash, staged) = counts(&server);
+    assert!(on_flash as usize > n / 2, "{on_flash} items on flash");
+    let text = metadump_all(&server);
+    assert_eq!(counts(&server), (curr, on_flash, staged), "the cache moved");
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("key=")).collect();
+    let mut keys: Vec<&str> = lines
+        .iter()
+        .map(|l| l.split(' ').next().unwrap_or_default())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    // `curr_items` counts every tier's items, flash's (indexed or staged)
+    // among them: each listed once.
+    assert_eq!(
+        (lines.len(), keys.len()),
+        (curr as usize, curr as usize),
+        "every item once"
+    );
+    let flashed = lines.iter().filter(|l| l.ends_with(" tier=flash")).count();
+    assert_eq!(flashed as u64, on_flash + staged, "flash's lines");
+    assert!(lines.iter().all(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.len() == 7 || (f.len() == 8 && f[7] == "tier=flash")
+    }));
+    // memcached-tool reads every line and fetches every key, flash's
+    // among them: one `add` (two lines) per item.
+    let dumped = tool(server.addr(), "dump");
+    let adds = dumped.lines().filter(|l| l.starts_with("add ")).count();
+    assert_eq!(adds, curr as usize, "memcached-tool dump");
+}
+
+/// The flash file and what the server keeps beside it, removed at the
+/// end.
+struct FlashFiles(std::path::PathBuf);
+
+impl Drop for FlashFiles {
+    fn drop(&mut self) {
+        for side in ["", ".index", ".journal", ".dict", ".memory"] {
+            let mut p = self.0.clone().into_os_string();
+            p.push(side);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Wait until the flash writer has nothing staged.
+fn settle(server: &Server) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while server.stat("flash", "flash_staged") > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still staged after 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// `lru_crawler metadump all` with a command after it, as the text read
 /// until that command's reply.
 fn metadump_all(server: &Server) -> String {

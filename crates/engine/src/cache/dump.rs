@@ -6,11 +6,17 @@
 
 use crate::api::{MetaItem, Tier};
 use crate::cache::Cache;
+use crate::flash::dump::FlashAt;
 
 /// Item bytes copied from the Z-zone per hold of its lock by a metadump
 /// (a few decoded blocks: about what a GET's block copy holds it for,
 /// times ten).
 const ZONE_DUMP_BYTES: usize = 16 << 10;
+
+/// Container bytes a metadump reads from flash per step (four flash
+/// pages: a few compressed containers, at least one), and staged item
+/// bytes it copies per hold of the stage's lock.
+const FLASH_DUMP_BYTES: usize = 16 << 10;
 
 /// Where a metadump goes on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +25,8 @@ pub enum DumpAt {
     Pages(usize),
     /// The next Z-zone key hash.
     Zone(u64),
+    /// The next flash container, or staged item.
+    Flash(FlashAt),
 }
 
 impl DumpAt {
@@ -28,11 +36,16 @@ impl DumpAt {
 
 impl Cache {
     /// One step of `lru_crawler metadump` from `at`: the live items of a
-    /// page, or of a few Z-zone blocks, whose class `wanted` accepts (ids
-    /// from 1), appended to `out`; returns where to go on, None once every
-    /// tier is done. Each item is listed once: an item is in one tier at
-    /// a time (a dump that runs while items move between tiers may, like
-    /// memcached's crawler, list a moving item twice or not at all).
+    /// page, of a few Z-zone blocks, or of a few flash containers (or
+    /// staged items), whose class `wanted` accepts (ids from 1), appended
+    /// to `out`; returns where to go on, None once every tier is done.
+    /// Each item is listed once: an item is in one tier at a time, and
+    /// one of a key memory holds too is listed from memory
+    /// (`Engine::metadump_images`); a dump that runs while items move
+    /// between tiers (or the flash writer moves them) may, like
+    /// memcached's crawler, list a moving item twice or not at all. A
+    /// flash step reads the device, holding no lock
+    /// (`crate::flash::dump`).
     pub fn metadump_step(
         &self,
         at: DumpAt,
@@ -52,7 +65,21 @@ impl Cache {
                     self.lock()
                         .metadump_images(&images, Tier::Zzone, wanted, out);
                 }
-                next.map(DumpAt::Zone)
+                match next {
+                    Some(h) => Some(DumpAt::Zone(h)),
+                    None if self.shared.flash.is_some() => Some(DumpAt::Flash(FlashAt::START)),
+                    None => None,
+                }
+            }
+            DumpAt::Flash(f) => {
+                let flash = self.shared.flash.as_ref()?;
+                let mut images = Vec::new();
+                let next = flash.dump_step(f, FLASH_DUMP_BYTES, &mut images);
+                if !images.is_empty() {
+                    self.lock()
+                        .metadump_images(&images, Tier::Flash, wanted, out);
+                }
+                next.map(DumpAt::Flash)
             }
         }
     }
@@ -109,6 +136,60 @@ mod tests {
             }
         }
         (seen, steps)
+    }
+
+    /// An item memory holds that flash holds too is listed once, from
+    /// memory (the tiers never keep both: a key written to memory leaves
+    /// flash, `Engine::tiers_forget`; the copy here is forced in).
+    #[test]
+    fn a_key_in_memory_and_on_flash_is_listed_once_from_memory() {
+        let path = std::env::temp_dir().join(format!("cachalot-dump-{}", std::process::id()));
+        let config = Config {
+            memory_limit: 8 << 20,
+            flash: Some(crate::flash::FlashConfig::new(path.clone(), 8 << 20)),
+            zzone: false,
+            ..Config::default()
+        };
+        let c = Cache::new(config, Arc::new(Clock::new())).expect("cache");
+        c.store(&Store::set(b"both", b"in memory"));
+        c.store(&Store::set(b"memory", b"only"));
+        let flash = c.shared.flash.as_ref().expect("flash is on");
+        for (cas, key, value) in [
+            (100, &b"both"[..], &b"on flash"[..]),
+            (101, b"flash", b"only"),
+        ] {
+            let mut image = vec![0u8; crate::item::total_len(key.len(), value.len(), 0)];
+            crate::item::write(
+                &mut image,
+                cas,
+                0,
+                1,
+                crate::item::LIVE,
+                0,
+                0,
+                key,
+                &[value],
+            );
+            assert!(flash.admit(crate::hash::hash(key), &image));
+        }
+        // Both staged, then both written and indexed.
+        for synced in [false, true] {
+            if synced {
+                assert!(c.flash_sync());
+            }
+            let (seen, _) = dump(&c);
+            let tier = |k: &[u8]| seen.get(k).map(|s| (s.0, s.1));
+            assert_eq!(tier(b"both"), Some((1, Tier::Memory)), "synced: {synced}");
+            assert_eq!(tier(b"memory"), Some((1, Tier::Memory)));
+            assert_eq!(tier(b"flash"), Some((1, Tier::Flash)), "synced: {synced}");
+            assert_eq!(seen.len(), 3);
+        }
+        drop(c);
+        for side in ["", ".index", ".journal", ".dict"] {
+            let mut p = path.clone().into_os_string();
+            p.push(side);
+            let _ = std::fs::remove_file(p);
+        }
     }
 
     proptest! {

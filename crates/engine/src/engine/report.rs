@@ -223,9 +223,11 @@ impl Engine {
     /// images `images` (back to back, as [`crate::zzone::Zone::export`]
     /// copies them) whose class `wanted` accepts, appended to `out`. Their
     /// class is the N-zone class each image would take (the largest class
-    /// for an image larger than every chunk).
+    /// for an image larger than every chunk). An image of a key the slabs
+    /// hold is left out: memory's copy is the newer, and the pages, walked
+    /// first, listed it.
     pub fn metadump_images(
-        &self,
+        &mut self,
         images: &[u8],
         tier: Tier,
         wanted: impl Fn(u32) -> bool,
@@ -239,12 +241,16 @@ impl Engine {
             if h.exptime != 0 && h.exptime <= now {
                 continue;
             }
+            let key = item::key(image);
+            if self.find(key, crate::hash::hash(key)).is_some() {
+                continue;
+            }
             let class = self.slabs.class_for(image.len()).unwrap_or(last) as u32 + 1;
             if !wanted(class) {
                 continue;
             }
             out.push(MetaItem {
-                key: item::key(image).to_vec(),
+                key: key.to_vec(),
                 exptime: h.exptime,
                 accessed: now.saturating_sub(item::atime_age(h.atime, now)),
                 cas: if cas { h.cas } else { 0 },

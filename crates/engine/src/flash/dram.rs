@@ -83,6 +83,20 @@ impl Dram {
         ))
     }
 
+    /// The bytes of `slab`, if it is in DRAM, and its containers' starts
+    /// then the end of the last (a walk's: `flash::dump`).
+    pub(super) fn slab(&self, slab: u32) -> Option<(&[u8], Vec<u32>)> {
+        for o in self.open.iter().flatten() {
+            if o.slab == slab {
+                let mut offsets = o.offsets.clone();
+                offsets.push(o.at as u32);
+                return Some((o.buf.as_ref(), offsets));
+            }
+        }
+        let s = self.sealing.as_ref().filter(|s| s.slab == slab)?;
+        Some((s.buf.as_ref().as_ref(), s.offsets.clone()))
+    }
+
     #[cfg(any(test, feature = "testing"))]
     pub(super) fn slabs(&self) -> impl Iterator<Item = u32> + '_ {
         self.open

@@ -21,6 +21,8 @@
 //!   appending, sealing, with its buffers and the slabs being filled in
 //!   `dram`; `gc`: the two-stage garbage collector; [`recover`]: restarts,
 //!   with the tombstone [`journal`].
+//! - [`dump`]: the tier's items for `lru_crawler metadump`, a few
+//!   containers at a time, then the stage.
 //! - [`index`]: tags and locations, no keys; the key is checked after the
 //!   read.
 //! - `tier`: [`Flash`] itself (admission, removals, the DRAM budget);
@@ -49,6 +51,7 @@ mod counters;
 pub mod device;
 pub mod dict;
 mod dram;
+pub mod dump;
 pub mod fetch;
 mod gc;
 pub mod index;

@@ -103,6 +103,28 @@ impl Stage {
         (item::key(&s.image) == key).then_some(&s.image[..])
     }
 
+    /// Copy the images of `area`'s items from sequence number `from` on
+    /// into `out`, back to back, until they come to `max_bytes` (at least
+    /// one); the sequence number to go on from, None once done (a walk's:
+    /// `flash::dump`).
+    pub fn copy_from(
+        &self,
+        area: Area,
+        from: u64,
+        max_bytes: usize,
+        out: &mut Vec<u8>,
+    ) -> Option<u64> {
+        let mut bytes = 0;
+        for (&seq, s) in self.queues[area as usize].items.range(from..) {
+            if bytes > 0 && bytes + s.image.len() > max_bytes {
+                return Some(seq);
+            }
+            bytes += s.image.len();
+            out.extend_from_slice(&s.image);
+        }
+        None
+    }
+
     /// Hand the writer the next items of `area`, oldest first, until their
     /// images come to `max_bytes` (at least one item).
     pub fn take(&mut self, area: Area, max_bytes: usize, out: &mut Vec<Taken>) {
