@@ -144,23 +144,14 @@ fn metadump_lists_the_z_zone_s_items_once_and_memcached_tool_reads_them() {
     let in_zone = server.stat("zzone", "zzone_items");
     assert!(in_zone as usize * 2 >= n, "only {in_zone} in the zone");
     let text = metadump_all(&server);
-    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("key=")).collect();
-    let mut keys: Vec<&str> = lines
-        .iter()
-        .map(|l| l.split(' ').next().unwrap_or_default())
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
-    assert_eq!((lines.len(), keys.len()), (n, n), "every item once");
+    let (lines, keys) = dump_lines(&text);
+    assert_eq!((lines.len(), keys), (n, n), "every item once");
     let zoned = lines.iter().filter(|l| l.ends_with(" tier=zzone")).count();
     assert!(
         zoned as u64 <= in_zone && zoned as u64 + 1000 >= in_zone,
         "{zoned} lines of the zone's {in_zone} items"
     );
-    assert!(lines.iter().all(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        f.len() == 7 || (f.len() == 8 && f[7] == "tier=zzone")
-    }));
+    assert!(fields_ok(&lines, "zzone"));
     // memcached-tool reads every line, the zone's among them: one `add`
     // (two lines) per item.
     let dumped = tool(server.addr(), "dump");
@@ -207,26 +198,17 @@ fn metadump_lists_the_flash_tier_s_items_marked_and_memcached_tool_reads_them() 
     assert!(on_flash as usize > n / 2, "{on_flash} items on flash");
     let text = metadump_all(&server);
     assert_eq!(counts(&server), (curr, on_flash, staged), "the cache moved");
-    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("key=")).collect();
-    let mut keys: Vec<&str> = lines
-        .iter()
-        .map(|l| l.split(' ').next().unwrap_or_default())
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
+    let (lines, keys) = dump_lines(&text);
     // `curr_items` counts every tier's items, flash's (indexed or staged)
     // among them: each listed once.
     assert_eq!(
-        (lines.len(), keys.len()),
+        (lines.len(), keys),
         (curr as usize, curr as usize),
         "every item once"
     );
     let flashed = lines.iter().filter(|l| l.ends_with(" tier=flash")).count();
     assert_eq!(flashed as u64, on_flash + staged, "flash's lines");
-    assert!(lines.iter().all(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        f.len() == 7 || (f.len() == 8 && f[7] == "tier=flash")
-    }));
+    assert!(fields_ok(&lines, "flash"));
     // memcached-tool reads every line and fetches every key, flash's
     // among them: one `add` (two lines) per item.
     let dumped = tool(server.addr(), "dump");
@@ -258,6 +240,29 @@ fn settle(server: &Server) {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// A metadump's item lines, and how many distinct keys they name.
+fn dump_lines(text: &str) -> (Vec<&str>, usize) {
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("key=")).collect();
+    let mut keys: Vec<&str> = lines
+        .iter()
+        .map(|l| l.split(' ').next().unwrap_or_default())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let distinct = keys.len();
+    (lines, distinct)
+}
+
+/// Every line has memcached's seven fields, and at most an eighth,
+/// `tier=<tier>`.
+fn fields_ok(lines: &[&str], tier: &str) -> bool {
+    let marked = format!("tier={tier}");
+    lines.iter().all(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.len() == 7 || (f.len() == 8 && f[7] == marked)
+    })
 }
 
 /// `lru_crawler metadump all` with a command after it, as the text read
