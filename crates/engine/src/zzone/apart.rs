@@ -82,6 +82,11 @@ impl Zone {
             _ => 0,
         };
         let fits = stored <= self.log.page_size() / super::config::RECORD_SHARE;
+        // Its dictionary must outlive the room made for it: a sweep may
+        // rewrite the last blocks that named it (as a flush's, `finish_block`).
+        if let Some(Some(x)) = self.dicts.get_mut(dict as usize) {
+            x.1 += 1;
+        }
         // Blocks take room the same way: a zone that does not compress
         // keeps nothing (`write_out`).
         let room = fits && self.worth_growing() && self.make_room(stored, job.now);
@@ -91,6 +96,10 @@ impl Zone {
             false => None,
         };
         let Some(loc) = loc else {
+            if let Some(Some(x)) = self.dicts.get_mut(dict as usize) {
+                x.1 -= 1;
+            }
+            self.release_dict(dict as usize);
             self.stage.remove(job.h);
             self.stats.items -= 1;
             let sent = self
@@ -120,9 +129,6 @@ impl Zone {
             added, id,
             "the record took the id its bytes were logged under"
         );
-        if let Some(Some(x)) = self.dicts.get_mut(dict as usize) {
-            x.1 += 1;
-        }
         self.stats.large_written += 1;
         self.stage.replace(job.h, make_stub(&job.image, id, tag));
         true

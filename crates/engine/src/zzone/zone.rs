@@ -1122,6 +1122,49 @@ mod tests {
         z.push(h, im, 10);
     }
 
+    /// A record's dictionary outlives the room made for it: the sweep that
+    /// makes room rewrites the last block that named an older dictionary
+    /// (with the newer one), which would otherwise retire it under the
+    /// record about to name it.
+    #[test]
+    fn a_record_keeps_its_dictionary_while_room_is_made_for_it() {
+        let train = |z: &mut Zone, seed: u16| {
+            let samples: Vec<Vec<u8>> = (0..300u16)
+                .map(|i| image(seed.wrapping_add(i), 20, 0, 0, 1))
+                .collect();
+            let d = crate::codec::train_dictionary(&samples, 4096).expect("a dictionary");
+            assert!(z.install_dictionary(d));
+        };
+        let mut z = zone(Codec::Zstd);
+        z.set_target_pages(1);
+        train(&mut z, 0);
+        let first = z.dict;
+        // The page filled with records that do not compress (no
+        // dictionary), their stubs in one block compressed with it.
+        for k in 0..5u16 {
+            demote(&mut z, k, &image(k, 12_000, 3, 0, 1));
+        }
+        z.flush_some(10, usize::MAX);
+        assert_eq!(z.stats().large_items, 5);
+        let (_, root) = z.trie.leaf_of(0);
+        assert_eq!(z.descs[root as usize].dict, first, "the stubs' block");
+        // A large item that compresses waits for the writer, which
+        // compresses it with that dictionary; a newer one comes meanwhile.
+        z.cfg.stage_bytes = 1 << 20;
+        let big = image(100, 20_000, 4, 0, 2);
+        demote(&mut z, 100, &big);
+        let mut job = z.begin_flush(10).expect("a record job");
+        job.run(&mut Coder::default(), &mut Vec::new());
+        train(&mut z, 1000);
+        assert!(z.dicts[first as usize].is_some(), "a block still names it");
+        let sweeps = z.stats().sweeps;
+        assert!(z.finish_flush(job));
+        assert!(z.stats().sweeps > sweeps, "room was made by sweeping");
+        z.validate();
+        assert!(z.get(hash(&key(100)), &key(100), 10, 0, false).is_some());
+        assert_eq!(z.found(), &big[..]);
+    }
+
     /// A record dropped alone (no room to move it as the zone shrinks:
     /// `Zone::orphan`) leaves its stub a known removal: a miss, never
     /// another item's bytes (its slot taken by a new record), counted gone
