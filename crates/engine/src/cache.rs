@@ -686,9 +686,13 @@ impl Cache {
                         let known = z.copied.found_stub().map(|s| (s, &z.raw[..]));
                         self.lock().promote_read(key, first, known);
                     }
+                    z.copied.trim(&mut z.raw);
                     Ok(r)
                 }
-                None => Err(f),
+                None => {
+                    z.copied.trim(&mut z.raw);
+                    Err(f)
+                }
             }
         })
     }

@@ -242,6 +242,13 @@ pub struct RecordCopy {
 }
 
 impl RecordCopy {
+    /// Give back its bytes if over `keep` (`super::Copied::trim`).
+    pub(super) fn trim(&mut self, keep: usize) {
+        if self.bytes.capacity() > keep {
+            self.bytes = Vec::new();
+        }
+    }
+
     /// Decode the record into `raw`: the item `stub` (of `key`) names, or
     /// None if the bytes are not it.
     pub(super) fn decode<'a>(

@@ -97,7 +97,20 @@ impl Copied {
     pub fn found_stub(&self) -> Option<Stub> {
         self.stub
     }
+
+    /// Give back a record's copy over [`KEEP`] bytes (and `raw`, the
+    /// decoded item), so that each thread that read a large item does not
+    /// hold up to `-I` twice outside `-m` until its next read.
+    pub fn trim(&mut self, raw: &mut Vec<u8>) {
+        self.record.trim(KEEP);
+        if raw.capacity() > KEEP {
+            *raw = Vec::new();
+        }
+    }
 }
+
+/// Scratch a reader keeps between reads: a block's worth and more.
+const KEEP: usize = 256 << 10;
 
 /// What a lookup under the lock does with a stub it finds.
 #[derive(Clone, Copy)]
