@@ -392,6 +392,18 @@ impl Zone {
         steps
     }
 
+    /// Where the log entry `id` (a block, or a record: [`RECORD_BIT`])
+    /// is, [`NOWHERE`] if it is gone.
+    fn loc_of(&self, id: u32) -> u32 {
+        match id & RECORD_BIT {
+            0 => self.descs[id as usize].loc,
+            _ => self
+                .records
+                .get(id & !RECORD_BIT)
+                .map_or(NOWHERE, |r| r.loc),
+        }
+    }
+
     /// Block `id`'s items leave the cache (no room to move it), and the
     /// records its stubs name with them. Decoded, so that items already
     /// counted gone (known removals) are not counted again.
@@ -430,6 +442,11 @@ impl Zone {
         });
         let last = blocks.len() <= EVACUATE_BLOCKS;
         for (id, len) in blocks.into_iter().take(EVACUATE_BLOCKS) {
+            // A record listed may have gone since, with a block dropped
+            // before it for want of room (its stub was there).
+            if self.loc_of(id) == NOWHERE {
+                continue;
+            }
             if self.log.head_room() < log::round(len) {
                 self.finish_compaction();
             }
@@ -453,13 +470,7 @@ impl Zone {
                     }
                 }
             }
-            let at = match id & RECORD_BIT {
-                0 => self.descs[id as usize].loc,
-                _ => self
-                    .records
-                    .get(id & !RECORD_BIT)
-                    .map_or(NOWHERE, |r| r.loc),
-            };
+            let at = self.loc_of(id);
             let bytes = self.log.read(at, len).to_vec();
             self.log.kill(at, len);
             let loc = self.log.append(id, &bytes).expect("room was made");
