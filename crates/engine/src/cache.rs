@@ -1090,6 +1090,42 @@ mod tests {
         c.lock().validate();
     }
 
+    /// An item stored apart is promoted whole by a GET whose reuse beats
+    /// the benchmark, from the image that GET decoded without the lock
+    /// (`Zone::get_known`), with its flags and CAS; a DELETE of one still
+    /// in the zone checks its CAS on the stub.
+    #[test]
+    fn a_large_item_is_promoted_whole_and_deleted_by_its_cas() {
+        let c = zone_cache();
+        let value: Vec<u8> = (0..150_000u32).map(|i| b'a' + (i * 7 % 13) as u8).collect();
+        let req = Store {
+            flags: 42,
+            ..Store::set(b"big", &value)
+        };
+        let StoreOutcome::Stored { cas } = c.store(&req) else {
+            panic!("stored");
+        };
+        c.store(&Store::set(b"other", &value));
+        c.store(&Store::set(b"small", b"value"));
+        assert_eq!(c.demote_all(), 3);
+        c.store(&Store::set(b"n-zone", b"v"));
+        // The benchmark: the N-zone's items (one).
+        c.maintain(64);
+        let z = |c: &Cache| c.stats().zzone.expect("zone on").zone;
+        assert_eq!((z(&c).large_items, z(&c).promotions), (2, 0));
+        // A first read, then one within the benchmark: promoted.
+        assert_eq!(get(&c, b"big"), Some((value.clone(), 42, cas)));
+        assert_eq!(get(&c, b"big"), Some((value.clone(), 42, cas)));
+        assert_eq!(z(&c).promotions, 1);
+        assert_eq!(get(&c, b"big"), Some((value.clone(), 42, cas)));
+        // A DELETE with the wrong CAS, then the right one.
+        let other = get(&c, b"other").expect("in the zone").2;
+        assert_eq!(c.delete(b"other", other + 1), crate::DeleteOutcome::Exists);
+        assert_eq!(c.delete(b"other", other), crate::DeleteOutcome::Deleted);
+        assert_eq!(get(&c, b"other"), None);
+        c.lock().validate();
+    }
+
     /// A first fetch from a Z-zone block does not promote the item by
     /// itself: a scan of the zone must not expand every item it reads.
     #[test]
