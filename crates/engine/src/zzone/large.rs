@@ -1,5 +1,7 @@
 //! Items too large for a block, stored apart (zExpander §3.1, footnote 3:
-//! "a large item is compressed alone and referenced from its block").
+//! "For KV items larger than half of a block's capacity, each of the items
+//! is compressed and stored individually, and a pointer recording its
+//! address is stored in the block where it is supposed to stay").
 //!
 //! An item over half a block's decoded capacity would split its leaf down
 //! to the trie's deepest levels. It is staged whole; the writer compresses
