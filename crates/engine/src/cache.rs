@@ -652,13 +652,16 @@ impl Cache {
             return Err(f);
         };
         let read = how.bump && how.fetch;
-        let (r, promote) = ZONE_READER.with_borrow_mut(|z| {
+        ZONE_READER.with_borrow_mut(|z| {
             let Some(promote) = zone.lock().copy_block(h, read, &mut z.copied) else {
-                return (Err(f), (false, false));
+                return Err(f);
             };
+            // An item stored apart: its record copied under the lock too,
+            // decoded without it.
+            let fetch = |stub, record: &mut _| zone.lock().copy_record(stub, record);
             let found = z
                 .copied
-                .find(&mut z.coder, &mut z.raw, h, key)
+                .find(&mut z.coder, &mut z.raw, h, key, fetch)
                 .filter(|image| {
                     let exp = item::exptime(image);
                     exp == 0 || exp > now
@@ -676,15 +679,22 @@ impl Cache {
                     // protobuf-like items). docs/protocol.md says so.
                     let first = how.fetch && item::bits(image) & item::FETCHED == 0;
                     let item = crate::api::image_view(image, self.shared.cas_enabled, now);
-                    (Ok(f(Some(item))), (promote, promote && first))
+                    let r = f(Some(item));
+                    if promote {
+                        // An item stored apart is promoted from the image
+                        // decoded here, not decoded again under the locks.
+                        let known = z.copied.found_stub().map(|s| (s, &z.raw[..]));
+                        self.lock().promote_read(key, first, known);
+                    }
+                    z.copied.trim(&mut z.raw);
+                    Ok(r)
                 }
-                None => (Err(f), (false, false)),
+                None => {
+                    z.copied.trim(&mut z.raw);
+                    Err(f)
+                }
             }
-        });
-        if let (true, fetched) = promote {
-            self.lock().promote_read(key, fetched);
-        }
-        r
+        })
     }
 
     /// A GET that missed memory: the flash tier, if on. Its stage is
@@ -1055,22 +1065,64 @@ mod tests {
         Cache::new(config, Arc::new(Clock::new())).unwrap()
     }
 
-    /// The test knob moves what the Z-zone takes into a block and leaves
-    /// the rest (here a chained value) where it was: nothing is evicted,
-    /// and both read back whole.
+    /// The test knob moves what the Z-zone takes into a block (a value
+    /// over half a block stored apart, its stub in the block) and leaves
+    /// the rest (here a chained value that, uncompressed, is more than a
+    /// record may take of a page) where it was: nothing is evicted, and
+    /// all read back whole.
     #[test]
     fn demote_all_moves_what_the_zone_takes_and_evicts_nothing() {
         let c = zone_cache();
         let big = vec![b'b'; 700 << 10];
+        let mid = vec![b'm'; 100 << 10];
         c.store(&Store::set(b"small", b"value"));
         c.store(&Store::set(b"big", &big));
-        assert_eq!(c.demote_all(), 1);
+        c.store(&Store::set(b"mid", &mid));
+        assert_eq!(c.demote_all(), 2);
         let s = c.stats();
         let z = s.zzone.expect("zone on").zone;
-        assert_eq!((z.items, z.staged, z.flushed), (1, 0, 1), "{z:?}");
-        assert_eq!((s.curr_items, s.evictions), (2, 0));
+        assert_eq!((z.items, z.staged, z.flushed), (2, 0, 2), "{z:?}");
+        assert_eq!(z.large_items, 1, "{z:?}");
+        assert_eq!((s.curr_items, s.evictions), (3, 0));
         assert_eq!(get(&c, b"small").map(|g| g.0), Some(b"value".to_vec()));
         assert_eq!(get(&c, b"big").map(|g| g.0), Some(big));
+        assert_eq!(get(&c, b"mid").map(|g| g.0), Some(mid));
+        c.lock().validate();
+    }
+
+    /// An item stored apart is promoted whole by a GET whose reuse beats
+    /// the benchmark, from the image that GET decoded without the lock
+    /// (`Zone::get_known`), with its flags and CAS; a DELETE of one still
+    /// in the zone checks its CAS on the stub.
+    #[test]
+    fn a_large_item_is_promoted_whole_and_deleted_by_its_cas() {
+        let c = zone_cache();
+        let value: Vec<u8> = (0..150_000u32).map(|i| b'a' + (i * 7 % 13) as u8).collect();
+        let req = Store {
+            flags: 42,
+            ..Store::set(b"big", &value)
+        };
+        let StoreOutcome::Stored { cas } = c.store(&req) else {
+            panic!("stored");
+        };
+        c.store(&Store::set(b"other", &value));
+        c.store(&Store::set(b"small", b"value"));
+        assert_eq!(c.demote_all(), 3);
+        c.store(&Store::set(b"n-zone", b"v"));
+        // The benchmark: the N-zone's items (one).
+        c.maintain(64);
+        let z = |c: &Cache| c.stats().zzone.expect("zone on").zone;
+        assert_eq!((z(&c).large_items, z(&c).promotions), (2, 0));
+        // A first read, then one within the benchmark: promoted.
+        assert_eq!(get(&c, b"big"), Some((value.clone(), 42, cas)));
+        assert_eq!(get(&c, b"big"), Some((value.clone(), 42, cas)));
+        assert_eq!(z(&c).promotions, 1);
+        assert_eq!(get(&c, b"big"), Some((value.clone(), 42, cas)));
+        // A DELETE with the wrong CAS, then the right one.
+        let other = get(&c, b"other").expect("in the zone").2;
+        assert_eq!(c.delete(b"other", other + 1), crate::DeleteOutcome::Exists);
+        assert_eq!(c.delete(b"other", other), crate::DeleteOutcome::Deleted);
+        assert_eq!(get(&c, b"other"), None);
         c.lock().validate();
     }
 

@@ -1388,6 +1388,115 @@ mod tests {
         assert!(matches!(fresh, StoreOutcome::Stored { cas } if cas > max));
     }
 
+    /// JSON-like text of `len` bytes, rows of [`json`] from row `i * 1000`:
+    /// compresses several times, differs per key.
+    fn big_json(i: u32, len: usize) -> Vec<u8> {
+        let mut v = b"[".to_vec();
+        let mut row = i * 1000;
+        while v.len() < len {
+            v.extend_from_slice(&json(row));
+            v.push(b',');
+            row += 1;
+        }
+        v.truncate(len);
+        v
+    }
+
+    /// Large compressible values (20 to 200 KB of JSON-like text, and two
+    /// chained ones over the 512 KB chunk) demoted to the Z-zone are stored
+    /// apart (zExpander §3.1, footnote 3) and come back whole: byte-exact
+    /// through `Cache::get` (a peek, then a GET that may promote), listed by
+    /// `lru_crawler metadump` as the zone's, and saved and loaded by a warm
+    /// restart with their flags, CAS and TTLs.
+    #[test]
+    fn large_items_in_the_z_zone_come_back_whole() {
+        use crate::api::Tier;
+        use crate::DumpAt;
+        use std::collections::HashMap;
+        let a = zone_cache(16);
+        let mut keys = Vec::new();
+        let mut values = HashMap::new();
+        for i in 0..42u32 {
+            let key = format!("big:{i:04}").into_bytes();
+            let len = match i {
+                40 => 600 << 10,
+                41 => 1000 << 10,
+                _ => 20_000 + (i as usize * 4_441) % 180_000,
+            };
+            let value = big_json(i, len);
+            let req = Store {
+                flags: i * 3,
+                expiry: match i % 2 {
+                    0 => Expiry::Never,
+                    _ => a.clock().expiry(5000 + i64::from(i)),
+                },
+                ..Store::set(&key, &value)
+            };
+            assert!(matches!(a.store(&req), StoreOutcome::Stored { .. }), "{i}");
+            values.insert(key.clone(), value);
+            keys.push(key);
+            // The maintainer grants the zone its pages as a server's does
+            // (a zone with none yet evicts what it is given: blocks and
+            // records alike).
+            a.maintain(512);
+        }
+        // Small ones beside them, in blocks.
+        keys.extend(fill_zone(&a, 2_000));
+        a.demote_all();
+        a.lock().validate();
+        let z = a.lock().stats().zzone.expect("zone on").zone;
+        assert_eq!(z.large_items, 42, "every large item stored apart: {z:?}");
+        assert!(z.large_bytes * 3 < z.large_raw_bytes, "compressed: {z:?}");
+        let before = snapshot(&a, &keys);
+        for (k, v) in &values {
+            let i = keys.iter().position(|x| x == k).expect("key");
+            let got = before[i].as_ref().expect("a large item read back");
+            assert_eq!(&got.0 .0, v, "{}", String::from_utf8_lossy(k));
+        }
+        // Still in the zone (peeks promote nothing), each listed once by
+        // a metadump, as the zone's.
+        let mut listed = HashMap::new();
+        let mut at = Some(DumpAt::START);
+        let mut items = Vec::new();
+        while let Some(here) = at {
+            items.clear();
+            at = a.metadump_step(here, |_| true, &mut items);
+            for it in &items {
+                *listed.entry(it.key.clone()).or_insert((0, it.tier)) = (0, it.tier);
+            }
+        }
+        for k in values.keys() {
+            let tier = listed.get(k).map(|l| l.1);
+            assert_eq!(tier, Some(Tier::Zzone), "{}", String::from_utf8_lossy(k));
+        }
+        // A warm restart saves and loads them whole.
+        let path = temp("zone-large");
+        let saved = save(&a, &path).expect("save");
+        assert!(saved.zone >= 42, "{saved:?}");
+        let b = zone_cache(16);
+        let loaded = load(&b, &path).expect("load");
+        assert!(!loaded.damaged, "{loaded:?}");
+        b.lock().validate();
+        let after = snapshot(&b, &keys);
+        for (k, v) in &values {
+            let i = keys.iter().position(|x| x == k).expect("key");
+            let (x, y) = (before[i].as_ref(), after[i].as_ref());
+            let y = y.expect("a large item loaded back");
+            assert_eq!(&y.0 .0, v, "{}", String::from_utf8_lossy(k));
+            assert_eq!(
+                x.map(|x| (x.0 .1, x.0 .2)),
+                Some((y.0 .1, y.0 .2)),
+                "flags, CAS"
+            );
+        }
+        // GETs that may promote read them whole too.
+        for (k, v) in &values {
+            let got = a.get(k, Lookup::GET, |it| it.map(|it| it.value.to_vec()));
+            assert_eq!(got.as_ref(), Some(v), "{}", String::from_utf8_lossy(k));
+        }
+        a.lock().validate();
+    }
+
     /// A file whose Z-zone section is damaged loads what is sound and
     /// nothing wrong; one cut inside it too; a server without a Z-zone
     /// loads the zone's items into its slabs.

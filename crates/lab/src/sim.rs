@@ -564,6 +564,8 @@ fn fill_meta(meta: &mut RunMeta, cfg: &SimConfig, sim: &Sim) {
             ("zzone_promotions", zs.promotions),
             ("zzone_demotions", zs.demotions),
             ("zzone_refused", zs.refused),
+            ("zzone_large_items", zs.large_items),
+            ("zzone_large_bytes", zs.large_bytes),
             ("zzone_evictions", zs.evictions),
             ("zzone_bytes_in", zs.raw_bytes),
             ("zzone_bytes_out", zs.stored_bytes),
@@ -632,7 +634,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     if st.contains_key("zzone_items") {
         println!(
             "zzone: {} items in {} pages ({}% of memory), {} hits, {} promotions, {} demotions, \
-             {} evictions, {} bytes in, {} out, {} metadata, benchmark {} demotions",
+             {} evictions, {} refused, {} bytes in, {} out, {} metadata, benchmark {} demotions; \
+             {} items stored apart in {} bytes",
             get("zzone_items"),
             get("zzone_pages"),
             get("zzone_share_percent"),
@@ -640,10 +643,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             get("zzone_promotions"),
             get("zzone_demotions"),
             get("zzone_evictions"),
+            get("zzone_refused"),
             get("zzone_bytes_in"),
             get("zzone_bytes_out"),
             get("zzone_metadata_bytes"),
             get("zzone_benchmark"),
+            get("zzone_large_items"),
+            get("zzone_large_bytes"),
         );
         println!(
             "zzone metadata: {} blocks, {} pending removals, trie {} B, descriptors {} B; \

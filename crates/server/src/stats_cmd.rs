@@ -449,6 +449,12 @@ fn zzone(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     stat(out, "zzone_promotions", s.promotions);
     stat(out, "zzone_demotions", s.demotions);
     stat(out, "zzone_refused", s.refused);
+    // Items stored apart from their blocks (zExpander §3.1, footnote 3):
+    // held now, their bytes stored and decoded, records written so far.
+    stat(out, "zzone_large_items", s.large_items);
+    stat(out, "zzone_large_bytes", s.large_bytes);
+    stat(out, "zzone_large_bytes_in", s.large_raw_bytes);
+    stat(out, "zzone_large_written", s.large_written);
     stat(out, "zzone_skipped", s.skipped);
     stat(out, "zzone_staged", s.staged);
     stat(out, "zzone_stage_bytes", s.stage_bytes);

@@ -29,26 +29,41 @@ use crate::chain;
 use crate::hash::hash;
 use crate::item;
 use crate::zzone::split::{DrainPace, ZzoneStats};
+use crate::zzone::Stub;
 
 impl Engine {
     /// The item at `loc` (its stripe held) leaves the N-zone: demote it to
     /// the Z-zone, or, with none or one that does not take it (too large
-    /// for a block, not worth growing, paused), to flash. False if it is
-    /// not kept (no tier below, chained, or expired); kept by the Z-zone,
-    /// it is staged, and its sweep sends it on to flash later (or evicts
-    /// it, without flash).
+    /// for it, not worth growing, paused), to flash. False if it is not
+    /// kept (no tier below, or expired; chained and not taken by the
+    /// Z-zone); kept by the Z-zone, it is staged, and its sweep sends it
+    /// on to flash later (or evicts it, without flash).
     pub(super) fn demote(&mut self, loc: u64) -> bool {
         let now = self.now();
         if self.zone.is_none() && self.flash.is_none() {
             return false;
         }
         let chunk = self.slabs.chunk(loc);
-        if chain::is_head(chunk) {
-            return false;
-        }
         let exp = item::exptime(chunk);
         if exp != 0 && exp <= now {
             return false;
+        }
+        if chain::is_head(chunk) {
+            // Over half a page, up to `-I`: the zone stores it apart
+            // (zExpander §3.1, footnote 3), its image put together here.
+            let Some(z) = self.zone.as_mut().filter(|z| !z.paused) else {
+                return false;
+            };
+            let mut zone = z.zone.lock();
+            if !zone.admits(item::stored_len(chunk)) {
+                return false;
+            }
+            let image = &mut z.image;
+            image.clear();
+            image.extend_from_slice(&chunk[..item::value_start(chunk)]);
+            chain::Value::of(&self.slabs, loc).copy_to(image);
+            zone.push(hash(item::key(chunk)), image, now);
+            return true;
         }
         let image = &chunk[..item::stored_len(chunk)];
         let h = hash(item::key(image));
@@ -65,10 +80,12 @@ impl Engine {
 
     /// Test knob (`-o zzone_demote_all`, the differential tester's): every
     /// item of the N-zone goes down the path an evicted one takes
-    /// ([`Engine::demote`]), and the stage is packed, so that the next
-    /// command reads compressed blocks. An item the Z-zone does not take
-    /// (chained, too large for a block, refused as incompressible, expired)
-    /// stays where it is: the knob moves items, it never evicts them.
+    /// ([`Engine::demote`]), and the stage is packed (large items stored
+    /// apart), so that the next command reads compressed blocks and
+    /// records. An item the Z-zone does not take (over its largest,
+    /// refused as incompressible, expired) stays where it is: the knob
+    /// moves items, it never evicts them (a record with no room in the
+    /// zone is one, as any block's items without room are).
     /// Returns the items moved. Costs a walk of the pages that hold items.
     pub fn demote_all(&mut self) -> usize {
         if self.zone.is_none() {
@@ -114,6 +131,13 @@ impl Engine {
     /// The live item of `key` in either zone: the N-zone's, else the
     /// Z-zone's, promoted (for commands that act on the item).
     pub(super) fn find_any(&mut self, key: &[u8], h: u64) -> Option<u64> {
+        self.find_any_known(key, h, None)
+    }
+
+    /// [`Engine::find_any`], given what a read without the lock decoded
+    /// of an item stored apart (`known`: its stub and image), which is
+    /// used if the zone still holds that stub (`Zone::get_known`).
+    fn find_any_known(&mut self, key: &[u8], h: u64, known: Option<(Stub, &[u8])>) -> Option<u64> {
         if let Some(loc) = self.find_live(key, h) {
             return Some(loc);
         }
@@ -121,7 +145,10 @@ impl Engine {
         let z = self.zone.as_mut()?;
         {
             let mut zone = z.zone.lock();
-            zone.get(h, key, now, 0, false)?;
+            match known {
+                Some(k) => zone.get_known(h, key, now, k),
+                None => zone.get(h, key, now, 0, false),
+            }?;
             z.image.clear();
             z.image.extend_from_slice(zone.found());
         }
@@ -174,14 +201,15 @@ impl Engine {
     /// reuse time beats the benchmark, or it was the item's first fetch
     /// (`fetched`: then it is marked fetched, as the N-zone marks an item
     /// its GET finds): promote it, unless the N-zone has the key again or
-    /// the Z-zone no longer does.
-    pub fn promote_read(&mut self, key: &[u8], fetched: bool) {
+    /// the Z-zone no longer does. `known`: the read's stub and image, if
+    /// the item was stored apart (its record is not decoded again here).
+    pub fn promote_read(&mut self, key: &[u8], fetched: bool, known: Option<(Stub, &[u8])>) {
         let h = hash(key);
         // A newer item of the key: the read was not of it.
         if self.find_live(key, h).is_some() {
             return;
         }
-        if let Some(loc) = self.find_any(key, h) {
+        if let Some(loc) = self.find_any_known(key, h, known) {
             if fetched {
                 let chunk = self.slabs.chunk_mut(loc);
                 item::set_bits(chunk, item::bits(chunk) | item::FETCHED);
@@ -458,10 +486,10 @@ impl Engine {
             return DeleteOutcome::NotFound;
         };
         let mut zone = z.zone.lock();
-        if zone.get(h, key, now, 0, false).is_none() {
+        let Some(held) = zone.cas_of(h, key, now) else {
             return DeleteOutcome::NotFound;
-        }
-        if cas != 0 && item::Header::read(zone.found()).cas != cas {
+        };
+        if cas != 0 && held != cas {
             return DeleteOutcome::Exists;
         }
         zone.remove(h, true);

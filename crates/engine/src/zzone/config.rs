@@ -43,6 +43,13 @@ pub(super) const COMPACT_STEP: usize = 2 << 10;
 pub(super) const ROOM_BLOCKS: usize = 4;
 pub(super) const MAX_SWEEPS: usize = 512;
 
+/// A record (an item stored apart, `super::large`) takes at most
+/// 1/RECORD_SHARE of a page once compressed: making room for it then needs
+/// a page three quarters empty at worst, not a whole one, which a zone of
+/// a few pages would sweep most of its items to find. Larger ones go down
+/// the zone's pipe, or are evicted.
+pub(super) const RECORD_SHARE: usize = 4;
+
 /// Dictionaries (zstd): one demoted item in [`SAMPLE_EVERY`] is kept as a
 /// training sample, up to [`SAMPLES`] of them; a dictionary of
 /// [`DICT_BYTES`] is trained once they are in, and again after every
@@ -74,4 +81,8 @@ pub struct ZoneConfig {
     pub stage_bytes: usize,
     /// Bytes of the ghost of recent evictions ([`super::regret`]).
     pub ghost_bytes: usize,
+    /// The largest item the zone takes (over half a block, it is stored
+    /// apart: `super::large`): the engine's `-I`, at most a page, so that
+    /// one staged item or one compression is never more than that.
+    pub large_bytes: usize,
 }

@@ -5,6 +5,7 @@
 //! writes or formats them without the lock and the lock is held for a
 //! bounded batch however large the zone.
 
+use super::large::stub_of;
 use super::trie::range_end;
 use super::zone::Zone;
 use crate::block;
@@ -20,7 +21,8 @@ impl Zone {
     /// (at `now`) are left out. Hashes outside the range are skipped, so
     /// ranges that cut leaves, or a trie that split or merged between two
     /// calls, list no item twice. A block that does not decode gives
-    /// nothing (its items are misses to GETs too).
+    /// nothing (its items are misses to GETs too). An item stored apart
+    /// is listed whole, its record decoded here (`super::large`).
     pub fn export(
         &mut self,
         from: u64,
@@ -37,15 +39,21 @@ impl Zone {
             exp == 0 || exp > now
         };
         let mut at = from;
+        let mut stubs = Vec::new();
+        let mut whole = Vec::new();
         let next = loop {
             let (node, id) = self.trie.leaf_of(at);
             let end = range_end(node).min(to);
             if at > end {
                 break None;
             }
-            for (_, _, image) in self.stage.items_in(at..=end, usize::MAX) {
+            stubs.clear();
+            for (_, _, image) in self.stage.items_in(at..=end, usize::MAX, false) {
                 if live(image) {
-                    out.extend_from_slice(image);
+                    match stub_of(image) {
+                        Some(s) => stubs.push((s, item::key(image).to_vec())),
+                        None => out.extend_from_slice(image),
+                    }
                 }
             }
             if self.descs[id as usize].count > 0 && self.load(id) {
@@ -56,8 +64,16 @@ impl Zone {
                         && !self.pending.contains_key(&h)
                         && live(image)
                     {
-                        out.extend_from_slice(image);
+                        match stub_of(image) {
+                            Some(s) => stubs.push((s, item::key(image).to_vec())),
+                            None => out.extend_from_slice(image),
+                        }
                     }
+                }
+            }
+            for (s, key) in &stubs {
+                if self.read_record(*s, key, &mut whole) {
+                    out.extend_from_slice(&whole);
                 }
             }
             match end.checked_add(1).filter(|_| end < to) {

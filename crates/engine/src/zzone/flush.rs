@@ -18,11 +18,18 @@
 //! until step 3. The writer thread runs the steps with the lock released
 //! between them; a demotion that finds the stage full runs all three
 //! under it.
+//!
+//! A staged item too large for a block is first stored apart the same
+//! way, in three steps (`super::large`): a job compresses it alone, and
+//! its stub takes its place in the stage, to be packed as any small item.
+//! Stubs a rewrite drops (removed, replaced, expired, or in a block that
+//! does not decode) free their records when the rewrite is swapped in.
 
 use std::sync::Arc;
 
 use super::desc::{block_len, codec_of, entry, Entry, MAX_RAW};
 use super::filter::Filter;
+use super::large::{stub_of, RecordJob, Stub};
 use super::log;
 use super::trie::{range_end, range_start, Node, MAX_DEPTH};
 use super::zone::Zone;
@@ -52,6 +59,8 @@ pub(super) struct Out {
     dict: u8,
     entropy: f64,
     tried: bool,
+    /// The stubs it holds (their records follow it).
+    stubs: Vec<Stub>,
 }
 
 /// What a job removed from the zone's count, by reason.
@@ -76,8 +85,24 @@ impl Dropped {
     }
 }
 
+/// A flush job: a leaf's rewrite, or a large item stored apart.
+pub enum Job {
+    Block(Box<BlockJob>),
+    Record(Box<RecordJob>),
+}
+
+impl Job {
+    /// Step 2, without the zone's lock.
+    pub fn run(&mut self, coder: &mut Coder, raw: &mut Vec<u8>) {
+        match self {
+            Job::Block(j) => j.run(coder, raw),
+            Job::Record(j) => j.run(coder),
+        }
+    }
+}
+
 /// One leaf's rewrite (see the module's doc).
-pub struct Job {
+pub struct BlockJob {
     ticket: u64,
     node: Node,
     id: u32,
@@ -103,12 +128,20 @@ pub struct Job {
     dropped: Dropped,
     /// Items dropped because a block outgrew a page.
     evicted: u64,
+    /// Stubs of the old blocks that it drops, and the old blocks that did
+    /// not decode: their records go when it is swapped in.
+    freed: Vec<Stub>,
+    corrupt: Vec<u32>,
 }
 
 impl Zone {
-    /// Step 1: a job for the next leaf (in hash order from the flush hand)
-    /// that has staged items. None if nothing is staged.
+    /// Step 1: a job for a large staged item to store apart, else for the
+    /// next leaf (in hash order from the flush hand) that has staged
+    /// items. None if nothing is staged.
     pub fn begin_flush(&mut self, now: u32) -> Option<Job> {
+        if let Some(j) = self.begin_record(now) {
+            return Some(Job::Record(Box::new(j)));
+        }
         let h = self.stage.next_from(self.flush_hand)?;
         let (node, id) = self.trie.leaf_of(h);
         self.flush_hand = range_end(node).wrapping_add(1);
@@ -118,7 +151,7 @@ impl Zone {
         let mut fresh = Vec::new();
         for (x, n, im) in self
             .stage
-            .items_in(range_start(node)..=range_end(node), capacity)
+            .items_in(range_start(node)..=range_end(node), capacity, true)
         {
             entries.push(Entry {
                 h: x,
@@ -153,7 +186,7 @@ impl Zone {
             Codec::Zstd => self.dict,
             _ => 0,
         };
-        Some(Job {
+        Some(Job::Block(Box::new(BlockJob {
             ticket,
             node,
             id,
@@ -174,10 +207,12 @@ impl Zone {
             out: Vec::new(),
             dropped: Dropped::default(),
             evicted: 0,
-        })
+            freed: Vec::new(),
+            corrupt: Vec::new(),
+        })))
     }
 
-    fn dict_arc(&self, slot: u8) -> Option<Arc<Dictionary>> {
+    pub(super) fn dict_arc(&self, slot: u8) -> Option<Arc<Dictionary>> {
         self.dicts
             .get(slot as usize)
             .and_then(|d| d.as_ref())
@@ -200,9 +235,17 @@ impl Zone {
         }
     }
 
-    /// Step 3: swap the job's blocks in, unless what it copied changed
-    /// meanwhile. False if it was dropped (its items stay staged).
-    pub fn finish_flush(&mut self, mut job: Job) -> bool {
+    /// Step 3: swap the job's blocks in (or store its record), unless what
+    /// it copied changed meanwhile. False if it was dropped (its items
+    /// stay staged).
+    pub fn finish_flush(&mut self, job: Job) -> bool {
+        match job {
+            Job::Block(j) => self.finish_block(*j),
+            Job::Record(j) => self.finish_record(*j),
+        }
+    }
+
+    fn finish_block(&mut self, mut job: BlockJob) -> bool {
         let Some(at) = self.tickets.iter().position(|t| t.0 == job.ticket) else {
             // The zone was cleared.
             return false;
@@ -231,6 +274,18 @@ impl Zone {
         }
         for (h, _) in job.applied_pending(span).collect::<Vec<_>>() {
             self.pending.remove(&h);
+        }
+        // Records whose stubs it dropped, or which were in a block that
+        // did not decode; and those it keeps are between blocks until
+        // their block is written (`write_out`).
+        for &id in &job.corrupt {
+            self.free_records_of(id);
+        }
+        for &s in &job.freed {
+            self.free_record(s);
+        }
+        for o in &job.out {
+            self.stubs_moving(&o.stubs);
         }
         let d = job.dropped;
         self.stats.items -= d.items + d.corrupt_items + job.evicted;
@@ -312,8 +367,12 @@ impl Zone {
         let Some(loc) = loc else {
             self.stats.refused += o.count as u64;
             self.drop_items(o.count as u64);
+            for &s in &o.stubs {
+                self.free_record(s);
+            }
             return;
         };
+        self.stubs_in(id, &o.stubs);
         let d = &mut self.descs[id as usize];
         d.loc = loc;
         d.count = o.count;
@@ -347,7 +406,7 @@ impl Zone {
     }
 }
 
-impl Job {
+impl BlockJob {
     /// The range the job rewrites: the leaf's, or with the sibling their
     /// parent's.
     fn span(&self) -> Node {
@@ -374,12 +433,16 @@ impl Job {
         self.dropped.add(leaf);
         let mine = entries.len();
         if self.old.len() > 1 {
+            let (freed, corrupt) = (self.freed.len(), self.corrupt.len());
             let sib = self.gather(1, fresh, &mut entries, coder, raw);
             if block_len(&entries) <= self.capacity * 3 / 4 {
                 self.merged = true;
                 self.dropped.add(sib);
             } else {
+                // The sibling stays as it is, its stubs too.
                 entries.truncate(mine);
+                self.freed.truncate(freed);
+                self.corrupt.truncate(corrupt);
             }
         }
         let span = self.span();
@@ -412,14 +475,21 @@ impl Job {
             debug_assert!(false, "a Z-zone block does not decode");
             dropped.corrupt_blocks += 1;
             dropped.corrupt_items += old.count;
+            let id = match which {
+                0 => self.id,
+                _ => self.sibling.map_or(self.id, |s| s.1),
+            };
+            self.corrupt.push(id);
             return dropped;
         }
         for (h, image) in block::entries(raw).into_iter().flatten().flatten() {
             let key = item::key(image);
+            let stub = stub_of(image);
             if let Ok(i) = self.pending.binary_search_by_key(&h, |p| p.0) {
                 if !self.pending[i].1 {
                     dropped.items += 1;
                 }
+                self.freed.extend(stub);
                 continue;
             }
             let work = &self.work;
@@ -428,12 +498,14 @@ impl Job {
                 .any(|e| e.h == h && item::key(entry(work, *e)) == key)
             {
                 dropped.items += 1;
+                self.freed.extend(stub);
                 continue;
             }
             let exp = item::exptime(image);
             if exp != 0 && exp <= self.now {
                 dropped.items += 1;
                 dropped.expired += 1;
+                self.freed.extend(stub);
                 continue;
             }
             entries.push(Entry {
@@ -466,9 +538,14 @@ impl Job {
                 .enumerate()
                 .max_by_key(|(_, e)| e.len)
                 .expect("an oversized block has entries");
-            entries.swap_remove(i);
+            let gone = entries.swap_remove(i);
+            self.freed.extend(stub_of(entry(&self.work, gone)));
             self.evicted += 1;
         }
+        let stubs = entries
+            .iter()
+            .filter_map(|e| stub_of(entry(&self.work, *e)))
+            .collect();
         let mut content = Filter::default();
         for e in &entries {
             content.insert(e.h);
@@ -483,6 +560,7 @@ impl Job {
             dict: 0,
             entropy: 0.0,
             tried: false,
+            stubs,
         };
         if !entries.is_empty() {
             let mut items: Vec<(u64, &[u8])> = entries

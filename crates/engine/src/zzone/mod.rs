@@ -10,6 +10,8 @@
 //! - [`log`]: the 1 MB pages the compressed blocks are appended to.
 //! - [`stage`]: demoted items waiting for their block's rewrite, and
 //!   [`flush`], the rewrite in three steps that compress outside the lock.
+//! - `large`: items over half a block stored apart, compressed alone and
+//!   named from their block by a stub (§3.1, footnote 3).
 //! - [`export`]: the live items copied out a few blocks at a time, in
 //!   hash order (warm restart, `lru_crawler metadump`).
 //! - `zone`: [`Zone`], its state, budget and demotions; `read`: lookups,
@@ -33,6 +35,7 @@
 //! between the zones with their CAS, expiry, flags and cost unchanged.
 //! Codecs and the compressibility test are in [`crate::codec`].
 
+mod apart;
 mod cell;
 pub(crate) mod config;
 mod desc;
@@ -40,6 +43,7 @@ mod dict;
 pub mod export;
 pub mod filter;
 pub mod flush;
+mod large;
 pub mod log;
 mod read;
 pub mod regret;
@@ -54,6 +58,7 @@ pub use cell::{ZoneCell, ZoneGuard};
 #[cfg(test)]
 pub(crate) use config::PROBE_STAGE;
 pub use config::{ZoneConfig, DICT_BYTES, RETRAIN_DEMOTIONS, SAMPLES, SAMPLE_EVERY, WORTH_RATIO};
+pub use large::{RecordCopy, Stub};
 pub use read::Copied;
 pub use stats::ZoneStats;
 pub use zone::Zone;

@@ -2,11 +2,14 @@
 //! block copied under it ([`Zone::copy_block`]) and decoded without it
 //! ([`Copied::find`]), so that a GET decompresses no block holding a
 //! lock the writer or other readers wait for. A read also records what
-//! the sweep and the promotion decision need (§3.3.2).
+//! the sweep and the promotion decision need (§3.3.2). An item stored
+//! apart (`super::large`) is found as a stub: its record is then read
+//! too, under the lock here, or copied under it and decoded without it.
 
 use std::sync::Arc;
 
 use super::desc::{codec_of, REUSE_TICK};
+use super::large::{stub_of, RecordCopy, Stub};
 use super::zone::Zone;
 use crate::block;
 use crate::codec::{Codec, Coder, Dictionary};
@@ -16,43 +19,108 @@ use crate::item;
 /// ([`Zone::copy_block`]).
 #[derive(Default)]
 pub struct Copied {
-    /// The block's stored bytes, or a staged item's image (`staged`).
+    /// The block's stored bytes.
     pub(super) bytes: Vec<u8>,
-    pub(super) staged: bool,
+    /// Or a staged item's image (shared with the stage: not copied).
+    pub(super) staged: Option<Arc<[u8]>>,
     pub(super) codec: Codec,
     pub(super) dict: Option<Arc<Dictionary>>,
     pub(super) raw_len: usize,
+    /// The record of a stub found, copied by `fetch` ([`Copied::find`]),
+    /// and the stub, once its record decoded.
+    record: RecordCopy,
+    stub: Option<Stub>,
 }
 
 impl Copied {
     /// Decode the block into `raw` with `coder`, and find `key` (hash `h`)
-    /// in it. None if it is not there, or the bytes do not decode.
+    /// in it. None if it is not there, or the bytes do not decode. A stub
+    /// found names a record stored apart: `fetch` copies it (under the
+    /// zone's lock: [`Zone::copy_record`]; false if it is gone), and it
+    /// is decoded into `raw` here, without the lock.
     pub fn find<'a>(
-        &self,
+        &mut self,
         coder: &mut Coder,
         raw: &'a mut Vec<u8>,
         h: u64,
         key: &[u8],
+        fetch: impl FnOnce(Stub, &mut RecordCopy) -> bool,
     ) -> Option<&'a [u8]> {
-        if self.staged {
-            if item::key(&self.bytes) != key {
-                return None;
+        self.stub = None;
+        let stub = match &self.staged {
+            Some(image) => {
+                if item::key(image) != key {
+                    return None;
+                }
+                match stub_of(image) {
+                    Some(s) => s,
+                    None => {
+                        raw.clear();
+                        raw.extend_from_slice(image);
+                        return Some(raw);
+                    }
+                }
             }
-            raw.clear();
-            raw.extend_from_slice(&self.bytes);
-            return Some(raw);
+            None => {
+                coder
+                    .decompress(
+                        self.codec,
+                        self.dict.as_deref(),
+                        &self.bytes,
+                        self.raw_len,
+                        raw,
+                    )
+                    .ok()?;
+                // Where the item is, so that `raw` is free again for a
+                // stub's record.
+                let (at, stub) = {
+                    let image = block::find(raw, h, key).ok().flatten()?;
+                    let start = image.as_ptr() as usize - raw.as_ptr() as usize;
+                    (start..start + image.len(), stub_of(image))
+                };
+                match stub {
+                    Some(s) => s,
+                    None => return Some(&raw[at]),
+                }
+            }
+        };
+        if !fetch(stub, &mut self.record) {
+            return None;
         }
-        coder
-            .decompress(
-                self.codec,
-                self.dict.as_deref(),
-                &self.bytes,
-                self.raw_len,
-                raw,
-            )
-            .ok()?;
-        block::find(raw, h, key).ok().flatten()
+        let found = self.record.decode(coder, raw, stub, key)?;
+        self.stub = Some(stub);
+        Some(found)
     }
+
+    /// The stub whose record the last [`Copied::find`] decoded, if the
+    /// item it found was stored apart (for [`Zone::get_known`]).
+    pub fn found_stub(&self) -> Option<Stub> {
+        self.stub
+    }
+
+    /// Give back a record's copy over [`KEEP`] bytes (and `raw`, the
+    /// decoded item), so that each thread that read a large item does not
+    /// hold up to `-I` twice outside `-m` until its next read.
+    pub fn trim(&mut self, raw: &mut Vec<u8>) {
+        self.record.trim(KEEP);
+        if raw.capacity() > KEEP {
+            *raw = Vec::new();
+        }
+    }
+}
+
+/// Scratch a reader keeps between reads: a block's worth and more.
+const KEEP: usize = 256 << 10;
+
+/// What a lookup under the lock does with a stub it finds.
+#[derive(Clone, Copy)]
+enum Resolve<'a> {
+    /// Decode its record.
+    Decode,
+    /// Take this image if it is this stub's (decoded without the lock).
+    Known(Stub, &'a [u8]),
+    /// Keep the stub: its header is all the caller reads.
+    Header,
 }
 
 impl Zone {
@@ -95,6 +163,59 @@ impl Zone {
     /// markers and has no clock granularity). `read`: a client read
     /// (recorded in the access filter and reuse record), else a peek.
     pub fn get(&mut self, h: u64, key: &[u8], now: u32, bench: u32, read: bool) -> Option<bool> {
+        self.lookup(h, key, now, bench, read, Resolve::Decode)
+    }
+
+    /// [`Zone::get`] as a peek, for the promotion that follows a read
+    /// without the lock: if the key's entry is still the stub that read
+    /// resolved, its image is `known`'s (decoded by that read), so that
+    /// no record is decoded again under the lock.
+    pub fn get_known(
+        &mut self,
+        h: u64,
+        key: &[u8],
+        now: u32,
+        known: (Stub, &[u8]),
+    ) -> Option<bool> {
+        self.lookup(h, key, now, 0, false, Resolve::Known(known.0, known.1))
+    }
+
+    /// The CAS of the live item of `key` (hash `h`), if the zone holds it
+    /// (a peek): an item stored apart is not decoded for it, its stub has
+    /// its header (a DELETE's check).
+    pub fn cas_of(&mut self, h: u64, key: &[u8], now: u32) -> Option<u64> {
+        self.lookup(h, key, now, 0, false, Resolve::Header)?;
+        Some(item::Header::read(&self.found).cas)
+    }
+
+    /// The entry in [`Zone::found`] is the stub `stub`: put the item there
+    /// as `how` says. False if its record is gone.
+    fn resolve(&mut self, stub: Stub, key: &[u8], how: Resolve<'_>) -> bool {
+        match how {
+            Resolve::Header => self.records.named(stub).is_some(),
+            Resolve::Known(s, image) if s == stub => {
+                self.found.clear();
+                self.found.extend_from_slice(image);
+                true
+            }
+            _ => {
+                let mut found = std::mem::take(&mut self.found);
+                let ok = self.read_record(stub, key, &mut found);
+                self.found = found;
+                ok
+            }
+        }
+    }
+
+    fn lookup(
+        &mut self,
+        h: u64,
+        key: &[u8],
+        now: u32,
+        bench: u32,
+        read: bool,
+        how: Resolve<'_>,
+    ) -> Option<bool> {
         let (_, id) = self.trie.leaf_of(h);
         self.found.clear();
         // A staged copy is the newest.
@@ -121,6 +242,13 @@ impl Zone {
                     }
                     return None;
                 }
+            }
+        }
+        // Stored apart: its record (read under the lock here: the
+        // engine's paths; plain GETs decode it without, `Copied::find`).
+        if let Some(stub) = stub_of(&self.found) {
+            if !self.resolve(stub, key, how) {
+                return None;
             }
         }
         // Expired: a miss. The item goes when its block is next rewritten
@@ -160,12 +288,10 @@ impl Zone {
     pub fn copy_block(&mut self, h: u64, read: bool, out: &mut Copied) -> Option<bool> {
         let (_, id) = self.trie.leaf_of(h);
         out.bytes.clear();
-        if let Some(image) = self.stage.get_hash(h) {
-            out.bytes.extend_from_slice(image);
-            out.staged = true;
+        out.staged = self.stage.shared(h);
+        if out.staged.is_some() {
             return Some(read && self.record_read(id, h, self.bench));
         }
-        out.staged = false;
         let d = self.descs[id as usize];
         if !d.content.may_contain(h) || self.pending.contains_key(&h) {
             if read {

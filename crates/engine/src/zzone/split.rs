@@ -124,6 +124,7 @@ impl Zzone {
                 sample_bytes: (config.memory_limit / SAMPLE_SHARE).max(64 << 10),
                 stage_bytes: (config.memory_limit / STAGE_SHARE).clamp(4 << 10, MAX_STAGE),
                 ghost_bytes: (config.memory_limit / GHOST_SHARE).clamp(8 << 10, MAX_GHOST),
+                large_bytes: config.item_size_max.min(page_size),
             }))),
             share: if config.zzone_target == 0 {
                 MAX_SHARE

@@ -7,22 +7,33 @@
 //! once the stage is full. Items of the same block that wait together are
 //! packed in one rewrite. Staged items are cached items: lookups find them
 //! here first (they are the newest copies), removals drop them.
+//!
+//! An item too large for a block (`super::large`) waits here whole until
+//! the writer has stored it apart; its image is then replaced by the
+//! stub that names the record, which is packed into its block as any
+//! small item is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
 use crate::item;
 
 /// Bytes a staged item holds beyond its image: the map's entry and the
-/// allocator's header.
-const ENTRY_OVERHEAD: usize = 48;
+/// allocator's header, and the image's reference counts (shared, so that
+/// a writer or a reader takes a large image without copying it under the
+/// zone's lock).
+const ENTRY_OVERHEAD: usize = 64;
 
 #[derive(Default)]
 pub struct Stage {
     /// Images by key hash (two keys with one 64-bit hash: the later one
     /// stays), each with the number of its push, which tells a writer
     /// whether the image it packed is still the one staged.
-    items: BTreeMap<u64, (u64, Box<[u8]>)>,
+    items: BTreeMap<u64, (u64, Arc<[u8]>)>,
+    /// The staged hashes whose images are to be stored apart, not yet
+    /// stored (a block rewrite passes them by).
+    large: BTreeSet<u64>,
     bytes: usize,
     pushes: u64,
 }
@@ -32,16 +43,49 @@ fn cost(image: &[u8]) -> usize {
 }
 
 impl Stage {
-    /// Stage `image` (key hash `h`); the image it replaces, if any.
-    pub fn push(&mut self, h: u64, image: &[u8]) -> Option<Box<[u8]>> {
-        self.bytes += cost(image);
+    /// Stage `image` (key hash `h`), to be stored apart if `large`; the
+    /// image it replaces, if any. The staged copy is marked LIVE: a stub
+    /// is told from an item by that bit (`super::large`), whatever the
+    /// image's owner left in it.
+    pub fn push(&mut self, h: u64, image: &[u8], large: bool) -> Option<Arc<[u8]>> {
+        let mut copy: Box<[u8]> = image.into();
+        let bits = item::bits(&copy) | item::LIVE;
+        item::set_bits(&mut copy, bits);
+        self.put(h, copy.into(), large)
+    }
+
+    /// Stage the stub of a large item in place of its image (a new push:
+    /// a writer that copied the image sees it changed).
+    pub(super) fn replace(&mut self, h: u64, stub: Vec<u8>) {
+        debug_assert!(self.items.contains_key(&h));
+        self.put(h, stub.into(), false);
+    }
+
+    fn put(&mut self, h: u64, image: Arc<[u8]>, large: bool) -> Option<Arc<[u8]>> {
+        self.bytes += cost(&image);
         self.pushes += 1;
-        let old = self.items.insert(h, (self.pushes, image.into()));
+        let old = self.items.insert(h, (self.pushes, image));
         let old = old.map(|o| o.1);
         if let Some(o) = &old {
             self.bytes -= cost(o);
         }
+        match large {
+            true => self.large.insert(h),
+            false => self.large.remove(&h),
+        };
         old
+    }
+
+    /// A staged image still to be stored apart: (hash, push number, image).
+    pub(super) fn next_large(&self) -> Option<(u64, u64, Arc<[u8]>)> {
+        let h = *self.large.first()?;
+        let (n, im) = self.items.get(&h)?;
+        Some((h, *n, im.clone()))
+    }
+
+    /// The staged image of hash `h`, shared (its key unchecked).
+    pub(super) fn shared(&self, h: u64) -> Option<Arc<[u8]>> {
+        self.items.get(&h).map(|(_, im)| im.clone())
     }
 
     /// The staged image of `key` (hash `h`).
@@ -60,27 +104,38 @@ impl Stage {
     }
 
     /// Drop the staged image of hash `h`, if any.
-    pub fn remove(&mut self, h: u64) -> Option<Box<[u8]>> {
+    pub fn remove(&mut self, h: u64) -> Option<Arc<[u8]>> {
         let (_, old) = self.items.remove(&h)?;
         self.bytes -= cost(&old);
+        self.large.remove(&h);
         Some(old)
     }
 
-    /// The first staged hash at or after `from` (wrapping).
+    /// The first staged hash at or after `from` (wrapping) that a block
+    /// rewrite takes (not one still to be stored apart).
     pub fn next_from(&self, from: u64) -> Option<u64> {
+        let packable = |(&h, _): (&u64, _)| (!self.large.contains(&h)).then_some(h);
         self.items
             .range(from..)
-            .next()
-            .or_else(|| self.items.iter().next())
-            .map(|(&h, _)| h)
+            .find_map(packable)
+            .or_else(|| self.items.iter().find_map(packable))
     }
 
     /// The staged items in `range` (hash, push number, image), as many as
-    /// fit `budget` bytes of images (at least one).
-    pub fn items_in(&self, range: RangeInclusive<u64>, budget: usize) -> Vec<(u64, u64, &[u8])> {
+    /// fit `budget` bytes of images (at least one); with `packable`, only
+    /// those a block rewrite takes.
+    pub fn items_in(
+        &self,
+        range: RangeInclusive<u64>,
+        budget: usize,
+        packable: bool,
+    ) -> Vec<(u64, u64, &[u8])> {
         let mut out = Vec::new();
         let mut bytes = 0;
         for (&h, (n, im)) in self.items.range(range) {
+            if packable && self.large.contains(&h) {
+                continue;
+            }
             if !out.is_empty() && bytes + im.len() > budget {
                 break;
             }
@@ -108,6 +163,10 @@ impl Stage {
     pub fn images(&self) -> impl Iterator<Item = (u64, &[u8])> {
         let bytes: usize = self.items.values().map(|(_, im)| cost(im)).sum();
         assert_eq!(bytes, self.bytes, "stage bytes");
+        assert!(
+            self.large.iter().all(|h| self.items.contains_key(h)),
+            "large items are staged"
+        );
         self.items.iter().map(|(&h, (_, im))| (h, &im[..]))
     }
 }

@@ -23,9 +23,16 @@ pub struct ZoneStats {
     pub false_positives: u64,
     pub promotions: u64,
     pub demotions: u64,
-    /// Demotions the zone had no room for, or items too large for a block
-    /// ([`super::Zone::admits`]): evicted.
+    /// Demotions the zone had no room for, or items too large for it
+    /// ([`super::Zone::admits`], a record over its share of a page):
+    /// evicted.
     pub refused: u64,
+    /// Items stored apart from their blocks (`super::large`): held now,
+    /// their stored and decoded bytes, and records written so far.
+    pub large_items: u64,
+    pub large_bytes: u64,
+    pub large_raw_bytes: u64,
+    pub large_written: u64,
     /// Items the sweep sent on to flash.
     pub spilled: u64,
     /// Demotions a zone that does not compress let go unsampled (it takes

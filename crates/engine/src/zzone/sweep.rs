@@ -6,7 +6,8 @@
 use super::config::{COMPACT_STEP, EVACUATE_BLOCKS, FILL, GENTLE_SWEEPS, MAX_SWEEPS, ROOM_BLOCKS};
 use super::desc::{self, Entry};
 use super::filter::Filter;
-use super::log;
+use super::large::{stub_of, RECORD_BIT};
+use super::log::{self, NOWHERE};
 use super::trie::{range_end, range_start, Node};
 use super::zone::Zone;
 use crate::block;
@@ -69,12 +70,14 @@ impl Zone {
                     if !known {
                         self.stats.items -= 1;
                     }
+                    self.free_record_of(image);
                     continue;
                 }
                 let exp = item::exptime(image);
                 if exp != 0 && exp <= now {
                     self.stats.items -= 1;
                     self.stats.expired += 1;
+                    self.free_record_of(image);
                     continue;
                 }
                 entries.push(Entry {
@@ -88,6 +91,7 @@ impl Zone {
         } else {
             let d = self.descs[id as usize];
             self.stats.items -= d.count as u64;
+            self.free_records_of(id);
         }
         // Removals of keys the block did not hold (filter false positives).
         let range = range_start(node)..=range_end(node);
@@ -155,6 +159,11 @@ impl Zone {
             d.count = 0;
             d.content = Filter::default();
             self.drop_items(entries.len() as u64);
+            for e in entries.iter() {
+                if let Some(stub) = stub_of(desc::entry(&self.work, *e)) {
+                    self.free_record(stub);
+                }
+            }
             return;
         }
         self.log.revive(loc, &self.packed);
@@ -242,18 +251,24 @@ impl Zone {
     /// Go on with the log's compaction (if one is in progress) by about
     /// [`COMPACT_STEP`] bytes; true once it is done.
     pub(super) fn compact_step(&mut self) -> bool {
-        let descs = &self.descs;
+        let (descs, records) = (&self.descs, &self.records);
         let mut moved = std::mem::take(&mut self.moved);
         let done = self.log.compact_step(
             COMPACT_STEP,
-            |id, loc| {
-                let d = descs.get(id as usize)?;
-                (d.loc == loc).then_some(d.stored as usize)
+            |id, loc| match id & RECORD_BIT {
+                0 => {
+                    let d = descs.get(id as usize)?;
+                    (d.loc == loc).then_some(d.stored as usize)
+                }
+                _ => records.at(id, loc),
             },
             &mut moved,
         );
         for (id, loc) in moved.drain(..) {
-            self.descs[id as usize].loc = loc;
+            match id & RECORD_BIT {
+                0 => self.descs[id as usize].loc = loc,
+                _ => self.records.moved(id, loc),
+            }
         }
         self.moved = moved;
         done
@@ -262,7 +277,8 @@ impl Zone {
     /// The replacement sweep's next step (§3.2): at the leaf under the
     /// hand, do its pending removals, drop expired items, and evict the
     /// cheaper half of the items the access filter does not name (all of
-    /// them when `force`), then clear the filter and move on.
+    /// them when `force`), then clear the filter and move on. An item
+    /// stored apart leaves with its record.
     pub fn sweep_one(&mut self, now: u32, force: bool) {
         self.stats.sweeps += 1;
         let (node, id) = self.trie.leaf_of(self.hand);
@@ -276,31 +292,57 @@ impl Zone {
         let mut entries = std::mem::take(&mut self.entries);
         entries.clear();
         self.gather(node, id, now, &mut entries);
-        let mut cold: Vec<(u8, usize)> = entries
+        let mut cold: Vec<(u8, std::cmp::Reverse<usize>, usize)> = entries
             .iter()
             .enumerate()
             .filter(|(_, e)| force || !d.access.may_contain(e.h))
-            .map(|(i, e)| (item::cost_code(self.entry(*e)), i))
+            .map(|(i, e)| {
+                let image = self.entry(*e);
+                let freed = std::cmp::Reverse(self.freed_by(image));
+                (item::cost_code(image), freed, i)
+            })
             .collect();
         // The cheaper half first (GreedyDual's order, learned or client
-        // costs), at least one.
+        // costs), at least one; of equal costs the larger first, by the
+        // bytes they free (a record's, for an item stored apart): the
+        // same miss frees more memory (GreedyDual-Size's cost per byte,
+        // without the division the cost byte's log scale does not need).
         cold.sort_unstable();
         let evict = cold.len().div_ceil(2);
-        let mut gone: Vec<usize> = cold[..evict].iter().map(|c| c.1).collect();
+        let mut gone: Vec<usize> = cold[..evict].iter().map(|c| c.2).collect();
         // Those the pipe takes (flash: a copy into its stage, its lock, no
-        // I/O) leave the zone without leaving the cache: no evictions.
+        // I/O) leave the zone without leaving the cache: no evictions. An
+        // item stored apart goes whole (its record decoded here, under the
+        // lock, as the sweep decodes its blocks), and its record is freed.
         let mut spilled = 0;
+        let mut whole = std::mem::take(&mut self.packed);
         for &i in &gone {
             let e = entries[i];
-            let sent = match &self.spill {
-                Some(pipe) => pipe.send(e.h, desc::entry(&self.work, e)),
-                None => false,
+            let stub = stub_of(desc::entry(&self.work, e));
+            let sent = match (self.spill.is_some(), stub) {
+                (true, Some(s)) => {
+                    let key = item::key(desc::entry(&self.work, e)).to_vec();
+                    self.read_record(s, &key, &mut whole)
+                        && self
+                            .spill
+                            .as_ref()
+                            .is_some_and(|pipe| pipe.send(e.h, &whole))
+                }
+                (true, None) => self
+                    .spill
+                    .as_ref()
+                    .is_some_and(|pipe| pipe.send(e.h, desc::entry(&self.work, e))),
+                (false, _) => false,
             };
             spilled += u64::from(sent);
             if !sent {
                 self.note_evicted(e.h);
             }
+            if let Some(s) = stub {
+                self.free_record(s);
+            }
         }
+        self.packed = whole;
         gone.sort_unstable_by(|a, b| b.cmp(a));
         for i in gone {
             entries.swap_remove(i);
@@ -350,18 +392,61 @@ impl Zone {
         steps
     }
 
+    /// Where the log entry `id` (a block, or a record: [`RECORD_BIT`])
+    /// is, [`NOWHERE`] if it is gone.
+    fn loc_of(&self, id: u32) -> u32 {
+        match id & RECORD_BIT {
+            0 => self.descs[id as usize].loc,
+            _ => self
+                .records
+                .get(id & !RECORD_BIT)
+                .map_or(NOWHERE, |r| r.loc),
+        }
+    }
+
+    /// Block `id`'s items leave the cache (no room to move it), and the
+    /// records its stubs name with them. Decoded, so that items already
+    /// counted gone (known removals) are not counted again.
+    pub(super) fn drop_block(&mut self, id: u32) {
+        if self.load(id) {
+            let raw = std::mem::take(&mut self.raw);
+            // `load` checked every entry.
+            for (h, image) in block::entries(&raw).into_iter().flatten().flatten() {
+                match self.pending.remove(&h) {
+                    Some(true) => {}
+                    Some(false) => self.stats.items -= 1,
+                    None => self.drop_items(1),
+                }
+                self.free_record_of(image);
+            }
+            self.raw = raw;
+        } else {
+            self.drop_items(self.descs[id as usize].count as u64);
+            self.free_records_of(id);
+        }
+        self.free_block(id);
+    }
+
     /// Move up to [`EVACUATE_BLOCKS`] of page `p`'s blocks to the head
     /// (compacting other pages for room); give `p` back once it is empty.
     /// A step at a time, so that the writer holds the zone's lock for a
     /// few blocks' copies, not a page's.
     pub(super) fn evacuate(&mut self, p: u32) {
-        let descs = &self.descs;
-        let blocks = self.log.blocks_of(p, |id, loc| {
-            let d = descs.get(id as usize)?;
-            (d.loc == loc).then_some(d.stored as usize)
+        let (descs, records) = (&self.descs, &self.records);
+        let blocks = self.log.blocks_of(p, |id, loc| match id & RECORD_BIT {
+            0 => {
+                let d = descs.get(id as usize)?;
+                (d.loc == loc).then_some(d.stored as usize)
+            }
+            _ => records.at(id, loc),
         });
         let last = blocks.len() <= EVACUATE_BLOCKS;
         for (id, len) in blocks.into_iter().take(EVACUATE_BLOCKS) {
+            // A record listed may have gone since, with a block dropped
+            // before it for want of room (its stub was there).
+            if self.loc_of(id) == NOWHERE {
+                continue;
+            }
             if self.log.head_room() < log::round(len) {
                 self.finish_compaction();
             }
@@ -372,19 +457,27 @@ impl Zone {
                     .filter(|&(_, live)| self.log.page_size() - live >= log::round(len));
                 match other {
                     Some((q, _)) => self.compact(q),
+                    None if id & RECORD_BIT != 0 => {
+                        // No room anywhere: the item stored apart goes
+                        // (its stub reads as a miss until it is dropped).
+                        self.orphan(id);
+                        continue;
+                    }
                     None => {
                         // No room anywhere: the block's items go.
-                        self.drop_items(self.descs[id as usize].count as u64);
-                        self.free_block(id);
+                        self.drop_block(id);
                         continue;
                     }
                 }
             }
-            let d = self.descs[id as usize];
-            let bytes = self.log.read(d.loc, len).to_vec();
-            self.log.kill(d.loc, len);
+            let at = self.loc_of(id);
+            let bytes = self.log.read(at, len).to_vec();
+            self.log.kill(at, len);
             let loc = self.log.append(id, &bytes).expect("room was made");
-            self.descs[id as usize].loc = loc;
+            match id & RECORD_BIT {
+                0 => self.descs[id as usize].loc = loc,
+                _ => self.records.moved(id, loc),
+            }
         }
         if last {
             self.log.release(p);

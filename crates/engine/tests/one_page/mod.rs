@@ -19,6 +19,9 @@ pub fn one_page(eviction: EvictionPolicy) -> (Engine, usize) {
         Config {
             memory_limit: 3 << 19,
             eviction,
+            // The policy's own victims: none demoted (items of this size
+            // would now be stored apart by the Z-zone, not evicted).
+            zzone: false,
             ..Config::default()
         },
         clock,

@@ -240,6 +240,8 @@ pub struct ZoneFigures {
     pub flushed: u64,
     pub hits: u64,
     pub promotions: u64,
+    /// Items stored apart from their blocks (values over half a block).
+    pub large_written: u64,
 }
 
 impl ZoneFigures {
@@ -249,6 +251,7 @@ impl ZoneFigures {
             flushed: self.flushed + o.flushed,
             hits: self.hits + o.hits,
             promotions: self.promotions + o.promotions,
+            large_written: self.large_written + o.large_written,
         }
     }
 }
@@ -273,6 +276,7 @@ pub fn zone_figures(addr: std::net::SocketAddr) -> ZoneFigures {
             "zzone_flushed" => z.flushed = n,
             "zzone_hits" => z.hits = n,
             "zzone_promotions" => z.promotions = n,
+            "zzone_large_written" => z.large_written = n,
             _ => {}
         }
     }
