@@ -44,6 +44,7 @@ use crate::rebalance::HitGate;
 use crate::shared::Shared;
 use crate::slab::split_loc;
 use crate::stripe::WriteGuard;
+use crate::zzone::WriterStep;
 
 /// Why a SET needs the engine lock after all ([`Cache::try_store`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -899,19 +900,23 @@ impl Cache {
             return false;
         };
         let now = self.clock.now();
-        let job = {
+        // Pages given back are unmapped here, without the lock.
+        let (step, _retired) = {
             let mut z = zone.lock();
-            if z.shrink_step(now) || z.room_step(now) {
-                return true;
-            }
-            z.begin_flush(now)
+            (z.writer_step(now), z.take_retired())
         };
-        let Some(mut job) = job else {
-            return false;
+        let mut job = match step {
+            WriterStep::Idle => return false,
+            WriterStep::Done => return true,
+            WriterStep::Job(job) => job,
         };
         // The rewrite's decoding and compression, without the lock.
         ZONE_READER.with_borrow_mut(|r| job.run(&mut r.coder, &mut r.raw));
-        zone.lock().finish_flush(job);
+        let _retired = {
+            let mut z = zone.lock();
+            z.finish_flush(job);
+            z.take_retired()
+        };
         true
     }
 
@@ -927,14 +932,16 @@ impl Cache {
     }
 
     /// Train a Z-zone dictionary if one is due: the samples are taken and
-    /// the dictionary installed under the engine lock, the training (tens
-    /// of milliseconds) runs without it. For the maintainer thread.
+    /// the dictionary installed under the engine lock; the training (tens
+    /// of milliseconds) and zstd's digest of it (milliseconds) run without
+    /// it. For the maintainer thread.
     pub fn train_zone(&self) {
         let Some(samples) = self.lock().zone_samples() else {
             return;
         };
         if let Some(d) = crate::codec::train_dictionary(&samples, crate::zzone::DICT_BYTES) {
-            self.lock().zone_install_dictionary(d);
+            let dict = crate::codec::Dictionary::new(1, d);
+            self.lock().zone_install_dictionary(dict);
         }
     }
 

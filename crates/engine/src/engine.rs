@@ -79,6 +79,8 @@ struct Counters {
     crawler_reclaimed: u64,
     slabs_moved: u64,
     rescues: u64,
+    /// Items `Engine::demote` kept in a tier below (a drain's work).
+    demotions: u64,
     reassign_evictions: u64,
     outofmemory: u64,
     /// GET hits per class counted here (the locked path; readers count

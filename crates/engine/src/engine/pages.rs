@@ -55,6 +55,10 @@ enum Rescue {
 /// Extra work units a rescued item counts for in a drain budget.
 const RESCUE_WORK: usize = 2;
 
+/// Page headers scanned for hot items per unit of a drain's budget (a
+/// header is a few nanoseconds, a vacated item a microsecond or so).
+const SCAN_PER_WORK: usize = 16;
+
 /// Chunks a store drains from the page in transit.
 const DRAIN_PER_STORE: usize = 8;
 
@@ -204,23 +208,14 @@ impl Engine {
         // Off the free lists: `Slabs::free` only re-lists unlisted pages.
         self.slabs.classes[from].with_free.retain(|&p| p != page);
         self.slabs.page_mut(page).listed = true;
-        // One pass over the page's headers (a few thousand loads, well
-        // under a millisecond even for 26 214 chunks) to remember its hot
-        // items.
         let bump = self.slabs.page_mut(page).bump;
-        let mut hot = vec![0u64; (bump as usize).div_ceil(64)].into_boxed_slice();
-        for c in 0..bump {
-            let loc = self.slabs.loc(page, c);
-            if self.slabs.bits(loc) & item::LIVE != 0 && self.is_hot(loc, from) {
-                hot[c as usize / 64] |= 1 << (c % 64);
-            }
-        }
         self.drain = Some(Drain {
             page,
             from,
             to,
             next: 0,
-            hot,
+            hot: vec![0u64; (bump as usize).div_ceil(64)].into_boxed_slice(),
+            scanned: 0,
         });
         true
     }
@@ -252,9 +247,24 @@ impl Engine {
             return 0;
         };
         let bump = self.slabs.page_mut(d.page).bump;
-        // Work: chunks the cursor passes plus victims a rescue evicts.
-        let mut work = 0usize;
         let budget = budget.max(1);
+        // First the page's hot items, remembered before any leaves.
+        if d.scanned < bump {
+            let n = budget.saturating_mul(SCAN_PER_WORK).min(u32::MAX as usize) as u32;
+            let end = bump.min(d.scanned.saturating_add(n));
+            for c in d.scanned..end {
+                let loc = self.slabs.loc(d.page, c);
+                if self.slabs.bits(loc) & item::LIVE != 0 && self.is_hot(loc, d.from) {
+                    d.hot[c as usize / 64] |= 1 << (c % 64);
+                }
+            }
+            d.scanned = end;
+            self.drain = Some(d);
+            return budget;
+        }
+        // Work: chunks the cursor passes plus victims a rescue evicts, and
+        // items demoted (a copy into the Z-zone's stage, its lock).
+        let mut work = 0usize;
         let start = d.next;
         while d.next < bump && work < budget {
             let loc = self.slabs.loc(d.page, d.next);
@@ -262,7 +272,7 @@ impl Engine {
             if bits & item::LIVE != 0 {
                 let hot = Some(d.was_hot(d.next));
                 let mut left = budget - work;
-                let rescues = self.counters.rescues;
+                let (rescues, demotions) = (self.counters.rescues, self.counters.demotions);
                 let gone = self.vacate(loc, d.from, d.page, hot, &mut left);
                 work = budget - left;
                 if !gone {
@@ -270,8 +280,10 @@ impl Engine {
                     break;
                 }
                 // A rescue (a victim's eviction, a copy, the index and the
-                // policy relinked) costs about three plain evictions.
+                // policy relinked) costs about three plain evictions, a
+                // demotion as much.
                 work += RESCUE_WORK * (self.counters.rescues - rescues) as usize;
+                work += RESCUE_WORK * (self.counters.demotions - demotions) as usize;
             } else if bits == item::SEGMENT {
                 self.evict_owner(loc, d.from);
             }

@@ -26,6 +26,7 @@
 use super::Engine;
 use crate::api::DeleteOutcome;
 use crate::chain;
+use crate::codec::Dictionary;
 use crate::hash::hash;
 use crate::item;
 use crate::zzone::split::{DrainPace, ZzoneStats};
@@ -63,6 +64,7 @@ impl Engine {
             image.extend_from_slice(&chunk[..item::value_start(chunk)]);
             chain::Value::of(&self.slabs, loc).copy_to(image);
             zone.push(hash(item::key(chunk)), image, now);
+            self.counters.demotions += 1;
             return true;
         }
         let image = &chunk[..item::stored_len(chunk)];
@@ -71,6 +73,7 @@ impl Engine {
             let mut zone = z.zone.lock();
             if zone.admits(image.len()) {
                 zone.push(h, image, now);
+                self.counters.demotions += 1;
                 return true;
             }
         }
@@ -406,6 +409,7 @@ impl Engine {
         match self.zone.as_mut() {
             Some(z) => {
                 z.writer = true;
+                z.zone.lock().defer_frees();
                 true
             }
             None => false,
@@ -461,9 +465,9 @@ impl Engine {
     }
 
     /// New Z-zone blocks use this dictionary (its memory counts in `-m`).
-    pub fn zone_install_dictionary(&mut self, bytes: Vec<u8>) {
+    pub fn zone_install_dictionary(&mut self, dict: Dictionary) {
         if let Some(z) = self.zone.as_mut() {
-            z.zone.lock().install_dictionary(bytes);
+            z.zone.lock().install_dictionary(dict);
             self.enforce_budget(None);
         }
     }
@@ -473,7 +477,7 @@ impl Engine {
     pub fn train_zone_now(&mut self) {
         if let Some(samples) = self.zone_samples() {
             if let Some(d) = crate::codec::train_dictionary(&samples, crate::zzone::DICT_BYTES) {
-                self.zone_install_dictionary(d);
+                self.zone_install_dictionary(Dictionary::new(1, d));
             }
         }
     }

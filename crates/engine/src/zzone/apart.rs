@@ -266,13 +266,4 @@ impl Zone {
         out.raw_len = r.raw as usize;
         true
     }
-
-    /// The stored bytes an entry's eviction frees: a stub's record's, or
-    /// the entry's own.
-    pub(super) fn freed_by(&self, image: &[u8]) -> usize {
-        match stub_of(image).and_then(|s| self.records.named(s)) {
-            Some(r) => r.stored as usize,
-            None => image.len(),
-        }
-    }
 }

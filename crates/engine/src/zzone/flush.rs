@@ -31,6 +31,7 @@ use super::desc::{block_len, codec_of, entry, Entry, MAX_RAW};
 use super::filter::Filter;
 use super::large::{stub_of, RecordJob, Stub};
 use super::log;
+use super::sweep::Sweep;
 use super::trie::{range_end, range_start, Node, MAX_DEPTH};
 use super::zone::Zone;
 use crate::block::{self, encode};
@@ -51,21 +52,21 @@ struct Old {
 /// A block a job made, for the leaf `node`.
 pub(super) struct Out {
     node: Node,
-    count: u16,
+    pub(super) count: u16,
     content: Filter,
     raw: u16,
-    packed: Vec<u8>,
+    pub(super) packed: Vec<u8>,
     codec: u8,
     dict: u8,
     entropy: f64,
     tried: bool,
     /// The stubs it holds (their records follow it).
-    stubs: Vec<Stub>,
+    pub(super) stubs: Vec<Stub>,
 }
 
 /// What a job removed from the zone's count, by reason.
 #[derive(Default, Clone, Copy)]
-struct Dropped {
+pub(super) struct Dropped {
     /// Removed, replaced or expired (counted items).
     items: u64,
     expired: u64,
@@ -76,7 +77,7 @@ struct Dropped {
 }
 
 impl Dropped {
-    fn add(&mut self, o: Dropped) {
+    pub(super) fn add(&mut self, o: Dropped) {
         self.items += o.items;
         self.expired += o.expired;
         self.corrupt_items += o.corrupt_items;
@@ -104,8 +105,8 @@ impl Job {
 /// One leaf's rewrite (see the module's doc).
 pub struct BlockJob {
     ticket: u64,
-    node: Node,
-    id: u32,
+    pub(super) node: Node,
+    pub(super) id: u32,
     /// The sibling leaf, when the two may join into one block.
     sibling: Option<(Node, u32)>,
     old: Vec<Old>,
@@ -117,21 +118,24 @@ pub struct BlockJob {
     dict_slot: u8,
     dict: Option<Arc<Dictionary>>,
     codec: Codec,
-    capacity: usize,
+    pub(super) capacity: usize,
     page_size: usize,
     now: u32,
     recognizer: Recognizer,
-    work: Vec<u8>,
-    entries: Vec<Entry>,
+    pub(super) work: Vec<u8>,
+    pub(super) entries: Vec<Entry>,
     merged: bool,
-    out: Vec<Out>,
-    dropped: Dropped,
+    pub(super) out: Vec<Out>,
+    pub(super) dropped: Dropped,
     /// Items dropped because a block outgrew a page.
     evicted: u64,
     /// Stubs of the old blocks that it drops, and the old blocks that did
     /// not decode: their records go when it is swapped in.
-    freed: Vec<Stub>,
+    pub(super) freed: Vec<Stub>,
     corrupt: Vec<u32>,
+    /// A sweep's rewrite (`super::sweep`): no staged items, the cold half
+    /// evicted, the block written back in place.
+    pub(super) sweep: Option<Sweep>,
 }
 
 impl Zone {
@@ -165,6 +169,22 @@ impl Zone {
         let sibling = self.trie.sibling_leaf(node).filter(|&(_, s)| {
             desc_raw(self, id) + desc_raw(self, s) + work.len() <= capacity * 3 / 4
         });
+        let mut job = self.job_for(node, id, sibling, now);
+        job.work = work;
+        job.entries = entries;
+        job.fresh = fresh;
+        Some(Job::Block(Box::new(job)))
+    }
+
+    /// A rewrite of leaf `node` (block `id`, and `sibling`'s when the two
+    /// may join): what it copies of the zone, and its ticket.
+    pub(super) fn job_for(
+        &mut self,
+        node: Node,
+        id: u32,
+        sibling: Option<(Node, u32)>,
+        now: u32,
+    ) -> BlockJob {
         let span = match sibling {
             Some(_) => node.parent(),
             None => node,
@@ -186,30 +206,31 @@ impl Zone {
             Codec::Zstd => self.dict,
             _ => 0,
         };
-        Some(Job::Block(Box::new(BlockJob {
+        BlockJob {
             ticket,
             node,
             id,
             sibling,
             old,
-            fresh,
+            fresh: Vec::new(),
             pending,
             dict_slot: dict,
             dict: self.dict_arc(dict),
             codec: self.cfg.codec,
-            capacity,
+            capacity: self.raw_capacity(),
             page_size: self.log.page_size(),
             now,
             recognizer: self.recognizer.clone(),
-            work,
-            entries,
+            work: Vec::new(),
+            entries: Vec::new(),
             merged: false,
             out: Vec::new(),
             dropped: Dropped::default(),
             evicted: 0,
             freed: Vec::new(),
             corrupt: Vec::new(),
-        })))
+            sweep: None,
+        }
     }
 
     pub(super) fn dict_arc(&self, slot: u8) -> Option<Arc<Dictionary>> {
@@ -284,33 +305,37 @@ impl Zone {
         for &s in &job.freed {
             self.free_record(s);
         }
-        for o in &job.out {
-            self.stubs_moving(&o.stubs);
-        }
         let d = job.dropped;
         self.stats.items -= d.items + d.corrupt_items + job.evicted;
         self.stats.expired += d.expired;
         self.stats.corrupt += d.corrupt_blocks;
         self.stats.decompressions += d.decompressions;
         self.stats.evictions += job.evicted;
-        self.stats.flushes += 1;
-        self.stats.flushed += job.fresh.len() as u64;
         // The new blocks' dictionary must outlive the old blocks' release.
         let slot = job.dict_slot as usize;
         if let Some(Some(x)) = self.dicts.get_mut(slot) {
             x.1 += 1;
         }
-        self.free_block(job.id);
-        let mut node = job.node;
-        if let (true, Some((_, sid))) = (job.merged, job.sibling) {
-            self.free_block(sid);
-            self.trie.merge(node, job.id);
-            self.free_descs.push(sid);
-            node = span;
-            self.stats.merges += 1;
+        if job.sweep.is_some() {
+            self.finish_sweep(&mut job);
+        } else {
+            for o in &job.out {
+                self.stubs_moving(&o.stubs);
+            }
+            self.stats.flushes += 1;
+            self.stats.flushed += job.fresh.len() as u64;
+            self.free_block(job.id);
+            let mut node = job.node;
+            if let (true, Some((_, sid))) = (job.merged, job.sibling) {
+                self.free_block(sid);
+                self.trie.merge(node, job.id);
+                self.free_descs.push(sid);
+                node = span;
+                self.stats.merges += 1;
+            }
+            let out = std::mem::take(&mut job.out);
+            self.install(node, job.id, &out, job.now);
         }
-        let out = std::mem::take(&mut job.out);
-        self.install(node, job.id, &out, job.now);
         if let Some(Some(x)) = self.dicts.get_mut(slot) {
             x.1 -= 1;
         }
@@ -349,15 +374,7 @@ impl Zone {
         }
         // Measured whether it is kept or not: a zone with no page (its
         // blocks do not compress) goes on measuring with the blocks it drops.
-        self.note_encoded(o.raw as usize, o.packed.len(), o.codec);
-        match o.tried {
-            true => self
-                .recognizer
-                .record(o.entropy, o.raw as usize, o.packed.len()),
-            false => {
-                self.recognizer.worth_trying(o.entropy);
-            }
-        }
+        self.note_out(o);
         // A zone whose blocks do not compress keeps none of them, so that
         // its last page empties (`Zone::shrink`; `config::PROBE_EVERY`).
         let loc = match self.worth_growing() && self.make_room(o.packed.len(), now) {
@@ -373,6 +390,24 @@ impl Zone {
             return;
         };
         self.stubs_in(id, &o.stubs);
+        self.place(id, loc, o);
+    }
+
+    /// A block was made: the codec's counts and the recognizer's.
+    pub(super) fn note_out(&mut self, o: &Out) {
+        self.note_encoded(o.raw as usize, o.packed.len(), o.codec);
+        match o.tried {
+            true => self
+                .recognizer
+                .record(o.entropy, o.raw as usize, o.packed.len()),
+            false => {
+                self.recognizer.worth_trying(o.entropy);
+            }
+        }
+    }
+
+    /// Block `o`, just written at `loc`, is block `id` (empty).
+    pub(super) fn place(&mut self, id: u32, loc: u32, o: &Out) {
         let d = &mut self.descs[id as usize];
         d.loc = loc;
         d.count = o.count;
@@ -427,6 +462,9 @@ impl BlockJob {
 
     /// Step 2, without the zone's lock: build the new blocks.
     pub fn run(&mut self, coder: &mut Coder, raw: &mut Vec<u8>) {
+        if self.sweep.is_some() {
+            return self.run_sweep(coder, raw);
+        }
         let fresh = self.entries.len();
         let mut entries = std::mem::take(&mut self.entries);
         let leaf = self.gather(0, fresh, &mut entries, coder, raw);
@@ -452,7 +490,7 @@ impl BlockJob {
     /// Add old block `which`'s surviving entries to `entries`: removed
     /// (pending), replaced (a fresh entry of the same key) and expired ones
     /// are dropped.
-    fn gather(
+    pub(super) fn gather(
         &mut self,
         which: usize,
         fresh: usize,
@@ -520,7 +558,13 @@ impl BlockJob {
 
     /// Blocks for leaf `node` from `entries`: split on the next hash bit
     /// while over capacity (an empty half is an empty block).
-    fn pack(&mut self, node: Node, mut entries: Vec<Entry>, coder: &mut Coder, raw: &mut Vec<u8>) {
+    pub(super) fn pack(
+        &mut self,
+        node: Node,
+        mut entries: Vec<Entry>,
+        coder: &mut Coder,
+        raw: &mut Vec<u8>,
+    ) {
         if block_len(&entries) > self.capacity && entries.len() > 1 && node.depth < MAX_DEPTH {
             let bit = 63 - node.depth;
             let (l, r): (Vec<Entry>, Vec<Entry>) =

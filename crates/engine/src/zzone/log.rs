@@ -56,6 +56,11 @@ pub struct Log {
     listed: usize,
     /// The compaction in progress, if any.
     compacting: Option<Compacting>,
+    /// Buffers of released pages, kept for [`Log::take_retired`] when
+    /// `defer` is set: unmapping a written megabyte takes 0.1-0.3 ms,
+    /// which the zone's writer spends after it leaves the lock.
+    retired: Vec<Box<[u8]>>,
+    defer: bool,
 }
 
 #[inline]
@@ -75,7 +80,21 @@ impl Log {
             live: 0,
             listed: 0,
             compacting: None,
+            retired: Vec::new(),
+            defer: false,
         }
+    }
+
+    /// Released pages' buffers are kept until taken (a writer thread
+    /// frees them without the zone's lock), not freed at once.
+    pub fn defer_frees(&mut self) {
+        self.defer = true;
+    }
+
+    /// The buffers of pages released since the last call, to be dropped
+    /// by the caller once it has left the zone's lock.
+    pub fn take_retired(&mut self) -> Vec<Box<[u8]>> {
+        std::mem::take(&mut self.retired)
     }
 
     pub fn page_size(&self) -> usize {
@@ -316,6 +335,9 @@ impl Log {
             "releasing a page being compacted"
         );
         self.listed -= page.blocks.capacity();
+        if self.defer {
+            self.retired.push(page.buf);
+        }
         self.vacant.push(p);
         self.count -= 1;
         if self.head == Some(p) {
@@ -380,5 +402,35 @@ impl Log {
             .sum();
         assert_eq!(listed, self.listed, "block list room");
         assert_eq!(self.pages.iter().flatten().count(), self.count);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer frees released pages outside the zone's lock: with frees
+    /// deferred, a released page's buffer waits to be taken (once), and
+    /// the log counts it gone at once; without, nothing waits.
+    #[test]
+    fn released_pages_wait_for_the_writer_only_when_deferred() {
+        for defer in [false, true] {
+            let mut log = Log::new(64 << 10);
+            if defer {
+                log.defer_frees();
+            }
+            log.add_page();
+            log.add_page();
+            let loc = log.append(7, &[1u8; 100]).expect("room");
+            log.kill(loc, 100);
+            let (p, _) = Log::split(loc);
+            log.release(p as u32);
+            log.validate(&[]);
+            assert_eq!(log.pages(), 1);
+            let retired = log.take_retired();
+            assert_eq!(retired.len(), usize::from(defer));
+            assert!(retired.iter().all(|b| b.len() == 64 << 10));
+            assert!(log.take_retired().is_empty(), "taken once");
+        }
     }
 }

@@ -61,4 +61,5 @@ pub use config::{ZoneConfig, DICT_BYTES, RETRAIN_DEMOTIONS, SAMPLES, SAMPLE_EVER
 pub use large::{RecordCopy, Stub};
 pub use read::Copied;
 pub use stats::ZoneStats;
+pub use sweep::WriterStep;
 pub use zone::Zone;

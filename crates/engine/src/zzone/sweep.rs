@@ -2,184 +2,119 @@
 //! half of each block's items not read since it last passed (or hands
 //! them down the zone's pipe); compaction of the log's pages; and
 //! shrinking to a smaller target, a page at a time.
+//!
+//! A sweep is a block rewrite, done as a flush is (`super::flush`): the
+//! block is copied under the zone's lock, decoded, thinned and compressed
+//! without it, and written back over its old place under it again, unless
+//! the block changed meanwhile. The writer thread holds the lock for the
+//! copies alone (issue 34: no background hold of tens of microseconds).
+
+use std::cmp::Reverse;
 
 use super::config::{COMPACT_STEP, EVACUATE_BLOCKS, FILL, GENTLE_SWEEPS, MAX_SWEEPS, ROOM_BLOCKS};
 use super::desc::{self, Entry};
 use super::filter::Filter;
+use super::flush::{BlockJob, Job};
 use super::large::{stub_of, RECORD_BIT};
 use super::log::{self, NOWHERE};
-use super::trie::{range_end, range_start, Node};
+use super::trie::range_end;
 use super::zone::Zone;
 use crate::block;
-use crate::codec::Codec;
+use crate::codec::Coder;
 use crate::item;
 
+/// A sweep's part of a [`BlockJob`].
+pub(super) struct Sweep {
+    /// Evict every unread... every item, read or not (a zone that must
+    /// shrink, or that the gentle sweeps did not free).
+    force: bool,
+    /// The block's access filter when the job began: items it names were
+    /// read since the sweep last passed, and stay.
+    access: Filter,
+    /// The entries it evicts (their images in the job's `work`).
+    gone: Vec<Entry>,
+}
+
+/// The writer's next piece of background work, chosen under the zone's
+/// lock ([`Zone::writer_step`]).
+pub enum WriterStep {
+    /// Nothing to do.
+    Idle,
+    /// Done under the lock (a step of a compaction, of an evacuation).
+    Done,
+    /// A job to run without the lock and finish under it.
+    Job(Job),
+}
+
 impl Zone {
+    /// The writer's next step, in this order: shrink towards the target,
+    /// keep room ahead of the flushes, pack staged items.
+    pub fn writer_step(&mut self, now: u32) -> WriterStep {
+        match self.shrink_step(now) {
+            WriterStep::Idle => {}
+            step => return step,
+        }
+        match self.room_step(now) {
+            WriterStep::Idle => {}
+            step => return step,
+        }
+        match self.begin_flush(now) {
+            Some(job) => WriterStep::Job(job),
+            None => WriterStep::Idle,
+        }
+    }
+
     /// The writer's step towards the zone's target: one page step if it
-    /// is above it. False if it is not.
-    pub fn shrink_step(&mut self, now: u32) -> bool {
-        self.log.pages() > self.target_pages && self.shrink(now, 1) > 0
+    /// is above it.
+    pub fn shrink_step(&mut self, now: u32) -> WriterStep {
+        if self.log.pages() <= self.target_pages {
+            return WriterStep::Idle;
+        }
+        match self.shrink_next(false) {
+            Some(force) => self.sweep_job(now, force),
+            None => WriterStep::Done,
+        }
     }
 
     /// The writer's step ahead of its flushes: keep room for a few blocks
     /// at the log's head, under the fill limit, so that a flush swapping
     /// its blocks in rarely sweeps or compacts while it holds the lock.
-    /// One sweep, one step of a compaction or one page per call; false if
-    /// there was nothing to do.
-    pub fn room_step(&mut self, now: u32) -> bool {
+    /// One sweep, one step of a compaction or one page per call.
+    pub fn room_step(&mut self, now: u32) -> WriterStep {
         let reserve = log::round(ROOM_BLOCKS * self.cfg.block_bytes);
         let page = self.log.page_size();
         if self.log.pages() == 0 || reserve + log::ALIGN > page {
-            return false;
+            return WriterStep::Idle;
         }
         let allowed = (FILL * (self.log.pages() * page) as f64) as usize;
         let under = self.log.live_bytes() + reserve <= allowed;
         if self.log.compacting().is_some() {
             self.compact_step();
-            return true;
+            return WriterStep::Done;
         }
         if self.log.head_room() >= reserve && under {
-            return false;
+            return WriterStep::Idle;
         }
         if under {
             if let Some((p, live)) = self.log.roomiest() {
                 if page - live >= reserve {
                     self.begin_compact(p);
                     self.compact_step();
-                    return true;
+                    return WriterStep::Done;
                 }
             }
         }
         if self.block_items() == 0 {
-            return false;
+            return WriterStep::Idle;
         }
-        self.sweep_one(now, false);
-        true
+        self.sweep_job(now, false)
     }
 
-    /// Add block `id`'s surviving entries to `entries` (the sweep's; a
-    /// flush gathers in [`flush::Job`]), copying them into `work`: pending
-    /// removals in its range are done, expired items dropped. The block's
-    /// bytes are freed.
-    pub(super) fn gather(&mut self, node: Node, id: u32, now: u32, entries: &mut Vec<Entry>) {
-        if self.load(id) {
-            let raw = std::mem::take(&mut self.raw);
-            // `load` checked every entry.
-            for (h, image) in block::entries(&raw).into_iter().flatten().flatten() {
-                if let Some(known) = self.pending.remove(&h) {
-                    if !known {
-                        self.stats.items -= 1;
-                    }
-                    self.free_record_of(image);
-                    continue;
-                }
-                let exp = item::exptime(image);
-                if exp != 0 && exp <= now {
-                    self.stats.items -= 1;
-                    self.stats.expired += 1;
-                    self.free_record_of(image);
-                    continue;
-                }
-                entries.push(Entry {
-                    h,
-                    at: self.work.len() as u32,
-                    len: image.len() as u32,
-                });
-                self.work.extend_from_slice(image);
-            }
-            self.raw = raw;
-        } else {
-            let d = self.descs[id as usize];
-            self.stats.items -= d.count as u64;
-            self.free_records_of(id);
+    fn sweep_job(&mut self, now: u32, force: bool) -> WriterStep {
+        match self.begin_sweep(now, force) {
+            Some(job) => WriterStep::Job(job),
+            None => WriterStep::Done,
         }
-        // Removals of keys the block did not hold (filter false positives).
-        let range = range_start(node)..=range_end(node);
-        let stale: Vec<u64> = self.pending.range(range).map(|(&h, _)| h).collect();
-        for h in stale {
-            self.pending.remove(&h);
-        }
-        self.free_block(id);
-    }
-
-    pub(super) fn entry(&self, e: Entry) -> &[u8] {
-        desc::entry(&self.work, e)
-    }
-
-    /// Write `entries` (a swept block's survivors) as block `id` (empty)
-    /// over its old place (`loc`, `len`), where it fits unless compression
-    /// did worse than before: then its items are evicted.
-    pub(super) fn rewrite_in_place(
-        &mut self,
-        id: u32,
-        entries: &mut [Entry],
-        loc: u32,
-        len: usize,
-    ) {
-        let mut content = Filter::default();
-        for e in entries.iter() {
-            content.insert(e.h);
-        }
-        let d = &mut self.descs[id as usize];
-        d.content = content;
-        d.count = entries.len() as u16;
-        if entries.is_empty() {
-            return;
-        }
-        let dict = match self.cfg.codec {
-            Codec::Zstd => self.dict,
-            _ => 0,
-        };
-        let dictionary = self
-            .dicts
-            .get(dict as usize)
-            .and_then(|x| x.as_ref())
-            .map(|x| x.0.clone());
-        let mut items: Vec<(u64, &[u8])> = entries
-            .iter()
-            .map(|e| (e.h, &self.work[e.at as usize..(e.at + e.len) as usize]))
-            .collect();
-        let (used, entropy, tried) = block::encode(
-            &mut self.coder,
-            &mut self.recognizer,
-            self.cfg.codec,
-            dictionary.as_deref(),
-            &mut items,
-            &mut self.raw,
-            &mut self.packed,
-        );
-        drop(items);
-        if tried {
-            self.recognizer
-                .record(entropy, self.raw.len(), self.packed.len());
-        }
-        let (codec, dict) = (used.code(), if used == Codec::Zstd { dict } else { 0 });
-        let d = &mut self.descs[id as usize];
-        if log::round(self.packed.len()) > log::round(len) {
-            d.count = 0;
-            d.content = Filter::default();
-            self.drop_items(entries.len() as u64);
-            for e in entries.iter() {
-                if let Some(stub) = stub_of(desc::entry(&self.work, *e)) {
-                    self.free_record(stub);
-                }
-            }
-            return;
-        }
-        self.log.revive(loc, &self.packed);
-        d.loc = loc;
-        d.codec = codec;
-        d.dict = dict;
-        if let Some(Some(x)) = self.dicts.get_mut(dict as usize) {
-            x.1 += 1;
-        }
-        // A rewrite in place keeps a subset of the block's items: no
-        // longer than it was.
-        d.stored = self.packed.len() as u16;
-        d.raw = self.raw.len() as u16;
-        self.stats.raw_bytes += d.raw as u64;
-        self.stats.stored_bytes += d.stored as u64;
-        self.note_encoded(self.raw.len(), self.packed.len(), codec);
     }
 
     /// Make `need` bytes of room at the log's head: a new page if one was
@@ -274,55 +209,62 @@ impl Zone {
         done
     }
 
-    /// The replacement sweep's next step (§3.2): at the leaf under the
-    /// hand, do its pending removals, drop expired items, and evict the
-    /// cheaper half of the items the access filter does not name (all of
-    /// them when `force`), then clear the filter and move on. An item
-    /// stored apart leaves with its record.
+    /// The replacement sweep's next step (§3.2), at once (under the lock
+    /// the caller holds): see [`Zone::begin_sweep`].
     pub fn sweep_one(&mut self, now: u32, force: bool) {
+        if let Some(mut job) = self.begin_sweep(now, force) {
+            job.run(&mut self.coder, &mut self.raw);
+            let ok = self.finish_flush(job);
+            debug_assert!(ok, "nothing can change a job under one lock hold");
+        }
+    }
+
+    /// Step 1 of the replacement sweep's next step (§3.2): at the leaf
+    /// under the hand, a job that does its pending removals, drops
+    /// expired items, and evicts the cheaper half of the items the access
+    /// filter does not name (all of them when `force`); the hand moves on.
+    /// None if the leaf's block is empty (its filter is cleared).
+    pub fn begin_sweep(&mut self, now: u32, force: bool) -> Option<Job> {
         self.stats.sweeps += 1;
         let (node, id) = self.trie.leaf_of(self.hand);
         self.hand = range_end(node).wrapping_add(1);
         let d = self.descs[id as usize];
         if d.count == 0 {
             self.descs[id as usize].access.clear();
-            return;
+            return None;
         }
-        self.work.clear();
-        let mut entries = std::mem::take(&mut self.entries);
-        entries.clear();
-        self.gather(node, id, now, &mut entries);
-        let mut cold: Vec<(u8, std::cmp::Reverse<usize>, usize)> = entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| force || !d.access.may_contain(e.h))
-            .map(|(i, e)| {
-                let image = self.entry(*e);
-                let freed = std::cmp::Reverse(self.freed_by(image));
-                (item::cost_code(image), freed, i)
-            })
-            .collect();
-        // The cheaper half first (GreedyDual's order, learned or client
-        // costs), at least one; of equal costs the larger first, by the
-        // bytes they free (a record's, for an item stored apart): the
-        // same miss frees more memory (GreedyDual-Size's cost per byte,
-        // without the division the cost byte's log scale does not need).
-        cold.sort_unstable();
-        let evict = cold.len().div_ceil(2);
-        let mut gone: Vec<usize> = cold[..evict].iter().map(|c| c.2).collect();
+        let mut job = self.job_for(node, id, None, now);
+        // Written back in place: never split, whatever the capacity now.
+        job.capacity = usize::MAX;
+        job.sweep = Some(Sweep {
+            force,
+            access: d.access,
+            gone: Vec::new(),
+        });
+        Some(Job::Block(Box::new(job)))
+    }
+
+    /// Step 3 of a sweep, once the job is known to be current
+    /// (`Zone::finish_flush`): the evicted items leave, an item stored
+    /// apart with its record, and the survivors are written over the old
+    /// block, which they never outgrow unless compression did worse than
+    /// before: then they go too.
+    pub(super) fn finish_sweep(&mut self, job: &mut BlockJob) {
+        let Some(sweep) = job.sweep.take() else {
+            return;
+        };
         // Those the pipe takes (flash: a copy into its stage, its lock, no
         // I/O) leave the zone without leaving the cache: no evictions. An
         // item stored apart goes whole (its record decoded here, under the
-        // lock, as the sweep decodes its blocks), and its record is freed.
+        // lock: with flash only), and its record is freed.
         let mut spilled = 0;
         let mut whole = std::mem::take(&mut self.packed);
-        for &i in &gone {
-            let e = entries[i];
-            let stub = stub_of(desc::entry(&self.work, e));
+        for &e in &sweep.gone {
+            let image = desc::entry(&job.work, e);
+            let stub = stub_of(image);
             let sent = match (self.spill.is_some(), stub) {
                 (true, Some(s)) => {
-                    let key = item::key(desc::entry(&self.work, e)).to_vec();
-                    self.read_record(s, &key, &mut whole)
+                    self.read_record(s, item::key(image), &mut whole)
                         && self
                             .spill
                             .as_ref()
@@ -331,7 +273,7 @@ impl Zone {
                 (true, None) => self
                     .spill
                     .as_ref()
-                    .is_some_and(|pipe| pipe.send(e.h, desc::entry(&self.work, e))),
+                    .is_some_and(|pipe| pipe.send(e.h, image)),
                 (false, _) => false,
             };
             spilled += u64::from(sent);
@@ -343,16 +285,26 @@ impl Zone {
             }
         }
         self.packed = whole;
-        gone.sort_unstable_by(|a, b| b.cmp(a));
-        for i in gone {
-            entries.swap_remove(i);
-        }
-        self.drop_items(evict as u64 - spilled);
+        self.drop_items(sweep.gone.len() as u64 - spilled);
         self.stats.items -= spilled;
         self.stats.spilled += spilled;
+        let id = job.id;
+        let old = self.descs[id as usize];
+        self.free_block(id);
         self.descs[id as usize].access.clear();
-        self.rewrite_in_place(id, &mut entries, d.loc, d.stored as usize);
-        self.entries = entries;
+        let Some(o) = job.out.first().filter(|o| o.count > 0) else {
+            return;
+        };
+        self.note_out(o);
+        if log::round(o.packed.len()) > log::round(old.stored as usize) {
+            self.drop_items(o.count as u64);
+            for &s in &o.stubs {
+                self.free_record(s);
+            }
+            return;
+        }
+        self.log.revive(old.loc, &o.packed);
+        self.place(id, old.loc, o);
     }
 
     /// Shrink towards `target_pages` (the split moved towards the N-zone):
@@ -363,33 +315,41 @@ impl Zone {
         let mut steps = 0;
         while self.log.pages() > self.target_pages && steps < budget {
             steps += 1;
-            if self.log.compacting().is_some() {
-                // The page choices below pass the page being compacted by.
-                self.compact_step();
-                continue;
+            if let Some(force) = self.shrink_next(steps > GENTLE_SWEEPS) {
+                self.sweep_one(now, force);
             }
-            let page = self.log.page_size();
-            let keep = self.log.pages() - 1;
-            let allowed = (FILL * (keep * page) as f64) as usize;
-            if self.log.live_bytes() > allowed && self.block_items() > 0 {
-                self.sweep_one(now, steps > GENTLE_SWEEPS);
-                continue;
-            }
-            let Some((p, _)) = self.log.emptiest() else {
-                // One page left, the head: it goes once nothing lives in
-                // it (a target of no pages).
-                if self.log.live_bytes() == 0 || self.block_items() == 0 {
-                    // Staged items go with it (the stage is memory too).
-                    self.stats.evictions += self.stage.len() as u64;
-                    self.clear();
-                } else {
-                    self.sweep_one(now, true);
-                }
-                continue;
-            };
-            self.evacuate(p);
         }
         steps
+    }
+
+    /// One step of [`Zone::shrink`] (above its target): done here, or a
+    /// sweep it needs (`Some(force)`; `force` if `hard` or the last page
+    /// must empty).
+    fn shrink_next(&mut self, hard: bool) -> Option<bool> {
+        if self.log.compacting().is_some() {
+            // The page choices below pass the page being compacted by.
+            self.compact_step();
+            return None;
+        }
+        let page = self.log.page_size();
+        let keep = self.log.pages() - 1;
+        let allowed = (FILL * (keep * page) as f64) as usize;
+        if self.log.live_bytes() > allowed && self.block_items() > 0 {
+            return Some(hard);
+        }
+        let Some((p, _)) = self.log.emptiest() else {
+            // One page left, the head: it goes once nothing lives in it
+            // (a target of no pages).
+            if self.log.live_bytes() == 0 || self.block_items() == 0 {
+                // Staged items go with it (the stage is memory too).
+                self.stats.evictions += self.stage.len() as u64;
+                self.clear();
+                return None;
+            }
+            return Some(true);
+        };
+        self.evacuate(p);
+        None
     }
 
     /// Where the log entry `id` (a block, or a record: [`RECORD_BIT`])
@@ -482,5 +442,42 @@ impl Zone {
         if last {
             self.log.release(p);
         }
+    }
+}
+
+impl BlockJob {
+    /// Step 2 of a sweep, without the zone's lock: decode the block, drop
+    /// what is removed or expired, choose the evictions, compress the rest.
+    pub(super) fn run_sweep(&mut self, coder: &mut Coder, raw: &mut Vec<u8>) {
+        let mut entries = std::mem::take(&mut self.entries);
+        let dropped = self.gather(0, 0, &mut entries, coder, raw);
+        self.dropped.add(dropped);
+        let Some(sweep) = self.sweep.as_mut() else {
+            return;
+        };
+        let work = &self.work;
+        // The cheaper half first (GreedyDual's order, learned or client
+        // costs), at least one; of equal costs the larger first, by the
+        // bytes they free (an item stored apart: its whole image's): the
+        // same miss frees more memory (GreedyDual-Size's cost per byte,
+        // without the division the cost byte's log scale does not need).
+        let mut cold: Vec<(u8, Reverse<usize>, usize)> = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| sweep.force || !sweep.access.may_contain(e.h))
+            .map(|(i, e)| {
+                let image = desc::entry(work, *e);
+                let bytes = stub_of(image).map_or(image.len(), |s| s.raw as usize);
+                (item::cost_code(image), Reverse(bytes), i)
+            })
+            .collect();
+        cold.sort_unstable();
+        let mut gone: Vec<usize> = cold[..cold.len().div_ceil(2)].iter().map(|c| c.2).collect();
+        gone.sort_unstable_by(|a, b| b.cmp(a));
+        for i in gone {
+            sweep.gone.push(entries.swap_remove(i));
+        }
+        let node = self.node;
+        self.pack(node, entries, coder, raw);
     }
 }

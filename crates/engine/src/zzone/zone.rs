@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::config::{
     ZoneConfig, PROBE_EVERY, PROBE_STAGE, RECORD_SHARE, SAMPLE_EVERY, WORTH_AGAIN, WORTH_RATIO,
 };
-use super::desc::{Desc, Entry, MAX_RAW};
+use super::desc::{Desc, MAX_RAW};
 use super::large::Records;
 use super::log::{Log, NOWHERE};
 use super::regret::Regret;
@@ -64,12 +64,10 @@ pub struct Zone {
     pub(super) offered: u64,
     pub(super) coder: Coder,
     pub(super) recognizer: Recognizer,
-    /// Scratch: a decoded block, a block being built, the entries being
-    /// rebuilt, and the item a lookup found.
+    /// Scratch: a decoded block, a block being built (or a record being
+    /// decoded), and the item a lookup found.
     pub(super) raw: Vec<u8>,
     pub(super) packed: Vec<u8>,
-    pub(super) work: Vec<u8>,
-    pub(super) entries: Vec<Entry>,
     /// Blocks a compaction step moved (reused).
     pub(super) moved: Vec<(u32, u32)>,
     pub(super) found: Vec<u8>,
@@ -120,8 +118,6 @@ impl Zone {
             recognizer: Recognizer::new(cfg.block_bytes * 2, 1.1, 1024),
             raw: Vec::new(),
             packed: Vec::new(),
-            work: Vec::new(),
-            entries: Vec::new(),
             moved: Vec::new(),
             found: Vec::new(),
             stats: ZoneStats::default(),
@@ -184,6 +180,18 @@ impl Zone {
     /// `-m`. Added now rather than when a flush needs room, so that the
     /// zone keeps asking for pages (and the N-zone keeps draining its
     /// items into the zone) while nothing is being demoted.
+    /// A writer thread frees the buffers of the pages the zone gives back,
+    /// after it leaves the lock ([`Zone::take_retired`]).
+    pub fn defer_frees(&mut self) {
+        self.log.defer_frees();
+    }
+
+    /// Buffers of pages given back since the last call (see
+    /// [`Zone::defer_frees`]): drop them without the zone's lock.
+    pub fn take_retired(&mut self) -> Vec<Box<[u8]>> {
+        self.log.take_retired()
+    }
+
     pub fn grant_page(&mut self) {
         if self.log.pages() < self.target_pages {
             self.log.add_page();
@@ -669,7 +677,7 @@ impl Zone {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::zzone::{flush, Copied, SAMPLES};
+    use crate::zzone::{flush, Copied, WriterStep, SAMPLES};
     use proptest::prelude::*;
     use std::collections::HashMap;
 
@@ -960,7 +968,17 @@ mod tests {
                 }
                 Op::Sweep { force } => z.sweep_one(now, force),
                 Op::Room => {
-                    z.room_step(now);
+                    if let WriterStep::Job(mut j) = z.room_step(now) {
+                        // A sweep's job: finished at the next Finish if
+                        // none is out, so that the ops between see it run.
+                        match job {
+                            None => job = Some(j),
+                            Some(_) => {
+                                j.run(&mut coder, &mut raw);
+                                z.finish_flush(j);
+                            }
+                        }
+                    }
                 }
                 Op::Advance { secs } => now += secs,
                 Op::Target { pages } => {
@@ -981,7 +999,7 @@ mod tests {
                         })
                         .collect();
                     if let Some(d) = crate::codec::train_dictionary(&samples, 4096) {
-                        z.install_dictionary(d);
+                        z.install_dictionary(Dictionary::new(1, d));
                     }
                 }
                 Op::Clear => {
@@ -1126,7 +1144,7 @@ mod tests {
                 .map(|i| image(seed.wrapping_add(i), 20, 0, 0, 1))
                 .collect();
             let d = crate::codec::train_dictionary(&samples, 4096).expect("a dictionary");
-            assert!(z.install_dictionary(d));
+            assert!(z.install_dictionary(Dictionary::new(1, d)));
         };
         let mut z = zone(Codec::Zstd);
         z.set_target_pages(1);
