@@ -31,7 +31,6 @@ use super::desc::{block_len, codec_of, entry, Entry, MAX_RAW};
 use super::filter::Filter;
 use super::large::{stub_of, RecordJob, Stub};
 use super::log;
-use super::sweep::Sweep;
 use super::trie::{range_end, range_start, Node, MAX_DEPTH};
 use super::zone::Zone;
 use crate::block::{self, encode};
@@ -84,6 +83,18 @@ impl Dropped {
         self.corrupt_blocks += o.corrupt_blocks;
         self.decompressions += o.decompressions;
     }
+}
+
+/// A sweep's part of a [`BlockJob`] (`super::sweep`).
+pub(super) struct Sweep {
+    /// Evict every item, read or not (a zone that must shrink, or that
+    /// the gentle sweeps did not free).
+    pub(super) force: bool,
+    /// The block's access filter when the job began: items it names were
+    /// read since the sweep last passed, and stay.
+    pub(super) access: Filter,
+    /// The entries it evicts (their images in the job's `work`).
+    pub(super) gone: Vec<Entry>,
 }
 
 /// A flush job: a leaf's rewrite, or a large item stored apart.

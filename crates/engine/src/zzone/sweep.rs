@@ -12,9 +12,8 @@
 use std::cmp::Reverse;
 
 use super::config::{COMPACT_STEP, EVACUATE_BLOCKS, FILL, GENTLE_SWEEPS, MAX_SWEEPS, ROOM_BLOCKS};
-use super::desc::{self, Entry};
-use super::filter::Filter;
-use super::flush::{BlockJob, Job};
+use super::desc;
+use super::flush::{BlockJob, Job, Sweep};
 use super::large::{stub_of, RECORD_BIT};
 use super::log::{self, NOWHERE};
 use super::trie::range_end;
@@ -22,18 +21,6 @@ use super::zone::Zone;
 use crate::block;
 use crate::codec::Coder;
 use crate::item;
-
-/// A sweep's part of a [`BlockJob`].
-pub(super) struct Sweep {
-    /// Evict every unread... every item, read or not (a zone that must
-    /// shrink, or that the gentle sweeps did not free).
-    force: bool,
-    /// The block's access filter when the job began: items it names were
-    /// read since the sweep last passed, and stay.
-    access: Filter,
-    /// The entries it evicts (their images in the job's `work`).
-    gone: Vec<Entry>,
-}
 
 /// The writer's next piece of background work, chosen under the zone's
 /// lock ([`Zone::writer_step`]).
