@@ -7,9 +7,8 @@
 
 use std::sync::Arc;
 
-use super::desc::codec_of;
 use super::large::{
-    is_stub, make_stub, matches, stub_of, Record, RecordCopy, RecordJob, Stub, MOVING, RECORD_BIT,
+    is_stub, make_stub, matches, stub_of, PackedCopy, Record, RecordJob, Stub, MOVING, RECORD_BIT,
     STAGED,
 };
 use super::log::NOWHERE;
@@ -222,19 +221,7 @@ impl Zone {
         let Some(r) = self.records.named(stub).copied() else {
             return false;
         };
-        self.stats.decompressions += 1;
-        let dict = self
-            .dicts
-            .get(r.dict as usize)
-            .and_then(|x| x.as_ref())
-            .map(|x| &*x.0);
-        let src = self.log.read(r.loc, r.stored as usize);
-        let ok = (r.dict == 0 || dict.is_some())
-            && self
-                .coder
-                .decompress(codec_of(r.codec), dict, src, r.raw as usize, out)
-                .is_ok()
-            && matches(out, stub, key);
+        let ok = self.decode_packed(r.stored_at(), out) && matches(out, stub, key);
         if !ok {
             debug_assert!(false, "Z-zone record {} does not decode", stub.id);
             self.stats.corrupt += 1;
@@ -247,23 +234,10 @@ impl Zone {
     /// ([`super::Copied::find`]): copy the record's stored bytes and how
     /// to decode them. False if the stub names no record now (it was
     /// dropped since the block was copied: a miss).
-    pub fn copy_record(&mut self, stub: Stub, out: &mut RecordCopy) -> bool {
-        let Some(r) = self.records.named(stub).copied() else {
-            return false;
-        };
-        out.dict = match r.dict {
-            0 => None,
-            i => match self.dicts.get(i as usize).and_then(|d| d.as_ref()) {
-                Some(d) => Some(d.0.clone()),
-                None => return false,
-            },
-        };
-        self.stats.decompressions += 1;
-        out.bytes.clear();
-        out.bytes
-            .extend_from_slice(self.log.read(r.loc, r.stored as usize));
-        out.codec = codec_of(r.codec);
-        out.raw_len = r.raw as usize;
-        true
+    pub fn copy_record(&mut self, stub: Stub, out: &mut PackedCopy) -> bool {
+        match self.records.named(stub).copied() {
+            Some(r) => self.copy_packed(r.stored_at(), out),
+            None => false,
+        }
     }
 }

@@ -36,6 +36,20 @@ pub(super) struct Desc {
 pub(super) const REUSE_TICK: u32 = 64;
 const _: () = assert!(std::mem::size_of::<Desc>() == 48);
 
+impl Desc {
+    /// Where its stored bytes are and what decodes them, as
+    /// `Zone::copy_packed` and `Zone::decode_packed` take them.
+    pub(super) fn stored_at(&self) -> (u32, usize, u8, u8, usize) {
+        (
+            self.loc,
+            self.stored as usize,
+            self.codec,
+            self.dict,
+            self.raw as usize,
+        )
+    }
+}
+
 /// The most a block decodes to (its length is 16 bits in the descriptor);
 /// blocks split before they grow past it, and items over half of it are
 /// not demoted.

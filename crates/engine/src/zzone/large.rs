@@ -132,6 +132,20 @@ pub(super) struct Record {
 }
 const _: () = assert!(std::mem::size_of::<Record>() == 32);
 
+impl Record {
+    /// Where its stored bytes are and what decodes them, as
+    /// `Zone::copy_packed` and `Zone::decode_packed` take them.
+    pub(super) fn stored_at(&self) -> (u32, usize, u8, u8, usize) {
+        (
+            self.loc,
+            self.stored as usize,
+            self.codec,
+            self.dict,
+            self.raw as usize,
+        )
+    }
+}
+
 /// The zone's records, by id (counted in the zone's metadata).
 #[derive(Default)]
 pub(super) struct Records {
@@ -233,22 +247,36 @@ impl Records {
     }
 }
 
-/// A record copied out of the zone to be decoded without its lock
-/// ([`super::Zone::copy_record`]).
+/// A block's or a record's stored bytes, copied out of the zone with
+/// what decodes them, to be decoded without its lock
+/// ([`super::Zone::copy_block`], [`super::Zone::copy_record`]).
 #[derive(Default)]
-pub struct RecordCopy {
+pub struct PackedCopy {
     pub(super) bytes: Vec<u8>,
     pub(super) codec: Codec,
     pub(super) dict: Option<Arc<Dictionary>>,
     pub(super) raw_len: usize,
 }
 
-impl RecordCopy {
+impl PackedCopy {
     /// Give back its bytes if over `keep` (`super::Copied::trim`).
     pub(super) fn trim(&mut self, keep: usize) {
         if self.bytes.capacity() > keep {
             self.bytes = Vec::new();
         }
+    }
+
+    /// Decode the bytes into `raw`; false if they do not decode.
+    pub(super) fn decompress(&self, coder: &mut Coder, raw: &mut Vec<u8>) -> bool {
+        coder
+            .decompress(
+                self.codec,
+                self.dict.as_deref(),
+                &self.bytes,
+                self.raw_len,
+                raw,
+            )
+            .is_ok()
     }
 
     /// Decode the record into `raw`: the item `stub` (of `key`) names, or
@@ -260,16 +288,7 @@ impl RecordCopy {
         stub: Stub,
         key: &[u8],
     ) -> Option<&'a [u8]> {
-        coder
-            .decompress(
-                self.codec,
-                self.dict.as_deref(),
-                &self.bytes,
-                self.raw_len,
-                raw,
-            )
-            .ok()?;
-        matches(raw, stub, key).then_some(&raw[..])
+        (self.decompress(coder, raw) && matches(raw, stub, key)).then_some(&raw[..])
     }
 }
 

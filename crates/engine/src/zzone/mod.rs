@@ -58,7 +58,7 @@ pub use cell::{ZoneCell, ZoneGuard};
 #[cfg(test)]
 pub(crate) use config::PROBE_STAGE;
 pub use config::{ZoneConfig, DICT_BYTES, RETRAIN_DEMOTIONS, SAMPLES, SAMPLE_EVERY, WORTH_RATIO};
-pub use large::{RecordCopy, Stub};
+pub use large::{PackedCopy, Stub};
 pub use read::Copied;
 pub use stats::ZoneStats;
 pub use sweep::WriterStep;

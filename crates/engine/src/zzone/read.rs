@@ -9,10 +9,10 @@
 use std::sync::Arc;
 
 use super::desc::{codec_of, REUSE_TICK};
-use super::large::{stub_of, RecordCopy, Stub};
+use super::large::{stub_of, PackedCopy, Stub};
 use super::zone::Zone;
 use crate::block;
-use crate::codec::{Codec, Coder, Dictionary};
+use crate::codec::Coder;
 use crate::item;
 
 /// A block copied out of the zone to be decoded without its lock
@@ -20,15 +20,12 @@ use crate::item;
 #[derive(Default)]
 pub struct Copied {
     /// The block's stored bytes.
-    pub(super) bytes: Vec<u8>,
+    pub(super) block: PackedCopy,
     /// Or a staged item's image (shared with the stage: not copied).
     pub(super) staged: Option<Arc<[u8]>>,
-    pub(super) codec: Codec,
-    pub(super) dict: Option<Arc<Dictionary>>,
-    pub(super) raw_len: usize,
     /// The record of a stub found, copied by `fetch` ([`Copied::find`]),
     /// and the stub, once its record decoded.
-    record: RecordCopy,
+    record: PackedCopy,
     stub: Option<Stub>,
 }
 
@@ -44,7 +41,7 @@ impl Copied {
         raw: &'a mut Vec<u8>,
         h: u64,
         key: &[u8],
-        fetch: impl FnOnce(Stub, &mut RecordCopy) -> bool,
+        fetch: impl FnOnce(Stub, &mut PackedCopy) -> bool,
     ) -> Option<&'a [u8]> {
         self.stub = None;
         let stub = match &self.staged {
@@ -62,15 +59,9 @@ impl Copied {
                 }
             }
             None => {
-                coder
-                    .decompress(
-                        self.codec,
-                        self.dict.as_deref(),
-                        &self.bytes,
-                        self.raw_len,
-                        raw,
-                    )
-                    .ok()?;
+                if !self.block.decompress(coder, raw) {
+                    return None;
+                }
                 // Where the item is, so that `raw` is free again for a
                 // stub's record.
                 let (at, stub) = {
@@ -124,6 +115,50 @@ enum Resolve<'a> {
 }
 
 impl Zone {
+    /// Copy the stored bytes `(loc, len, codec, dictionary slot, decoded
+    /// length)` of a block or a record to `out`, with what decodes them.
+    /// False if their dictionary is gone.
+    pub(super) fn copy_packed(
+        &mut self,
+        (loc, len, codec, dict, raw): (u32, usize, u8, u8, usize),
+        out: &mut PackedCopy,
+    ) -> bool {
+        out.dict = match dict {
+            0 => None,
+            i => match self.dict_arc(i) {
+                Some(d) => Some(d),
+                None => return false,
+            },
+        };
+        self.stats.decompressions += 1;
+        out.bytes.clear();
+        out.bytes.extend_from_slice(self.log.read(loc, len));
+        out.codec = codec_of(codec);
+        out.raw_len = raw;
+        true
+    }
+
+    /// Decode the stored bytes `(loc, len, codec, dictionary slot, decoded
+    /// length)` into `out`, under the lock; false if they do not.
+    pub(super) fn decode_packed(
+        &mut self,
+        (loc, len, codec, dict, raw): (u32, usize, u8, u8, usize),
+        out: &mut Vec<u8>,
+    ) -> bool {
+        self.stats.decompressions += 1;
+        let src = self.log.read(loc, len);
+        let dictionary = self
+            .dicts
+            .get(dict as usize)
+            .and_then(|x| x.as_ref())
+            .map(|x| &*x.0);
+        (dict == 0 || dictionary.is_some())
+            && self
+                .coder
+                .decompress(codec_of(codec), dictionary, src, raw, out)
+                .is_ok()
+    }
+
     /// Decode block `id` into `raw`. False (and the block emptied, its
     /// items counted lost) if it does not decode.
     pub(super) fn load(&mut self, id: u32) -> bool {
@@ -132,19 +167,10 @@ impl Zone {
         if d.count == 0 {
             return true;
         }
-        self.stats.decompressions += 1;
-        let src = self.log.read(d.loc, d.stored as usize);
-        let dict = self
-            .dicts
-            .get(d.dict as usize)
-            .and_then(|x| x.as_ref())
-            .map(|x| &*x.0);
-        let ok = (d.dict == 0 || dict.is_some())
-            && self
-                .coder
-                .decompress(codec_of(d.codec), dict, src, d.raw as usize, &mut self.raw)
-                .is_ok()
-            && block::entries(&self.raw).is_ok_and(|mut e| e.all(|x| x.is_ok()));
+        let mut raw = std::mem::take(&mut self.raw);
+        let ok = self.decode_packed(d.stored_at(), &mut raw)
+            && block::entries(&raw).is_ok_and(|mut e| e.all(|x| x.is_ok()));
+        self.raw = raw;
         if !ok {
             debug_assert!(false, "Z-zone block {id} does not decode");
             self.stats.corrupt += 1;
@@ -287,7 +313,7 @@ impl Zone {
     /// lock, and [`Zone::note_read`].
     pub fn copy_block(&mut self, h: u64, read: bool, out: &mut Copied) -> Option<bool> {
         let (_, id) = self.trie.leaf_of(h);
-        out.bytes.clear();
+        out.block.bytes.clear();
         out.staged = self.stage.shared(h);
         if out.staged.is_some() {
             return Some(read && self.record_read(id, h, self.bench));
@@ -300,15 +326,9 @@ impl Zone {
             }
             return None;
         }
-        self.stats.decompressions += 1;
-        out.bytes
-            .extend_from_slice(self.log.read(d.loc, d.stored as usize));
-        out.codec = codec_of(d.codec);
-        out.raw_len = d.raw as usize;
-        out.dict = match d.dict {
-            0 => None,
-            i => Some(self.dicts.get(i as usize)?.as_ref()?.0.clone()),
-        };
+        if !self.copy_packed(d.stored_at(), &mut out.block) {
+            return None;
+        }
         Some(read && self.record_read(id, h, self.bench))
     }
 

@@ -819,6 +819,44 @@ mod tests {
         z
     }
 
+    /// Items the zone let go of (evicted, or refused at a flush).
+    fn lost(z: &Zone) -> u64 {
+        z.stats().evictions + z.stats().refused
+    }
+
+    /// A read of key `k` (`got`, expired images already dropped) against
+    /// the model: the last image demoted, or a miss only if the zone has
+    /// let items go since it was demoted (then the model forgets it). The
+    /// hits on items stored apart, 0 or 1.
+    fn check_read(
+        z: &Zone,
+        model: &mut HashMap<u16, (Vec<u8>, u64)>,
+        k: u16,
+        got: Option<&[u8]>,
+        now: u32,
+    ) -> u64 {
+        let want = model.get(&k).filter(|(im, _)| {
+            let e = item::exptime(im);
+            e == 0 || e > now
+        });
+        let mut large_hit = 0;
+        match (got, want) {
+            (Some(g), Some((w, _))) => {
+                assert_eq!(g, &w[..], "key {k}");
+                large_hit = u64::from(w.len() > z.raw_capacity() / 2);
+            }
+            (None, Some((_, at))) => {
+                assert!(lost(z) > *at, "key {k} lost without an eviction")
+            }
+            (Some(_), None) => panic!("key {k} came back"),
+            (None, None) => {}
+        }
+        if got.is_none() {
+            model.remove(&k);
+        }
+        large_hit
+    }
+
     /// The zone against a map: what it returns is exactly the last image
     /// demoted under the key (never an older one, never damaged), unless
     /// the key was removed, expired, or could have been evicted (the
@@ -830,12 +868,10 @@ mod tests {
         let mut model: HashMap<u16, (Vec<u8>, u64)> = HashMap::new();
         let mut now = 10u32;
         let mut cas = 0u64;
-        let lost = |z: &Zone| z.stats().evictions + z.stats().refused;
         let mut job: Option<flush::Job> = None;
         let (mut coder, mut raw) = (Coder::default(), Vec::new());
         let mut copied = Copied::default();
         let mut large_hits = 0;
-        let big = |z: &Zone, im: &[u8]| im.len() > z.raw_capacity() / 2;
         for op in ops {
             match *op {
                 Op::Demote { k, len, fill, ttl } => {
@@ -873,24 +909,7 @@ mod tests {
                     if copy.is_some() {
                         z.note_read(h, got.is_some());
                     }
-                    let want = model.get(&k).filter(|(im, _)| {
-                        let e = item::exptime(im);
-                        e == 0 || e > now
-                    });
-                    match (&got, want) {
-                        (Some(g), Some((w, _))) => {
-                            assert_eq!(g, w, "key {k}");
-                            large_hits += u64::from(big(&z, w));
-                        }
-                        (None, Some((_, at))) => {
-                            assert!(lost(&z) > *at, "key {k} lost without an eviction")
-                        }
-                        (Some(_), None) => panic!("key {k} came back"),
-                        (None, None) => {}
-                    }
-                    if got.is_none() {
-                        model.remove(&k);
-                    }
+                    large_hits += check_read(&z, &mut model, k, got.as_deref(), now);
                 }
                 Op::Export => {
                     let mut out = Vec::new();
@@ -939,24 +958,7 @@ mod tests {
                 Op::Get { k } | Op::Promote { k } => {
                     let h = hash(&key(k));
                     let got = z.get(h, &key(k), now, 5, true).map(|_| z.found().to_vec());
-                    let want = model.get(&k).filter(|(im, _)| {
-                        let e = item::exptime(im);
-                        e == 0 || e > now
-                    });
-                    match (&got, want) {
-                        (Some(g), Some((w, _))) => {
-                            assert_eq!(g, w, "key {k}");
-                            large_hits += u64::from(big(&z, w));
-                        }
-                        (None, Some((_, at))) => {
-                            assert!(lost(&z) > *at, "key {k} lost without an eviction")
-                        }
-                        (Some(_), None) => panic!("key {k} came back"),
-                        (None, None) => {}
-                    }
-                    if got.is_none() {
-                        model.remove(&k);
-                    }
+                    large_hits += check_read(&z, &mut model, k, got.as_deref(), now);
                     if matches!(op, Op::Promote { .. }) && got.is_some() {
                         z.remove(h, true);
                         model.remove(&k);
