@@ -4,7 +4,6 @@
 
 use super::filter::Filter;
 use crate::block;
-use crate::codec::Codec;
 
 /// A block: where its bytes are, how to decode them, its filters and its
 /// most recent read (§3.3.2).
@@ -17,6 +16,8 @@ pub(super) struct Desc {
     pub(super) stored: u16,
     pub(super) raw: u16,
     pub(super) count: u16,
+    /// The code byte of its frames: the base's codec and the deltas
+    /// after it (`super::frames`).
     pub(super) codec: u8,
     /// The dictionary it was compressed with (0: none).
     pub(super) dict: u8,
@@ -54,12 +55,6 @@ impl Desc {
 /// blocks split before they grow past it, and items over half of it are
 /// not demoted.
 pub(super) const MAX_RAW: usize = u16::MAX as usize;
-
-/// The codec a descriptor names (the zone writes only valid codes).
-#[inline]
-pub(super) fn codec_of(c: u8) -> Codec {
-    Codec::from_code(c).unwrap_or(Codec::Raw)
-}
 
 /// An entry being rebuilt: key hash and its place in `Zone::work`.
 #[derive(Clone, Copy)]

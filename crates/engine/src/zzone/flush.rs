@@ -27,8 +27,9 @@
 
 use std::sync::Arc;
 
-use super::desc::{block_len, codec_of, entry, Entry, MAX_RAW};
+use super::desc::{block_len, entry, Entry, MAX_RAW};
 use super::filter::Filter;
+use super::frames;
 use super::large::{stub_of, RecordJob, Stub};
 use super::log;
 use super::trie::{range_end, range_start, Node, MAX_DEPTH};
@@ -40,7 +41,8 @@ use crate::item;
 /// A stored block copied for a job.
 struct Old {
     bytes: Vec<u8>,
-    codec: Codec,
+    /// Its code byte (`super::frames`).
+    code: u8,
     /// The dictionary it names (None: none, or `missing`).
     dict: Option<Arc<Dictionary>>,
     missing: bool,
@@ -97,9 +99,11 @@ pub(super) struct Sweep {
     pub(super) gone: Vec<Entry>,
 }
 
-/// A flush job: a leaf's rewrite, or a large item stored apart.
+/// A flush job: a leaf's rewrite, a delta appended to its block, or a
+/// large item stored apart.
 pub enum Job {
     Block(Box<BlockJob>),
+    Delta(Box<DeltaJob>),
     Record(Box<RecordJob>),
 }
 
@@ -108,9 +112,30 @@ impl Job {
     pub fn run(&mut self, coder: &mut Coder, raw: &mut Vec<u8>) {
         match self {
             Job::Block(j) => j.run(coder, raw),
+            Job::Delta(j) => j.run(coder, raw),
             Job::Record(j) => j.run(coder),
         }
     }
+}
+
+/// A leaf's staged items compressed on their own, to be appended to its
+/// block as a delta (`super::frames`).
+pub struct DeltaJob {
+    ticket: u64,
+    node: Node,
+    id: u32,
+    /// As a [`BlockJob`]'s: the staged items, their images and entries.
+    fresh: Vec<(u64, u64)>,
+    work: Vec<u8>,
+    entries: Vec<Entry>,
+    /// The block's codec and dictionary, which the delta uses too.
+    codec: Codec,
+    dict: Option<Arc<Dictionary>>,
+    now: u32,
+    /// What `run` made: the frame, its decoded length and its codec.
+    packed: Vec<u8>,
+    raw: usize,
+    used: Codec,
 }
 
 /// One leaf's rewrite (see the module's doc).
@@ -180,11 +205,47 @@ impl Zone {
         let sibling = self.trie.sibling_leaf(node).filter(|&(_, s)| {
             desc_raw(self, id) + desc_raw(self, s) + work.len() <= capacity * 3 / 4
         });
+        if sibling.is_none() && self.takes_delta(id, &fresh, block_len(&entries), capacity) {
+            self.tickets_issued += 1;
+            let ticket = self.tickets_issued;
+            self.tickets.push((ticket, [id, id], false));
+            let d = self.descs[id as usize];
+            return Some(Job::Delta(Box::new(DeltaJob {
+                ticket,
+                node,
+                id,
+                fresh,
+                work,
+                entries,
+                codec: frames::codec_of(d.codec),
+                dict: self.dict_arc(d.dict),
+                now,
+                packed: Vec::new(),
+                raw: 0,
+                used: Codec::Raw,
+            })));
+        }
         let mut job = self.job_for(node, id, sibling, now);
         job.work = work;
         job.entries = entries;
         job.fresh = fresh;
         Some(Job::Block(Box::new(job)))
+    }
+
+    /// Whether block `id`'s staged items `fresh`, `add` bytes as a block
+    /// of their own, go in a delta (`super::frames`) rather than a
+    /// rewrite: the block has room for them and for another delta, and
+    /// none of them replaces a copy in it (pending removal).
+    fn takes_delta(&self, id: u32, fresh: &[(u64, u64)], add: usize, capacity: usize) -> bool {
+        let d = &self.descs[id as usize];
+        d.count > 0
+            && frames::deltas(d.codec) < frames::MAX_DELTAS
+            && d.raw as usize + add <= capacity
+            && d.stored as usize + frames::delta_len(add) <= u16::MAX as usize
+            && log::round(d.stored as usize + frames::delta_len(add)) + log::ALIGN
+                <= self.log.page_size()
+            && (d.dict == 0 || self.dict_arc(d.dict).is_some())
+            && fresh.iter().all(|(h, _)| !self.pending.contains_key(h))
     }
 
     /// A rewrite of leaf `node` (block `id`, and `sibling`'s when the two
@@ -259,7 +320,7 @@ impl Zone {
                 0 => Vec::new(),
                 _ => self.log.read(d.loc, d.stored as usize).to_vec(),
             },
-            codec: codec_of(d.codec),
+            code: d.codec,
             missing: d.dict != 0 && dict.is_none(),
             dict,
             raw: d.raw as usize,
@@ -273,7 +334,101 @@ impl Zone {
     pub fn finish_flush(&mut self, job: Job) -> bool {
         match job {
             Job::Block(j) => self.finish_block(*j),
+            Job::Delta(j) => self.finish_delta(*j),
             Job::Record(j) => self.finish_record(*j),
+        }
+    }
+
+    fn finish_delta(&mut self, job: DeltaJob) -> bool {
+        let Some(at) = self.tickets.iter().position(|t| t.0 == job.ticket) else {
+            return false;
+        };
+        let (_, _, dirty) = self.tickets.swap_remove(at);
+        let same = !dirty
+            && job
+                .fresh
+                .iter()
+                .all(|&(h, n)| self.stage.push_of(h) == Some(n) && !self.pending.contains_key(&h));
+        if !same {
+            self.stats.flush_conflicts += 1;
+            return false;
+        }
+        for &(h, _) in &job.fresh {
+            self.stage.remove(h);
+        }
+        let id = job.id;
+        let d = self.descs[id as usize];
+        let mut packed =
+            Vec::with_capacity(d.stored as usize + frames::delta_len(job.packed.len()));
+        packed.extend_from_slice(self.log.read(d.loc, d.stored as usize));
+        frames::append(&mut packed, &job.packed, job.raw, job.used);
+        let mut content = d.content;
+        for e in &job.entries {
+            content.insert(e.h);
+        }
+        let stubs = job
+            .entries
+            .iter()
+            .filter_map(|e| stub_of(entry(&job.work, *e)))
+            .collect();
+        let o = Out {
+            node: job.node,
+            count: d.count + job.entries.len() as u16,
+            content,
+            raw: d.raw + job.raw as u16,
+            packed,
+            codec: frames::code(
+                frames::codec_of(d.codec).code(),
+                frames::deltas(d.codec) + 1,
+            ),
+            dict: d.dict,
+            entropy: 0.0,
+            tried: false,
+            stubs,
+        };
+        self.stats.flushes += 1;
+        self.stats.deltas += 1;
+        self.stats.flushed += job.fresh.len() as u64;
+        // Written as a new block in place of the old one, as a rewrite's
+        // is; the dictionary must outlive the old block's release.
+        let slot = d.dict as usize;
+        if let Some(Some(x)) = self.dicts.get_mut(slot) {
+            x.1 += 1;
+        }
+        self.free_block(id);
+        let loc = match self.worth_growing() && self.make_room(o.packed.len(), job.now) {
+            true => self.log.append(id, &o.packed),
+            false => None,
+        };
+        match loc {
+            Some(loc) => {
+                self.stubs_in(id, &o.stubs);
+                self.place(id, loc, &o);
+            }
+            None => self.drop_frames(job.node, id, &o),
+        }
+        if let Some(Some(x)) = self.dicts.get_mut(slot) {
+            x.1 -= 1;
+        }
+        self.release_dict(slot);
+        true
+    }
+
+    /// A block (`o`, of leaf `node`, block `id`, freed) found no room:
+    /// its items go, undecoded, and with them the records of its stubs
+    /// and the removals pending in it (those known to hit were counted).
+    fn drop_frames(&mut self, node: Node, id: u32, o: &Out) {
+        let range = range_start(node)..=range_end(node);
+        let gone: Vec<(u64, bool)> = self.pending.range(range).map(|(&h, &k)| (h, k)).collect();
+        let known = gone.iter().filter(|p| p.1).count() as u64;
+        for (h, _) in gone {
+            self.pending.remove(&h);
+        }
+        self.stats.refused += o.count as u64 - known;
+        self.drop_items(o.count as u64 - known);
+        self.free_records_of(id);
+        for &s in &o.stubs {
+            self.free_record(s);
         }
     }
 
@@ -452,6 +607,33 @@ impl Zone {
     }
 }
 
+impl DeltaJob {
+    /// Step 2, without the zone's lock: the delta, compressed with the
+    /// block's codec and dictionary (stored as it is if that does not pay).
+    pub fn run(&mut self, coder: &mut Coder, raw: &mut Vec<u8>) {
+        let work = &self.work;
+        let mut items: Vec<(u64, &[u8])> = self
+            .entries
+            .iter()
+            .map(|e| (e.h, entry(work, *e)))
+            .collect();
+        block::build(&mut items, raw);
+        self.raw = raw.len();
+        let dict = match self.codec {
+            Codec::Zstd => self.dict.as_deref(),
+            _ => None,
+        };
+        self.used = match coder.compress(self.codec, dict, raw, &mut self.packed) {
+            true => self.codec,
+            false => {
+                self.packed.clear();
+                self.packed.extend_from_slice(raw);
+                Codec::Raw
+            }
+        };
+    }
+}
+
 impl BlockJob {
     /// The range the job rewrites: the leaf's, or with the sibling their
     /// parent's.
@@ -516,9 +698,15 @@ impl BlockJob {
         }
         dropped.decompressions += 1;
         let ok = !old.missing
-            && coder
-                .decompress(old.codec, old.dict.as_deref(), &old.bytes, old.raw, raw)
-                .is_ok()
+            && frames::decompress(
+                coder,
+                old.code,
+                old.dict.as_deref(),
+                &old.bytes,
+                old.raw,
+                raw,
+            )
+            .is_ok()
             && block::entries(raw).is_ok_and(|mut e| e.all(|x| x.is_ok()));
         if !ok {
             debug_assert!(false, "a Z-zone block does not decode");

@@ -253,7 +253,8 @@ impl Records {
 #[derive(Default)]
 pub struct PackedCopy {
     pub(super) bytes: Vec<u8>,
-    pub(super) codec: Codec,
+    /// Its code byte (`super::frames`).
+    pub(super) code: u8,
     pub(super) dict: Option<Arc<Dictionary>>,
     pub(super) raw_len: usize,
 }
@@ -268,15 +269,15 @@ impl PackedCopy {
 
     /// Decode the bytes into `raw`; false if they do not decode.
     pub(super) fn decompress(&self, coder: &mut Coder, raw: &mut Vec<u8>) -> bool {
-        coder
-            .decompress(
-                self.codec,
-                self.dict.as_deref(),
-                &self.bytes,
-                self.raw_len,
-                raw,
-            )
-            .is_ok()
+        super::frames::decompress(
+            coder,
+            self.code,
+            self.dict.as_deref(),
+            &self.bytes,
+            self.raw_len,
+            raw,
+        )
+        .is_ok()
     }
 
     /// Decode the record into `raw`: the item `stub` (of `key`) names, or

@@ -43,6 +43,7 @@ mod dict;
 pub mod export;
 pub mod filter;
 pub mod flush;
+mod frames;
 mod large;
 pub mod log;
 mod read;

@@ -8,7 +8,8 @@
 
 use std::sync::Arc;
 
-use super::desc::{codec_of, REUSE_TICK};
+use super::desc::REUSE_TICK;
+use super::frames;
 use super::large::{stub_of, PackedCopy, Stub};
 use super::zone::Zone;
 use crate::block;
@@ -133,7 +134,7 @@ impl Zone {
         self.stats.decompressions += 1;
         out.bytes.clear();
         out.bytes.extend_from_slice(self.log.read(loc, len));
-        out.codec = codec_of(codec);
+        out.code = codec;
         out.raw_len = raw;
         true
     }
@@ -153,10 +154,7 @@ impl Zone {
             .and_then(|x| x.as_ref())
             .map(|x| &*x.0);
         (dict == 0 || dictionary.is_some())
-            && self
-                .coder
-                .decompress(codec_of(codec), dictionary, src, raw, out)
-                .is_ok()
+            && frames::decompress(&mut self.coder, codec, dictionary, src, raw, out).is_ok()
     }
 
     /// Decode block `id` into `raw`. False (and the block emptied, its

@@ -55,6 +55,9 @@ pub struct ZoneStats {
     /// Block rewrites that packed staged items, and the items they packed.
     pub flushes: u64,
     pub flushed: u64,
+    /// Of the flushes, those that appended a delta to their block rather
+    /// than rewriting it (`super::frames`).
+    pub deltas: u64,
     /// Of the flushes, those a demotion did itself, on a request's path,
     /// because the stage was full (the writer behind).
     pub sync_flushes: u64,

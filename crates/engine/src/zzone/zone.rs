@@ -1377,4 +1377,45 @@ mod tests {
         // 192 KB of pages hold far more than 192 KB / 300 B of items.
         assert!(hits > 1000, "{hits} hits, {s:?}");
     }
+
+    /// Items flushed one at a time into a block that has room go in
+    /// deltas (`super::frames`), a rewrite every `MAX_DELTAS + 1` flushes
+    /// merges them; a key whose older copy is in the block goes to a
+    /// rewrite; every item reads back throughout.
+    #[test]
+    fn flushes_append_deltas_and_rewrites_merge_them() {
+        use super::super::frames::{deltas, MAX_DELTAS};
+        for codec in [Codec::Lz4, Codec::Zstd, Codec::Raw] {
+            let mut z = zone(codec);
+            z.cfg.block_bytes = 8 << 10;
+            let mut last = HashMap::new();
+            let mut most = 0;
+            for i in 0..40u16 {
+                let im = image(i, 60, (i % 3) as u8, 0, i as u64 + 1);
+                demote(&mut z, i, &im);
+                z.flush_some(10, 8);
+                last.insert(i, im);
+                let id = z.trie.leaf_of(hash(&key(i))).1;
+                most = most.max(deltas(z.descs[id as usize].codec));
+                z.validate();
+                for (k, im) in &last {
+                    assert!(z.get(hash(&key(*k)), &key(*k), 10, 0, false).is_some());
+                    assert_eq!(z.found(), &im[..], "key {k} ({codec:?})");
+                }
+            }
+            let s = z.stats();
+            assert_eq!(most, MAX_DELTAS, "{codec:?}");
+            assert!(s.deltas >= 30 && s.deltas < s.flushes, "{s:?}");
+            // Replacing an item in the block: a rewrite, not a delta.
+            let im = image(3, 80, 1, 0, 99);
+            let before = z.stats().deltas;
+            demote(&mut z, 3, &im);
+            z.flush_some(10, 8);
+            assert_eq!(z.stats().deltas, before);
+            assert_eq!(z.stats().flushes, s.flushes + 1);
+            assert!(z.get(hash(&key(3)), &key(3), 10, 0, false).is_some());
+            assert_eq!(z.found(), &im[..]);
+            z.validate();
+        }
+    }
 }

@@ -1,0 +1,250 @@
+//! A block stored as frames: its base, compressed whole by a rewrite, and
+//! up to [`MAX_DELTAS`] deltas appended after it, each holding the items
+//! of one later flush compressed on their own (with the base's codec and
+//! dictionary).
+//!
+//! A rewrite decodes a block, merges its new items and compresses it
+//! whole: about 25 µs of CPU for a 6 KB block, for the two items a flush
+//! brings on average during a fill (docs/benchmarks-history.md). A delta
+//! compresses only those items, and copies the stored bytes it follows;
+//! the block is rewritten whole once it has [`MAX_DELTAS`], so a rewrite
+//! is paid once per that many flushes. zExpander (§3.2) rewrites the block
+//! on every insertion; the stage and the deltas are what keep that cost
+//! off a fill.
+//!
+//! A delta holds only keys that no older frame holds alive: a key whose
+//! older copy is pending removal goes to a rewrite instead, so a block's
+//! frames never disagree, and the pending removals keep meaning "the
+//! block's copy" (`Zone::pending`).
+//!
+//! ```text
+//! base frame (as a one-frame block's stored bytes)
+//! per delta, oldest first: packed bytes, then u16 packed length,
+//!                          u16 decoded length, u8 codec
+//! ```
+//!
+//! Descriptors and copies name a block's frames by its code byte: the
+//! codec of the base in the low two bits, the number of deltas above them.
+//! Decoding merges the frames into one block (`crate::block`'s form), so
+//! every reader sees a block as before.
+
+use crate::block;
+use crate::codec::{Codec, Coder, Dictionary};
+
+/// Deltas a block takes before a flush rewrites it whole. Each saves a
+/// rewrite; each also compresses worse than the base would, and makes
+/// every read of the block decode one more frame.
+pub(super) const MAX_DELTAS: u8 = 4;
+const TRAILER: usize = 5;
+const CODEC_BITS: u8 = 2;
+
+/// A code byte: `codec` (its code) and `deltas`.
+pub(super) fn code(codec: u8, deltas: u8) -> u8 {
+    debug_assert!(codec < 1 << CODEC_BITS && deltas <= MAX_DELTAS);
+    codec | deltas << CODEC_BITS
+}
+
+/// The base's codec a code byte names (the zone writes only valid codes).
+#[inline]
+pub(super) fn codec_of(code: u8) -> Codec {
+    Codec::from_code(code & ((1 << CODEC_BITS) - 1)).unwrap_or(Codec::Raw)
+}
+
+/// The deltas a code byte names.
+#[inline]
+pub(super) fn deltas(code: u8) -> u8 {
+    code >> CODEC_BITS
+}
+
+/// Stored bytes of a delta of `packed` bytes.
+pub(super) fn delta_len(packed: usize) -> usize {
+    packed + TRAILER
+}
+
+/// Append a delta (`packed`, decoding with `codec` to `raw` bytes) to a
+/// block's stored bytes.
+pub(super) fn append(stored: &mut Vec<u8>, packed: &[u8], raw: usize, codec: Codec) {
+    debug_assert!(packed.len() <= u16::MAX as usize && raw <= u16::MAX as usize);
+    stored.extend_from_slice(packed);
+    stored.extend_from_slice(&(packed.len() as u16).to_le_bytes());
+    stored.extend_from_slice(&(raw as u16).to_le_bytes());
+    stored.push(codec.code());
+}
+
+/// Decode a block's stored bytes (`code`, `dict`, `raw_len` as its
+/// descriptor has them) into `out` as one block. Err if they do not
+/// decode (`out` is then empty).
+pub(super) fn decompress(
+    coder: &mut Coder,
+    code: u8,
+    dict: Option<&Dictionary>,
+    stored: &[u8],
+    raw_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), ()> {
+    let n = deltas(code);
+    if n == 0 {
+        return coder
+            .decompress(codec_of(code), dict, stored, raw_len, out)
+            .map_err(|_| ());
+    }
+    let r = merge(coder, code, n, dict, stored, raw_len, out);
+    if r.is_err() {
+        out.clear();
+    }
+    r
+}
+
+/// The frames of a block with `n` deltas, decoded and merged into `out`.
+fn merge(
+    coder: &mut Coder,
+    code: u8,
+    n: u8,
+    dict: Option<&Dictionary>,
+    stored: &[u8],
+    raw_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), ()> {
+    // Frames, newest first: (stored range, codec, decoded length).
+    let mut frames = Vec::with_capacity(n as usize + 1);
+    let mut end = stored.len();
+    let mut delta_raw = 0usize;
+    for _ in 0..n {
+        let t = stored
+            .get(end.checked_sub(TRAILER).ok_or(())?..end)
+            .ok_or(())?;
+        let packed = u16::from_le_bytes([t[0], t[1]]) as usize;
+        let raw = u16::from_le_bytes([t[2], t[3]]) as usize;
+        let codec = Codec::from_code(t[4]).ok_or(())?;
+        let start = (end - TRAILER).checked_sub(packed).ok_or(())?;
+        frames.push((start..end - TRAILER, codec, raw));
+        delta_raw += raw;
+        end = start;
+    }
+    let base_raw = raw_len.checked_sub(delta_raw).ok_or(())?;
+    frames.push((0..end, codec_of(code), base_raw));
+    // Each frame decoded, back to back.
+    let mut decoded = Vec::with_capacity(raw_len);
+    let mut at = Vec::with_capacity(frames.len());
+    for (range, codec, raw) in frames {
+        let dict = if codec == Codec::Zstd { dict } else { None };
+        coder
+            .decompress(codec, dict, &stored[range], raw, out)
+            .map_err(|_| ())?;
+        at.push(decoded.len()..decoded.len() + out.len());
+        decoded.extend_from_slice(out);
+    }
+    // Newest first, so that a key in two frames (none should be: see the
+    // module's doc) keeps its newest copy.
+    let mut items: Vec<(u64, &[u8])> = Vec::new();
+    for r in at {
+        for e in block::entries(&decoded[r]).map_err(|_| ())? {
+            let (h, image) = e.map_err(|_| ())?;
+            items.push((h, image));
+        }
+    }
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    items.retain(|(h, image)| seen.insert((*h, crate::item::key(image))));
+    block::build(&mut items, out);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::hash;
+    use crate::item;
+
+    fn image(key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut v = vec![0u8; item::total_len(key.len(), value.len(), 0)];
+        item::write(&mut v, 1, 0, 0, item::LIVE, 0, 0, key, &[value]);
+        v
+    }
+
+    /// A frame of `keys` (values `v`), compressed with `codec` if it pays.
+    fn frame(coder: &mut Coder, keys: &[&str], v: &[u8], codec: Codec) -> (Vec<u8>, usize, Codec) {
+        let images: Vec<Vec<u8>> = keys.iter().map(|k| image(k.as_bytes(), v)).collect();
+        let mut items: Vec<(u64, &[u8])> = images
+            .iter()
+            .map(|im| (hash(item::key(im)), im.as_slice()))
+            .collect();
+        let mut raw = Vec::new();
+        block::build(&mut items, &mut raw);
+        let mut packed = Vec::new();
+        match coder.compress(codec, None, &raw, &mut packed) {
+            true => (packed, raw.len(), codec),
+            false => (raw.clone(), raw.len(), Codec::Raw),
+        }
+    }
+
+    #[test]
+    fn frames_decode_to_one_block_of_all_their_items() {
+        let mut coder = Coder::default();
+        let v = b"value value value value value value".as_slice();
+        for codec in [Codec::Raw, Codec::Lz4, Codec::Zstd] {
+            let (base, base_raw, used) = frame(&mut coder, &["a", "b", "c"], v, codec);
+            let mut stored = base;
+            let mut raw_len = base_raw;
+            let deltas: [&[&str]; 3] = [&["d"], &["e", "f"], &["g"]];
+            for (i, keys) in deltas.iter().enumerate() {
+                let (packed, raw, c) = frame(&mut coder, keys, b"other", codec);
+                append(&mut stored, &packed, raw, c);
+                raw_len += raw;
+                let mut out = Vec::new();
+                decompress(
+                    &mut coder,
+                    code(used.code(), i as u8 + 1),
+                    None,
+                    &stored,
+                    raw_len,
+                    &mut out,
+                )
+                .expect("frames decode");
+                let n = block::entries(&out).expect("one block").count();
+                assert_eq!(n, 3 + deltas[..=i].iter().map(|k| k.len()).sum::<usize>());
+                for k in ["a", "b", "c"]
+                    .iter()
+                    .chain(deltas[..=i].iter().flat_map(|k| k.iter()))
+                {
+                    let found = block::find(&out, hash(k.as_bytes()), k.as_bytes());
+                    assert!(matches!(found, Ok(Some(_))), "{k} found ({codec:?})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn damaged_frames_do_not_decode() {
+        let mut coder = Coder::default();
+        let (base, base_raw, used) =
+            frame(&mut coder, &["a", "b"], b"vvvvvvvvvvvvvvvv", Codec::Zstd);
+        let (packed, raw, c) = frame(&mut coder, &["c"], b"w", Codec::Zstd);
+        let mut stored = base;
+        append(&mut stored, &packed, raw, c);
+        let c1 = code(used.code(), 1);
+        let mut out = Vec::new();
+        for cut in 0..stored.len() {
+            let r = decompress(
+                &mut coder,
+                c1,
+                None,
+                &stored[..cut],
+                base_raw + raw,
+                &mut out,
+            );
+            assert!(r.is_err() && out.is_empty(), "cut at {cut}");
+        }
+        // Claiming more deltas than stored, or another decoded length.
+        assert!(decompress(
+            &mut coder,
+            code(used.code(), 3),
+            None,
+            &stored,
+            base_raw + raw,
+            &mut out
+        )
+        .is_err());
+        assert!(decompress(&mut coder, c1, None, &stored, base_raw + raw + 1, &mut out).is_err());
+        assert!(decompress(&mut coder, c1, None, &stored, base_raw + raw, &mut out).is_ok());
+    }
+}
