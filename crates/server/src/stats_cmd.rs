@@ -462,6 +462,7 @@ fn zzone(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     stat(out, "zzone_sync_flushes", s.sync_flushes);
     stat(out, "zzone_flushed", s.flushed);
     stat(out, "zzone_deltas", s.deltas);
+    stat(out, "zzone_frame_merges", s.frame_merges);
     stat(out, "zzone_evictions", s.evictions);
     stat(out, "zzone_ghost_hits", s.ghost_hits);
     stat(out, "zzone_expired", s.expired);

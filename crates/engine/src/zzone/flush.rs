@@ -174,6 +174,9 @@ pub struct BlockJob {
     pub(super) sweep: Option<Sweep>,
 }
 
+/// Leaves the writer's merge step looks at per call.
+const MERGE_SCAN: usize = 64;
+
 impl Zone {
     /// Step 1: a job for a large staged item to store apart, else for the
     /// next leaf (in hash order from the flush hand) that has staged
@@ -230,6 +233,25 @@ impl Zone {
         job.entries = entries;
         job.fresh = fresh;
         Some(Job::Block(Box::new(job)))
+    }
+
+    /// The writer's step when nothing is staged: the next block (from
+    /// the merge hand, a bounded scan) stored with deltas, rewritten whole
+    /// so that it takes the room of one base again (`super::frames`). A
+    /// fill leaves deltas behind where the writer had no time to spare.
+    pub(super) fn merge_step(&mut self, now: u32) -> Option<BlockJob> {
+        if self.framed == 0 || !self.stage.is_empty() {
+            return None;
+        }
+        for _ in 0..MERGE_SCAN {
+            let (node, id) = self.trie.leaf_of(self.merge_hand);
+            self.merge_hand = range_end(node).wrapping_add(1);
+            let d = self.descs[id as usize];
+            if d.count > 0 && frames::deltas(d.codec) > 0 {
+                return Some(self.job_for(node, id, None, now));
+            }
+        }
+        None
     }
 
     /// Whether block `id`'s staged items `fresh`, `add` bytes as a block
@@ -488,7 +510,11 @@ impl Zone {
             for o in &job.out {
                 self.stubs_moving(&o.stubs);
             }
-            self.stats.flushes += 1;
+            match job.fresh.is_empty() {
+                // `Zone::merge_step`'s.
+                true => self.stats.frame_merges += 1,
+                false => self.stats.flushes += 1,
+            }
             self.stats.flushed += job.fresh.len() as u64;
             self.free_block(job.id);
             let mut node = job.node;
@@ -582,6 +608,7 @@ impl Zone {
         d.dict = o.dict;
         d.stored = o.packed.len() as u16;
         d.raw = o.raw;
+        self.framed += usize::from(frames::deltas(o.codec) > 0);
         if let Some(Some(x)) = self.dicts.get_mut(o.dict as usize) {
             x.1 += 1;
         }

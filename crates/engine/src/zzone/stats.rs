@@ -58,6 +58,9 @@ pub struct ZoneStats {
     /// Of the flushes, those that appended a delta to their block rather
     /// than rewriting it (`super::frames`).
     pub deltas: u64,
+    /// Blocks the writer rewrote, with nothing staged for them, to merge
+    /// their deltas.
+    pub frame_merges: u64,
     /// Of the flushes, those a demotion did itself, on a request's path,
     /// because the stage was full (the writer behind).
     pub sync_flushes: u64,

@@ -35,7 +35,8 @@ pub enum WriterStep {
 
 impl Zone {
     /// The writer's next step, in this order: shrink towards the target,
-    /// keep room ahead of the flushes, pack staged items.
+    /// keep room ahead of the flushes, pack staged items, merge a block's
+    /// deltas.
     pub fn writer_step(&mut self, now: u32) -> WriterStep {
         match self.shrink_step(now) {
             WriterStep::Idle => {}
@@ -45,8 +46,12 @@ impl Zone {
             WriterStep::Idle => {}
             step => return step,
         }
-        match self.begin_flush(now) {
-            Some(job) => WriterStep::Job(job),
+        if let Some(job) = self.begin_flush(now) {
+            return WriterStep::Job(job);
+        }
+        match self.merge_step(now) {
+            Some(job) => WriterStep::Job(Job::Block(Box::new(job))),
+            None if self.framed > 0 && self.stage.is_empty() => WriterStep::Done,
             None => WriterStep::Idle,
         }
     }

@@ -43,6 +43,10 @@ pub struct Zone {
     /// the next ones.
     pub(super) stage: Stage,
     pub(super) flush_hand: u64,
+    /// Blocks stored with deltas (`super::frames`), and where the writer
+    /// looks for the next one to merge when it has nothing else to do.
+    pub(super) framed: usize,
+    pub(super) merge_hand: u64,
     /// Flush jobs begun and not finished: (ticket, the blocks they copied,
     /// whether one of those was rewritten since), and the last ticket.
     pub(super) tickets: Vec<(u64, [u32; 2], bool)>,
@@ -106,6 +110,8 @@ impl Zone {
             target_pages: 0,
             stage: Stage::default(),
             flush_hand: 0,
+            framed: 0,
+            merge_hand: 0,
             tickets: Vec::new(),
             tickets_issued: 0,
             bench: 0,
@@ -415,6 +421,7 @@ impl Zone {
         }
         let d = self.descs[id as usize];
         if d.loc != NOWHERE {
+            self.framed -= usize::from(super::frames::deltas(d.codec) > 0);
             self.log.kill(d.loc, d.stored as usize);
             self.stats.raw_bytes -= d.raw as u64;
             self.stats.stored_bytes -= d.stored as u64;
@@ -550,6 +557,7 @@ impl Zone {
         let mut located = Vec::new();
         let (mut items, mut raw, mut stored) = (0u64, 0u64, 0u64);
         let mut seen_ids = std::collections::HashSet::new();
+        let mut framed = 0;
         // Stubs: where each is (block or stage), its hash and key.
         let mut stubs = Vec::new();
         for &(node, id) in &leaves {
@@ -560,6 +568,7 @@ impl Zone {
                 continue;
             }
             located.push((d.loc, d.stored as usize));
+            framed += usize::from(super::frames::deltas(d.codec) > 0);
             raw += d.raw as u64;
             stored += d.stored as u64;
             assert!(self.load(id), "block {id} decodes");
@@ -590,6 +599,7 @@ impl Zone {
             items += 1;
         }
         assert_eq!(items, self.stats.items, "zone item count");
+        assert_eq!(framed, self.framed, "blocks with deltas");
         self.validate_records(&stubs, &mut located);
         // Each dictionary's count of blocks, and none kept that is unused.
         for (i, d) in self.dicts.iter().enumerate().skip(1) {
@@ -943,7 +953,10 @@ mod tests {
                 }
                 Op::Begin => {
                     if job.is_none() {
-                        job = z.begin_flush(now);
+                        // As the writer: a flush, or else a merge.
+                        job = z
+                            .begin_flush(now)
+                            .or_else(|| z.merge_step(now).map(|j| flush::Job::Block(Box::new(j))));
                     }
                 }
                 Op::Finish => {
@@ -1416,6 +1429,17 @@ mod tests {
             assert!(z.get(hash(&key(3)), &key(3), 10, 0, false).is_some());
             assert_eq!(z.found(), &im[..]);
             z.validate();
+            // The writer, with nothing staged, merges every block's deltas.
+            while let Some(mut j) = z.merge_step(10) {
+                j.run(&mut Coder::default(), &mut Vec::new());
+                assert!(z.finish_flush(flush::Job::Block(Box::new(j))));
+            }
+            assert_eq!(z.framed, 0);
+            z.validate();
+            for (k, im) in last.iter().filter(|(k, _)| **k != 3) {
+                assert!(z.get(hash(&key(*k)), &key(*k), 10, 0, false).is_some());
+                assert_eq!(z.found(), &im[..]);
+            }
         }
     }
 }
