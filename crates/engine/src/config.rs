@@ -87,6 +87,9 @@ pub struct Config {
     /// on average). 3 KB blocks cost less metadata per item but a fifth
     /// more CPU per demotion and fewer promotions (docs/benchmarks-history.md).
     pub zzone_block: usize,
+    /// `-o zzone_deltas=N`: flushes a Z-zone block takes as deltas before
+    /// one rewrites it whole (`zzone/frames.rs`; 0: every flush rewrites).
+    pub zzone_deltas: u8,
     /// `-o zzone_codec=lz4|zstd|none`.
     pub zzone_codec: codec::Codec,
     /// `-o zzone_target=P`: the share (percent) of the expensive
@@ -162,6 +165,7 @@ impl Default for Config {
             repartition: false,
             zzone: true,
             zzone_block: 2048,
+            zzone_deltas: 4,
             zzone_codec: codec::Codec::Zstd,
             zzone_target: 90,
             zzone_dict_samples: SAMPLES,

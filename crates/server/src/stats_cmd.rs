@@ -621,6 +621,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "repartition", yes_no(ec.repartition));
     stat(out, "zzone", yes_no(ec.zzone));
     stat(out, "zzone_block", ec.zzone_block);
+    stat(out, "zzone_deltas", ec.zzone_deltas);
     stat(
         out,
         "zzone_codec",

@@ -70,6 +70,9 @@ pub struct ZoneConfig {
     /// Bytes a block holds once compressed (zExpander: 2 KB). A block's
     /// raw capacity is this times the running compression ratio.
     pub block_bytes: usize,
+    /// Flushes a block takes as deltas before one rewrites it
+    /// (`super::frames`; at most `frames::MAX_DELTAS`).
+    pub max_deltas: u8,
     pub codec: Codec,
     pub page_size: usize,
     /// Samples a dictionary is trained on ([`SAMPLES`]).

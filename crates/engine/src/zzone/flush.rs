@@ -261,7 +261,7 @@ impl Zone {
     fn takes_delta(&self, id: u32, fresh: &[(u64, u64)], add: usize, capacity: usize) -> bool {
         let d = &self.descs[id as usize];
         d.count > 0
-            && frames::deltas(d.codec) < frames::MAX_DELTAS
+            && frames::deltas(d.codec) < self.cfg.max_deltas
             && d.raw as usize + add <= capacity
             && d.stored as usize + frames::delta_len(add) <= u16::MAX as usize
             && log::round(d.stored as usize + frames::delta_len(add)) + log::ALIGN

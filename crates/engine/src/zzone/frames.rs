@@ -31,10 +31,11 @@
 use crate::block;
 use crate::codec::{Codec, Coder, Dictionary};
 
-/// Deltas a block takes before a flush rewrites it whole. Each saves a
+/// The most deltas a block may have (`-o zzone_deltas`, 4 by default,
+/// sets how many it takes before a flush rewrites it whole). Each saves a
 /// rewrite; each also compresses worse than the base would, and makes
 /// every read of the block decode one more frame.
-pub(super) const MAX_DELTAS: u8 = 4;
+pub(super) const MAX_DELTAS: u8 = 15;
 const TRAILER: usize = 5;
 const CODEC_BITS: u8 = 2;
 

@@ -118,6 +118,7 @@ impl Zzone {
         let mut z = Box::new(Zzone {
             zone: Arc::new(ZoneCell::new(Zone::new(ZoneConfig {
                 block_bytes: config.zzone_block,
+                max_deltas: config.zzone_deltas.min(super::frames::MAX_DELTAS),
                 codec: config.zzone_codec,
                 page_size,
                 dict_samples: config.zzone_dict_samples,

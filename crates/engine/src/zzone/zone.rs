@@ -817,6 +817,7 @@ mod tests {
     fn zone(codec: Codec) -> Zone {
         let mut z = Zone::new(ZoneConfig {
             block_bytes: 512,
+            max_deltas: 4,
             codec,
             page_size: 64 << 10,
             dict_samples: SAMPLES,
@@ -1397,7 +1398,7 @@ mod tests {
     /// rewrite; every item reads back throughout.
     #[test]
     fn flushes_append_deltas_and_rewrites_merge_them() {
-        use super::super::frames::{deltas, MAX_DELTAS};
+        use super::super::frames::deltas;
         for codec in [Codec::Lz4, Codec::Zstd, Codec::Raw] {
             let mut z = zone(codec);
             z.cfg.block_bytes = 8 << 10;
@@ -1417,7 +1418,7 @@ mod tests {
                 }
             }
             let s = z.stats();
-            assert_eq!(most, MAX_DELTAS, "{codec:?}");
+            assert_eq!(most, z.cfg.max_deltas, "{codec:?}");
             assert!(s.deltas >= 30 && s.deltas < s.flushes, "{s:?}");
             // Replacing an item in the block: a rewrite, not a delta.
             let im = image(3, 80, 1, 0, 99);

@@ -641,6 +641,16 @@ fn extended(
                 }
                 s.engine.zzone_block = n as usize;
             }
+            "zzone_deltas" => {
+                let n: u32 = sub_number(key, value)?;
+                if n > 15 {
+                    return Err(CliError::new(
+                        EXIT_FAILURE,
+                        "zzone_deltas must be at most 15",
+                    ));
+                }
+                s.engine.zzone_deltas = n as u8;
+            }
             "zzone_codec" => {
                 s.engine.zzone_codec = match value {
                     Some("lz4") => Codec::Lz4,
@@ -969,6 +979,10 @@ pub fn usage() -> String {
                           (zExpander)
    - zzone_block:         bytes a Z-zone block holds compressed before it
                           splits (default 2048)
+   - zzone_deltas:        flushes a Z-zone block takes as deltas (its new
+                          items compressed on their own) before one
+                          rewrites it whole (default 4; 0: every flush
+                          rewrites)
    - zzone_codec:         zstd (default), lz4 or none
    - zzone_target:        percent of the expensive operations the adaptive
                           split keeps in the uncompressed zone (default 90;
@@ -1377,12 +1391,13 @@ mod tests {
         assert!(!s.engine.zzone);
         let (s, _) = run(&[
             "-o",
-            "zzone=1,zzone_codec=lz4,zzone_block=4096,zzone_target=0",
+            "zzone=1,zzone_codec=lz4,zzone_block=4096,zzone_target=0,zzone_deltas=2",
         ])
         .unwrap();
         assert!(s.engine.zzone);
         assert_eq!(s.engine.zzone_codec, Codec::Lz4);
         assert_eq!(s.engine.zzone_block, 4096);
+        assert_eq!(s.engine.zzone_deltas, 2);
         assert_eq!(s.engine.zzone_target, 0);
         let (s, _) = run(&["-o", "zzone=on,zzone=off"]).unwrap();
         assert!(!s.engine.zzone);
@@ -1395,7 +1410,12 @@ mod tests {
         let (s, _) = run(&["-o", "zzone=1,zzone_demote_all=1"]).unwrap();
         assert!(s.zzone_demote_all && s.engine.zzone);
         assert!(run(&["-o", "zzone=0,zzone_demote_all=1"]).is_err());
-        for bad in ["zzone_codec=gzip", "zzone_block=100", "zzone_target=101"] {
+        for bad in [
+            "zzone_codec=gzip",
+            "zzone_block=100",
+            "zzone_target=101",
+            "zzone_deltas=16",
+        ] {
             assert!(run(&["-o", bad]).is_err(), "{bad}");
         }
         let (s, _) = run(&["-o", "in_place_sets=0"]).unwrap();
