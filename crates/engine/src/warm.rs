@@ -1601,6 +1601,19 @@ mod tests {
         assert_eq!(b.lock().stats().evictions, 0, "{z:?}");
         let written: u64 = z.zone.written.iter().map(|w| w.0).sum();
         assert!(written <= z.zone.blocks + z.zone.demotions, "{z:?}");
+        // A metadump lists every item once, the zone's among them.
+        let mut listed = std::collections::HashMap::new();
+        let mut at = Some(crate::DumpAt::START);
+        let mut items = Vec::new();
+        while let Some(here) = at {
+            items.clear();
+            at = b.metadump_step(here, |_| true, &mut items);
+            for it in &items {
+                *listed.entry(it.key.clone()).or_insert(0) += 1;
+            }
+        }
+        assert_eq!(listed.len() as u64, all_b, "every item listed");
+        assert!(listed.values().all(|&n| n == 1), "each once");
         // The split's share of memory comes back too.
         let share_a = a.lock().stats().zzone.expect("zone on").share_percent;
         assert!(z.share_percent >= share_a, "{z:?}, {share_a}% before");
