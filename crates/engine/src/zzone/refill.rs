@@ -106,6 +106,12 @@ impl Zone {
             // demotion (what is gathered first, so that its leaf is not
             // rewritten under it).
             self.write_gathered(r, now);
+            if !in_order {
+                // A copy put back before (the same key, or hash) is
+                // replaced, as a demotion replaces what the N-zone
+                // overwrote.
+                self.remove(h, false);
+            }
             self.push(h, image, now);
             r.last = r.last.max(Some(h));
             return true;
