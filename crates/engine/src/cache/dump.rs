@@ -7,6 +7,7 @@
 use crate::api::{MetaItem, Tier};
 use crate::cache::Cache;
 use crate::flash::dump::FlashAt;
+use crate::zzone::Refill;
 
 /// Item bytes copied from the Z-zone per hold of its lock by a metadump
 /// (a few decoded blocks: about what a GET's block copy holds it for,
@@ -93,6 +94,39 @@ impl Cache {
         let zone = self.shared.zone.as_ref()?;
         let now = self.clock().now();
         zone.lock().export(from, to, now, budget, out)
+    }
+
+    /// Warm restart: put back the Z-zone's saved items in bulk
+    /// ([`crate::Engine::refill_zone`]); the items it does not take are
+    /// appended to `rejected`. Returns the items taken.
+    pub fn refill_zone(&self, r: &mut Refill, images: &[u8], rejected: &mut Vec<u8>) -> u64 {
+        self.lock().refill_zone(r, images, rejected)
+    }
+
+    /// The refill is over ([`crate::Engine::refill_zone_done`]).
+    pub fn refill_zone_done(&self, r: &mut Refill) {
+        self.lock().refill_zone_done(r);
+    }
+
+    /// The Z-zone's share of memory is at least `share`
+    /// ([`crate::Engine::raise_zone_share`]).
+    pub fn raise_zone_share(&self, share: f64) {
+        self.lock().raise_zone_share(share);
+    }
+
+    /// Warm restart: offer an item to put back as a dictionary training
+    /// sample, before the refill ([`Cache::train_zone`] trains them);
+    /// false once there are enough (or without a Z-zone).
+    pub fn zone_sample(&self, image: &[u8]) -> bool {
+        let Some(zone) = self.shared.zone.as_ref() else {
+            return false;
+        };
+        zone.lock().refill_sample(image)
+    }
+
+    /// The Z-zone's share of memory (None without one).
+    pub fn zone_share(&self) -> Option<f64> {
+        self.lock().zone_share()
     }
 
     /// The Z-zone's leaf blocks (0 without one).

@@ -37,6 +37,7 @@ use crate::index::Index;
 use crate::item;
 use crate::slab::{PageId, NONE};
 use crate::stripe::Stripes;
+use crate::zzone::Refill;
 
 /// Items sent to the index thread at a time.
 const INDEX_BATCH: usize = 16 << 10;
@@ -300,6 +301,80 @@ impl Engine {
             batch.push((it.hash, loc));
         }
         Ok(())
+    }
+}
+
+/// The Z-zone's side of a warm restart (`crate::zzone::Refill`).
+impl Engine {
+    /// Put back the Z-zone's saved items (`images`: whole items back to
+    /// back, in key-hash order), in bulk, before anything else is stored
+    /// (`Zone::refill`). The zone is granted a page of free memory each
+    /// time it needs one to take them without sweeping, up to the split's
+    /// most; without one it makes room as at any demotion. Items it does
+    /// not take (too large for it) are appended to `rejected`, for the
+    /// store path. Returns the items taken.
+    pub fn refill_zone(&mut self, r: &mut Refill, images: &[u8], rejected: &mut Vec<u8>) -> u64 {
+        let now = self.now();
+        let Some(cell) = self.zone.as_ref().map(|z| z.zone.clone()) else {
+            rejected.extend_from_slice(images);
+            return 0;
+        };
+        let most = self.zone_pages_most();
+        let before = r.taken();
+        let mut zone = cell.lock();
+        for image in crate::zzone::export::images(images) {
+            if zone.refill_wants_page(image.len()) && zone.pages() < most {
+                // The budget reads the zone's memory as of its last
+                // release.
+                drop(zone);
+                if self.pages_fit(1, 0) {
+                    let mut z = cell.lock();
+                    let pages = z.pages();
+                    z.set_target_pages(pages + 1);
+                    z.grant_page();
+                    zone = z;
+                } else {
+                    zone = cell.lock();
+                }
+            }
+            if !zone.refill(r, image, now) {
+                rejected.extend_from_slice(image);
+            }
+        }
+        drop(zone);
+        let taken = r.taken() - before;
+        self.counters.total_items += taken;
+        taken
+    }
+
+    /// The refill is over ([`Engine::refill_zone`]): the zone's last block
+    /// is written, and the split gives it at least the pages it holds, so
+    /// that it is not shrunk (swept) for them.
+    pub fn refill_zone_done(&mut self, r: &mut Refill) {
+        let now = self.now();
+        let available = self.zone_available();
+        let Some(z) = self.zone.as_mut() else {
+            return;
+        };
+        let (pages, page) = {
+            let mut zone = z.zone.lock();
+            zone.refill_done(r, now);
+            (zone.pages(), zone.config().page_size)
+        };
+        let held = (pages as f64 + 0.5) * page as f64 / available.max(1) as f64;
+        z.set_share(z.share().max(held));
+        z.retarget(available);
+    }
+
+    /// The Z-zone's share of memory is at least `share` (a warm restart's:
+    /// the last run's), its pages to come from the N-zone as the split
+    /// feeds it.
+    pub fn raise_zone_share(&mut self, share: f64) {
+        let available = self.zone_available();
+        if let Some(z) = self.zone.as_mut() {
+            z.set_share(z.share().max(share));
+            z.retarget(available);
+        }
     }
 }
 

@@ -301,9 +301,7 @@ impl Engine {
                 .map(|c| self.stripes.reader_hits(c))
                 .sum::<u64>()
             + self.counters.total_items;
-        let available = self
-            .memory_limit
-            .saturating_sub(self.aux_bytes() - self.zone_memory());
+        let available = self.zone_available();
         let target = self.config.zzone_target;
         let Some(z) = self.zone.as_mut() else {
             return 0;
@@ -438,6 +436,24 @@ impl Engine {
         zone.set_target_pages(pages - 1);
         zone.shrink(now, usize::MAX);
         zone.pages() < pages
+    }
+
+    /// Memory the zones share: `-m` less what the rest of the engine
+    /// (index, policy, rebalancer) holds.
+    pub(super) fn zone_available(&self) -> usize {
+        self.memory_limit
+            .saturating_sub(self.aux_bytes() - self.zone_memory())
+    }
+
+    /// The most pages the split lets the Z-zone hold (0 without one).
+    pub(super) fn zone_pages_most(&self) -> usize {
+        let available = self.zone_available();
+        self.zone.as_ref().map_or(0, |z| z.most_pages(available))
+    }
+
+    /// The Z-zone's share of memory now (None without one).
+    pub fn zone_share(&self) -> Option<f64> {
+        self.zone.as_ref().map(|z| z.share())
     }
 
     /// Pages the Z-zone is below its target by.

@@ -13,7 +13,8 @@
 //! - `large`: items over half a block stored apart, compressed alone and
 //!   named from their block by a stub (§3.1, footnote 3).
 //! - [`export`]: the live items copied out a few blocks at a time, in
-//!   hash order (warm restart, `lru_crawler metadump`).
+//!   hash order (warm restart, `lru_crawler metadump`); `refill`: a warm
+//!   restart's items put back in bulk, each block built once ([`Refill`]).
 //! - `zone`: [`Zone`], its state, budget and demotions; `read`: lookups,
 //!   under the lock and outside it ([`Copied`]); `sweep`: the replacement
 //!   sweep, compaction and shrinking; `dict`: zstd dictionaries; `desc`:
@@ -47,6 +48,7 @@ mod frames;
 mod large;
 pub mod log;
 mod read;
+mod refill;
 pub mod regret;
 pub mod split;
 pub mod stage;
@@ -61,6 +63,7 @@ pub(crate) use config::PROBE_STAGE;
 pub use config::{ZoneConfig, DICT_BYTES, RETRAIN_DEMOTIONS, SAMPLES, SAMPLE_EVERY, WORTH_RATIO};
 pub use large::{PackedCopy, Stub};
 pub use read::Copied;
+pub use refill::Refill;
 pub use stats::ZoneStats;
 pub use sweep::WriterStep;
 pub use zone::Zone;

@@ -165,6 +165,25 @@ impl Zzone {
         zone.set_target_pages(pages);
     }
 
+    /// The share of memory the Z-zone may hold now.
+    pub(crate) fn share(&self) -> f64 {
+        self.share
+    }
+
+    /// Set that share (a warm restart's: the last run's, or what the
+    /// items it put back take), within what it may be.
+    pub(crate) fn set_share(&mut self, share: f64) {
+        if share.is_finite() {
+            self.share = share.clamp(0.0, MAX_SHARE);
+        }
+    }
+
+    /// The most pages the zone may hold of `available` bytes.
+    pub(crate) fn most_pages(&self, available: usize) -> usize {
+        let page = self.zone.lock().config().page_size;
+        (MAX_SHARE * available as f64) as usize / page
+    }
+
     /// Once a window of [`WINDOW_OPS`] requests is over, move the share
     /// towards the target (`-o zzone_target`, percent; 0: the Z-zone takes
     /// all it may). `at_n_zone`: the requests the N-zone served (GET hits

@@ -349,14 +349,7 @@ impl Zone {
     /// A zone that does not compress takes one demotion in
     /// [`PROBE_EVERY`], enough to go on measuring the ratio.
     pub fn admits(&mut self, len: usize) -> bool {
-        let apart = match self.cfg.codec {
-            Codec::Raw => self
-                .cfg
-                .large_bytes
-                .min(self.log.page_size() / RECORD_SHARE),
-            _ => self.cfg.large_bytes,
-        };
-        let ok = len <= self.raw_capacity() / 2 || len <= apart;
+        let ok = len <= self.raw_capacity() / 2 || len <= self.apart_limit();
         self.stats.refused += u64::from(!ok);
         if ok && !self.worth_growing() {
             self.offered += 1;
@@ -366,6 +359,17 @@ impl Zone {
             }
         }
         ok
+    }
+
+    /// The largest item stored apart ([`Zone::admits`]).
+    pub(super) fn apart_limit(&self) -> usize {
+        match self.cfg.codec {
+            Codec::Raw => self
+                .cfg
+                .large_bytes
+                .min(self.log.page_size() / RECORD_SHARE),
+            _ => self.cfg.large_bytes,
+        }
     }
 
     /// Demote `image` (key hash `h`) from the N-zone: it is staged, and
@@ -685,7 +689,7 @@ impl Zone {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::zzone::{flush, Copied, WriterStep, SAMPLES};
     use proptest::prelude::*;
@@ -772,14 +776,14 @@ mod tests {
         ]
     }
 
-    fn key(k: u16) -> Vec<u8> {
+    pub(in crate::zzone) fn key(k: u16) -> Vec<u8> {
         format!("key:{k}").into_bytes()
     }
 
     /// An item image: a value of `len` bytes, text-like (`fill` 0..3),
     /// pseudo-random (3), or random lower-case letters (4: a little), so
     /// blocks and records both compress and do not.
-    fn image(k: u16, len: usize, fill: u8, exptime: u32, cas: u64) -> Vec<u8> {
+    pub(in crate::zzone) fn image(k: u16, len: usize, fill: u8, exptime: u32, cas: u64) -> Vec<u8> {
         let key = key(k);
         let mut x = (k as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ cas;
         let value: Vec<u8> = (0..len)
@@ -814,7 +818,7 @@ mod tests {
         v
     }
 
-    fn zone(codec: Codec) -> Zone {
+    pub(in crate::zzone) fn zone(codec: Codec) -> Zone {
         let mut z = Zone::new(ZoneConfig {
             block_bytes: 512,
             max_deltas: 4,
