@@ -84,8 +84,10 @@ pub struct Config {
     pub zzone: bool,
     /// `-o zzone_block=N`: bytes a Z-zone block may hold once compressed
     /// before it splits (binary splits leave blocks about two thirds full
-    /// on average). 3 KB blocks cost less metadata per item but a fifth
-    /// more CPU per demotion and fewer promotions (docs/benchmarks-history.md).
+    /// on average). 4 KB: with deltas (`zzone_deltas`) a larger block
+    /// costs little more CPU per demotion, and at `-m 64` it keeps 10%
+    /// more JSON rows than 2 KB with no fewer hits on YCSB-B and ETC
+    /// (docs/benchmarks-history.md).
     pub zzone_block: usize,
     /// `-o zzone_deltas=N`: flushes a Z-zone block takes as deltas before
     /// one rewrites it whole (`zzone/frames.rs`; 0: every flush rewrites).
@@ -164,7 +166,7 @@ impl Default for Config {
             lockfree_inserts: true,
             repartition: false,
             zzone: true,
-            zzone_block: 2048,
+            zzone_block: 4096,
             zzone_deltas: 4,
             zzone_codec: codec::Codec::Zstd,
             zzone_target: 90,

@@ -67,7 +67,8 @@ pub(super) const DICT_SLOTS: usize = 255;
 /// The Z-zone's settings.
 #[derive(Clone, Copy, Debug)]
 pub struct ZoneConfig {
-    /// Bytes a block holds once compressed (zExpander: 2 KB). A block's
+    /// Bytes a block holds once compressed (zExpander: 2 KB; ours 4 KB by
+    /// default, `-o zzone_block`). A block's
     /// raw capacity is this times the running compression ratio.
     pub block_bytes: usize,
     /// Flushes a block takes as deltas before one rewrites it

@@ -978,7 +978,7 @@ pub fn usage() -> String {
                           same memory, where GETs that miss find them
                           (zExpander)
    - zzone_block:         bytes a Z-zone block holds compressed before it
-                          splits (default 2048)
+                          splits (default 4096)
    - zzone_deltas:        flushes a Z-zone block takes as deltas (its new
                           items compressed on their own) before one
                           rewrites it whole (default 4; 0: every flush
