@@ -20,10 +20,8 @@ impl Zone {
     /// takes these first: each frees the most stage): None if none waits.
     pub(super) fn begin_record(&mut self, now: u32) -> Option<RecordJob> {
         let (h, push, image) = self.stage.next_large()?;
-        self.tickets_issued += 1;
-        let ticket = self.tickets_issued;
         // It copies no block: no rewrite makes it stale.
-        self.tickets.push((ticket, [NOWHERE; 2], false));
+        let ticket = self.ticket([NOWHERE; 2]);
         let dict_slot = match self.cfg.codec {
             Codec::Zstd => self.dict,
             _ => 0,

@@ -209,9 +209,7 @@ impl Zone {
             desc_raw(self, id) + desc_raw(self, s) + work.len() <= capacity * 3 / 4
         });
         if sibling.is_none() && self.takes_delta(id, &fresh, block_len(&entries), capacity) {
-            self.tickets_issued += 1;
-            let ticket = self.tickets_issued;
-            self.tickets.push((ticket, [id, id], false));
+            let ticket = self.ticket([id, id]);
             let d = self.descs[id as usize];
             return Some(Job::Delta(Box::new(DeltaJob {
                 ticket,
@@ -233,6 +231,14 @@ impl Zone {
         job.entries = entries;
         job.fresh = fresh;
         Some(Job::Block(Box::new(job)))
+    }
+
+    /// A ticket for a job that copied blocks `ids` (a rewrite of either
+    /// makes it stale: `Zone::free_block`).
+    pub(super) fn ticket(&mut self, ids: [u32; 2]) -> u64 {
+        self.tickets_issued += 1;
+        self.tickets.push((self.tickets_issued, ids, false));
+        self.tickets_issued
     }
 
     /// The writer's step when nothing is staged: the next block (from
@@ -292,10 +298,7 @@ impl Zone {
             .chain(sibling.map(|s| s.1))
             .map(|i| self.copy_old(i))
             .collect();
-        self.tickets_issued += 1;
-        let ticket = self.tickets_issued;
-        let ids = [id, sibling.map_or(id, |s| s.1)];
-        self.tickets.push((ticket, ids, false));
+        let ticket = self.ticket([id, sibling.map_or(id, |s| s.1)]);
         let dict = match self.cfg.codec {
             Codec::Zstd => self.dict,
             _ => 0,
