@@ -768,7 +768,7 @@ fn decode_config(b: &mut Bytes) -> Option<Config> {
         // Small blocks: more of them, so splits and sweeps come early.
         zzone_block: [2048, 256][((x ^ y) & 1) as usize],
         zzone_codec: [Codec::Zstd, Codec::Lz4][((x ^ y) >> 1 & 1) as usize],
-        zzone_deltas: [4, 0, 1, 15][((x ^ y) >> 9 & 3) as usize],
+        zzone_deltas: [4, 0, 1, 15][((x >> 5) ^ (y >> 1)) as usize & 3],
         // Dictionaries trained early, so sequences this short meet them.
         zzone_dict_samples: 128,
         ..Config::default()
