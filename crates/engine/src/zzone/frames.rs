@@ -28,6 +28,8 @@
 //! Decoding merges the frames into one block (`crate::block`'s form), so
 //! every reader sees a block as before.
 
+use std::ops::Range;
+
 use crate::block;
 use crate::codec::{Codec, Coder, Dictionary};
 
@@ -83,30 +85,26 @@ pub(super) fn decompress(
     raw_len: usize,
     out: &mut Vec<u8>,
 ) -> Result<(), ()> {
-    let n = deltas(code);
-    if n == 0 {
+    if deltas(code) == 0 {
         return coder
             .decompress(codec_of(code), dict, stored, raw_len, out)
             .map_err(|_| ());
     }
-    let r = merge(coder, code, n, dict, stored, raw_len, out);
+    let r = merge(coder, code, dict, stored, raw_len, out);
     if r.is_err() {
         out.clear();
     }
     r
 }
 
-/// The frames of a block with `n` deltas, decoded and merged into `out`.
-fn merge(
-    coder: &mut Coder,
+/// The frames of a block with deltas, newest first: (stored range, codec,
+/// decoded length). Err if its trailers do not add up.
+fn frames(
     code: u8,
-    n: u8,
-    dict: Option<&Dictionary>,
     stored: &[u8],
     raw_len: usize,
-    out: &mut Vec<u8>,
-) -> Result<(), ()> {
-    // Frames, newest first: (stored range, codec, decoded length).
+) -> Result<Vec<(Range<usize>, Codec, usize)>, ()> {
+    let n = deltas(code);
     let mut frames = Vec::with_capacity(n as usize + 1);
     let mut end = stored.len();
     let mut delta_raw = 0usize;
@@ -124,6 +122,57 @@ fn merge(
     }
     let base_raw = raw_len.checked_sub(delta_raw).ok_or(())?;
     frames.push((0..end, codec_of(code), base_raw));
+    Ok(frames)
+}
+
+/// Find `key` (hash `h`) in a block's stored bytes: its frames are decoded
+/// into `out` newest first, up to the first that holds the key (a read
+/// of a key in a delta does not decode the base). The item's place in
+/// `out`; None if no frame holds it; Err if a frame it decoded does not
+/// decode or parse.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn find(
+    coder: &mut Coder,
+    code: u8,
+    dict: Option<&Dictionary>,
+    stored: &[u8],
+    raw_len: usize,
+    h: u64,
+    key: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<Option<Range<usize>>, ()> {
+    let mut one = |range: Range<usize>, codec: Codec, raw: usize| {
+        let dict = if codec == Codec::Zstd { dict } else { None };
+        coder
+            .decompress(codec, dict, &stored[range], raw, out)
+            .map_err(|_| ())?;
+        let found = block::find(out, h, key).map_err(|_| ())?;
+        Ok(found.map(|image| {
+            let at = image.as_ptr() as usize - out.as_ptr() as usize;
+            at..at + image.len()
+        }))
+    };
+    if deltas(code) == 0 {
+        return one(0..stored.len(), codec_of(code), raw_len);
+    }
+    for (range, codec, raw) in frames(code, stored, raw_len)? {
+        if let Some(at) = one(range, codec, raw)? {
+            return Ok(Some(at));
+        }
+    }
+    Ok(None)
+}
+
+/// The frames of a block with deltas, decoded and merged into `out`.
+fn merge(
+    coder: &mut Coder,
+    code: u8,
+    dict: Option<&Dictionary>,
+    stored: &[u8],
+    raw_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), ()> {
+    let frames = frames(code, stored, raw_len)?;
     // Each frame decoded, back to back.
     let mut decoded = Vec::with_capacity(raw_len);
     let mut at = Vec::with_capacity(frames.len());
@@ -203,13 +252,32 @@ mod tests {
                 .expect("frames decode");
                 let n = block::entries(&out).expect("one block").count();
                 assert_eq!(n, 3 + deltas[..=i].iter().map(|k| k.len()).sum::<usize>());
+                let c = code(used.code(), i as u8 + 1);
+                let mut one = Vec::new();
                 for k in ["a", "b", "c"]
                     .iter()
                     .chain(deltas[..=i].iter().flat_map(|k| k.iter()))
                 {
-                    let found = block::find(&out, hash(k.as_bytes()), k.as_bytes());
-                    assert!(matches!(found, Ok(Some(_))), "{k} found ({codec:?})");
+                    let (h, k) = (hash(k.as_bytes()), k.as_bytes());
+                    let Ok(Some(merged)) = block::find(&out, h, k) else {
+                        panic!("{k:?} in the merged block ({codec:?})");
+                    };
+                    // Found frame by frame, the same image.
+                    let at = find(&mut coder, c, None, &stored, raw_len, h, k, &mut one);
+                    let at = at.expect("frames decode").expect("found");
+                    assert_eq!(&one[at], merged);
                 }
+                let absent = find(
+                    &mut coder,
+                    c,
+                    None,
+                    &stored,
+                    raw_len,
+                    hash(b"zz"),
+                    b"zz",
+                    &mut one,
+                );
+                assert_eq!(absent, Ok(None));
             }
         }
     }

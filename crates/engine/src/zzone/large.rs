@@ -280,6 +280,30 @@ impl PackedCopy {
         .is_ok()
     }
 
+    /// Find `key` (hash `h`) in the block: its place in `raw`, where its
+    /// frames were decoded (`super::frames::find`); None if not there or
+    /// the bytes do not decode.
+    pub(super) fn find(
+        &self,
+        coder: &mut Coder,
+        raw: &mut Vec<u8>,
+        h: u64,
+        key: &[u8],
+    ) -> Option<std::ops::Range<usize>> {
+        super::frames::find(
+            coder,
+            self.code,
+            self.dict.as_deref(),
+            &self.bytes,
+            self.raw_len,
+            h,
+            key,
+            raw,
+        )
+        .ok()
+        .flatten()
+    }
+
     /// Decode the record into `raw`: the item `stub` (of `key`) names, or
     /// None if the bytes are not it.
     pub(super) fn decode<'a>(

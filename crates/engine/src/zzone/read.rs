@@ -60,17 +60,10 @@ impl Copied {
                 }
             }
             None => {
-                if !self.block.decompress(coder, raw) {
-                    return None;
-                }
                 // Where the item is, so that `raw` is free again for a
                 // stub's record.
-                let (at, stub) = {
-                    let image = block::find(raw, h, key).ok().flatten()?;
-                    let start = image.as_ptr() as usize - raw.as_ptr() as usize;
-                    (start..start + image.len(), stub_of(image))
-                };
-                match stub {
+                let at = self.block.find(coder, raw, h, key)?;
+                match stub_of(&raw[at.clone()]) {
                     Some(s) => s,
                     None => return Some(&raw[at]),
                 }
@@ -177,6 +170,43 @@ impl Zone {
         ok
     }
 
+    /// Find `key` (hash `h`) in block `id`, its frames decoded into `raw`
+    /// newest first (`super::frames::find`): its place there. Err (the
+    /// block counted corrupt) if a frame does not decode.
+    fn find_in(
+        &mut self,
+        id: u32,
+        h: u64,
+        key: &[u8],
+    ) -> Result<Option<std::ops::Range<usize>>, ()> {
+        if self.descs[id as usize].count == 0 {
+            return Ok(None);
+        }
+        let (loc, len, code, dict, raw_len) = self.descs[id as usize].stored_at();
+        self.stats.decompressions += 1;
+        let dictionary = match dict {
+            0 => None,
+            i => Some(self.dict_arc(i).ok_or(())?),
+        };
+        let src = self.log.read(loc, len);
+        let r = frames::find(
+            &mut self.coder,
+            code,
+            dictionary.as_deref(),
+            src,
+            raw_len,
+            h,
+            key,
+            &mut self.raw,
+        );
+        if r.is_err() {
+            debug_assert!(false, "Z-zone block {id} does not decode");
+            self.stats.corrupt += 1;
+            self.raw.clear();
+        }
+        r
+    }
+
     /// Look `key` up. On a hit the item's image is in [`Zone::found`] and
     /// the answer says whether to promote it: its reuse time (since the
     /// last read of its key in this block) is below `bench`, the N-zone's
@@ -254,18 +284,16 @@ impl Zone {
                 }
                 return None;
             }
-            if !self.load(id) {
-                return None;
-            }
-            match block::find(&self.raw, h, key) {
-                Ok(Some(image)) => self.found.extend_from_slice(image),
-                _ => {
+            match self.find_in(id, h, key) {
+                Ok(Some(at)) => self.found.extend_from_slice(&self.raw[at]),
+                Ok(None) => {
                     self.stats.false_positives += 1;
                     if read {
                         self.note_miss(h);
                     }
                     return None;
                 }
+                Err(()) => return None,
             }
         }
         // Stored apart: its record (read under the lock here: the
