@@ -135,6 +135,9 @@ pub struct EngineArgs {
     /// -o zzone_block=: bytes a Z-zone block holds compressed.
     #[arg(long, default_value_t = Config::default().zzone_block)]
     pub zzone_block: usize,
+    /// -o zzone_deltas=: deltas a Z-zone block takes before a rewrite.
+    #[arg(long, default_value_t = Config::default().zzone_deltas)]
+    pub zzone_deltas: u8,
     /// -o zzone_codec=: zstd, lz4 or none.
     #[arg(long, default_value = "zstd", value_parser = parse_codec)]
     pub zzone_codec: Codec,
@@ -193,6 +196,7 @@ impl EngineArgs {
             zzone: self.zzone,
             zzone_target: self.zzone_target,
             zzone_block: self.zzone_block,
+            zzone_deltas: self.zzone_deltas,
             zzone_codec: self.zzone_codec,
             rebalance_tuning: Tuning {
                 sas_misses: self.sas_misses,

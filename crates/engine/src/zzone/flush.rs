@@ -176,6 +176,11 @@ pub struct BlockJob {
 
 /// Leaves the writer's merge step looks at per call.
 const MERGE_SCAN: usize = 64;
+/// Pending removals a block may keep while it takes deltas. During a fill
+/// most are false positives of its content filter (a new key's store
+/// removes any older copy the filter may name); none at all sent two
+/// thirds of a fill's flushes to rewrites.
+const PENDING_BEHIND: usize = 2;
 
 impl Zone {
     /// Step 1: a job for a large staged item to store apart, else for the
@@ -208,7 +213,7 @@ impl Zone {
         let sibling = self.trie.sibling_leaf(node).filter(|&(_, s)| {
             desc_raw(self, id) + desc_raw(self, s) + work.len() <= capacity * 3 / 4
         });
-        if sibling.is_none() && self.takes_delta(id, &fresh, block_len(&entries), capacity) {
+        if sibling.is_none() && self.takes_delta(node, id, &fresh, block_len(&entries), capacity) {
             let ticket = self.ticket([id, id]);
             let d = self.descs[id as usize];
             return Some(Job::Delta(Box::new(DeltaJob {
@@ -260,11 +265,22 @@ impl Zone {
         None
     }
 
-    /// Whether block `id`'s staged items `fresh`, `add` bytes as a block
-    /// of their own, go in a delta (`super::frames`) rather than a
-    /// rewrite: the block has room for them and for another delta, and
-    /// none of them replaces a copy in it (pending removal).
-    fn takes_delta(&self, id: u32, fresh: &[(u64, u64)], add: usize, capacity: usize) -> bool {
+    /// Whether the staged items `fresh` of leaf `node` (block `id`), `add`
+    /// bytes as a block of their own, go in a delta (`super::frames`)
+    /// rather than a rewrite: the block has room for them and for another
+    /// delta, none of them replaces a copy in it (pending removal), and at
+    /// most [`PENDING_BEHIND`] removals are pending in it. A rewrite does
+    /// the pending removals; left to pile up behind deltas they tripled
+    /// the zone's metadata on USR at `-m 16` and cost 0.017 of miss ratio
+    /// (docs/benchmarks-history.md).
+    fn takes_delta(
+        &self,
+        node: Node,
+        id: u32,
+        fresh: &[(u64, u64)],
+        add: usize,
+        capacity: usize,
+    ) -> bool {
         let d = &self.descs[id as usize];
         d.count > 0
             && frames::deltas(d.codec) < self.cfg.max_deltas
@@ -274,6 +290,11 @@ impl Zone {
                 <= self.log.page_size()
             && (d.dict == 0 || self.dict_arc(d.dict).is_some())
             && fresh.iter().all(|(h, _)| !self.pending.contains_key(h))
+            && self
+                .pending
+                .range(range_start(node)..=range_end(node))
+                .nth(PENDING_BEHIND)
+                .is_none()
     }
 
     /// A rewrite of leaf `node` (block `id`, and `sibling`'s when the two

@@ -25,8 +25,9 @@
 //!
 //! Descriptors and copies name a block's frames by its code byte: the
 //! codec of the base in the low two bits, the number of deltas above them.
-//! Decoding merges the frames into one block (`crate::block`'s form), so
-//! every reader sees a block as before.
+//! A GET decodes the frames newest first and stops at the one that holds
+//! its key ([`find`]); a rewrite, the sweep and an export decode them
+//! merged into one block (`crate::block`'s form, [`decompress`]).
 
 use std::ops::Range;
 
