@@ -747,13 +747,8 @@ fn refill_zone<R: Read + Seek>(
     let mut refill = crate::zzone::Refill::default();
     let mut rejected = Vec::new();
     loop {
-        match read_block(input, size, &mut payload) {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(_) => {
-                stats.damaged = true;
-                break;
-            }
+        if !next_block(input, size, &mut payload, stats) {
+            break;
         }
         images.clear();
         let whole = zone_images(cache, &payload, &mut images, stats, max_cas);
@@ -1079,13 +1074,8 @@ fn read_blocks(
 ) {
     let mut payload = Vec::new();
     loop {
-        match read_block(input, size, &mut payload) {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(_) => {
-                stats.damaged = true;
-                break;
-            }
+        if !next_block(input, size, &mut payload, stats) {
+            break;
         }
         if decode_block(cache, &payload, stats, max_cas).is_none() {
             stats.damaged = true;
@@ -1095,6 +1085,18 @@ fn read_blocks(
 }
 
 /// The next block's payload into `buf`; false at the end marker.
+/// [`read_block`] for a loop over blocks: false at the end marker, or
+/// (the file then counted damaged) at a block that does not read.
+fn next_block(input: &mut impl Read, size: u64, buf: &mut Vec<u8>, stats: &mut WarmStats) -> bool {
+    match read_block(input, size, buf) {
+        Ok(more) => more,
+        Err(_) => {
+            stats.damaged = true;
+            false
+        }
+    }
+}
+
 fn read_block(input: &mut impl Read, file_size: u64, buf: &mut Vec<u8>) -> io::Result<bool> {
     let mut head = [0u8; 8];
     input.read_exact(&mut head)?;

@@ -143,10 +143,7 @@ pub(super) fn find(
     out: &mut Vec<u8>,
 ) -> Result<Option<Range<usize>>, ()> {
     let mut one = |range: Range<usize>, codec: Codec, raw: usize| {
-        let dict = if codec == Codec::Zstd { dict } else { None };
-        coder
-            .decompress(codec, dict, &stored[range], raw, out)
-            .map_err(|_| ())?;
+        decode_frame(coder, dict, &stored[range], codec, raw, out)?;
         let found = block::find(out, h, key).map_err(|_| ())?;
         Ok(found.map(|image| {
             let at = image.as_ptr() as usize - out.as_ptr() as usize;
@@ -164,6 +161,22 @@ pub(super) fn find(
     Ok(None)
 }
 
+/// One frame's bytes, stored with `codec` (the block's dictionary if
+/// zstd), decoded into `out`.
+fn decode_frame(
+    coder: &mut Coder,
+    dict: Option<&Dictionary>,
+    bytes: &[u8],
+    codec: Codec,
+    raw: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), ()> {
+    let dict = if codec == Codec::Zstd { dict } else { None };
+    coder
+        .decompress(codec, dict, bytes, raw, out)
+        .map_err(|_| ())
+}
+
 /// The frames of a block with deltas, decoded and merged into `out`.
 fn merge(
     coder: &mut Coder,
@@ -178,10 +191,7 @@ fn merge(
     let mut decoded = Vec::with_capacity(raw_len);
     let mut at = Vec::with_capacity(frames.len());
     for (range, codec, raw) in frames {
-        let dict = if codec == Codec::Zstd { dict } else { None };
-        coder
-            .decompress(codec, dict, &stored[range], raw, out)
-            .map_err(|_| ())?;
+        decode_frame(coder, dict, &stored[range], codec, raw, out)?;
         at.push(decoded.len()..decoded.len() + out.len());
         decoded.extend_from_slice(out);
     }
