@@ -16,11 +16,16 @@
 //!   load     --addr A [--conns 50] [--threads 1] [--duration 10]
 //!            [--get-ratio 0.9] [--keys 100000] [--key-len 14]
 //!            [--value-size 32] [--depth 1] [--warm 1] [--rate REQ_PER_S]
+//!   jitter   [--iters 200000] [--work-us 5]
+//!            how long a fixed few microseconds of work take on this
+//!            core, again and again: the machine's own floor under the
+//!            lock holds that `stats locks` reports
 //!
 //! It only talks to the address it is given (the scripts pass 127.0.0.1) and
 //! every run is bounded in count or time.
 
 mod capacity;
+mod jitter;
 mod keys;
 mod load;
 
@@ -79,7 +84,7 @@ impl Opts {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((cmd, rest)) = args.split_first() else {
-        eprintln!("usage: loadgen free-port|wait|stats|fill|capacity|load [--options]");
+        eprintln!("usage: loadgen free-port|wait|stats|fill|capacity|load|jitter [--options]");
         return ExitCode::from(2);
     };
     let r = match cmd.as_str() {
@@ -135,6 +140,10 @@ fn main() -> ExitCode {
             ],
         )
         .and_then(|o| load(&o)),
+        "jitter" => Opts::parse(rest, &["iters", "work-us"]).and_then(|o| {
+            jitter::run(o.num("iters", Some(200_000))?, o.num("work-us", Some(5.0))?);
+            Ok(())
+        }),
         other => Err(format!("unknown subcommand {other:?}")),
     };
     match r {

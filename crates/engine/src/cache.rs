@@ -22,6 +22,7 @@ pub mod dump;
 pub mod meta;
 pub mod ops;
 
+use std::mem::ManuallyDrop;
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -138,10 +139,11 @@ pub struct Cache {
 /// The engine, locked; gives back the stripes the operation took when
 /// dropped, and counts the hold (`holds`).
 pub struct EngineGuard<'a> {
-    engine: std::sync::MutexGuard<'a, Engine>,
+    /// Dropped in `drop` before the pages it gave back are released.
+    engine: ManuallyDrop<std::sync::MutexGuard<'a, Engine>>,
     /// A background thread's hold at the lock's ceiling
     /// (`crate::priority`): dropped after `engine`, the lock released.
-    _raised: crate::priority::Raised,
+    raised: Option<crate::priority::Raised>,
     holds: &'a Holds,
     since: Instant,
 }
@@ -162,7 +164,15 @@ impl std::ops::DerefMut for EngineGuard<'_> {
 impl Drop for EngineGuard<'_> {
     fn drop(&mut self) {
         self.engine.release_stripes();
+        let released = self.engine.take_released_pages();
         self.holds.record(self.since);
+        // SAFETY: `engine` is dropped here, once, and not used after.
+        unsafe { ManuallyDrop::drop(&mut self.engine) };
+        drop(self.raised.take());
+        // The memory of the pages given back, without the lock.
+        if let Some((arena, ids)) = released {
+            arena.release_later(ids);
+        }
         #[cfg(debug_assertions)]
         ENGINE_LOCKED.set(ENGINE_LOCKED.get() - 1);
     }
@@ -191,7 +201,8 @@ impl Cache {
         Ok(Self::with_engine(engine, config, clock))
     }
 
-    fn with_engine(engine: Engine, config: Config, clock: Arc<Clock>) -> Cache {
+    fn with_engine(mut engine: Engine, config: Config, clock: Arc<Clock>) -> Cache {
+        engine.defer_page_release();
         let shared = engine.shared();
         Cache {
             engine: std::sync::Mutex::new(engine),
@@ -221,8 +232,8 @@ impl Cache {
         let raised = crate::priority::Raised::new();
         let engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         let guard = EngineGuard {
-            engine,
-            _raised: raised,
+            engine: ManuallyDrop::new(engine),
+            raised: Some(raised),
             holds: &self.holds,
             since: Instant::now(),
         };

@@ -48,6 +48,7 @@ pub use crate::columns::RepartitionStats;
 pub use crate::zzone::split::ZzoneStats;
 
 use crate::api::fits;
+use crate::arena::Arena;
 use crate::chain;
 use crate::clock::{Clock, RelTime};
 use crate::columns::Repartition;
@@ -61,7 +62,7 @@ use crate::magazine::Magazines;
 use crate::rebalance::drain::Drain;
 use crate::rebalance::Rebalancer;
 use crate::shared::Shared;
-use crate::slab::{class_sizes, Slabs};
+use crate::slab::{class_sizes, PageId, Slabs};
 use crate::stripe::{Counts, Stripe, Stripes};
 use crate::zzone::split::Zzone;
 
@@ -435,6 +436,21 @@ impl Engine {
             self.stripes.release(s);
             self.slabs.held[s] = false;
         }
+    }
+
+    /// From now on, the memory of pages the engine gives back is dropped
+    /// by the lock's holder once it has let the lock go
+    /// ([`Engine::take_released_pages`]); `crate::Cache` does.
+    pub fn defer_page_release(&mut self) {
+        self.slabs.defer_release();
+    }
+
+    /// The pages given back since the last call, for
+    /// [`crate::arena::Arena::release_later`] (None if there are none).
+    #[inline]
+    pub fn take_released_pages(&mut self) -> Option<(Arc<Arena>, Vec<PageId>)> {
+        let ids = self.slabs.take_releasing();
+        (!ids.is_empty()).then(|| (self.slabs.arena.clone(), ids))
     }
 
     /// What the GET path of `crate::Cache` shares with the engine.

@@ -122,6 +122,13 @@ pub struct Slabs {
     pub arena: Arc<Arena>,
     /// Numbers of `pages` entries that are None (memory released), reusable.
     pub vacant: Vec<PageId>,
+    /// With [`Slabs::defer_release`]: pages given back whose memory the
+    /// engine lock's holder drops once it has let the lock go
+    /// ([`Slabs::take_releasing`], [`Arena::release_later`]); and how many
+    /// pages are given back but not yet vacant again.
+    releasing: Vec<PageId>,
+    in_release: usize,
+    defer: bool,
     /// Allocated pages that belong to no class.
     pub spare: Vec<PageId>,
     pub classes: Vec<Class>,
@@ -192,6 +199,9 @@ impl Slabs {
             pages: Vec::new(),
             arena: Arc::new(Arena::new(page_size, expected, hugepages)),
             vacant: Vec::new(),
+            releasing: Vec::new(),
+            in_release: 0,
+            defer: false,
             spare: Vec::new(),
             classes,
             held: Vec::new(),
@@ -218,9 +228,31 @@ impl Slabs {
         split_loc(loc, self.chunk_bits)
     }
 
-    /// Pages holding memory (assigned to a class or spare).
+    /// Pages holding memory (assigned to a class or spare); a page given
+    /// back counts no more, though its memory is dropped a moment later
+    /// ([`Slabs::defer_release`]).
     pub fn pages_allocated(&self) -> usize {
-        self.pages.len() - self.vacant.len()
+        self.pages.len() - self.vacant.len() - self.in_release
+    }
+
+    /// From now on the memory of a page given back is dropped by whoever
+    /// holds the engine lock, after letting it go ([`Slabs::take_releasing`]):
+    /// `crate::Cache` does this.
+    pub fn defer_release(&mut self) {
+        self.defer = true;
+    }
+
+    /// The pages given back since the last call, whose memory the caller
+    /// drops with [`Arena::release_later`] once it holds no lock.
+    pub fn take_releasing(&mut self) -> Vec<PageId> {
+        std::mem::take(&mut self.releasing)
+    }
+
+    /// Pages released since, reusable again.
+    fn absorb_released(&mut self) {
+        let ids = self.arena.take_released();
+        self.in_release -= ids.len();
+        self.vacant.extend(ids);
     }
 
     #[inline]
@@ -394,6 +426,9 @@ impl Slabs {
         if let Some(id) = self.spare.pop() {
             return Some(id);
         }
+        if self.in_release > 0 {
+            self.absorb_released();
+        }
         // The arena's memory is mapped lazily, so an unused page costs no
         // resident memory until items are written into it.
         let id = match self.vacant.last() {
@@ -425,8 +460,13 @@ impl Slabs {
     pub fn release_page(&mut self, id: PageId) {
         debug_assert_eq!(self.page(id).class, 0);
         self.pages[id as usize] = None;
-        self.arena.release(id);
-        self.vacant.push(id);
+        if self.defer {
+            self.releasing.push(id);
+            self.in_release += 1;
+        } else {
+            self.arena.release(id);
+            self.vacant.push(id);
+        }
     }
 
     /// Hand an empty page to a class.
@@ -716,13 +756,24 @@ impl Slabs {
         spare.dedup();
         assert_eq!(spare.len(), self.spare.len(), "spare ids unique");
         let mut pages_of = vec![0u64; self.classes.len()];
+        // Pages given back and not yet vacant again: those still to
+        // release, those released, and those between the two (a holder
+        // that has just let the engine lock go).
+        let mut given_back = self.releasing.clone();
+        given_back.extend(self.arena.released_now());
+        given_back.sort_unstable();
+        assert!(
+            given_back.len() <= self.in_release,
+            "pages given back counted"
+        );
+        let (mut none, mut between) = (0, 0);
         for (id, page) in self.pages.iter().enumerate() {
             let id = id as PageId;
             let Some(page) = page else {
-                assert!(
-                    vacant.binary_search(&id).is_ok(),
-                    "released page {id} is vacant"
-                );
+                none += 1;
+                if vacant.binary_search(&id).is_err() && given_back.binary_search(&id).is_err() {
+                    between += 1;
+                }
                 continue;
             };
             assert!(
@@ -800,6 +851,15 @@ impl Slabs {
                 assert_eq!(page.listed, on_list, "page {id} listed flag");
             }
         }
+        assert_eq!(
+            none,
+            self.vacant.len() + self.in_release,
+            "pages without memory are vacant or given back"
+        );
+        assert!(
+            between <= self.in_release - given_back.len(),
+            "released pages unaccounted for"
+        );
         for (i, c) in self.classes.iter().enumerate() {
             assert_eq!(c.pages.len() as u64, pages_of[i], "class {i} page list");
             assert_eq!(c.stats.total_pages, pages_of[i], "class {i} total_pages");
@@ -880,5 +940,32 @@ mod tests {
         assert_eq!(s.class_stats(class).total_pages, 0);
         assert_eq!(s.class_stats(class + 1).total_pages, 1);
         assert!(s.take_free(class + 1).is_some());
+    }
+
+    #[test]
+    fn a_page_given_back_is_reused_only_once_its_memory_is_dropped() {
+        let sizes = class_sizes(32, 1.25, 1 << 16);
+        let mut s = Slabs::new(1 << 16, &sizes, 1 << 20, false);
+        s.defer_release();
+        let class = s.class_for(40).unwrap();
+        let (a, b) = (s.new_page().unwrap(), s.new_page().unwrap());
+        s.assign(b, class);
+        s.release_page(a);
+        assert_eq!(s.pages_allocated(), 1, "a no longer counts");
+        s.validate(None, &[]);
+        // Not reusable yet: its memory is still to drop.
+        let c = s.new_page().unwrap();
+        assert_ne!(c, a);
+        s.release_page(c);
+        let ids = s.take_releasing();
+        assert_eq!(ids, vec![a, c]);
+        s.validate(None, &[]);
+        s.arena.release_later(ids);
+        s.validate(None, &[]);
+        let d = s.new_page().unwrap();
+        assert!(d == a || d == c, "a released page is reused");
+        s.spare.push(d);
+        assert_eq!(s.pages_allocated(), 2);
+        s.validate(None, &[]);
     }
 }

@@ -216,6 +216,7 @@ impl Engine {
             next: 0,
             hot: vec![0u64; (bump as usize).div_ceil(64)].into_boxed_slice(),
             scanned: 0,
+            nomem: false,
         });
         true
     }
@@ -266,6 +267,7 @@ impl Engine {
         // items demoted (a copy into the Z-zone's stage, its lock).
         let mut work = 0usize;
         let start = d.next;
+        let moved_before = self.counters.reassign_evictions;
         while d.next < bump && work < budget {
             let loc = self.slabs.loc(d.page, d.next);
             let bits = self.slabs.bits(loc);
@@ -289,6 +291,12 @@ impl Engine {
             }
             d.next += 1;
             work += 1;
+        }
+        if d.nomem {
+            let lost = self.counters.reassign_evictions - moved_before;
+            self.counters.reassign_evictions = moved_before;
+            self.counters.evictions += lost;
+            self.slabs.classes[d.from].stats.evicted += lost;
         }
         let done = work.max((d.next - start) as usize);
         let end = d.next;

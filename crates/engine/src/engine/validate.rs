@@ -116,11 +116,13 @@ impl Engine {
         assert_eq!(bytes, self.counters.bytes, "bytes");
         let used: u64 = self.slabs.classes.iter().map(|c| c.used).sum();
         assert_eq!(used, live, "class used counts");
-        // Within `-m` and the pages granted beyond it, or over them only by
-        // classes' floors.
+        // Within `-m` and the pages granted beyond it (and a page while one
+        // drains), or over them only by classes' floors.
         assert!(
             self.slabs.pages_allocated() * self.slabs.page_size + self.aux_bytes()
-                <= self.memory_limit.max(self.slabs.page_size) + self.allowance()
+                <= self.memory_limit.max(self.slabs.page_size)
+                    + self.allowance()
+                    + self.drain_slack()
                 || self.at_floors(),
             "memory budget: {} pages ({:?} per class), index {}, policy {}, rebalancer {}, zone {}, flash {}",
             self.slabs.pages_allocated(),

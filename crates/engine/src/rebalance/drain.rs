@@ -20,6 +20,10 @@ pub(crate) struct Drain {
     /// a time before the cursor moves (a page of small items is thousands
     /// of headers, hundreds of microseconds in one go).
     pub scanned: u32,
+    /// Drained because memory is over `-m` (`Engine::enforce_budget`):
+    /// the items it cannot keep are evictions, as they would be had the
+    /// page been emptied at once, not reassign evictions.
+    pub nomem: bool,
 }
 
 impl Drain {

@@ -47,6 +47,22 @@ impl ZoneCell {
         }
     }
 
+    /// The lock if no one holds it now.
+    pub fn try_lock(&self) -> Option<ZoneGuard<'_>> {
+        let raised = Raised::new();
+        let zone = match self.zone.try_lock() {
+            Ok(zone) => zone,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        Some(ZoneGuard {
+            zone,
+            _raised: raised,
+            cell: self,
+            since: Instant::now(),
+        })
+    }
+
     /// Whether someone holds the lock now (the writer, most often).
     pub fn is_locked(&self) -> bool {
         matches!(self.zone.try_lock(), Err(TryLockError::WouldBlock))

@@ -152,8 +152,13 @@ impl Zzone {
     /// Pages for the Z-zone: its share of the memory the rest of the engine
     /// (index, policy, rebalancer) leaves.
     pub(crate) fn retarget(&mut self, available: usize) {
+        let cell = self.zone.clone();
+        self.retarget_locked(&mut cell.lock(), available);
+    }
+
+    /// [`Zzone::retarget`] with the zone's lock held.
+    fn retarget_locked(&mut self, zone: &mut Zone, available: usize) {
         self.available = available;
-        let mut zone = self.zone.lock();
         let page = zone.config().page_size;
         let mut pages = (self.share * available as f64) as usize / page;
         // A zone whose blocks do not compress holds fewer items than the
@@ -189,8 +194,7 @@ impl Zzone {
     /// all it may). `at_n_zone`: the requests the N-zone served (GET hits
     /// and stores); the zone's own figures add the misses its filter
     /// answered.
-    pub(crate) fn adapt(&mut self, at_n_zone: u64, target: u8) {
-        let mut zone = self.zone.lock();
+    fn adapt_locked(&mut self, zone: &mut Zone, at_n_zone: u64, target: u8) {
         let zs = zone.stats();
         let served_n = at_n_zone + zs.filtered;
         let served_z = zs.hits + zs.false_positives;
@@ -212,6 +216,31 @@ impl Zzone {
             let per_page = zs.items as f64 / zs.pages.max(1) as f64;
             zone.set_regret_window((step_pages * per_page) as u64);
         }
+    }
+
+    /// The maintainer's step ([`Zzone::adapt`], then [`Zzone::retarget`]),
+    /// with `f` run on the zone after them under the same hold; false,
+    /// with nothing done, if the zone's writer holds the lock: the
+    /// caller holds the engine's lock, which requests need, and rather
+    /// than wait on the writer's block rewrite it comes back at its next
+    /// step (issue 34).
+    pub(crate) fn try_step(
+        &mut self,
+        at_n_zone: u64,
+        target: u8,
+        available: usize,
+        f: impl FnOnce(&mut Zone),
+    ) -> bool {
+        let cell = self.zone.clone();
+        let Some(mut zone) = cell.try_lock() else {
+            return false;
+        };
+        self.adapt_locked(&mut zone, at_n_zone, target);
+        // Every step, so that pages the zone gave the N-zone in a pinch
+        // come back to it.
+        self.retarget_locked(&mut zone, available);
+        f(&mut zone);
+        true
     }
 
     /// How a page drain goes on while its items would be demoted: at once
@@ -260,7 +289,8 @@ mod tests {
             zone.stats.hits += WINDOW_OPS - n;
             zone.stats.ghost_hits += (regret * WINDOW_OPS as f64) as u64;
         }
-        z.adapt(*served_n, 90);
+        let available = z.available;
+        assert!(z.try_step(*served_n, 90, available, |_| {}));
     }
 
     #[test]
