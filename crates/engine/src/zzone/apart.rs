@@ -97,7 +97,7 @@ impl Zone {
                 x.1 -= 1;
             }
             self.release_dict(dict as usize);
-            self.stage.remove(job.h);
+            self.stage.discard(job.h);
             self.stats.items -= 1;
             let sent = self
                 .spill
@@ -178,7 +178,7 @@ impl Zone {
         match r.owner {
             STAGED => {
                 debug_assert!(self.stage.get_hash(r.h).is_some_and(is_stub));
-                self.stage.remove(r.h);
+                self.stage.discard(r.h);
                 self.drop_items(1);
             }
             block => {

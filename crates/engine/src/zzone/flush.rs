@@ -400,7 +400,7 @@ impl Zone {
             return false;
         }
         for &(h, _) in &job.fresh {
-            self.stage.remove(h);
+            self.stage.discard(h);
         }
         let id = job.id;
         let d = self.descs[id as usize];
@@ -503,7 +503,7 @@ impl Zone {
             return false;
         }
         for &(h, _) in &job.fresh {
-            self.stage.remove(h);
+            self.stage.discard(h);
         }
         for (h, _) in job.applied_pending(span).collect::<Vec<_>>() {
             self.pending.remove(&h);

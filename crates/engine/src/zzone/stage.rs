@@ -36,6 +36,12 @@ pub struct Stage {
     large: BTreeSet<u64>,
     bytes: usize,
     pushes: u64,
+    /// With a writer thread: images a flush has packed, freed by the
+    /// writer once it has left the zone's lock ([`Stage::take_dropped`]).
+    /// Freeing them under it, each an allocator call on the arena of the
+    /// worker that staged it, was most of a block install's hold.
+    defer: bool,
+    dropped: Vec<Arc<[u8]>>,
 }
 
 fn cost(image: &[u8]) -> usize {
@@ -101,6 +107,25 @@ impl Stage {
     /// The push number of hash `h`'s staged image.
     pub fn push_of(&self, h: u64) -> Option<u64> {
         self.items.get(&h).map(|&(n, _)| n)
+    }
+
+    /// Images are freed by the caller of [`Stage::take_dropped`] from now.
+    pub fn defer_frees(&mut self) {
+        self.defer = true;
+    }
+
+    /// [`Stage::remove`], the image freed later if deferred.
+    pub fn discard(&mut self, h: u64) {
+        if let Some(im) = self.remove(h) {
+            if self.defer {
+                self.dropped.push(im);
+            }
+        }
+    }
+
+    /// The images discarded since the last call, to free without the lock.
+    pub fn take_dropped(&mut self) -> Vec<Arc<[u8]>> {
+        std::mem::take(&mut self.dropped)
     }
 
     /// Drop the staged image of hash `h`, if any.

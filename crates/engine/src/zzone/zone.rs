@@ -28,6 +28,12 @@ use crate::pipe::Pipe;
 
 /// The Z-zone: a trie of compressed blocks in a log of pages, the
 /// demoted items staged for them, and what it counts.
+/// What [`Zone::take_retired`] hands over: memory to free, nothing more.
+pub struct Retired {
+    _pages: Vec<Box<[u8]>>,
+    _images: Vec<Arc<[u8]>>,
+}
+
 pub struct Zone {
     pub(super) cfg: ZoneConfig,
     pub(super) trie: Trie,
@@ -190,12 +196,17 @@ impl Zone {
     /// after it leaves the lock ([`Zone::take_retired`]).
     pub fn defer_frees(&mut self) {
         self.log.defer_frees();
+        self.stage.defer_frees();
     }
 
-    /// Buffers of pages given back since the last call (see
-    /// [`Zone::defer_frees`]): drop them without the zone's lock.
-    pub fn take_retired(&mut self) -> Vec<Box<[u8]>> {
-        self.log.take_retired()
+    /// Buffers of pages given back, and staged images packed, since the
+    /// last call (see [`Zone::defer_frees`]): drop them without the
+    /// zone's lock.
+    pub fn take_retired(&mut self) -> Retired {
+        Retired {
+            _pages: self.log.take_retired(),
+            _images: self.stage.take_dropped(),
+        }
     }
 
     pub fn grant_page(&mut self) {
