@@ -313,12 +313,13 @@ impl Engine {
             self.drain = Some(d);
             return done;
         }
-        self.hand_over(d.page, d.from, d.to);
+        self.hand_over(d.page, d.from, d.to, d.nomem);
         done.max(1)
     }
 
-    /// Give an emptied page of `from` to `to` (or the pool), with the stats.
-    fn hand_over(&mut self, page: PageId, from: usize, to: Option<usize>) {
+    /// Give an emptied page of `from` to `to` (or the pool), with the stats
+    /// (`nomem`: given back for memory, not a move: see [`Drain::nomem`]).
+    fn hand_over(&mut self, page: PageId, from: usize, to: Option<usize>, nomem: bool) {
         self.slabs.unassign(page);
         // A class taken below its floor gives back the allowance its floor
         // was granted (`Engine::allowance`): page moves never grow memory.
@@ -335,7 +336,9 @@ impl Engine {
             None => self.slabs.spare.push(page),
         }
         self.slabs.classes[from].stats.pages_out += 1;
-        self.counters.slabs_moved += 1;
+        if !nomem {
+            self.counters.slabs_moved += 1;
+        }
     }
 
     /// Stores help the maintainer: each drains a few chunks, so a page
@@ -379,7 +382,7 @@ impl Engine {
             self.slabs.classes[d.from]
                 .with_free
                 .retain(|&p| p != d.page);
-            self.hand_over(d.page, d.from, d.to);
+            self.hand_over(d.page, d.from, d.to, d.nomem);
         }
     }
 
@@ -629,6 +632,13 @@ impl Engine {
     /// end before the reply (one page: an operator's command).
     pub fn slabs_reassign(&mut self, src: i32, dst: i32) -> ReassignOutcome {
         let n = self.slabs.classes.len() as i32;
+        // A page draining because memory is a little over `-m` (less
+        // than a page: `Engine::enforce_budget`) is the engine's own
+        // housekeeping, not a move the operator asked for: it is finished
+        // here rather than answered BUSY.
+        if self.drain.as_ref().is_some_and(|d| d.nomem) {
+            self.finish_drain();
+        }
         if !self.config.slab_reassign || self.drain.is_some() {
             return ReassignOutcome::Busy;
         }
