@@ -121,6 +121,10 @@ enum Tier<R, F> {
     Locked(F),
 }
 
+/// Writer steps a thread does at most after a hold of the engine lock
+/// that left the Z-zone's stage over its limit ([`Cache::help_zone_writer`]).
+const HELP_STEPS: usize = 4;
+
 /// The engine shared by all worker threads.
 pub struct Cache {
     /// A futex lock (std's): a waiter spins briefly, then sleeps, and the
@@ -144,7 +148,7 @@ pub struct EngineGuard<'a> {
     /// A background thread's hold at the lock's ceiling
     /// (`crate::priority`): dropped after `engine`, the lock released.
     raised: Option<crate::priority::Raised>,
-    holds: &'a Holds,
+    cache: &'a Cache,
     since: Instant,
 }
 
@@ -165,16 +169,18 @@ impl Drop for EngineGuard<'_> {
     fn drop(&mut self) {
         self.engine.release_stripes();
         let released = self.engine.take_released_pages();
-        self.holds.record(self.since);
+        self.cache.holds.record(self.since);
         // SAFETY: `engine` is dropped here, once, and not used after.
         unsafe { ManuallyDrop::drop(&mut self.engine) };
         drop(self.raised.take());
-        // The memory of the pages given back, without the lock.
+        #[cfg(debug_assertions)]
+        ENGINE_LOCKED.set(ENGINE_LOCKED.get() - 1);
+        // Without the lock: the memory of the pages given back, and the
+        // Z-zone's stage packed if this hold's demotions filled it.
         if let Some((arena, ids)) = released {
             arena.release_later(ids);
         }
-        #[cfg(debug_assertions)]
-        ENGINE_LOCKED.set(ENGINE_LOCKED.get() - 1);
+        self.cache.help_zone_writer();
     }
 }
 
@@ -234,7 +240,7 @@ impl Cache {
         let guard = EngineGuard {
             engine: ManuallyDrop::new(engine),
             raised: Some(raised),
-            holds: &self.holds,
+            cache: self,
             since: Instant::now(),
         };
         #[cfg(debug_assertions)]
@@ -903,6 +909,25 @@ impl Cache {
             done += 1;
         }
         done
+    }
+
+    /// The Z-zone's stage is over its limit (demotions faster than the
+    /// writer packs them, which a busy machine leaves little CPU): the
+    /// thread that has just let the engine lock go does a few of the
+    /// writer's steps, holding only the zone's lock, and that only to copy
+    /// a block out and to swap it in (`Zone::push`).
+    fn help_zone_writer(&self) {
+        let Some(zone) = &self.shared.zone else {
+            return;
+        };
+        if crate::zzone::ZoneCell::held_here() {
+            return;
+        }
+        for _ in 0..HELP_STEPS {
+            if !zone.stage_over() || !self.zone_writer_step() {
+                return;
+            }
+        }
     }
 
     /// One step of [`Cache::flush_zone`]: false when nothing waits.

@@ -6,7 +6,7 @@
 //! sweep or a compaction), and every other request behind that store.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use std::sync::{Mutex, MutexGuard, TryLockError};
@@ -15,12 +15,19 @@ use super::zone::Zone;
 use crate::holds::Holds;
 use crate::priority::Raised;
 
+thread_local! {
+    /// Zone guards this thread holds ([`ZoneCell::held_here`]).
+    static HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 pub struct ZoneCell {
     /// std's futex lock, not parking_lot's, whose waiters `sched_yield`:
     /// see `crate::Cache`'s engine lock.
     zone: Mutex<Zone>,
     memory: AtomicUsize,
     wanted: AtomicUsize,
+    /// [`Zone::stage_over`] as of the last release.
+    over: AtomicBool,
     holds: Holds,
 }
 
@@ -30,6 +37,7 @@ impl ZoneCell {
             zone: Mutex::new(zone),
             memory: AtomicUsize::new(0),
             wanted: AtomicUsize::new(0),
+            over: AtomicBool::new(false),
             holds: Holds::default(),
         };
         drop(cell.lock());
@@ -39,6 +47,7 @@ impl ZoneCell {
     pub fn lock(&self) -> ZoneGuard<'_> {
         let raised = Raised::new();
         let zone = self.zone.lock().unwrap_or_else(|e| e.into_inner());
+        HELD.set(HELD.get() + 1);
         ZoneGuard {
             zone,
             _raised: raised,
@@ -55,12 +64,19 @@ impl ZoneCell {
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
+        HELD.set(HELD.get() + 1);
         Some(ZoneGuard {
             zone,
             _raised: raised,
             cell: self,
             since: Instant::now(),
         })
+    }
+
+    /// Whether this thread holds a zone's lock (taking it again would
+    /// wait forever).
+    pub fn held_here() -> bool {
+        HELD.get() > 0
     }
 
     /// Whether someone holds the lock now (the writer, most often).
@@ -79,6 +95,11 @@ impl ZoneCell {
     /// progress.
     pub fn memory_bytes(&self) -> usize {
         self.memory.load(Ordering::Relaxed)
+    }
+
+    /// [`Zone::stage_over`] as of the last release.
+    pub fn stage_over(&self) -> bool {
+        self.over.load(Ordering::Relaxed)
     }
 
     /// [`Zone::wanted_pages`] as of the last release.
@@ -115,6 +136,8 @@ impl Drop for ZoneGuard<'_> {
         let z = &*self.zone;
         self.cell.memory.store(z.memory_bytes(), Ordering::Relaxed);
         self.cell.wanted.store(z.wanted_pages(), Ordering::Relaxed);
+        self.cell.over.store(z.stage_over(), Ordering::Relaxed);
         self.cell.holds.record(self.since);
+        HELD.set(HELD.get() - 1);
     }
 }

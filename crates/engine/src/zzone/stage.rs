@@ -114,6 +114,11 @@ impl Stage {
         self.defer = true;
     }
 
+    /// Whether a writer thread frees (and packs) for the stagers.
+    pub fn deferred(&self) -> bool {
+        self.defer
+    }
+
     /// [`Stage::remove`], the image freed later if deferred.
     pub fn discard(&mut self, h: u64) {
         if let Some(im) = self.remove(h) {

@@ -413,10 +413,29 @@ impl Zone {
             self.samples.push(image.to_vec());
             self.sample_bytes += image.len();
         }
-        while self.stage.bytes() > self.stage_limit() {
+        // Over its limit, the stage is packed by the demoting thread. With a
+        // writer thread, once that thread has let the engine's lock go
+        // (`crate::Cache`'s `EngineGuard`, [`Zone::stage_over`]): packing a
+        // block here, under both locks, made every request wait behind a
+        // compression whenever a busy machine left the writer no CPU
+        // (issue 34). Twice over, here all the same, so that it stays
+        // bounded.
+        if self.stage.bytes() > self.stage_limit() {
             self.stats.sync_flushes += 1;
+        }
+        let most = match self.stage.deferred() {
+            true => 2 * self.stage_limit(),
+            false => self.stage_limit(),
+        };
+        while self.stage.bytes() > most {
             self.flush_some(now, 1);
         }
+    }
+
+    /// The stage is over its limit: the thread that staged the last items
+    /// should help pack it, holding no lock but the zone's.
+    pub fn stage_over(&self) -> bool {
+        self.stage.bytes() > self.stage_limit()
     }
 
     /// Demotions waiting in the stage.
