@@ -920,7 +920,11 @@ impl Cache {
         let Some(zone) = &self.shared.zone else {
             return;
         };
-        if crate::zzone::ZoneCell::held_here() {
+        // Not from inside a zone read (its promotion takes the engine
+        // lock while the thread's reader is borrowed; the step needs it),
+        // nor with a zone's lock held.
+        let reading = ZONE_READER.with(|r| r.try_borrow_mut().is_err());
+        if reading || crate::zzone::ZoneCell::held_here() {
             return;
         }
         for _ in 0..HELP_STEPS {
