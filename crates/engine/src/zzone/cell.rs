@@ -47,13 +47,7 @@ impl ZoneCell {
     pub fn lock(&self) -> ZoneGuard<'_> {
         let raised = Raised::new();
         let zone = self.zone.lock().unwrap_or_else(|e| e.into_inner());
-        HELD.set(HELD.get() + 1);
-        ZoneGuard {
-            zone,
-            _raised: raised,
-            cell: self,
-            since: Instant::now(),
-        }
+        self.guard(zone, raised)
     }
 
     /// The lock if no one holds it now.
@@ -64,13 +58,17 @@ impl ZoneCell {
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
+        Some(self.guard(zone, raised))
+    }
+
+    fn guard<'a>(&'a self, zone: MutexGuard<'a, Zone>, raised: Raised) -> ZoneGuard<'a> {
         HELD.set(HELD.get() + 1);
-        Some(ZoneGuard {
+        ZoneGuard {
             zone,
             _raised: raised,
             cell: self,
             since: Instant::now(),
-        })
+        }
     }
 
     /// Whether this thread holds a zone's lock (taking it again would

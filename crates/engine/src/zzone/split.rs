@@ -218,7 +218,8 @@ impl Zzone {
         }
     }
 
-    /// The maintainer's step ([`Zzone::adapt`], then [`Zzone::retarget`]),
+    /// The maintainer's step (the split adapted once a window is over,
+    /// then [`Zzone::retarget`]),
     /// with `f` run on the zone after them under the same hold; false,
     /// with nothing done, if the zone's writer holds the lock: the
     /// caller holds the engine's lock, which requests need, and rather
