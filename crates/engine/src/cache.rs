@@ -917,7 +917,9 @@ impl Cache {
     /// writer's steps, holding only the zone's lock, and that only to copy
     /// a block out and to swap it in (`Zone::push`).
     fn help_zone_writer(&self) {
-        let Some(zone) = &self.shared.zone else {
+        // One atomic load on every release of the engine lock; the rest
+        // only when the stage is over.
+        let Some(zone) = self.shared.zone.as_ref().filter(|z| z.stage_over()) else {
             return;
         };
         // Not from inside a zone read (its promotion takes the engine

@@ -123,6 +123,17 @@ fn engine(clock: &Arc<Clock>, base: &Config) -> Engine {
     Engine::new(config, clock.clone()).unwrap()
 }
 
+/// An 8 MB engine without a Z-zone: page counts of the N-zone alone (the
+/// Z-zone would hold half of `-m`).
+fn small_n_zone(base: &Config) -> Engine {
+    let config = Config {
+        memory_limit: 8 << 20,
+        zzone: false,
+        ..base.clone()
+    };
+    Engine::new(config, Arc::new(Clock::new())).unwrap()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
     #[test]
@@ -335,16 +346,7 @@ fn too_large_and_no_evict_mode() {
 #[test]
 fn a_store_over_the_limit_by_less_than_a_page_evicts_no_page_at_once() {
     each_policy(|base| {
-        let clock = Arc::new(Clock::new());
-        let mut e = Engine::new(
-            Config {
-                memory_limit: 8 << 20,
-                zzone: false,
-                ..base.clone()
-            },
-            clock,
-        )
-        .unwrap();
+        let mut e = small_n_zone(&base);
         // The index grows as the keys come, past `-m` by a few bytes now
         // and then: a page then drains a few chunks per store, not all of
         // its thousands of items in one store.
@@ -369,17 +371,7 @@ fn a_store_over_the_limit_by_less_than_a_page_evicts_no_page_at_once() {
 fn slabs_reassign_moves_a_page_and_keeps_items_consistent() {
     each_policy(|base| {
         use cachalot_engine::engine::ReassignOutcome;
-        let clock = Arc::new(Clock::new());
-        // Page counts of the N-zone alone (the Z-zone holds half of -m).
-        let mut e = Engine::new(
-            Config {
-                memory_limit: 8 << 20,
-                zzone: false,
-                ..base.clone()
-            },
-            clock,
-        )
-        .unwrap();
+        let mut e = small_n_zone(&base);
         for i in 0..200_000u32 {
             e.store(&Store::set(format!("k{i}").as_bytes(), b"v"));
             if i % 3 == 0 {

@@ -99,6 +99,17 @@ impl Engine {
 
     /// Memory counted in `-m` besides the pages: the index, the eviction
     /// policy's structures, the learned-cost table.
+    /// The items emptying a page of `class` lost since the reassign
+    /// evictions were `moved_before` are evictions for lack of memory, as
+    /// memcached counts them (curr_items + evictions stays equal to
+    /// total_items when nothing is deleted), not reassign evictions.
+    pub(super) fn count_as_evictions(&mut self, moved_before: u64, class: usize) {
+        let lost = self.counters.reassign_evictions - moved_before;
+        self.counters.reassign_evictions = moved_before;
+        self.counters.evictions += lost;
+        self.slabs.classes[class].stats.evicted += lost;
+    }
+
     /// [`Engine::start_drain`] of a page of `class` to the pool, whose
     /// memory then goes back (the next [`Engine::enforce_budget`]).
     fn start_budget_drain(&mut self, class: usize) -> bool {
@@ -192,16 +203,12 @@ impl Engine {
                 protect = None;
             }
             // Items that find no other chunk are evictions for lack of
-            // memory, as memcached counts them (curr_items + evictions
-            // stays equal to total_items when nothing is deleted).
+            // memory.
             let moved_before = self.counters.reassign_evictions;
             let paused = self.pause_demotions(true);
             self.empty_page(page, rescue);
             self.pause_demotions(paused);
-            let lost = self.counters.reassign_evictions - moved_before;
-            self.counters.reassign_evictions = moved_before;
-            self.counters.evictions += lost;
-            self.slabs.classes[donor].stats.evicted += lost;
+            self.count_as_evictions(moved_before, donor);
             self.slabs.unassign(page);
             self.slabs.release_page(page);
             self.slabs.classes[donor].stats.pages_out += 1;

@@ -293,10 +293,7 @@ impl Engine {
             work += 1;
         }
         if d.nomem {
-            let lost = self.counters.reassign_evictions - moved_before;
-            self.counters.reassign_evictions = moved_before;
-            self.counters.evictions += lost;
-            self.slabs.classes[d.from].stats.evicted += lost;
+            self.count_as_evictions(moved_before, d.from);
         }
         let done = work.max((d.next - start) as usize);
         let end = d.next;
@@ -313,13 +310,14 @@ impl Engine {
             self.drain = Some(d);
             return done;
         }
-        self.hand_over(d.page, d.from, d.to, d.nomem);
+        self.hand_over(&d);
         done.max(1)
     }
 
-    /// Give an emptied page of `from` to `to` (or the pool), with the stats
-    /// (`nomem`: given back for memory, not a move: see [`Drain::nomem`]).
-    fn hand_over(&mut self, page: PageId, from: usize, to: Option<usize>, nomem: bool) {
+    /// Give the emptied page of drain `d` to its class (or the pool), with
+    /// the stats (a drain for memory is no move: see [`Drain::nomem`]).
+    fn hand_over(&mut self, d: &Drain) {
+        let (page, from, to) = (d.page, d.from, d.to);
         self.slabs.unassign(page);
         // A class taken below its floor gives back the allowance its floor
         // was granted (`Engine::allowance`): page moves never grow memory.
@@ -336,7 +334,7 @@ impl Engine {
             None => self.slabs.spare.push(page),
         }
         self.slabs.classes[from].stats.pages_out += 1;
-        if !nomem {
+        if !d.nomem {
             self.counters.slabs_moved += 1;
         }
     }
@@ -382,7 +380,7 @@ impl Engine {
             self.slabs.classes[d.from]
                 .with_free
                 .retain(|&p| p != d.page);
-            self.hand_over(d.page, d.from, d.to, d.nomem);
+            self.hand_over(&d);
         }
     }
 
