@@ -300,7 +300,11 @@ fn run_thread(cfg: &LoadConfig, conns: usize, seed: u64) -> io::Result<LoadResul
             Some(_) if !idle.is_empty() => next_due.saturating_duration_since(now),
             _ => Duration::from_millis(100),
         };
-        poll.poll(&mut events, Some(wait.min(Duration::from_millis(100))))?;
+        // A signal (an operator's SIGSTOP/SIGCONT) interrupts the wait: poll again.
+        match poll.poll(&mut events, Some(wait.min(Duration::from_millis(100)))) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => events.clear(),
+            r => r?,
+        }
         for ev in events.iter() {
             let i = ev.token().0;
             let Some(c) = list.get_mut(i) else {

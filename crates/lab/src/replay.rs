@@ -649,11 +649,13 @@ impl<'a> Worker<'a> {
             match (wait, alarm) {
                 (Some(w), Some(a)) => {
                     a.set(now + w);
-                    self.poll.poll(&mut events, Some(STALL))?;
+                    poll_retrying(&mut self.poll, &mut events, STALL)?;
                 }
-                _ => self
-                    .poll
-                    .poll(&mut events, Some(wait.map_or(STALL, |w| w.min(STALL))))?,
+                _ => poll_retrying(
+                    &mut self.poll,
+                    &mut events,
+                    wait.map_or(STALL, |w| w.min(STALL)),
+                )?,
             }
             let now = Instant::now();
             if events.is_empty() && wait.is_none_or(|w| w >= STALL) {
@@ -909,6 +911,18 @@ impl<'a> Worker<'a> {
             }
         }
         Ok(completed)
+    }
+}
+
+/// A poll that a signal interrupts (a `SIGSTOP`/`SIGCONT` pair from an
+/// operator pausing the run) is simply polled again, with no events.
+fn poll_retrying(poll: &mut Poll, events: &mut Events, timeout: Duration) -> std::io::Result<()> {
+    match poll.poll(events, Some(timeout)) {
+        Err(e) if e.kind() == ErrorKind::Interrupted => {
+            events.clear();
+            Ok(())
+        }
+        r => r,
     }
 }
 

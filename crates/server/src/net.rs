@@ -613,13 +613,18 @@ fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
 /// requests' path (`Cache::flush_zone`). It polls: every millisecond while
 /// there is work, backing off to 64 ms when idle (a demotion waits in the
 /// stage meanwhile, readable; a full stage is flushed by the demoting
-/// thread itself).
+/// thread itself). While demotions come it packs a stage half full
+/// (`Cache::flush_zone_batched`); after [`PACK_ALL_MS`] without, the rest.
 fn zone_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
     cachalot_engine::holds::background_thread();
     cachalot_engine::priority::idle_thread();
     let mut idle_ms = 1;
     while !stopping(stop, shared) {
-        if cache.flush_zone(256) > 0 {
+        let steps = match idle_ms < PACK_ALL_MS {
+            true => cache.flush_zone_batched(256),
+            false => cache.flush_zone(256),
+        };
+        if steps > 0 {
             idle_ms = 1;
             continue;
         }
@@ -627,6 +632,10 @@ fn zone_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
         idle_ms = (idle_ms * 2).min(64);
     }
 }
+
+/// The Z-zone writer's wait (1 + 2 + 4 ms) for its stage to fill half way
+/// before it packs what is there.
+const PACK_ALL_MS: u64 = 8;
 
 /// The flash tier's writer: packs staged items into containers and
 /// writes whole slabs (`Cache::flash_write_step`), polling every

@@ -2,7 +2,7 @@
 //! descriptor (§3.2: where its bytes are, its filters, its last read);
 //! and an entry of a block being rebuilt, by a flush or the sweep.
 
-use super::filter::Filter;
+use super::filter::{Access, Content};
 use crate::block;
 
 /// A block: where its bytes are, how to decode them, its filters and its
@@ -23,19 +23,18 @@ pub(super) struct Desc {
     pub(super) dict: u8,
     /// The last read of an item in the block: 16 bits of the key's hash,
     /// and the time in [`REUSE_TICK`]s of demotions (wrapping; 0 marks no
-    /// read). One record keeps the descriptor at 48 bytes, its filters 32
-    /// of them; with two, YCSB-B promoted 1.7 times as many items for the
-    /// same hit ratio (docs/benchmarks-history.md).
+    /// read). One record is enough: with two, YCSB-B promoted 1.7 times
+    /// as many items for the same hit ratio (docs/benchmarks-history.md).
     pub(super) reuse: (u16, u16),
-    pub(super) content: Filter,
-    pub(super) access: Filter,
+    pub(super) content: Content,
+    pub(super) access: Access,
 }
 
 /// Demotions per tick of a reuse record's clock: it wraps after 2^22
 /// demotions, past any N-zone's item count (the benchmark reuse times
 /// are compared with) that fits in `-m`.
 pub(super) const REUSE_TICK: u32 = 64;
-const _: () = assert!(std::mem::size_of::<Desc>() == 48);
+const _: () = assert!(std::mem::size_of::<Desc>() == 96);
 
 impl Desc {
     /// Where its stored bytes are and what decodes them, as

@@ -28,7 +28,7 @@
 use std::sync::Arc;
 
 use super::desc::{block_len, entry, Entry, MAX_RAW};
-use super::filter::Filter;
+use super::filter::{Access, Content};
 use super::frames;
 use super::large::{stub_of, RecordJob, Stub};
 use super::log;
@@ -54,7 +54,7 @@ struct Old {
 pub(super) struct Out {
     node: Node,
     pub(super) count: u16,
-    content: Filter,
+    content: Content,
     raw: u16,
     pub(super) packed: Vec<u8>,
     codec: u8,
@@ -94,7 +94,7 @@ pub(super) struct Sweep {
     pub(super) force: bool,
     /// The block's access filter when the job began: items it names were
     /// read since the sweep last passed, and stay.
-    pub(super) access: Filter,
+    pub(super) access: Access,
     /// The entries it evicts (their images in the job's `work`).
     pub(super) gone: Vec<Entry>,
 }
@@ -840,7 +840,7 @@ impl BlockJob {
             .iter()
             .filter_map(|e| stub_of(entry(&self.work, *e)))
             .collect();
-        let mut content = Filter::default();
+        let mut content = Content::default();
         for e in &entries {
             content.insert(e.h);
         }

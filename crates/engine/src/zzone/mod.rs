@@ -4,7 +4,7 @@
 //!
 //! - [`crate::block`]: a block's uncompressed form: items sorted by key
 //!   hash, with an offset index (§3.2); shared with the flash tier.
-//! - [`filter`]: the 16-byte content and access Bloom filters (§3.2).
+//! - [`filter`]: the content and access Bloom filters (§3.2).
 //! - [`trie`]: the hashed binary trie of blocks, reached through two-level
 //!   pointer segments (§3.1).
 //! - [`log`]: the 1 MB pages the compressed blocks are appended to.
