@@ -942,8 +942,8 @@ impl Cache {
     /// done. A job's rewrite runs without the lock; the hold that
     /// installs it also takes the next step, so a flush costs one hold,
     /// not two. Each hold raises the writer's priority and lowers it again
-    /// (`crate::priority`), two system calls that, with the preemptions
-    /// they let in, were a third of the writer's CPU on YCSB-B.
+    /// (`crate::priority`): two system calls, 15% of the writer's CPU on
+    /// YCSB-B (docs/benchmarks-history.md).
     fn zone_writer_steps(&self, budget: usize, batched: bool, go_on: impl Fn() -> bool) -> usize {
         let Some(zone) = &self.shared.zone else {
             return 0;

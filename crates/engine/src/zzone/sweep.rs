@@ -40,7 +40,7 @@ impl Zone {
     /// packs the staged items of one block, and a stage packed as soon as
     /// it holds anything gives it one or two: left to fill to half its
     /// limit, YCSB-B's flushes fell from 145,000 to 116,000 and the
-    /// writer's CPU by two fifths (docs/benchmarks-history.md).
+    /// writer's CPU by a third (docs/benchmarks-history.md).
     pub fn writer_step(&mut self, now: u32, batched: bool) -> WriterStep {
         match self.shrink_step(now) {
             WriterStep::Idle => {}
