@@ -187,7 +187,7 @@ fn the_zzone_evictions_go_on_to_flash() {
         ..config(&f, 8, 64)
     };
     let cache = Cache::new(config, Arc::new(Clock::new())).expect("cache");
-    let n = 150_000;
+    let n = 90_000;
     for k in 0..n {
         set(&cache, k, 1);
         if k % 500 == 0 {
@@ -601,7 +601,7 @@ fn the_trained_dictionary_comes_back_and_without_it_its_containers_miss() {
     // The smallest memory that trains one (`dict::worth_training`).
     let mb = 24;
     let cache = Cache::new(config(&f, mb, 64), Arc::new(Clock::new())).expect("cache");
-    let n = fill_past_the_dictionary(&cache, &f, 0, 100_000);
+    let n = fill_past_the_dictionary(&cache, &f, 0, 40_000);
     let s = flash_stats(&cache);
     assert!(
         s.dictionary_bytes > dict::DICT_BYTES as u64

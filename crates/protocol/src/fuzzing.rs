@@ -190,8 +190,10 @@ fn incomplete(input: &[u8]) -> bool {
 
 /// Run `body` on every file of the corpus in `dir`; returns how many ran.
 /// Panics naming the file whose input fails, and if the directory is
-/// missing or empty (a replay that checks nothing must not pass).
-pub fn replay_corpus(dir: &Path, body: impl Fn(&[u8])) -> usize {
+/// missing or empty (a replay that checks nothing must not pass). The
+/// files are shared among a thread per core: a corpus is one test, which
+/// would otherwise leave the other cores idle.
+pub fn replay_corpus(dir: &Path, body: impl Fn(&[u8]) + Sync) -> usize {
     let entries = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("fuzz corpus {} is missing: {e}", dir.display()));
     let mut files: Vec<_> = entries
@@ -200,13 +202,23 @@ pub fn replay_corpus(dir: &Path, body: impl Fn(&[u8])) -> usize {
         .collect();
     files.sort();
     assert!(!files.is_empty(), "fuzz corpus {} is empty", dir.display());
-    for path in &files {
-        let data = std::fs::read(path).expect("corpus file");
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&data)));
-        if let Err(e) = run {
-            eprintln!("fuzz corpus input {} fails", path.display());
-            std::panic::resume_unwind(e);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(path) = files.get(i) else {
+                    return;
+                };
+                let data = std::fs::read(path).expect("corpus file");
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&data)));
+                if let Err(e) = run {
+                    eprintln!("fuzz corpus input {} fails", path.display());
+                    std::panic::resume_unwind(e);
+                }
+            });
         }
-    }
+    });
     files.len()
 }
