@@ -29,9 +29,12 @@ impl<const W: usize> Default for Filter<W> {
 }
 
 impl<const W: usize> Filter<W> {
-    /// Bits of the hash per probe: log2 of the filter's bits.
-    const PROBE_BITS: u32 = (64 * W).trailing_zeros();
-    const _POWER_OF_TWO: () = assert!(W.is_power_of_two());
+    /// Bits of the hash per probe: log2 of the filter's bits (a power
+    /// of two, checked where the filter is used).
+    const PROBE_BITS: u32 = {
+        assert!(W.is_power_of_two());
+        (64 * W).trailing_zeros()
+    };
 
     /// The three bits of `h`: (word, bit) each.
     #[inline]
