@@ -97,8 +97,6 @@ impl Engine {
         }
     }
 
-    /// Memory counted in `-m` besides the pages: the index, the eviction
-    /// policy's structures, the learned-cost table.
     /// The items emptying a page of `class` lost since the reassign
     /// evictions were `moved_before` are evictions for lack of memory, as
     /// memcached counts them (curr_items + evictions stays equal to
@@ -132,6 +130,8 @@ impl Engine {
         }
     }
 
+    /// Memory counted in `-m` besides the pages: the index, the eviction
+    /// policy's structures, the learned-cost table.
     pub(super) fn aux_bytes(&self) -> usize {
         self.index_bytes
             + self.index_grown.load(Ordering::Relaxed)

@@ -420,7 +420,7 @@ impl Zone {
         // compression whenever a busy machine left the writer no CPU
         // (issue 34). Twice over, here all the same, so that it stays
         // bounded.
-        if self.stage.bytes() > self.stage_limit() {
+        if self.stage_over() {
             self.stats.sync_flushes += 1;
         }
         let most = match self.stage.deferred() {
