@@ -67,10 +67,10 @@ impl Engine {
     }
 
     /// Whether a new page and `extra` bytes more fit in the memory limit.
-    /// The N-zone leaves the pages the Z-zone is still to be granted
-    /// (`zone_wanted`), so that free memory goes to the zone its share.
+    /// The N-zone leaves the pages of free memory the Z-zone needs now
+    /// (`zone_pressed`).
     pub(super) fn can_add_page_with(&self, extra: usize) -> bool {
-        self.pages_fit(1 + self.zone_wanted(), extra)
+        self.pages_fit(1 + self.zone_pressed(), extra)
     }
 
     /// Whether `pages` more pages and `extra` bytes fit in the memory

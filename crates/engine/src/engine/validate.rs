@@ -49,11 +49,19 @@ impl Engine {
             // figure: published when the lock was last released, and
             // nothing changes the zone until this guard is.
             let mut zone = z.zone.lock();
-            let published = (z.zone.memory_bytes(), z.zone.wanted_pages());
+            let published = (
+                z.zone.memory_bytes(),
+                z.zone.wanted_pages(),
+                z.zone.pressed_pages(),
+            );
             zone.validate();
             assert_eq!(
                 published,
-                (zone.memory_bytes(), zone.wanted_pages()),
+                (
+                    zone.memory_bytes(),
+                    zone.wanted_pages(),
+                    zone.pressed_pages()
+                ),
                 "published zone figures"
             );
         }

@@ -26,6 +26,7 @@ pub struct ZoneCell {
     zone: Mutex<Zone>,
     memory: AtomicUsize,
     wanted: AtomicUsize,
+    pressed: AtomicUsize,
     /// [`Zone::stage_over`] as of the last release.
     over: AtomicBool,
     holds: Holds,
@@ -37,6 +38,7 @@ impl ZoneCell {
             zone: Mutex::new(zone),
             memory: AtomicUsize::new(0),
             wanted: AtomicUsize::new(0),
+            pressed: AtomicUsize::new(0),
             over: AtomicBool::new(false),
             holds: Holds::default(),
         };
@@ -104,6 +106,11 @@ impl ZoneCell {
     pub fn wanted_pages(&self) -> usize {
         self.wanted.load(Ordering::Relaxed)
     }
+
+    /// [`Zone::pressed_pages`] as of the last release.
+    pub fn pressed_pages(&self) -> usize {
+        self.pressed.load(Ordering::Relaxed)
+    }
 }
 
 /// The zone's lock held; its figures are published, and the hold
@@ -134,6 +141,9 @@ impl Drop for ZoneGuard<'_> {
         let z = &*self.zone;
         self.cell.memory.store(z.memory_bytes(), Ordering::Relaxed);
         self.cell.wanted.store(z.wanted_pages(), Ordering::Relaxed);
+        self.cell
+            .pressed
+            .store(z.pressed_pages(), Ordering::Relaxed);
         self.cell.over.store(z.stage_over(), Ordering::Relaxed);
         self.cell.holds.record(self.since);
         HELD.set(HELD.get() - 1);

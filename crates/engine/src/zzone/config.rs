@@ -8,6 +8,11 @@ use crate::codec::Codec;
 /// page always gains at least a twentieth of it. (0.9 kept 5% fewer items
 /// for the same CPU: docs/benchmarks-history.md.)
 pub(super) const FILL: f64 = 0.95;
+/// Share of its pages the zone's live bytes (with what is staged) reach
+/// before it asks for another page: below it the writer compacts rather
+/// than grows, and the gap to [`FILL`] is room for the demotions that
+/// come while the N-zone drains the page it asked for.
+pub(super) const GROW: f64 = 0.85;
 /// Blocks compressed less than this hold no more items than the N-zone
 /// would in the same pages: the zone keeps a twentieth of its pages free for
 /// compaction, and its stage and metadata count in `-m` too.

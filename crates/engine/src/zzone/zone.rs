@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::config::{
-    ZoneConfig, PROBE_EVERY, PROBE_STAGE, RECORD_SHARE, SAMPLE_EVERY, WORTH_AGAIN, WORTH_RATIO,
+    ZoneConfig, GROW, PROBE_EVERY, PROBE_STAGE, RECORD_SHARE, ROOM_BLOCKS, SAMPLE_EVERY,
+    WORTH_AGAIN, WORTH_RATIO,
 };
 use super::desc::{Desc, MAX_RAW};
 use super::large::Records;
-use super::log::{Log, NOWHERE};
+use super::log::{self, Log, NOWHERE};
 use super::regret::Regret;
 use super::stage::Stage;
 use super::stats::ZoneStats;
@@ -215,16 +216,32 @@ impl Zone {
         }
     }
 
-    /// Whether the zone is below its target.
-    /// (Pages come to it one at a time, as the N-zone gives them up, so
-    /// that the N-zone's items leave it a few at a time, demoted.)
-    pub fn wants_page(&self) -> bool {
-        self.log.pages() < self.target_pages
-    }
-
-    /// Pages the zone is below its target by.
+    /// Pages the zone is below its target by: it drains the N-zone's
+    /// pages towards it once the N-zone has taken all free memory.
     pub fn wanted_pages(&self) -> usize {
         self.target_pages.saturating_sub(self.log.pages())
+    }
+
+    /// Pages the zone needs now, of those it wants: one to begin with,
+    /// and then as many as keep its live bytes, what its stage will add
+    /// once compressed and the writer's reserve under [`GROW`] of its
+    /// pages. Free memory goes to the zone only for these. A zone that
+    /// took free memory by its target alone held it a third live during a
+    /// fill (each delta leaves its block's old copy behind, and a new head
+    /// page meant no compaction), while the N-zone, left the rest,
+    /// evicted before the cache was full (docs/benchmarks-history.md).
+    pub fn pressed_pages(&self) -> usize {
+        let pages = self.log.pages();
+        let wanted = self.wanted_pages();
+        if pages == 0 || wanted == 0 {
+            return wanted.min(1);
+        }
+        let page = self.log.page_size();
+        let staged = self.stage.bytes() * self.cfg.block_bytes / self.raw_capacity().max(1);
+        let reserve = log::round(ROOM_BLOCKS * self.cfg.block_bytes);
+        let need = self.log.live_bytes() + staged + reserve;
+        let fits = (need as f64 / (GROW * page as f64)).ceil() as usize;
+        fits.saturating_sub(pages).min(wanted)
     }
 
     pub fn target_pages(&self) -> usize {
