@@ -233,11 +233,7 @@ impl Engine {
         if pace == DrainPace::Wait {
             return 0;
         }
-        let was = (pace == DrainPace::Shed).then(|| self.pause_demotions(true));
         let done = self.drain_chunks(budget);
-        if let Some(was) = was {
-            self.pause_demotions(was);
-        }
         // Items demoted to the Z-zone may have grown it.
         self.enforce_budget(None);
         done
