@@ -508,6 +508,14 @@ impl Zone {
         for (h, _) in job.applied_pending(span).collect::<Vec<_>>() {
             self.pending.remove(&h);
         }
+        // The new blocks' dictionary must outlive the old blocks' release,
+        // and the records freed just below: a record may be the last
+        // holder of the dictionary the job was given (a newer one
+        // installed since), and the new blocks name it.
+        let slot = job.dict_slot as usize;
+        if let Some(Some(x)) = self.dicts.get_mut(slot) {
+            x.1 += 1;
+        }
         // Records whose stubs it dropped, or which were in a block that
         // did not decode; and those it keeps are between blocks until
         // their block is written (`write_out`).
@@ -523,11 +531,6 @@ impl Zone {
         self.stats.corrupt += d.corrupt_blocks;
         self.stats.decompressions += d.decompressions;
         self.stats.evictions += job.evicted;
-        // The new blocks' dictionary must outlive the old blocks' release.
-        let slot = job.dict_slot as usize;
-        if let Some(Some(x)) = self.dicts.get_mut(slot) {
-            x.1 += 1;
-        }
         if job.sweep.is_some() {
             self.finish_sweep(&mut job);
         } else {
