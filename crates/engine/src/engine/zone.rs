@@ -358,7 +358,12 @@ impl Engine {
             } else if !free && !drain {
                 return;
             } else if !free {
-                let largest = (0..self.slabs.classes.len())
+                // Not the last class: it holds the segments of items over
+                // a chunk, which the zone does not take, and a drain for
+                // it would evict them (a 32 MB item stored at `-I 32m`
+                // was gone a moment later).
+                let classes = self.slabs.classes.len();
+                let largest = (0..classes.saturating_sub(1))
                     .filter(|&c| self.slabs.classes[c].pages.len() > 1)
                     .max_by_key(|&c| self.slabs.classes[c].pages.len());
                 if self.drain.is_some() {
