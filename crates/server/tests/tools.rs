@@ -137,15 +137,18 @@ fn metadump_lists_the_z_zone_s_items_once_and_memcached_tool_reads_them() {
     assert_eq!(server.stat("", "curr_items"), n as u64);
     // The zone may still be draining the N-zone into itself: a dump taken
     // while items move lists some twice (left for now, see the issue's
-    // notes); this test checks what a settled cache lists.
-    let mut last = u64::MAX;
-    for _ in 0..50 {
-        let moved = server.stat("zzone", "zzone_demotions");
-        if moved == last && server.stat("zzone", "zzone_staged") == 0 {
-            break;
-        }
-        last = moved;
-        std::thread::sleep(std::time::Duration::from_millis(200));
+    // notes); this test checks what a settled cache lists: the zone at
+    // its target, no drain in progress, nothing staged.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.stat("", "slab_reassign_running") != 0
+        || server.stat("zzone", "zzone_staged") != 0
+        || server.stat("zzone", "zzone_pages") < server.stat("zzone", "zzone_target_pages")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the zone never settled"
+        );
+        std::thread::yield_now();
     }
     let in_zone = server.stat("zzone", "zzone_items");
     assert!(in_zone as usize * 4 >= n, "only {in_zone} in the zone");

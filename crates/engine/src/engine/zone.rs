@@ -348,16 +348,20 @@ impl Engine {
                 return;
             }
             let free = self.pages_fit(1, 0);
-            let spare = !self.slabs.spare.is_empty();
-            if (spare || free) && pressed == 0 {
-                return;
-            }
-            let over_budget = if let Some(p) = self.slabs.spare.pop() {
-                self.slabs.release_page(p);
+            let over_budget = if free || !self.slabs.spare.is_empty() {
+                if pressed == 0 {
+                    return;
+                }
+                if let Some(p) = self.slabs.spare.pop() {
+                    self.slabs.release_page(p);
+                }
                 false
-            } else if !free && !drain {
+            } else if !drain {
                 return;
-            } else if !free {
+            } else if self.drain.is_some() {
+                // One at a time (the rebalancer's, or ours, in progress).
+                return;
+            } else {
                 // Not the last class: it holds the segments of items over
                 // a chunk, which the zone does not take, and a drain for
                 // it would evict them (a 32 MB item stored at `-I 32m`
@@ -366,10 +370,6 @@ impl Engine {
                 let largest = (0..classes.saturating_sub(1))
                     .filter(|&c| self.slabs.classes[c].pages.len() > 1)
                     .max_by_key(|&c| self.slabs.classes[c].pages.len());
-                if self.drain.is_some() {
-                    // One at a time (the rebalancer's, or ours, in progress).
-                    return;
-                }
                 if let Some(c) = largest.filter(|&c| self.start_drain(c, None)) {
                     let page = self.drain.as_ref().map(|d| d.page);
                     debug_assert!(page.is_some(), "class {c} drains");
@@ -391,8 +391,6 @@ impl Engine {
                 } else {
                     true
                 }
-            } else {
-                false
             };
             // A page released above and not granted is free memory, which
             // the next step grants.
@@ -596,17 +594,22 @@ mod tests {
         e.maintain(64);
     }
 
-    /// A promotion moves an item between tiers: not a store, so
-    /// `total_items` stays what the clients stored and `curr_items` +
-    /// `evictions` still equals it.
-    #[test]
-    fn promotions_are_not_counted_as_stores() {
+    /// An engine of 16 MB with the Z-zone on.
+    fn zone_engine() -> Engine {
         let config = Config {
             memory_limit: 16 << 20,
             zzone: true,
             ..Config::default()
         };
-        let mut e = Engine::new(config, Arc::new(Clock::new())).unwrap();
+        Engine::new(config, Arc::new(Clock::new())).unwrap()
+    }
+
+    /// A promotion moves an item between tiers: not a store, so
+    /// `total_items` stays what the clients stored and `curr_items` +
+    /// `evictions` still equals it.
+    #[test]
+    fn promotions_are_not_counted_as_stores() {
+        let mut e = zone_engine();
         fill(&mut e, 0, 1000, false);
         assert!(e.demote_all() > 0);
         for i in 0..1000u32 {
@@ -632,12 +635,7 @@ mod tests {
     /// full), and nothing is lost but what is counted evicted.
     #[test]
     fn free_memory_goes_to_the_n_zone_first() {
-        let config = Config {
-            memory_limit: 16 << 20,
-            zzone: true,
-            ..Config::default()
-        };
-        let mut e = Engine::new(config, Arc::new(Clock::new())).unwrap();
+        let mut e = zone_engine();
         fill(&mut e, 0, 40_000, false);
         let s = e.stats();
         let z = s.zzone.expect("zone on");
