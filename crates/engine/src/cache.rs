@@ -126,6 +126,12 @@ enum Tier<R, F> {
 /// that left the Z-zone's stage over its limit ([`Cache::help_zone_writer`]).
 const HELP_STEPS: usize = 4;
 
+/// An install of the Z-zone writer's that took longer than this leaves
+/// the next step to a hold of its own: an install is 5-15 µs, the step
+/// after it (the next flush's copy out) 5-8 µs, and together they were
+/// the zone's only regular holds over 16 µs (issue 34).
+const SHARED_HOLD: std::time::Duration = std::time::Duration::from_micros(8);
+
 /// The engine shared by all worker threads.
 pub struct Cache {
     /// A futex lock (std's): a waiter spins briefly, then sleeps, and the
@@ -940,8 +946,9 @@ impl Cache {
     /// Up to `budget` of the writer's steps (`batched`: see
     /// [`Cache::flush_zone_batched`]), while `go_on` says so: the steps
     /// done. A job's rewrite runs without the lock; the hold that
-    /// installs it also takes the next step, so a flush costs one hold,
-    /// not two. Each hold raises the writer's priority and lowers it again
+    /// installs it also takes the next step if the install was short
+    /// ([`SHARED_HOLD`]), so a flush mostly costs one hold, not two. Each
+    /// hold raises the writer's priority and lowers it again
     /// (`crate::priority`): two system calls, 15% of the writer's CPU on
     /// YCSB-B (docs/benchmarks-history.md).
     fn zone_writer_steps(&self, budget: usize, batched: bool, go_on: impl Fn() -> bool) -> usize {
@@ -958,19 +965,22 @@ impl Cache {
             // Pages given back are unmapped after the lock.
             let (step, _retired) = {
                 let mut z = zone.lock();
+                let since = Instant::now();
                 if let Some(job) = installing.take() {
                     z.finish_flush(job);
                 }
-                let step = match more {
-                    true => z.writer_step(self.clock.now(), batched),
-                    false => WriterStep::Idle,
+                let step = match more && since.elapsed() < SHARED_HOLD {
+                    true => Some(z.writer_step(self.clock.now(), batched)),
+                    false => None,
                 };
                 (step, z.take_retired())
             };
             match step {
-                WriterStep::Idle => return done,
-                WriterStep::Done => {}
-                WriterStep::Job(mut job) => {
+                // A long install: the next step in a hold of its own.
+                None if more => continue,
+                None | Some(WriterStep::Idle) => return done,
+                Some(WriterStep::Done) => {}
+                Some(WriterStep::Job(mut job)) => {
                     // The rewrite's decoding and compression, without the lock.
                     ZONE_READER.with_borrow_mut(|r| job.run(&mut r.coder, &mut r.raw));
                     installing = Some(job);

@@ -25,7 +25,7 @@ use crossbeam_utils::CachePadded;
 
 mod budget;
 mod lookup;
-mod maintain;
+pub(crate) mod maintain;
 mod pages;
 mod repartition;
 mod report;
@@ -130,6 +130,9 @@ pub struct Engine {
     /// transit (`rebalance/drain.rs`, drained by `engine/pages.rs`).
     rebal: Rebalancer,
     drain: Option<Drain>,
+    /// When the maintainer's step in progress should let the lock go
+    /// (`Engine::maintain_step`); None outside one.
+    slice_end: Option<std::time::Instant>,
     /// Pages granted beyond `-m` to classes below their floor
     /// (`floor_pages`), as memcached grants a class its first page.
     pub(super) granted: usize,
@@ -248,6 +251,7 @@ impl Engine {
                 page_size,
             ),
             drain: None,
+            slice_end: None,
             granted: 0,
             policy: Policy::new(config.eviction, sizes.len()),
             learner: config

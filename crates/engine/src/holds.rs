@@ -12,9 +12,11 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// Bucket 0 counts holds under 1 µs; bucket `i` those of [2^(i-1), 2^i)
-/// µs; the last also all longer ones (over 4 s).
-pub const BUCKETS: usize = 24;
+/// Buckets 0-3 count holds of [i, i + 1) µs; above 4 µs, each power of
+/// two is cut in four ([16, 20), [20, 24), [24, 28), [28, 32) µs), so a
+/// bound like issue 34's 20 µs can be read. The last bucket, [7, 8) ×
+/// 2^20 µs, also counts all longer holds.
+pub const BUCKETS: usize = 4 + 4 * 21;
 
 /// Who held a lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,11 +59,20 @@ pub struct Holds {
     by: [Histogram; 2],
 }
 
-#[derive(Default)]
 struct Histogram {
     buckets: [AtomicU64; BUCKETS],
     total_ns: AtomicU64,
     max_ns: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Histogram {
+        Histogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            total_ns: AtomicU64::new(0),
+            max_ns: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Holds {
@@ -100,21 +111,40 @@ impl Holds {
 
 fn bucket(ns: u64) -> usize {
     let us = ns / 1000;
-    ((u64::BITS - us.leading_zeros()) as usize).min(BUCKETS - 1)
+    if us < 4 {
+        return us as usize;
+    }
+    let octave = (u64::BITS - 1 - us.leading_zeros()) as usize;
+    let quarter = ((us >> (octave - 2)) & 3) as usize;
+    (4 + 4 * (octave - 2) + quarter).min(BUCKETS - 1)
 }
 
 /// One lock's holds by one kind of holder.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HoldStats {
     pub buckets: [u64; BUCKETS],
     pub total_ns: u64,
     pub max_ns: u64,
 }
 
+impl Default for HoldStats {
+    fn default() -> HoldStats {
+        HoldStats {
+            buckets: [0; BUCKETS],
+            total_ns: 0,
+            max_ns: 0,
+        }
+    }
+}
+
 impl HoldStats {
-    /// The upper bound (µs) of the holds bucket `i` counts: `2^i`.
+    /// The upper bound (µs) of the holds bucket `i` counts.
     pub fn bound_us(i: usize) -> u64 {
-        1 << i
+        if i < 4 {
+            return i as u64 + 1;
+        }
+        let (octave, quarter) = ((i - 4) / 4 + 2, (i - 4) % 4);
+        (5 + quarter as u64) << (octave - 2)
     }
 
     pub fn holds(&self) -> u64 {
@@ -145,14 +175,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buckets_are_powers_of_two_microseconds() {
+    fn buckets_are_quarters_of_powers_of_two() {
         assert_eq!(bucket(0), 0);
         assert_eq!(bucket(999), 0);
         assert_eq!(bucket(1_000), 1);
-        assert_eq!(bucket(1_999), 1);
-        assert_eq!(bucket(2_000), 2);
-        assert_eq!(bucket(100_000), 7); // 100 µs in [64, 128)
+        assert_eq!(bucket(3_999), 3);
+        assert_eq!(bucket(4_000), 4);
+        assert_eq!(HoldStats::bound_us(4), 5);
+        assert_eq!(HoldStats::bound_us(bucket(19_999)), 20); // [16, 20)
+        assert_eq!(HoldStats::bound_us(bucket(20_000)), 24);
+        assert_eq!(HoldStats::bound_us(bucket(100_000)), 112); // [96, 112)
         assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+        // Every hold falls in the bucket whose bounds enclose it.
+        for us in 0..100_000u64 {
+            let i = bucket(us * 1000 + 999);
+            let low = match i {
+                0 => 0,
+                _ => HoldStats::bound_us(i - 1),
+            };
+            assert!(
+                low <= us && us < HoldStats::bound_us(i),
+                "{us} µs in bucket {i}"
+            );
+        }
+        assert!((1..BUCKETS).all(|i| HoldStats::bound_us(i - 1) < HoldStats::bound_us(i)));
     }
 
     #[test]
@@ -176,8 +222,8 @@ mod tests {
         );
         assert_eq!((req.holds(), bg.holds()), (1, 1));
         assert!(bg.max_ns >= 3_000_000, "{bg:?}");
-        // 3 ms and a little: the [2048, 4096) µs bucket or the next.
-        assert!(bg.quantile_us(1.0) >= 4096, "{bg:?}");
+        // 3 ms and a little: the [2560, 3072) µs bucket or a later one.
+        assert!(bg.quantile_us(1.0) >= 3072, "{bg:?}");
         assert!(req.max_ns < bg.max_ns);
         holds.reset();
         assert_eq!(holds.stats(Holder::Background), HoldStats::default());
@@ -187,9 +233,9 @@ mod tests {
     fn quantiles_are_bucket_bounds() {
         let mut s = HoldStats::default();
         assert_eq!(s.quantile_us(0.999), 0);
-        s.buckets[2] = 999; // [2, 4) µs
-        s.buckets[10] = 1; // [512, 1024) µs
-        assert_eq!(s.quantile_us(0.999), 4);
-        assert_eq!(s.quantile_us(1.0), 1024);
+        s.buckets[2] = 999; // [2, 3) µs
+        s.buckets[bucket(600_000)] = 1; // [512, 640) µs
+        assert_eq!(s.quantile_us(0.999), 3);
+        assert_eq!(s.quantile_us(1.0), 640);
     }
 }

@@ -53,7 +53,7 @@ use crate::config::RebalancePolicy;
 use automove::{Automove, AutomoveClass};
 use cpb::{ClassValue, CostPerByte};
 use ghost::GhostSet;
-use profile::Profile;
+use profile::{Curve, Profile};
 
 /// Which GETs the rebalancer must see (its `hit` and `miss`), so which the
 /// lock-free GET path (`crate::Cache::get`) hands to the engine.
@@ -96,6 +96,30 @@ pub struct ClassInfo {
 /// Pending capacity misses waiting for the SET that tells their cost:
 /// direct-mapped, 16-bit tag, class, valid bit.
 const PENDING: usize = 1024;
+
+/// A decision begun under the engine lock ([`Rebalancer::begin_plan`]),
+/// to be finished with [`Plan::moves`] without it.
+pub enum Plan {
+    /// Decided already.
+    Moves(Vec<(usize, usize)>),
+    /// Algorithm 2 over these curves (`bin` pages a bin) and the classes'
+    /// pages now.
+    Mrc {
+        curves: Vec<Curve>,
+        bin: u32,
+        pages: Vec<u32>,
+    },
+}
+
+impl Plan {
+    /// The moves (from, to), in order.
+    pub fn moves(self) -> Vec<(usize, usize)> {
+        match self {
+            Plan::Moves(m) => m,
+            Plan::Mrc { curves, bin, pages } => mrc::decide(&curves, bin, &pages),
+        }
+    }
+}
 
 pub struct Rebalancer {
     policy: RebalancePolicy,
@@ -344,9 +368,15 @@ impl Rebalancer {
         self.queue.is_empty() && self.due(now, automove)
     }
 
-    /// Decide and queue the moves.
+    /// Decide and queue the moves, all at once.
     pub fn plan(&mut self, now: RelTime, classes: &[ClassInfo], spare: bool) {
-        let moves = self.decide(now, classes, spare);
+        let moves = self.begin_plan(now, classes, spare).moves();
+        self.queue_moves(moves);
+    }
+
+    /// Queue the moves of a [`Plan`].
+    pub fn queue_moves(&mut self, moves: Vec<(usize, usize)>) {
+        self.decisions += moves.len() as u64;
         self.queue.extend(moves);
     }
 
@@ -356,7 +386,7 @@ impl Rebalancer {
         self.queue.pop_front()
     }
 
-    /// Decide the moves (from, to) from the classes' state.
+    /// Decide the moves (from, to) from the classes' state, at once.
     /// `spare`: the engine can still add a page without taking one from a
     /// class.
     pub fn decide(
@@ -365,7 +395,18 @@ impl Rebalancer {
         classes: &[ClassInfo],
         spare: bool,
     ) -> Vec<(usize, usize)> {
-        let choice = match self.policy {
+        let moves = self.begin_plan(now, classes, spare).moves();
+        self.decisions += moves.len() as u64;
+        moves
+    }
+
+    /// The half of a decision that reads the rule's state: the cheap
+    /// rules decide here; `mrc` copies its curves for [`Plan::moves`] to
+    /// work on without the engine lock (Algorithm 2 over every class's
+    /// curve held it for 15-30 µs, the maintainer's longest regular holds
+    /// during a fill: issue 34).
+    pub fn begin_plan(&mut self, now: RelTime, classes: &[ClassInfo], spare: bool) -> Plan {
+        let moves = match self.policy {
             RebalancePolicy::Off => Vec::new(),
             RebalancePolicy::Memcached => {
                 let a: Vec<AutomoveClass> = classes
@@ -403,21 +444,23 @@ impl Rebalancer {
             }
             RebalancePolicy::Mrc => {
                 let Some(p) = &mut self.profile else {
-                    return Vec::new();
+                    return Plan::Moves(Vec::new());
                 };
                 let pages: Vec<u32> = classes.iter().map(|c| c.pages).collect();
                 // While memory is left, classes grow by demand.
-                let moves = if spare {
-                    Vec::new()
-                } else {
-                    mrc::decide(&p.curves(), p.bin_pages(), &pages)
+                let plan = match spare {
+                    true => Plan::Moves(Vec::new()),
+                    false => Plan::Mrc {
+                        curves: p.curves(),
+                        bin: p.bin_pages(),
+                        pages,
+                    },
                 };
                 p.decay(0.5);
-                moves
+                return plan;
             }
         };
-        self.decisions += choice.len() as u64;
-        choice
+        Plan::Moves(moves)
     }
 
     pub fn counts(&self, class: usize) -> ClassCounts {

@@ -672,7 +672,7 @@ const COMMANDS: &[(&str, &str, &str)] = &[
 
 impl Snapshot {
     /// `cachalot_lock_hold_seconds{lock,holder}`: the histogram `stats
-    /// locks` prints, its power-of-two microsecond bounds in seconds.
+    /// locks` prints, its microsecond bounds (four a power of two) in seconds.
     fn lock_holds(&self) -> Family<'_> {
         let mut f = Family::new(
             "cachalot_lock_hold_seconds",

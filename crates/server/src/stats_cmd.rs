@@ -344,7 +344,7 @@ fn extstore(f: &cachalot_engine::flash::FlashStats, out: &mut Pairs) {
 /// `stats locks`: for each lock requests need (`engine`, and `zzone` with
 /// the Z-zone on), by requests and by background work: how many holds,
 /// their total and longest time, the bucket bounds 99% and 99.9% of them
-/// are under, and the cumulative count under each power-of-two bound up
+/// are under, and the cumulative count under each bound (four a power of two) up
 /// to the longest (`<lock>_<holder>_le_<N>us`, the histogram
 /// `/metrics` exports as `cachalot_lock_hold_seconds`).
 fn locks(ctx: &Ctx<'_>, out: &mut Pairs) {

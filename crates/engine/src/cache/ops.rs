@@ -11,6 +11,7 @@ use crate::api::{
 use crate::cache::Cache;
 use crate::clock::{Expiry, RelTime};
 use crate::config::ConfigError;
+use crate::engine::maintain::MAINTAIN_SLICE;
 use crate::slab::SlabClassStats;
 use crate::stats::EngineStats;
 
@@ -166,9 +167,16 @@ impl Cache {
         self.lock().set_automove(mode);
     }
 
-    /// [`Engine::maintain`].
+    /// [`Engine::maintain`] for the server's maintainer: a hold of the
+    /// lock takes at most [`MAINTAIN_SLICE`] of work, and the rebalancing
+    /// rule's arithmetic is done between two holds.
     pub fn maintain(&self, budget: usize) -> usize {
-        self.lock().maintain(budget)
+        let (done, plan) = self.lock().maintain_step(budget, Some(MAINTAIN_SLICE));
+        if let Some(plan) = plan {
+            let moves = plan.moves();
+            self.lock().queue_moves(moves);
+        }
+        done
     }
 
     /// Whether the Z-zone is on.

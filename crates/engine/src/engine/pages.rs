@@ -39,7 +39,7 @@ use crate::evict::Victim;
 use crate::hash::hash;
 use crate::item;
 use crate::rebalance::drain::Drain;
-use crate::rebalance::ClassInfo;
+use crate::rebalance::{ClassInfo, Plan};
 use crate::slab::PageId;
 use crate::zzone::split::DrainPace;
 
@@ -73,24 +73,41 @@ impl Engine {
         self.config.slab_reassign && self.config.slab_automove != 0
     }
 
-    /// The maintainer's part: decide a move when the rule says so, then
-    /// drain at most `budget` chunks. Returns the chunks drained.
-    pub(super) fn rebalance_step(&mut self, budget: usize) -> usize {
+    /// The maintainer's part: begin a decision when the rule says so
+    /// (returned, to be finished without the lock and queued with
+    /// [`Engine::queue_moves`]), start a queued move, then drain at most
+    /// `budget` chunks. Returns the chunks drained.
+    pub(super) fn rebalance_step(&mut self, budget: usize) -> (usize, Option<Plan>) {
         let now = self.now();
+        let mut plan = None;
         if self.drain.is_none() && self.moves_allowed() {
             if self.rebal.wants_decision(now, self.config.slab_automove) {
                 let info = self.class_infos();
                 let spare = !self.slabs.spare.is_empty() || self.can_add_page();
-                self.rebal.plan(now, &info, spare);
+                plan = Some(self.rebal.begin_plan(now, &info, spare));
             }
-            // A queued move whose donor lost its pages meanwhile is dropped.
-            while let Some((from, to)) = self.rebal.pop_move() {
-                if self.start_drain(from, Some(to)) {
-                    break;
-                }
+            self.start_queued_move();
+        }
+        (self.drain_some(budget), plan)
+    }
+
+    /// Queue the moves of a decision begun by [`Engine::maintain_step`],
+    /// and start the first if no page is in transit.
+    pub fn queue_moves(&mut self, moves: Vec<(usize, usize)>) {
+        self.rebal.queue_moves(moves);
+        if self.drain.is_none() && self.moves_allowed() {
+            self.start_queued_move();
+        }
+    }
+
+    /// Start the next queued move; one whose donor lost its pages
+    /// meanwhile is dropped.
+    fn start_queued_move(&mut self) {
+        while let Some((from, to)) = self.rebal.pop_move() {
+            if self.start_drain(from, Some(to)) {
+                break;
             }
         }
-        self.drain_some(budget)
     }
 
     /// What the rules look at, per class.
@@ -282,6 +299,10 @@ impl Engine {
                 // demotion as much.
                 work += RESCUE_WORK * (self.counters.rescues - rescues) as usize;
                 work += RESCUE_WORK * (self.counters.demotions - demotions) as usize;
+                // The maintainer's hold has had its time: the rest later.
+                if self.slice_over() {
+                    work = work.max(budget);
+                }
             } else if bits == item::SEGMENT {
                 self.evict_owner(loc, d.from);
             }
