@@ -65,6 +65,13 @@ pub fn idle_thread() -> bool {
     true
 }
 
+/// Run the calling thread at idle priority, holds included (a thread
+/// that takes no lock requests need: the Z-zone's dictionary trainer).
+/// False if the system refused.
+pub fn idle_thread_for_good() -> bool {
+    set(Policy::Idle)
+}
+
 /// The calling thread (the maintainer) runs at normal priority, but holds
 /// the locks that requests need at their ceiling where allowed: a worker's
 /// wakeup preempted it with the engine's lock held, for 1-9 ms of wall

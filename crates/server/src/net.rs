@@ -606,7 +606,7 @@ fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
             }
             std::thread::yield_now();
         }
-        cache.train_zone();
+        cache.train_zone_in_background();
         std::thread::park_timeout(Duration::from_millis(200));
     }
 }
