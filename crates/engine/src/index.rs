@@ -60,6 +60,9 @@
 //!    while an index fills from empty, each entry is re-hashed about 3 times in
 //!    all (1 + 1/1.5 + 1/1.5^2 + ...), against 2 with doubling. Once the item
 //!    count is stable (a full cache evicting) the table no longer moves.
+//! 3. *Shrink*: below 3 entries per primary bucket the table shrinks by a
+//!    third (never below its initial size), by the same cursor: an N-zone
+//!    whose items have moved to the Z-zone keeps only a fraction of them.
 //!
 //! # Memory per item
 //!
@@ -123,6 +126,13 @@ const GROW_MIN_LOAD: usize = 9;
 /// i.e. of lookups that may need a second line. Uniform hashes reach 60% at
 /// about 11.5 entries per bucket; a 1.5x growth brings that back to about 7.7.
 const GROW_OVERFLOWING_PCT: usize = 60;
+/// The table shrinks by a third once it holds fewer entries than this per
+/// primary bucket (no lower than its initial size), bringing the load to
+/// 4.5 at most, half way to growth's 9. A cache whose items move to the
+/// Z-zone keeps a fraction of them here: its table, grown while memory
+/// held them all uncompressed, held 1.6 MB of `-m 64` for nothing (issue
+/// 34).
+const SHRINK_MAX_LOAD: usize = 3;
 /// Largest table (bucket choice scales the high 32 hash bits).
 const MAX_BUCKETS: usize = 1 << 32;
 /// A table aims for this many segments, so the part of a resize that is
@@ -323,13 +333,17 @@ impl Index {
         let (in_next, bucket) = self.route_mut(hash);
         self.put(in_next, bucket, hash, loc);
         self.len += 1;
-        if self.next.is_none() && self.should_grow() {
+        if self.next.is_none() {
             let n = self.cur.n;
-            self.next = Some(Table::new(
-                (n + n / 2).clamp(n + 1, MAX_BUCKETS),
-                &self.params,
-            ));
-            self.cursor = 0;
+            let resize = match () {
+                _ if self.should_grow() => Some((n + n / 2).clamp(n + 1, MAX_BUCKETS)),
+                _ if self.should_shrink() => Some((n - n / 3).max(self.initial_buckets)),
+                _ => None,
+            };
+            if let Some(to) = resize {
+                self.next = Some(Table::new(to, &self.params));
+                self.cursor = 0;
+            }
         }
     }
 
@@ -372,6 +386,14 @@ impl Index {
         100 * self.cur.overflowing >= GROW_OVERFLOWING_PCT * n
             && self.len >= GROW_MIN_LOAD * n
             && n < MAX_BUCKETS
+    }
+
+    /// A shrink is due: few entries per bucket, and the table above its
+    /// initial size. Bucket choice is monotone in the hash either way, so
+    /// [`Index::migrate`] moves a smaller table as it does a larger one.
+    fn should_shrink(&self) -> bool {
+        let n = self.cur.n;
+        n > self.initial_buckets && self.len < SHRINK_MAX_LOAD * n
     }
 
     /// Move up to `steps` buckets of the old table to the new one; finish the
@@ -777,6 +799,63 @@ mod tests {
         for (&l, &h) in &m.hash {
             assert_eq!(index.find(h, |x| x == l), Some(l));
         }
+    }
+
+    /// Most entries leave (moved to the Z-zone): the table shrinks as
+    /// inserts go on, never below its initial size, mid-shrink every entry
+    /// is found, and the memory follows.
+    #[test]
+    fn shrinks_when_most_entries_leave() {
+        let mut index = Index::with_capacity(1000);
+        let initial = index.cur.n;
+        let mut m = Model::default();
+        for i in 0..60_000u64 {
+            m.insert(&mut index, mix(i));
+        }
+        let mut extra = 0;
+        while index.is_expanding() {
+            extra += 1;
+            m.insert(&mut index, mix(1 << 40 | extra));
+        }
+        let (grown, grown_bytes) = (index.cur.n, index.memory_bytes());
+        let mut gone: Vec<(Loc, u64)> = m.hash.iter().map(|(&l, &h)| (l, h)).collect();
+        gone.sort_unstable();
+        for &(l, h) in gone.iter().take(gone.len() - 2_000) {
+            assert!(index.remove(h, l));
+            m.hash.remove(&l);
+        }
+        m.check(&index);
+        assert_eq!(index.cur.n, grown, "a removal alone starts nothing");
+        let (mut shrinks, mut seen_mid) = (0, false);
+        for i in 0..20_000u64 {
+            let before = index.bucket_count();
+            m.insert(&mut index, mix(1 << 41 | i));
+            if index.bucket_count() != before {
+                shrinks += 1;
+                assert!(index.bucket_count() < before, "grew");
+            }
+            if !seen_mid && index.is_expanding() && index.cursor > index.cur.n / 2 {
+                seen_mid = true;
+                m.check(&index);
+                for (&l, &h) in &m.hash {
+                    assert_eq!(index.find(h, |x| x == l), Some(l));
+                }
+            }
+            // A removal for each: the cache evicts as it stores.
+            let (&l, &h) = m.hash.iter().next().expect("entries");
+            assert!(index.remove(h, l));
+            m.hash.remove(&l);
+        }
+        m.check(&index);
+        assert!(seen_mid && shrinks >= 3, "{shrinks} shrinks");
+        assert!(
+            index.cur.n >= initial && index.cur.n < grown / 3,
+            "{} buckets",
+            index.cur.n
+        );
+        let per_bucket = index.len() as f64 / index.cur.n as f64;
+        assert!(per_bucket >= 2.0, "load {per_bucket}");
+        assert!(index.memory_bytes() < grown_bytes / 3);
     }
 
     #[test]
