@@ -1008,7 +1008,8 @@ impl Cache {
     /// Train a Z-zone dictionary if one is due: the samples are taken and
     /// the dictionary installed under the engine lock; the training (tens
     /// of milliseconds) and zstd's digest of it (milliseconds) run without
-    /// it. For the maintainer thread.
+    /// it, on the calling thread (a warm restart's refill, the lab, tests;
+    /// the server's maintainer uses [`Cache::train_zone_in_background`]).
     pub fn train_zone(&self) {
         let Some(samples) = self.lock().zone_samples() else {
             return;

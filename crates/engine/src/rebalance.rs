@@ -362,16 +362,10 @@ impl Rebalancer {
         }
     }
 
-    /// Whether the engine should look at the classes and `plan`: no move
+    /// Whether the engine should look at the classes and `begin_plan`: no move
     /// is queued and the rule's decision is due.
     pub fn wants_decision(&self, now: RelTime, automove: u8) -> bool {
         self.queue.is_empty() && self.due(now, automove)
-    }
-
-    /// Decide and queue the moves, all at once.
-    pub fn plan(&mut self, now: RelTime, classes: &[ClassInfo], spare: bool) {
-        let moves = self.begin_plan(now, classes, spare).moves();
-        self.queue_moves(moves);
     }
 
     /// Queue the moves of a [`Plan`].

@@ -51,8 +51,8 @@ const ACCEPT_TICK: Duration = Duration::from_millis(50);
 /// `MAINTAIN_SLICE` of work (a third of its budget when it demotes): not
 /// made up with more calls, as each hold costs the maintainer two system
 /// calls for its priority (`crate::priority`), and four times the calls
-/// made them 5% of the server's CPU on YCSB-B (`perf`); the stores drain
-/// a page in transit too.
+/// made them 1.4% of the server's CPU on YCSB-B (`perf`); the stores
+/// drain a page in transit too.
 const MAINTAIN_BUDGET: usize = 64;
 /// The engine counts its slices (`Cache::maintain_slices`) in 512 chunks.
 const CALLS_PER_SLICE: usize = 512 / MAINTAIN_BUDGET;
