@@ -266,13 +266,19 @@ impl Engine {
         if d.scanned < bump {
             let n = budget.saturating_mul(SCAN_PER_WORK).min(u32::MAX as usize) as u32;
             let end = bump.min(d.scanned.saturating_add(n));
-            for c in d.scanned..end {
+            let mut c = d.scanned;
+            while c < end {
                 let loc = self.slabs.loc(d.page, c);
                 if self.slabs.bits(loc) & item::LIVE != 0 && self.is_hot(loc, d.from) {
                     d.hot[c as usize / 64] |= 1 << (c % 64);
                 }
+                c += 1;
+                // The clock every 64 chunks: a scan of 1,024 took 17 µs.
+                if c % 64 == 0 && self.slice_over() {
+                    break;
+                }
             }
-            d.scanned = end;
+            d.scanned = c;
             self.drain = Some(d);
             return budget;
         }
