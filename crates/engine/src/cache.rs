@@ -1011,11 +1011,8 @@ impl Cache {
     /// it, on the calling thread (a warm restart's refill, the lab, tests;
     /// the server's maintainer uses [`Cache::train_zone_in_background`]).
     pub fn train_zone(&self) {
-        let Some(samples) = self.lock().zone_samples() else {
-            return;
-        };
-        if let Some(d) = crate::codec::train_dictionary(&samples, crate::zzone::DICT_BYTES) {
-            self.install_zone_dictionary(d);
+        if let Some(samples) = self.lock().zone_samples() {
+            self.train_and_install(&samples);
         }
     }
 
@@ -1049,11 +1046,14 @@ impl Cache {
             });
         match spawned {
             Ok(t) => *training = Some(t),
-            Err(_) => {
-                if let Some(d) = crate::codec::train_dictionary(&shared, crate::zzone::DICT_BYTES) {
-                    self.install_zone_dictionary(d);
-                }
-            }
+            Err(_) => self.train_and_install(&shared),
+        }
+    }
+
+    /// Train a dictionary on `samples` here, and install it.
+    fn train_and_install(&self, samples: &[Vec<u8>]) {
+        if let Some(d) = crate::codec::train_dictionary(samples, crate::zzone::DICT_BYTES) {
+            self.install_zone_dictionary(d);
         }
     }
 

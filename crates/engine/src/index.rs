@@ -335,10 +335,12 @@ impl Index {
         self.len += 1;
         if self.next.is_none() {
             let n = self.cur.n;
-            let resize = match () {
-                _ if self.should_grow() => Some((n + n / 2).clamp(n + 1, MAX_BUCKETS)),
-                _ if self.should_shrink() => Some((n - n / 3).max(self.initial_buckets)),
-                _ => None,
+            let resize = if self.should_grow() {
+                Some((n + n / 2).clamp(n + 1, MAX_BUCKETS))
+            } else if self.should_shrink() {
+                Some((n - n / 3).max(self.initial_buckets))
+            } else {
+                None
             };
             if let Some(to) = resize {
                 self.next = Some(Table::new(to, &self.params));

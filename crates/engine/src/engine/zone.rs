@@ -356,10 +356,8 @@ impl Engine {
                     self.slabs.release_page(p);
                 }
                 false
-            } else if !drain {
-                return;
-            } else if self.drain.is_some() {
-                // One at a time (the rebalancer's, or ours, in progress).
+            } else if !drain || self.drain.is_some() {
+                // A drain goes one at a time (the rebalancer's, or ours).
                 return;
             } else {
                 // Not the last class: it holds the segments of items over

@@ -255,12 +255,10 @@ impl Zzone {
     /// zone grew only into a full cache: docs/benchmarks-history.md.)
     pub(crate) fn pace(&self) -> DrainPace {
         let zone = self.zone.lock();
-        if !self.writer || !zone.stage_busy() {
-            DrainPace::Go
-        } else if zone.pages() + GROW_SLACK >= zone.target_pages() {
-            DrainPace::Wait
-        } else {
-            DrainPace::Go
+        let near_target = zone.pages() + GROW_SLACK >= zone.target_pages();
+        match self.writer && zone.stage_busy() && near_target {
+            true => DrainPace::Wait,
+            false => DrainPace::Go,
         }
     }
 
