@@ -1011,9 +1011,12 @@ impl Cache {
     /// it, on the calling thread (a warm restart's refill, the lab, tests;
     /// the server's maintainer uses [`Cache::train_zone_in_background`]).
     pub fn train_zone(&self) {
-        if let Some(samples) = self.lock().zone_samples() {
-            self.train_and_install(&samples);
-        }
+        // Not `if let`: its scrutinee's guard would be held through the
+        // install, which takes the lock again.
+        let Some(samples) = self.lock().zone_samples() else {
+            return;
+        };
+        self.train_and_install(&samples);
     }
 
     /// [`Cache::train_zone`] for the server's maintainer: the training
