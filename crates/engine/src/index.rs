@@ -428,6 +428,26 @@ impl Index {
         }
     }
 
+    /// Every entry of the primary buckets that hashes `from..=to` route to,
+    /// in whichever table holds them while a resize runs: all the entries
+    /// with hashes in the range and a few beside it, since a bucket's
+    /// bounds need not fall on the range's (the caller checks each hash).
+    /// Bucket order follows hash order, so consecutive ranges walk the
+    /// index once (a metadump in hash order, `Engine::metadump_range`).
+    pub fn for_range(&self, from: u64, to: u64, mut f: impl FnMut(Loc)) {
+        for (in_next, table) in [(false, Some(&self.cur)), (true, self.next.as_ref())] {
+            let Some(table) = table else { continue };
+            for bucket in table.route(from)..=table.route(to) {
+                // Below the cursor the old table's buckets have moved.
+                if !in_next && self.next.is_some() && bucket < self.cursor {
+                    continue;
+                }
+                let (s, off) = table.split(bucket);
+                table.segs[s].for_each(off, &mut f);
+            }
+        }
+    }
+
     /// Remove exactly the slot (hash, loc). Returns whether it was there.
     pub fn remove(&mut self, hash: u64, loc: Loc) -> bool {
         let (in_next, bucket) = self.route_mut(hash);
@@ -676,6 +696,25 @@ mod tests {
                 if h == hash {
                     assert!(offered_set.contains(&l), "loc {l} not offered for its hash");
                     assert_eq!(index.find(hash, |x| x == l), Some(l));
+                }
+            }
+        }
+    }
+
+    impl Model {
+        /// A range walk offers every location whose hash is in the range,
+        /// none twice.
+        fn check_range(&self, index: &Index, from: u64, to: u64) {
+            let mut offered = Vec::new();
+            index.for_range(from, to, |l| offered.push(l));
+            let set: HashSet<Loc> = offered.iter().copied().collect();
+            assert_eq!(set.len(), offered.len(), "a location offered twice");
+            for (&l, &h) in &self.hash {
+                if (from..=to).contains(&h) {
+                    assert!(
+                        set.contains(&l),
+                        "{l} (hash {h:#x}) not in {from:#x}..={to:#x}"
+                    );
                 }
             }
         }
@@ -944,6 +983,7 @@ mod tests {
         Relocate(usize),
         Find(usize),
         FindHash(u64),
+        Range(u64, u64),
         Clear,
     }
 
@@ -970,6 +1010,8 @@ mod tests {
             2 => any::<usize>().prop_map(Op::Relocate),
             2 => any::<usize>().prop_map(Op::Find),
             1 => hash_strategy().prop_map(Op::FindHash),
+            1 => (hash_strategy(), hash_strategy())
+                .prop_map(|(a, b)| Op::Range(a.min(b), a.max(b))),
             1 => Just(Op::Clear),
         ]
     }
@@ -1007,6 +1049,7 @@ mod tests {
                     m.check_find(&index, m.hash[&order[i % order.len()]])
                 }
                 Op::FindHash(h) => m.check_find(&index, h),
+                Op::Range(from, to) => m.check_range(&index, from, to),
                 Op::Clear => {
                     index.clear();
                     m.hash.clear();
@@ -1044,6 +1087,8 @@ mod tests {
                     any::<usize>().prop_map(Op::Remove),
                     any::<usize>().prop_map(Op::Relocate),
                     any::<usize>().prop_map(Op::Find),
+                    (any::<u64>(), any::<u64>())
+                        .prop_map(|(a, b)| Op::Range(a.min(b), a.max(b))),
                 ]),
                 0..150,
             ),

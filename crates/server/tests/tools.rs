@@ -135,31 +135,16 @@ fn metadump_lists_the_z_zone_s_items_once_and_memcached_tool_reads_them() {
     fill(server.addr(), &req);
     assert_eq!(server.stat("", "evictions"), 0, "the fill fits");
     assert_eq!(server.stat("", "curr_items"), n as u64);
-    // The zone may still be draining the N-zone into itself: a dump taken
-    // while items move lists some twice (left for now, see the issue's
-    // notes); this test checks what a settled cache lists: the zone at
-    // its target, no drain in progress, nothing staged.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while server.stat("", "slab_reassign_running") != 0
-        || server.stat("zzone", "zzone_staged") != 0
-        || server.stat("zzone", "zzone_pages") < server.stat("zzone", "zzone_target_pages")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the zone never settled"
-        );
-        std::thread::yield_now();
-    }
+    // Nothing was evicted, so the zone holds what the N-zone could not.
+    // It may still be draining the N-zone into itself: items move while
+    // the dump runs, and each is listed once all the same.
     let in_zone = server.stat("zzone", "zzone_items");
     assert!(in_zone as usize * 4 >= n, "only {in_zone} in the zone");
     let text = metadump_all(&server);
     let (lines, keys) = dump_lines(&text);
     assert_eq!((lines.len(), keys), (n, n), "every item once");
     let zoned = lines.iter().filter(|l| l.ends_with(" tier=zzone")).count();
-    assert!(
-        zoned as u64 <= in_zone && zoned as u64 + 1000 >= in_zone,
-        "{zoned} lines of the zone's {in_zone} items"
-    );
+    assert!(zoned * 4 >= n, "{zoned} lines of the zone's items");
     assert!(fields_ok(&lines, "zzone"));
     // memcached-tool reads every line, the zone's among them: one `add`
     // (two lines) per item.

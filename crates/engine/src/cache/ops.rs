@@ -5,7 +5,7 @@
 //! `cache.rs`; the multi-step changes of meta commands in `cache/meta.rs`.
 
 use crate::api::{
-    Arith, ArithOutcome, DeleteOutcome, Evicted, ItemRef, Lookup, MetaItem, ReassignOutcome, Store,
+    Arith, ArithOutcome, DeleteOutcome, Evicted, ItemRef, Lookup, ReassignOutcome, Store,
     StoreMode, StoreOutcome,
 };
 use crate::cache::Cache;
@@ -228,15 +228,5 @@ impl Cache {
         max_bytes: usize,
     ) -> Vec<(Vec<u8>, usize, Expiry)> {
         self.lock().cachedump(class_id, limit, max_bytes)
-    }
-
-    /// [`Engine::metadump_page`].
-    pub fn metadump_page(
-        &self,
-        from: usize,
-        wanted: impl Fn(u32) -> bool,
-        out: &mut Vec<MetaItem>,
-    ) -> Option<usize> {
-        self.lock().metadump_page(from, wanted, out)
     }
 }

@@ -169,53 +169,81 @@ impl Engine {
         out
     }
 
-    /// `lru_crawler metadump`: the live items of the first page at or
-    /// after `from` whose class `wanted` accepts (ids from 1), appended to
-    /// `out`; returns the page to go on from, or None once every page has
-    /// been visited. One page per call, so the engine lock is held for a
-    /// page at a time however large the dump.
-    pub fn metadump_page(
+    /// `lru_crawler metadump` of the memory tiers, a hash range at a time:
+    /// the live items with key hashes from `from` on that the N-zone or
+    /// the Z-zone holds and whose class `wanted` accepts (ids from 1),
+    /// appended to `out`. The range ends where `zone_budget` bytes of the
+    /// Z-zone's items are copied, or where the N-zone's part reaches
+    /// about `STEP_ITEMS`; returns the hash to go on from, None once the
+    /// last hash is done.
+    ///
+    /// Both zones are read in one hold of the engine's lock (and every
+    /// stripe), which every move between them takes: an item is in one
+    /// zone when its range is walked, and its hash never changes, so a
+    /// dump lists each item once however busy the tiers are (issue 34).
+    /// A promotion's copy left in the zone is skipped, as memory holds
+    /// the key.
+    pub fn metadump_range(
         &mut self,
-        from: usize,
+        from: u64,
+        zone_budget: usize,
         wanted: impl Fn(u32) -> bool,
         out: &mut Vec<MetaItem>,
-    ) -> Option<usize> {
+    ) -> Option<u64> {
+        /// N-zone items listed per hold, about: a few tens of µs.
+        const STEP_ITEMS: u64 = 256;
         self.hold_all();
-        let now = self.now();
-        let cas = self.config.cas_enabled;
-        for p in from..self.slabs.pages.len() {
-            let Some(class) = self.slabs.pages[p].as_ref().map(|pg| pg.class) else {
-                continue;
-            };
-            if class == 0 || !wanted(class as u32) {
-                continue;
+        let (now, cas) = (self.now(), self.config.cas_enabled);
+        let stripes = self.stripes.len();
+        let items: u64 = (0..stripes)
+            .map(|s| self.stripe_ref(s).index.len() as u64)
+            .sum();
+        let span = u64::MAX / (items / STEP_ITEMS).max(1);
+        let mut to = from.saturating_add(span);
+        let mut images = Vec::new();
+        if let Some(z) = self.zone.as_ref() {
+            if let Some(next) = z
+                .zone
+                .lock()
+                .export(from, to, now, zone_budget, &mut images)
+            {
+                to = next.saturating_sub(1).max(from);
             }
-            for loc in self.slabs.live_in_page(p as PageId) {
-                let chunk = self.slabs.chunk(loc);
-                let h = item::Header::read(chunk);
-                if h.exptime != 0 && h.exptime <= now {
-                    continue;
-                }
-                let flags = item::flags(chunk);
-                out.push(MetaItem {
-                    key: item::key(chunk).to_vec(),
-                    exptime: h.exptime,
-                    accessed: now.saturating_sub(item::atime_age(self.slabs.atime(loc), now)),
-                    cas: if cas { h.cas } else { 0 },
-                    fetched: h.bits & item::FETCHED != 0,
-                    class: class as u32,
-                    size: item::memcached_size(
-                        h.key_len as usize,
-                        h.value_len as usize,
-                        flags,
-                        cas,
-                    ),
-                    tier: Tier::Memory,
-                });
-            }
-            return Some(p + 1);
         }
-        None
+        let mut locs = Vec::new();
+        for s in 0..stripes {
+            self.stripe_ref(s)
+                .index
+                .for_range(from, to, |l| locs.push(l));
+        }
+        for loc in locs {
+            let chunk = self.slabs.chunk(loc);
+            let h = item::Header::read(chunk);
+            let class = self.slabs.class_of(loc) as u32 + 1;
+            if !(from..=to).contains(&crate::hash::hash(item::key(chunk)))
+                || (h.exptime != 0 && h.exptime <= now)
+                || !wanted(class)
+            {
+                continue;
+            }
+            out.push(MetaItem {
+                key: item::key(chunk).to_vec(),
+                exptime: h.exptime,
+                accessed: now.saturating_sub(item::atime_age(self.slabs.atime(loc), now)),
+                cas: if cas { h.cas } else { 0 },
+                fetched: h.bits & item::FETCHED != 0,
+                class,
+                size: item::memcached_size(
+                    h.key_len as usize,
+                    h.value_len as usize,
+                    item::flags(chunk),
+                    cas,
+                ),
+                tier: Tier::Memory,
+            });
+        }
+        self.metadump_images(&images, Tier::Zzone, wanted, out);
+        to.checked_add(1)
     }
 
     /// `lru_crawler metadump` of items held outside the slabs (the
@@ -224,8 +252,8 @@ impl Engine {
     /// copies them) whose class `wanted` accepts, appended to `out`. Their
     /// class is the N-zone class each image would take (the largest class
     /// for an image larger than every chunk). An image of a key the slabs
-    /// hold is left out: memory's copy is the newer, and the pages, walked
-    /// first, listed it.
+    /// hold is left out: memory's copy is the newer, and is listed from
+    /// the slabs.
     pub fn metadump_images(
         &mut self,
         images: &[u8],
@@ -271,7 +299,7 @@ impl Engine {
     /// first page at or after `from` whose last access is at least
     /// `min_age` and less than `max_age` seconds ago; returns the page to
     /// go on from, or None once every page has been visited. One page per
-    /// call, as `metadump_page`.
+    /// call, so the engine lock is held for a page at a time.
     pub fn export_page(
         &mut self,
         from: usize,

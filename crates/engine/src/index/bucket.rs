@@ -156,6 +156,18 @@ impl Bucket {
 
     /// Take out every entry as (tag, loc), leaving the slots empty (metadata is
     /// left alone).
+    /// The locations of the occupied slots.
+    pub(super) fn locs(&self) -> impl Iterator<Item = Loc> + '_ {
+        let mut m = self.occupied_mask();
+        std::iter::from_fn(move || {
+            let i = m.trailing_zeros() as usize;
+            (m != 0).then(|| {
+                m &= m - 1;
+                self.loc(i)
+            })
+        })
+    }
+
     pub(super) fn drain_into(&mut self, out: &mut Vec<(u16, Loc)>) {
         let mut m = self.occupied_mask();
         while m != 0 {

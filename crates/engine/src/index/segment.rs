@@ -475,6 +475,27 @@ impl Segment {
         self.buckets[off].set_half(FILTER, bits);
     }
 
+    /// Every entry of bucket `off`: its slots, its sub-buckets' and its
+    /// spilled ones (a range walk, `Index::for_range`).
+    pub(super) fn for_each(&self, off: usize, f: &mut impl FnMut(Loc)) {
+        let Some(main) = self.buckets.get(off) else {
+            return;
+        };
+        main.locs().for_each(&mut *f);
+        let mut stack = Vec::new();
+        if main.half(OVERFLOW) != 0 {
+            stack.push(main.half(OVERFLOW));
+        }
+        while let Some(n) = stack.pop() {
+            let node = &self.pool[n as usize - 1];
+            node.locs().for_each(&mut *f);
+            stack.extend((0..2).map(|s| node.half(s)).filter(|&c| c != 0));
+        }
+        for s in self.spill.iter().filter(|s| s.bucket as usize == off) {
+            f(s.loc);
+        }
+    }
+
     /// Move every entry of bucket `off` into `out` as (tag, loc), freeing its
     /// sub-buckets (used by the incremental resize).
     pub(super) fn drain(&mut self, off: usize, out: &mut Vec<(u16, Loc)>) {
