@@ -15,9 +15,18 @@
 # steal each other's core; both servers get the same `-t` (THREADS, default
 # 1: one worker thread per pinned core). With PIN=0 nothing is pinned.
 #
-# The server's cost per request is also reported: CPU time from /proc and,
-# where `perf stat` works, instructions per request (user + kernel). On a
-# machine shared with other work these are steadier than requests/s.
+# The server's cost per request is also reported: CPU time from /proc
+# (the threads' run time in ns, /proc/PID/task/*/schedstat), system calls
+# per request (`perf stat` on the raw_syscalls tracepoint) and, where the
+# CPU exposes them, instructions per request (user + kernel). On a machine
+# shared with other work these are steadier than requests/s.
+#
+# With RATE set, every loadgen workload is an open loop at RATE requests/s
+# (below saturation): the CPU per request is then what each server spends
+# at the same offered load (issue 35's measure), and requests/s is RATE.
+# Workloads besides the mixes: lg-hit-d1 (GETs that hit), lg-miss-d1 (GETs
+# of keys never set), lg-set-d1 (SETs), lg-hit-dN (GET hits pipelined
+# DEPTH deep), lg-mget10 (10-key multi-gets, counted as one request).
 #
 # Usage: benches/throughput.sh   (see docs/benchmarks.md)
 # Environment: CACHALOT_BIN, MEMCACHED_BIN, LOADGEN_BIN, DURATION (s, 10),
@@ -27,7 +36,8 @@
 # "lg-get90-d1 lg-get90-dN lg-set90-d1 lg-set90-dN mcs-get90 mcs-set90"),
 # BENCH_NICE (priority, default 0), QUIET_WAIT / QUIET_PCT (before each run,
 # wait up to QUIET_WAIT s, default 60, for the machine to be at most QUIET_PCT
-# %, default 15, busy), PERF (1: count instructions with perf stat),
+# %, default 15, busy), PERF (1: count system calls and instructions with
+# perf stat), RATE (requests/s of an open loop; 0, the default, is closed),
 # OUT_DIR (raw outputs; default a new temp directory).
 set -euo pipefail
 # shellcheck source=benches/lib.sh
@@ -63,7 +73,7 @@ fi
 FLAGS=(-l 127.0.0.1 -m "$MEM_MB" -t "$THREADS" -U 0 -c 1024 $USER_FLAG)
 machine_line
 echo "server flags: -p <free port> ${FLAGS[*]}; pinning: $([ "$PIN" = 1 ] && echo 'servers on CPU 0, load tool on CPU 1' || echo none)"
-echo "load: $CONNS connections, ${DURATION}s per run, $REPS runs per server, keys $KEYS x ${KEY_LEN}B, values ${VALUE_SIZE}B, pipelined depth $DEPTH"
+echo "load: $CONNS connections, ${DURATION}s per run, $REPS runs per server, keys $KEYS x ${KEY_LEN}B, values ${VALUE_SIZE}B, pipelined depth $DEPTH, $([ "${RATE:-0}" = 0 ] && echo 'closed loop' || echo "open loop at $RATE requests/s")"
 echo "raw outputs: $OUT_DIR"
 echo
 
@@ -84,25 +94,26 @@ mcs_cfg() { # get_ratio -> path
     echo "$f"
 }
 
-# CPU time (clock ticks) the server process has used so far.
-cpu_ticks() {
-    awk '{ print $14 + $15 }' "/proc/$1/stat"
+# CPU time (ns) the server process's threads have run so far.
+cpu_ns() {
+    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ t += $1 } END { printf "%.0f", t }'
 }
 
-# Hardware counters of the server process during a run (perf stat -p), when
-# perf works here: instructions per request do not depend on how much CPU
-# other people's work left us, unlike ops/s, so they compare the servers'
-# efficiency even on a busy machine. PERF=0 turns this off.
+# Counters of the server process during a run (perf stat -p), when perf
+# works here: system calls, and instructions and cycles where the CPU
+# exposes them (a virtual machine often does not: "-"). Per request they do
+# not depend on how much CPU other people's work left us, unlike ops/s.
+# PERF=0 turns this off.
 PERF_OK=0
 if [ "${PERF:-1}" = 1 ] && command -v perf >/dev/null &&
-    perf stat -e instructions -x, -o /dev/null -- true >/dev/null 2>&1; then
+    perf stat -e raw_syscalls:sys_enter -x, -o /dev/null -- true >/dev/null 2>&1; then
     PERF_OK=1
 fi
 
 perf_start() { # pid outfile
     PERF_PID=
     if [ "$PERF_OK" = 1 ]; then
-        perf stat -x, -e instructions,cycles -p "$1" -o "$2" >/dev/null 2>&1 &
+        perf stat -x, -e raw_syscalls:sys_enter,instructions,cycles -p "$1" -o "$2" >/dev/null 2>&1 &
         PERF_PID=$!
     fi
 }
@@ -114,25 +125,30 @@ perf_stop() {
     fi
 }
 
-# perf_per_op FILE EVENT OPS -> thousands of EVENT per request, or -
+# perf_per_op FILE EVENT OPS SCALE -> EVENT per request / SCALE, or -
 perf_per_op() {
     [ -s "$1" ] || { echo -; return; }
-    awk -F, -v e="$2" -v n="$3" '$3 ~ "^"e && $1 ~ /^[0-9]+$/ && n > 0 { printf "%.2f", $1 / n / 1000; found = 1 }
+    awk -F, -v e="$2" -v n="$3" -v k="${4:-1000}" '$3 ~ "^"e && $1 ~ /^[0-9]+$/ && n > 0 { printf "%.2f", $1 / n / k; found = 1 }
         END { if (!found) print "-" }' "$1"
 }
 
 # run_one WORKLOAD SERVER REP: one timed run; appends a line to results.tsv:
-# workload server rep ops_per_sec p50_us p99_us cpu_us_per_op busy% kinstr/op kcycles/op
+# workload server rep ops_per_sec p50_us p99_us cpu_us_per_op busy% kinstr/op kcycles/op syscalls/op
 run_one() {
     local w=$1 s=$2 rep=$3
     local addr=127.0.0.1:${PORT[$s]} raw=$OUT_DIR/$w-$s-$rep.txt perf_out=$OUT_DIR/$w-$s-$rep.perf
-    local ratio depth c0 c1 ops p50=- p99=- ops_total busy
+    local ratio depth c0 c1 ops p50=- p99=- ops_total busy key_len=$KEY_LEN multiget=1
     case $w in
         *get90*) ratio=0.9 ;;
         *set90*) ratio=0.1 ;;
+        *-hit-* | *-mget10) ratio=1 ;;
+        # Keys one byte shorter than any key set: every GET misses.
+        *-miss-*) ratio=1 key_len=$((KEY_LEN - 1)) ;;
+        *-set-*) ratio=0 ;;
         *) echo "unknown workload $w" >&2; exit 1 ;;
     esac
     case $w in *-dN) depth=$DEPTH ;; *) depth=1 ;; esac
+    case $w in *-mget10) multiget=10 ;; esac
     if [[ $w == lg-* ]]; then
         # Warm the key space first (not timed), so gets measure hits.
         "${CLIENT[@]}" "$LOADGEN" fill --addr "$addr" --items "$KEYS" \
@@ -140,24 +156,39 @@ run_one() {
     fi
     busy=$(wait_quiet)
     echo "loadavg before: $(cat /proc/loadavg); machine busy before: ${busy}%" >"$raw"
-    c0=$(cpu_ticks "${PID[$s]}")
-    perf_start "${PID[$s]}" "$perf_out"
-    case $w in
-        lg-*)
-            "${CLIENT[@]}" "$LOADGEN" load --addr "$addr" --conns "$CONNS" --threads 1 \
-                --duration "$DURATION" --get-ratio "$ratio" --keys "$KEYS" \
-                --key-len "$KEY_LEN" --value-size "$VALUE_SIZE" --depth "$depth" \
-                --warm 0 --seed "$rep" >>"$raw"
-            ;;
-        mcs-*)
-            [ -n "$MEMCASLAP" ] || { echo "memcaslap not installed" >&2; exit 1; }
-            # -w: 2k keys per connection keeps the key space near KEYS.
-            "${CLIENT[@]}" "$MEMCASLAP" -s "$addr" -T 1 -c "$CONNS" -t "${DURATION}s" \
-                -w 2k -F "$(mcs_cfg "$ratio")" >>"$raw" 2>&1
-            ;;
-    esac
-    perf_stop
-    c1=$(cpu_ticks "${PID[$s]}")
+    # The load, once for the CPU time (nothing else watching the server),
+    # and, where perf works, a shorter second time under perf stat for the
+    # system calls: its tracepoint slows every system call down, which
+    # would count in the first run's CPU time.
+    local secs=$DURATION
+    load() {
+        case $w in
+            lg-*)
+                "${CLIENT[@]}" "$LOADGEN" load --addr "$addr" --conns "$CONNS" --threads 1 \
+                    --duration "$secs" --get-ratio "$ratio" --keys "$KEYS" \
+                    --key-len "$key_len" --value-size "$VALUE_SIZE" --depth "$depth" \
+                    --multiget "$multiget" --rate "${RATE:-0}" --warm 0 --seed "$rep"
+                ;;
+            mcs-*)
+                [ -n "$MEMCASLAP" ] || { echo "memcaslap not installed" >&2; exit 1; }
+                # -w: 2k keys per connection keeps the key space near KEYS.
+                "${CLIENT[@]}" "$MEMCASLAP" -s "$addr" -T 1 -c "$CONNS" -t "${secs}s" \
+                    -w 2k -F "$(mcs_cfg "$ratio")" 2>&1
+                ;;
+        esac
+    }
+    c0=$(cpu_ns "${PID[$s]}")
+    load >>"$raw"
+    c1=$(cpu_ns "${PID[$s]}")
+    PERF_PID=
+    local perf_ops=0
+    if [ "$PERF_OK" = 1 ]; then
+        secs=$(((DURATION + 1) / 2))
+        perf_start "${PID[$s]}" "$perf_out"
+        load >"$raw.perf-run"
+        perf_stop
+        perf_ops=$(sed -n 's/^ops=\([0-9]*\).*/\1/p; s/.* Ops: \([0-9]*\) .*/\1/p' "$raw.perf-run" | tail -n1)
+    fi
     case $w in
         lg-*)
             local line errors
@@ -179,15 +210,16 @@ run_one() {
         cat "$raw" >&2
         exit 1
     fi
-    local cpu_us kins kcyc
-    cpu_us=$(awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v n="$ops_total" \
-        'BEGIN { if (n > 0) printf "%.2f", t / hz * 1e6 / n; else print "-" }')
-    kins=$(perf_per_op "$perf_out" instructions "$ops_total")
-    kcyc=$(perf_per_op "$perf_out" cycles "$ops_total")
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$w" "$s" "$rep" "$ops" "$p50" "$p99" \
-        "$cpu_us" "$busy" "$kins" "$kcyc" >>"$OUT_DIR/results.tsv"
-    printf '  %-12s %-10s run %s: %8s ops/s  p50 %7s us  p99 %8s us  server %6s us/op %6s kinstr/op  (machine %s%% busy before)\n' \
-        "$w" "$s" "$rep" "$ops" "$p50" "$p99" "$cpu_us" "$kins" "$busy" >&2
+    local cpu_us kins kcyc sysc
+    cpu_us=$(awk -v t=$((c1 - c0)) -v n="$ops_total" \
+        'BEGIN { if (n > 0) printf "%.2f", t / 1e3 / n; else print "-" }')
+    kins=$(perf_per_op "$perf_out" instructions "${perf_ops:-0}")
+    kcyc=$(perf_per_op "$perf_out" cycles "${perf_ops:-0}")
+    sysc=$(perf_per_op "$perf_out" raw_syscalls:sys_enter "${perf_ops:-0}" 1)
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$w" "$s" "$rep" "$ops" "$p50" "$p99" \
+        "$cpu_us" "$busy" "$kins" "$kcyc" "$sysc" >>"$OUT_DIR/results.tsv"
+    printf '  %-12s %-10s run %s: %8s ops/s  p50 %7s us  p99 %8s us  server %6s us/op %6s syscalls/op %6s kinstr/op  (machine %s%% busy before)\n' \
+        "$w" "$s" "$rep" "$ops" "$p50" "$p99" "$cpu_us" "$sysc" "$kins" "$busy" >&2
 }
 
 : >"$OUT_DIR/results.tsv"
@@ -246,12 +278,15 @@ for w in $WORKLOADS; do
         "$(fmt "$(col "$w" cachalot 5)" 0) / $(fmt "$(col "$w" cachalot 6)" 0)"
 done
 echo
-echo "server cost per request (lower is better): CPU time in us (from /proc), and"
-echo "thousands of instructions (user + kernel, perf stat -p; '-' when perf is unavailable):"
-printf '  %-12s %8s %8s %7s | %9s %9s %7s\n' workload "memc us" "cach us" "pair x" "memc kins" "cach kins" "pair x"
+echo "server cost per request (lower is better): CPU time in us (from /proc), system"
+echo "calls, and thousands of instructions (user + kernel; perf stat -p, '-' where"
+echo "perf or the counter is unavailable):"
+printf '  %-12s %8s %8s %7s | %8s %8s | %9s %9s %7s\n' workload "memc us" "cach us" "pair x" \
+    "memc sys" "cach sys" "memc kins" "cach kins" "pair x"
 for w in $WORKLOADS; do
-    printf '  %-12s %8s %8s %7s | %9s %9s %7s\n' "$(name "$w")" \
+    printf '  %-12s %8s %8s %7s | %8s %8s | %9s %9s %7s\n' "$(name "$w")" \
         "$(fmt "$(col "$w" memcached 7)")" "$(fmt "$(col "$w" cachalot 7)")" "$(fmt "$(paired "$w" 7)")" \
+        "$(fmt "$(col "$w" memcached 11)")" "$(fmt "$(col "$w" cachalot 11)")" \
         "$(fmt "$(col "$w" memcached 9)" 1)" "$(fmt "$(col "$w" cachalot 9)" 1)" "$(fmt "$(paired "$w" 9)")"
 done
 echo

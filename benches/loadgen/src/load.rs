@@ -37,6 +37,9 @@ pub struct LoadConfig {
     pub key_len: usize,
     pub value_size: usize,
     pub depth: usize,
+    /// Keys per `get` (a multi-get when above 1; its hits are counted per
+    /// key, the request once).
+    pub multiget: usize,
     pub seed: u64,
     /// Requests a second at most over all connections (0: closed loop, as
     /// fast as replies come). A connection whose replies are in waits for
@@ -86,6 +89,8 @@ impl LoadResult {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Get,
+    /// A `get` of several keys: VALUEs, then END.
+    Multi,
     Set,
 }
 
@@ -133,7 +138,19 @@ impl<'a> Mix<'a> {
         for _ in 0..cfg.depth {
             key.clear();
             self.keys.write(rng.below(cfg.keys), key);
-            if rng.unit() < cfg.get_ratio {
+            if rng.unit() < cfg.get_ratio && cfg.multiget > 1 {
+                out.extend_from_slice(b"get");
+                for i in 0..cfg.multiget {
+                    if i > 0 {
+                        key.clear();
+                        self.keys.write(rng.below(cfg.keys), key);
+                    }
+                    out.push(b' ');
+                    out.extend_from_slice(key);
+                }
+                out.extend_from_slice(b"\r\n");
+                pending.push_back(Kind::Multi);
+            } else if rng.unit() < cfg.get_ratio {
                 text::get(out, key);
                 pending.push_back(Kind::Get);
             } else {
@@ -190,15 +207,28 @@ fn read_replies(c: &mut Conn, res: &mut LoadResult) -> io::Result<bool> {
     let mut pos = 0;
     while let Some(&kind) = c.pending.front() {
         let buf = &c.inb[pos..c.in_len];
+        if kind == Kind::Multi {
+            // Whole replies only: nothing is taken until its END is in.
+            let Some((hits, used)) = parse_multi_get(buf)? else {
+                break;
+            };
+            res.gets += 1;
+            res.hits += hits;
+            pos += used;
+            c.pending.pop_front();
+            let ns = c.sent_at.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+            res.hist.saturating_record(ns.max(1));
+            continue;
+        }
         let parsed = match kind {
-            Kind::Get => parse_single_get(buf),
+            Kind::Get | Kind::Multi => parse_single_get(buf),
             Kind::Set => parse_reply(buf),
         };
         let Some((reply, used)) = parsed.map_err(io::Error::other)? else {
             break;
         };
         let ok = match kind {
-            Kind::Get => {
+            Kind::Get | Kind::Multi => {
                 res.gets += 1;
                 res.hits += u64::from(matches!(reply, Reply::Value { .. }));
                 matches!(reply, Reply::Value { .. } | Reply::Line(b"END"))
@@ -217,6 +247,22 @@ fn read_replies(c: &mut Conn, res: &mut LoadResult) -> io::Result<bool> {
     c.inb.copy_within(pos..c.in_len, 0);
     c.in_len -= pos;
     Ok(true)
+}
+
+/// A multi-get's whole reply at the front of `buf`: its hits and length,
+/// None while incomplete; an error for anything but VALUEs and END.
+fn parse_multi_get(buf: &[u8]) -> io::Result<Option<(u64, usize)>> {
+    let (mut hits, mut at) = (0, 0);
+    loop {
+        match parse_reply(&buf[at..]).map_err(io::Error::other)? {
+            None => return Ok(None),
+            Some((Reply::Value { .. }, n)) => (hits, at) = (hits + 1, at + n),
+            Some((Reply::Line(b"END"), n)) => return Ok(Some((hits, at + n))),
+            Some((other, _)) => {
+                return Err(io::Error::other(format!("a multi-get answered {other:?}")))
+            }
+        }
+    }
 }
 
 fn run_thread(cfg: &LoadConfig, conns: usize, seed: u64) -> io::Result<LoadResult> {
@@ -387,6 +433,7 @@ mod tests {
             key_len: 14,
             value_size: 8,
             depth,
+            multiget: 1,
             seed: 1,
             rate: 0.0,
         }
@@ -412,6 +459,23 @@ mod tests {
             .count();
         assert_eq!(get_lines, gets);
         assert_eq!(set_lines, 10_000 - gets);
+    }
+
+    #[test]
+    fn multi_gets_name_their_keys_and_read_whole_replies() {
+        let mut c = cfg(1.0, 3);
+        c.multiget = 10;
+        let mut mix = Mix::new(&c, 9).unwrap();
+        let (mut out, mut pending) = (Vec::new(), VecDeque::new());
+        mix.batch(&mut out, &mut pending);
+        assert!(pending.iter().all(|&k| k == Kind::Multi));
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().count(), 3);
+        assert!(text.lines().all(|l| l.split(' ').count() == 11), "{text}");
+        let reply = b"VALUE a 0 1\r\nx\r\nVALUE b 0 2\r\nyz\r\nEND\r\nEND\r\n";
+        assert_eq!(parse_multi_get(reply).unwrap(), Some((2, reply.len() - 5)));
+        assert_eq!(parse_multi_get(&reply[..20]).unwrap(), None);
+        assert!(parse_multi_get(b"STORED\r\n").is_err());
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //!   load     --addr A [--conns 50] [--threads 1] [--duration 10]
 //!            [--get-ratio 0.9] [--keys 100000] [--key-len 14]
 //!            [--value-size 32] [--depth 1] [--warm 1] [--rate REQ_PER_S]
+//!            [--multiget 1: keys per get]
 //!   jitter   [--iters 200000] [--work-us 5]
 //!            how long a fixed few microseconds of work take on this
 //!            core, again and again: the machine's own floor under the
@@ -134,6 +135,7 @@ fn main() -> ExitCode {
                 "key-len",
                 "value-size",
                 "depth",
+                "multiget",
                 "warm",
                 "seed",
                 "rate",
@@ -358,6 +360,7 @@ fn load(o: &Opts) -> Result<(), String> {
         key_len: o.num("key-len", Some(14))?,
         value_size: o.num("value-size", Some(32))?,
         depth: o.num("depth", Some(1))?,
+        multiget: o.num("multiget", Some(1))?,
         seed: o.num("seed", Some(1))?,
         rate: o.num("rate", Some(0.0))?,
     };
