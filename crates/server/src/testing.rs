@@ -3,6 +3,8 @@
 //! state holding this one worker's counters, and client connections over
 //! the text handler, fed as the network layer feeds them.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::Arc;
 
 use cachalot_engine::{Cache, Clock};
@@ -11,6 +13,47 @@ use crate::handler::{out_full, Ctx, Handler, Step};
 use crate::settings::Settings;
 use crate::stats::{Shared, ThreadStats};
 use crate::text::AsciiHandler;
+
+/// The unit tests' allocator: the system's, counting each thread's
+/// allocations, so a test can check that the request path makes none
+/// ([`allocations`]; issue 35: parsing never allocates per request).
+struct Counting;
+
+thread_local! {
+    /// Const-initialized and without a destructor: reading it allocates
+    /// nothing, so the allocator itself may.
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: every call is passed on unchanged to `System`, which upholds
+// `GlobalAlloc`'s contract; the count is a thread-local `Cell` that
+// neither allocates nor unwinds.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: the caller's guarantees for `layout` are `System`'s.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System` with this `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: as `alloc` and `dealloc`: `ptr` and `layout` are `System`'s.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+/// Heap allocations (and reallocations) this thread has made so far.
+pub fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
 
 pub struct Rig {
     pub cache: Cache,
