@@ -1090,7 +1090,8 @@ mod tests {
     use crate::testing::{Conn, Rig};
 
     /// Once its buffers have grown, a connection parses and answers GETs,
-    /// multi-gets, SETs and misses without a heap allocation (issue 35).
+    /// multi-gets, SETs, misses, DELETEs, `incr`, `touch` and the meta
+    /// commands without a heap allocation (issue 35).
     /// A `Vec` of the line's words for the metadump check was made for
     /// every command.
     #[test]
@@ -1100,7 +1101,8 @@ mod tests {
         let mut handler = AsciiHandler::new();
         let input = b"set k1 0 0 5\r\nhello\r\nset k2 1 0 3\r\nabc\r\n\
             get k1\r\nget k1 k2 nope k1 k2 k1 k2 k1 k2 k1\r\ngets k2\r\nget missing\r\n\
-            delete nope\r\n";
+            delete nope\r\nmg k1 v f c\r\nmg nope v\r\nms k3 5 T0\r\nworld\r\nmd nope q\r\n\
+            incr nope 1\r\ntouch k1 0\r\nmn\r\n";
         let mut out = Vec::with_capacity(1 << 16);
         let mut serve = |out: &mut Vec<u8>| {
             let mut at = 0;
@@ -1115,13 +1117,15 @@ mod tests {
         let check = |out: &[u8]| {
             let text = String::from_utf8_lossy(out);
             assert_eq!(text.matches("STORED\r\n").count(), 2, "{text}");
+            assert_eq!(text.matches("VA 5 f0 c").count(), 1, "{text}");
+            assert_eq!(text.matches("\r\nEN\r\nHD\r\n").count(), 1, "{text}");
             assert_eq!(
                 text.matches("VALUE k1 0 5\r\nhello\r\n").count(),
                 6,
                 "{text}"
             );
             assert_eq!(text.matches("VALUE k2 1 3").count(), 5, "{text}");
-            assert!(text.ends_with("END\r\nNOT_FOUND\r\n"), "{text}");
+            assert!(text.ends_with("NOT_FOUND\r\nTOUCHED\r\nMN\r\n"), "{text}");
         };
         serve(&mut out);
         check(&out);
