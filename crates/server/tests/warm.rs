@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
+use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use common::{temp_path, Memcached, Server};
@@ -20,6 +21,14 @@ const ITEMS: usize = 40_000;
 type Items = HashMap<usize, (Vec<u8>, u64, u32, i64, Option<u32>)>;
 
 /// (value, flags, ttl, cost) of item `i` as the fill stores it.
+/// The Z-zone's test runs alone, the others side by side (read): it
+/// fills its zone faster than a maintainer short of CPU grants the zone
+/// pages, which evicted items that fitted (346 to about 62,000 of
+/// 120,000 in 40% of runs beside three other servers, until the stores
+/// themselves granted them: `Engine::store`). Alone, it tests that fix
+/// without the other servers' noise.
+static ALONE: RwLock<()> = RwLock::new(());
+
 fn item(i: usize) -> (Vec<u8>, u32, u32, Option<u32>) {
     let len = 10 + (i * 37) % 390;
     let value = (0..len).map(|j| b'a' + ((i + j) % 26) as u8).collect();
@@ -231,6 +240,7 @@ fn cachalot_restart_n(file: &Path, extra: &[&str], signal: &str, n: usize) -> (u
 
 #[test]
 fn a_restart_keeps_the_items_as_memcached_does() {
+    let _beside = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let file = temp_path("warm");
     let (had, kept, _) = cachalot_restart(&file, &[], "USR1");
     assert_eq!(had, ITEMS, "the fill fits: every item was there before");
@@ -258,6 +268,7 @@ fn a_restart_keeps_the_items_as_memcached_does() {
 
 #[test]
 fn the_z_zone_s_items_come_back_too() {
+    let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
     // Compressible values, a Z-zone that takes all it may (90% of -m) and
     // few slab classes (-f 2: each class keeps a 1 MB page): most items
     // are in the Z-zone when the server stops.
@@ -280,6 +291,7 @@ fn the_z_zone_s_items_come_back_too() {
 
 #[test]
 fn sigterm_saves_too_and_the_flash_tier_restarts_with_memory() {
+    let _beside = ALONE.read().unwrap_or_else(|e| e.into_inner());
     // 16 MB of memory and a flash tier: a good part of the items is on
     // flash when the server stops; both parts must come back.
     let file = temp_path("warm-flash");
@@ -297,6 +309,7 @@ fn sigterm_saves_too_and_the_flash_tier_restarts_with_memory() {
 
 #[test]
 fn a_crash_after_a_warm_start_does_not_bring_back_old_items() {
+    let _beside = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let file = temp_path("warm-crash");
     let path = file.to_string_lossy().into_owned();
     let mut first = Server::start(&["-e", &path]);
