@@ -23,7 +23,10 @@ impl Engine {
         if self.drain.is_some() {
             self.drain_on_store();
         } else if self.counters.total_items % 64 == 0
-            && self.zone.as_ref().is_some_and(|z| z.zone.pressed_pages() > 0)
+            && self
+                .zone
+                .as_ref()
+                .is_some_and(|z| z.zone.pressed_pages() > 0)
         {
             // The Z-zone is out of room with pages still owed it: grant
             // them, or start the drain that frees one, now rather than at
