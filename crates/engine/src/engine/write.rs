@@ -22,7 +22,7 @@ impl Engine {
         // one looks anything up (see `engine/pages.rs`).
         if self.drain.is_some() {
             self.drain_on_store();
-        } else if self.counters.total_items % 64 == 0
+        } else if self.counters.total_items.is_multiple_of(64)
             && self
                 .zone
                 .as_ref()
