@@ -22,19 +22,6 @@ impl Engine {
         // one looks anything up (see `engine/pages.rs`).
         if self.drain.is_some() {
             self.drain_on_store();
-        } else if self.counters.total_items.is_multiple_of(64)
-            && self
-                .zone
-                .as_ref()
-                .is_some_and(|z| z.zone.pressed_pages() > 0)
-        {
-            // The Z-zone is out of room with pages still owed it: grant
-            // them, or start the drain that frees one, now rather than at
-            // the maintainer's next turn. A maintainer that got no CPU
-            // left a filling zone at 7 of its 13 pages, its sweep evicting
-            // what fitted (346 to about 62,000 of 120,000 items in
-            // `the_z_zone_s_items_come_back_too`).
-            self.feed_zone(true);
         }
         let h = hash(req.key);
         // A plain SET needs nothing of a Z-zone copy: it is only removed.
