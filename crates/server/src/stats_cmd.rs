@@ -436,6 +436,7 @@ fn zzone(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     stat(out, "zzone_blocks", s.blocks);
     stat(out, "zzone_pages", s.pages);
     stat(out, "zzone_target_pages", z.target_pages);
+    stat(out, "zzone_pressed_pages", z.pressed_pages);
     stat(out, "zzone_share_percent", z.share_percent);
     stat(out, "zzone_benchmark", z.benchmark);
     stat(out, "zzone_merges", s.merges);

@@ -131,23 +131,15 @@ fn metadump_lists_the_z_zone_s_items_once_and_memcached_tool_reads_them() {
         );
         req.extend_from_slice(value.as_bytes());
         req.extend_from_slice(b"\r\n");
-        // In steps, each packed before the next: once in the suite (its
+        // In steps, each packed, and the zone given the pages it needs,
+        // before the next: once in the suite (its
         // other tests sharing the CPU), all 100,000 SETs at once left
         // 24,320 evicted though they fit, the zone short of the pages its
         // starved maintainer had not granted (an open defect of issue 34).
         if i % 10_000 == 9_999 {
             fill(server.addr(), &req);
             req.clear();
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            while server.stat("zzone", "zzone_staged") > 0 {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "still staged after 60 s"
-                );
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            // And the maintainer's turn to grant the zone its pages.
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            settle(&server, "zzone", &["zzone_staged", "zzone_pressed_pages"]);
         }
     }
     fill(server.addr(), &req);
@@ -194,11 +186,11 @@ fn metadump_lists_the_flash_tier_s_items_marked_and_memcached_tool_reads_them() 
         if i % 5_000 == 4_999 {
             fill(server.addr(), &req);
             req.clear();
-            settle(&server);
+            settle(&server, "flash", &["flash_staged"]);
         }
     }
     fill(server.addr(), &req);
-    settle(&server);
+    settle(&server, "flash", &["flash_staged"]);
     let counts = |server: &Server| {
         (
             server.stat("", "curr_items"),
@@ -242,15 +234,17 @@ impl Drop for FlashFiles {
     }
 }
 
-/// Wait until the flash writer has nothing staged.
-fn settle(server: &Server) {
+/// Wait (60 s at most) until each of these stats of `stats <group>` is
+/// 0: the flash writer's or the Z-zone's staged items, the pages the zone
+/// is owed.
+fn settle(server: &Server, group: &str, names: &[&str]) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while server.stat("flash", "flash_staged") > 0 {
+    while let Some(name) = names.iter().find(|n| server.stat(group, n) > 0) {
         assert!(
             std::time::Instant::now() < deadline,
-            "still staged after 60 s"
+            "{name} still above 0 after 60 s"
         );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 

@@ -20,14 +20,15 @@ const ITEMS: usize = 40_000;
 /// Item number -> (value, CAS, flags, TTL, cost) as `mg` reports them.
 type Items = HashMap<usize, (Vec<u8>, u64, u32, i64, Option<u32>)>;
 
-/// (value, flags, ttl, cost) of item `i` as the fill stores it.
 /// The Z-zone's test runs alone, the others side by side (read), and its
-/// fill pauses after each batch: a zone filled faster than a maintainer
-/// short of CPU grants it pages evicts items that fit (346 to about
-/// 62,000 of 120,000 in 40% of runs beside three other servers, 2 of 12
-/// alone; an open defect of issue 34, in docs/benchmarks-history.md).
+/// fill waits after each batch until the zone has the pages it needs: a
+/// zone filled faster than a maintainer short of CPU grants it pages
+/// evicts items that fit (346 to about 62,000 of 120,000 in 40% of runs
+/// beside three other servers, 2 of 12 alone; an open defect of issue
+/// 34, in docs/benchmarks-history.md).
 static ALONE: RwLock<()> = RwLock::new(());
 
+/// (value, flags, ttl, cost) of item `i` as the fill stores it.
 fn item(i: usize) -> (Vec<u8>, u32, u32, Option<u32>) {
     let len = 10 + (i * 37) % 390;
     let value = (0..len).map(|j| b'a' + ((i + j) % 26) as u8).collect();
@@ -55,7 +56,8 @@ fn connect(addr: SocketAddr) -> TcpStream {
 /// cachalot: memcached refuses a second optional token), waiting for a
 /// `version` to come back after every 2000 and at the end; with a flash
 /// tier, also for its writer to have nothing staged (items that find its
-/// stage full are evicted, not written).
+/// stage full are evicted, not written); with a Z-zone, for it to have
+/// nothing staged and no pages owed (`ALONE`).
 fn fill(addr: SocketAddr, n: usize, costs: bool, flash: bool, zone: bool) {
     let mut s = connect(addr);
     let mut batch = Vec::new();
@@ -84,32 +86,35 @@ fn fill(addr: SocketAddr, n: usize, costs: bool, flash: bool, zone: bool) {
                 String::from_utf8_lossy(&got)
             );
             if flash {
-                settle(&mut s);
+                settle(&mut s, "flash", &["flash_staged"]);
             }
             if zone {
-                // The maintainer's turn to grant the zone its pages (see
-                // `ALONE`).
-                std::thread::sleep(Duration::from_millis(20));
+                // The zone's pages granted before the next batch (`ALONE`).
+                settle(&mut s, "zzone", &["zzone_staged", "zzone_pressed_pages"]);
             }
         }
     }
 }
 
-/// Wait until the flash tier's writer has nothing staged.
-fn settle(s: &mut TcpStream) {
+/// Wait (60 s at most) until each of these stats of `stats <group>` is
+/// 0: the flash writer's or the Z-zone's staged items, the pages the zone
+/// is owed.
+fn settle(s: &mut TcpStream, group: &str, names: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        s.write_all(b"stats flash\r\n").expect("send");
+        s.write_all(format!("stats {group}\r\n").as_bytes())
+            .expect("send");
         let reply = String::from_utf8_lossy(&common::read_until(s, b"END\r\n")).into_owned();
-        let staged: u64 = reply
-            .lines()
-            .find_map(|l| l.strip_prefix("STAT flash_staged "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no flash_staged in {reply}"));
-        if staged == 0 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{staged} items still staged");
+        let above = names.iter().find(|name| {
+            let value: u64 = reply
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {reply}"));
+            value > 0
+        });
+        let Some(name) = above else { return };
+        assert!(Instant::now() < deadline, "{name} still above 0 after 60 s");
         std::thread::sleep(Duration::from_millis(5));
     }
 }

@@ -216,18 +216,23 @@ mod tests {
         }
     }
 
+    /// A 16 MB cache with a Z-zone.
+    fn zone_cache() -> Cache {
+        let config = Config {
+            memory_limit: 16 << 20,
+            zzone: true,
+            ..Config::default()
+        };
+        Cache::new(config, Arc::new(Clock::new())).expect("cache")
+    }
+
     /// A dump that runs while items move both ways between the zones
     /// (demoted by other keys' SETs, promoted by reads) lists each of them
     /// once: every key still there when the dump ends was there all along
     /// (nothing sets it again), so it is listed exactly once; none twice.
     #[test]
     fn a_dump_during_moves_lists_each_item_once() {
-        let config = Config {
-            memory_limit: 16 << 20,
-            zzone: true,
-            ..Config::default()
-        };
-        let c = Arc::new(Cache::new(config, Arc::new(Clock::new())).expect("cache"));
+        let c = Arc::new(zone_cache());
         let key = |i: u64| format!("stable:{i:08}").into_bytes();
         let value = |i: u64| {
             format!(
@@ -303,12 +308,7 @@ mod tests {
             deletes in 0u32..8,
             reads in 0u32..8,
         ) {
-            let config = Config {
-                memory_limit: 16 << 20,
-                zzone: true,
-                ..Config::default()
-            };
-            let c = Cache::new(config, Arc::new(Clock::new())).expect("cache");
+            let c = zone_cache();
             let mut x = seed | 1;
             let mut next = move || {
                 x ^= x << 13;

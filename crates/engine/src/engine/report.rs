@@ -226,21 +226,8 @@ impl Engine {
             {
                 continue;
             }
-            out.push(MetaItem {
-                key: item::key(chunk).to_vec(),
-                exptime: h.exptime,
-                accessed: now.saturating_sub(item::atime_age(self.slabs.atime(loc), now)),
-                cas: if cas { h.cas } else { 0 },
-                fetched: h.bits & item::FETCHED != 0,
-                class,
-                size: item::memcached_size(
-                    h.key_len as usize,
-                    h.value_len as usize,
-                    item::flags(chunk),
-                    cas,
-                ),
-                tier: Tier::Memory,
-            });
+            let accessed = now.saturating_sub(item::atime_age(self.slabs.atime(loc), now));
+            out.push(meta_item(chunk, &h, accessed, class, cas, Tier::Memory));
         }
         self.metadump_images(&images, Tier::Zzone, wanted, out);
         to.checked_add(1)
@@ -277,21 +264,8 @@ impl Engine {
             if !wanted(class) {
                 continue;
             }
-            out.push(MetaItem {
-                key: key.to_vec(),
-                exptime: h.exptime,
-                accessed: now.saturating_sub(item::atime_age(h.atime, now)),
-                cas: if cas { h.cas } else { 0 },
-                fetched: h.bits & item::FETCHED != 0,
-                class,
-                size: item::memcached_size(
-                    h.key_len as usize,
-                    h.value_len as usize,
-                    item::flags(image),
-                    cas,
-                ),
-                tier,
-            });
+            let accessed = now.saturating_sub(item::atime_age(h.atime, now));
+            out.push(meta_item(image, &h, accessed, class, cas, tier));
         }
     }
 
@@ -376,5 +350,32 @@ impl Engine {
             };
         }
         self.rebal.reset_stats();
+    }
+}
+
+/// A metadump line's fields for the item whose image (header, flags,
+/// key, value) starts `image`, its header `h` read from it.
+fn meta_item(
+    image: &[u8],
+    h: &item::Header,
+    accessed: u32,
+    class: u32,
+    cas: bool,
+    tier: Tier,
+) -> MetaItem {
+    MetaItem {
+        key: item::key(image).to_vec(),
+        exptime: h.exptime,
+        accessed,
+        cas: if cas { h.cas } else { 0 },
+        fetched: h.bits & item::FETCHED != 0,
+        class,
+        size: item::memcached_size(
+            h.key_len as usize,
+            h.value_len as usize,
+            item::flags(image),
+            cas,
+        ),
+        tier,
     }
 }

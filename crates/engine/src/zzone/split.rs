@@ -105,6 +105,9 @@ pub struct ZzoneStats {
     /// The Z-zone's share of memory now (percent).
     pub share_percent: u32,
     pub target_pages: u64,
+    /// Pages the zone needs now and has not been granted yet
+    /// ([`crate::zzone::Zone::pressed_pages`]).
+    pub pressed_pages: u64,
     /// The N-zone's locality benchmark, in demotions (its item count).
     pub benchmark: u64,
 }
@@ -270,6 +273,7 @@ impl Zzone {
             zone: zone.stats(),
             share_percent: (self.share * 100.0).round() as u32,
             target_pages: zone.target_pages() as u64,
+            pressed_pages: zone.pressed_pages() as u64,
             benchmark,
         }
     }
