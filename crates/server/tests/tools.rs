@@ -131,16 +131,6 @@ fn metadump_lists_the_z_zone_s_items_once_and_memcached_tool_reads_them() {
         );
         req.extend_from_slice(value.as_bytes());
         req.extend_from_slice(b"\r\n");
-        // In steps, each packed, and the zone given the pages it needs,
-        // before the next: once in the suite (its
-        // other tests sharing the CPU), all 100,000 SETs at once left
-        // 24,320 evicted though they fit, the zone short of the pages its
-        // starved maintainer had not granted (an open defect of issue 34).
-        if i % 10_000 == 9_999 {
-            fill(server.addr(), &req);
-            req.clear();
-            settle(&server, "zzone", &["zzone_staged", "zzone_pressed_pages"]);
-        }
     }
     fill(server.addr(), &req);
     assert_eq!(server.stat("", "evictions"), 0, "the fill fits");

@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use common::{temp_path, Memcached, Server};
@@ -19,14 +18,6 @@ const ITEMS: usize = 40_000;
 
 /// Item number -> (value, CAS, flags, TTL, cost) as `mg` reports them.
 type Items = HashMap<usize, (Vec<u8>, u64, u32, i64, Option<u32>)>;
-
-/// The Z-zone's test runs alone, the others side by side (read), and its
-/// fill waits after each batch until the zone has the pages it needs: a
-/// zone filled faster than a maintainer short of CPU grants it pages
-/// evicts items that fit (346 to about 62,000 of 120,000 in 40% of runs
-/// beside three other servers, 2 of 12 alone; an open defect of issue
-/// 34, in docs/benchmarks-history.md).
-static ALONE: RwLock<()> = RwLock::new(());
 
 /// (value, flags, ttl, cost) of item `i` as the fill stores it.
 fn item(i: usize) -> (Vec<u8>, u32, u32, Option<u32>) {
@@ -56,9 +47,8 @@ fn connect(addr: SocketAddr) -> TcpStream {
 /// cachalot: memcached refuses a second optional token), waiting for a
 /// `version` to come back after every 2000 and at the end; with a flash
 /// tier, also for its writer to have nothing staged (items that find its
-/// stage full are evicted, not written); with a Z-zone, for it to have
-/// nothing staged and no pages owed (`ALONE`).
-fn fill(addr: SocketAddr, n: usize, costs: bool, flash: bool, zone: bool) {
+/// stage full are evicted, not written).
+fn fill(addr: SocketAddr, n: usize, costs: bool, flash: bool) {
     let mut s = connect(addr);
     let mut batch = Vec::new();
     for i in 0..n {
@@ -87,10 +77,6 @@ fn fill(addr: SocketAddr, n: usize, costs: bool, flash: bool, zone: bool) {
             );
             if flash {
                 settle(&mut s, "flash", &["flash_staged"]);
-            }
-            if zone {
-                // The zone's pages granted before the next batch (`ALONE`).
-                settle(&mut s, "zzone", &["zzone_staged", "zzone_pressed_pages"]);
             }
         }
     }
@@ -211,14 +197,16 @@ fn cachalot_restart_n(file: &Path, extra: &[&str], signal: &str, n: usize) -> (u
     // (Without a flash tier, `stats flash` is an unknown group: ERROR.)
     let flash = extra.contains(&"--flash-path");
     let zone = extra.iter().any(|a| a.contains("zzone=1"));
-    fill(first.addr(), n, true, flash, zone);
+    fill(first.addr(), n, true, flash);
+    // From the first read: an item's TTL is read before the stop, as late
+    // as the read's end, and after the start.
+    let started = std::time::Instant::now();
     let before = read_all(first.addr(), n, true);
     let flash_items = match (flash, zone) {
         (true, _) => first.stat("flash", "flash_items"),
         (false, true) => first.stat("zzone", "zzone_items"),
         (false, false) => 0,
     };
-    let started = std::time::Instant::now();
     first.signal(signal);
     assert!(
         first
@@ -249,7 +237,6 @@ fn cachalot_restart_n(file: &Path, extra: &[&str], signal: &str, n: usize) -> (u
 
 #[test]
 fn a_restart_keeps_the_items_as_memcached_does() {
-    let _beside = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let file = temp_path("warm");
     let (had, kept, _) = cachalot_restart(&file, &[], "USR1");
     assert_eq!(had, ITEMS, "the fill fits: every item was there before");
@@ -260,9 +247,9 @@ fn a_restart_keeps_the_items_as_memcached_does() {
     let mc_path = mc_file.to_string_lossy().into_owned();
     let flags = ["-m", "64", "-e", mc_path.as_str()];
     let mut first = Memcached::start(&flags);
-    fill(first.addr(), ITEMS, false, false, false);
-    let before = read_all(first.addr(), ITEMS, false);
+    fill(first.addr(), ITEMS, false, false);
     let started = std::time::Instant::now();
+    let before = read_all(first.addr(), ITEMS, false);
     assert!(first.stop_with("USR1", Duration::from_secs(60)).is_some());
     // memcached needs its clock to move on before it restores.
     std::thread::sleep(Duration::from_millis(1500));
@@ -277,7 +264,6 @@ fn a_restart_keeps_the_items_as_memcached_does() {
 
 #[test]
 fn the_z_zone_s_items_come_back_too() {
-    let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
     // Compressible values, a Z-zone that takes all it may (90% of -m) and
     // few slab classes (-f 2: each class keeps a 1 MB page): most items
     // are in the Z-zone when the server stops.
@@ -300,7 +286,6 @@ fn the_z_zone_s_items_come_back_too() {
 
 #[test]
 fn sigterm_saves_too_and_the_flash_tier_restarts_with_memory() {
-    let _beside = ALONE.read().unwrap_or_else(|e| e.into_inner());
     // 16 MB of memory and a flash tier: a good part of the items is on
     // flash when the server stops; both parts must come back.
     let file = temp_path("warm-flash");
@@ -318,7 +303,6 @@ fn sigterm_saves_too_and_the_flash_tier_restarts_with_memory() {
 
 #[test]
 fn a_crash_after_a_warm_start_does_not_bring_back_old_items() {
-    let _beside = ALONE.read().unwrap_or_else(|e| e.into_inner());
     let file = temp_path("warm-crash");
     let path = file.to_string_lossy().into_owned();
     let mut first = Server::start(&["-e", &path]);

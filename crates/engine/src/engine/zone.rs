@@ -338,7 +338,7 @@ impl Engine {
     /// its lock: this runs under the engine's lock (issue 34: a zone
     /// starting up took 31 pages in one 330 µs hold). `drain`: false to
     /// grant free memory only.
-    fn feed_zone(&mut self, drain: bool) {
+    pub(super) fn feed_zone(&mut self, drain: bool) {
         for _ in 0..FEED_PAGES {
             let Some(z) = self.zone.as_ref() else {
                 return;
