@@ -73,7 +73,8 @@ fn zone_reads_promote_while_the_stage_is_over_its_limit() {
 /// server whose two cores the clients keep busy): the stores grant the
 /// zone the pages it needs, from free memory or by draining the N-zone's.
 /// Left to the maintainer, the zone stayed at 1 page of 14 and evicted
-/// 21,854 of these 120,000 items, which fit (docs/benchmarks-history.md).
+/// some 21,800 of these 120,000 items, which fit
+/// (docs/benchmarks-history.md).
 #[test]
 fn a_zone_whose_maintainer_never_runs_keeps_what_fits() {
     let config = Config {

@@ -198,8 +198,8 @@ fn cachalot_restart_n(file: &Path, extra: &[&str], signal: &str, n: usize) -> (u
     let flash = extra.contains(&"--flash-path");
     let zone = extra.iter().any(|a| a.contains("zzone=1"));
     fill(first.addr(), n, true, flash);
-    // From the first read: an item's TTL is read before the stop, as late
-    // as the read's end, and after the start.
+    // The time down counts from the first read: an item's TTL may be read
+    // that early, and is read back after the restart.
     let started = std::time::Instant::now();
     let before = read_all(first.addr(), n, true);
     let flash_items = match (flash, zone) {
