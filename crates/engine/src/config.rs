@@ -90,7 +90,9 @@ pub struct Config {
     /// (docs/benchmarks-history.md).
     pub zzone_block: usize,
     /// `-o zzone_deltas=N`: flushes a Z-zone block takes as deltas before
-    /// one rewrites it whole (`zzone/frames.rs`; 0: every flush rewrites).
+    /// one rewrites it whole (`zzone/frames.rs`; 0: every flush rewrites),
+    /// while the writer keeps up (15 while it is behind:
+    /// `Zone::deltas_now`).
     pub zzone_deltas: u8,
     /// `-o zzone_codec=lz4|zstd|none`.
     pub zzone_codec: codec::Codec,

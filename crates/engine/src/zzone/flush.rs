@@ -283,7 +283,7 @@ impl Zone {
     ) -> bool {
         let d = &self.descs[id as usize];
         d.count > 0
-            && frames::deltas(d.codec) < self.cfg.max_deltas
+            && frames::deltas(d.codec) < self.deltas_now()
             && d.raw as usize + add <= capacity
             && d.stored as usize + frames::delta_len(add) <= u16::MAX as usize
             && log::round(d.stored as usize + frames::delta_len(add)) + log::ALIGN
@@ -295,6 +295,23 @@ impl Zone {
                 .range(range_start(node)..=range_end(node))
                 .nth(PENDING_BEHIND)
                 .is_none()
+    }
+
+    /// Deltas a block may take before a flush rewrites it: the configured
+    /// number, or [`frames::MAX_DELTAS`] while the stage is more than half
+    /// full (the writer behind the demotions). Under a churn of new keys
+    /// a rewrite every fifth flush was most of the zone's CPU, and the
+    /// zone's CPU most of the server's: memcaslap's set-heavy load at 0.6×
+    /// memcached's throughput, 1.35× that with 15 deltas
+    /// (docs/benchmarks-history.md). Deltas compress worse and a read
+    /// decodes them newest first, so a calm zone keeps few: the writer,
+    /// idle, merges them (`Zone::merge_step`). 0 stays 0 (every flush
+    /// rewrites).
+    pub(super) fn deltas_now(&self) -> u8 {
+        match self.cfg.max_deltas > 0 && self.stage_busy() {
+            true => frames::MAX_DELTAS,
+            false => self.cfg.max_deltas,
+        }
     }
 
     /// A rewrite of leaf `node` (block `id`, and `sibling`'s when the two

@@ -1448,6 +1448,42 @@ pub(super) mod tests {
     /// merges them; a key whose older copy is in the block goes to a
     /// rewrite; every item reads back throughout.
     #[test]
+    fn blocks_take_more_deltas_while_the_stage_is_busy() {
+        use super::super::frames::{deltas, MAX_DELTAS};
+        let mut z = zone(Codec::Zstd);
+        let fill = |z: &mut Zone, from: u16| {
+            let mut k = from;
+            while !z.stage_busy() {
+                demote(z, k, &image(k, 60, 0, 0, 1));
+                k += 1;
+            }
+            k
+        };
+        assert_eq!(z.deltas_now(), 4, "an empty stage");
+        let k = fill(&mut z, 0);
+        assert_eq!(z.deltas_now(), MAX_DELTAS);
+        z.flush_some(10, usize::MAX);
+        assert!(z.stage.is_empty());
+        assert_eq!(z.deltas_now(), 4);
+        // Demotions faster than flushes: the stage stays busy, and blocks
+        // go past the configured deltas.
+        let mut most = 0;
+        for k in k..k + 3000 {
+            demote(&mut z, k, &image(k, 60, 0, 0, 1));
+            if k % 3 == 0 {
+                z.flush_some(10, 1);
+            }
+            most = most.max(z.descs.iter().map(|d| deltas(d.codec)).max().unwrap_or(0));
+        }
+        z.validate();
+        assert!(most > 4 && most <= MAX_DELTAS, "{most}");
+        z.flush_some(10, usize::MAX);
+        z.cfg.max_deltas = 0;
+        fill(&mut z, 10_000);
+        assert_eq!(z.deltas_now(), 0, "0: every flush rewrites");
+    }
+
+    #[test]
     fn flushes_append_deltas_and_rewrites_merge_them() {
         use super::super::frames::deltas;
         for codec in [Codec::Lz4, Codec::Zstd, Codec::Raw] {

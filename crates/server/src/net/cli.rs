@@ -981,8 +981,9 @@ pub fn usage() -> String {
                           splits (default 4096)
    - zzone_deltas:        flushes a Z-zone block takes as deltas (its new
                           items compressed on their own) before one
-                          rewrites it whole (default 4; 0: every flush
-                          rewrites)
+                          rewrites it whole (default 4, and 15 while
+                          the stage waits more than half full; 0: every
+                          flush rewrites)
    - zzone_codec:         zstd (default), lz4 or none
    - zzone_target:        percent of the expensive operations the adaptive
                           split keeps in the uncompressed zone (default 90;
