@@ -8,7 +8,9 @@
 //! ran. At normal priority, a worker's wakeup still preempted it now and
 //! then (longest holds 0.2-3.7 ms, p99.9 128 µs, against 0.14-0.3 ms and
 //! 64 µs at `SCHED_FIFO`: docs/benchmarks-history.md). A hold is a few
-//! block copies or one block's install, tens of microseconds of CPU.
+//! block copies or one block's install, tens of microseconds of CPU. It
+//! stays at the ceiling for up to [`LINGER`] after a hold, so that the
+//! next hold costs no system call.
 //!
 //! The maintainer runs at normal priority (the expiry reclaimer must not
 //! starve), but it too holds the engine's lock at the ceiling
@@ -18,6 +20,7 @@
 //! fill of `benches/fill-tail.sh`, with two compilers running beside it).
 
 use std::cell::Cell;
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Policy {
@@ -40,6 +43,33 @@ thread_local! {
     /// [`Raised`] guards alive on this thread: the outermost raises and
     /// lowers (the maintainer takes the zone's lock inside the engine's).
     static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// When the thread last went up to its hold level, if it is still
+    /// there with no hold alive ([`LINGER`]).
+    static UP_SINCE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// How long a thread may stay at its hold level after a hold ends, so
+/// that its next hold, microseconds later, needs no system call. Going up
+/// and down around every hold, two `sched_setscheduler` calls, each a
+/// reschedule, were a fifth of the Z-zone writer's samples under a churn
+/// of new keys (memcaslap's set-heavy load: the writer 28% of the server's
+/// samples, the scheduler's lock release 19%). Staying up for 200 µs at a
+/// time took that load to 1.23 × the operations (paired median of 4), and
+/// the tail during a fill stayed within issue 34's bounds
+/// (docs/benchmarks-history.md). A thread that lingers goes down at the
+/// first hold that ends after this, or at [`rest`]. Only threads that rest
+/// idle (the Z-zone writer) linger.
+pub const LINGER: Duration = Duration::from_micros(200);
+
+/// Back to the rest level now if the thread lingers at its hold level
+/// ([`LINGER`]): before it sleeps.
+pub fn rest() {
+    if let (Some(levels), Some(_)) = (LEVELS.get(), UP_SINCE.get()) {
+        if DEPTH.get() == 0 {
+            UP_SINCE.set(None);
+            set(levels.rest);
+        }
+    }
 }
 
 /// Run the calling thread at idle priority from now on, but for the holds
@@ -101,10 +131,17 @@ impl Raised {
         };
         let depth = DEPTH.get();
         DEPTH.set(depth + 1);
+        // Still up from a hold that ended within LINGER.
+        if depth == 0 && UP_SINCE.get().is_some() {
+            return Raised(Some(levels.rest));
+        }
         if depth == 0 && !set(levels.hold) {
             // Refused now (a limit lowered meanwhile): stay where we are.
             DEPTH.set(depth);
             return Raised(None);
+        }
+        if depth == 0 {
+            UP_SINCE.set(Some(Instant::now()));
         }
         Raised(Some(levels.rest))
     }
@@ -123,7 +160,17 @@ impl Drop for Raised {
             let depth = DEPTH.get() - 1;
             DEPTH.set(depth);
             if depth == 0 {
-                set(rest);
+                // Only a thread that rests idle lingers: the maintainer
+                // yields to the workers between its slices, which a thread
+                // still at the ceiling would not do.
+                let up = match rest {
+                    Policy::Idle => UP_SINCE.get().map_or(Duration::MAX, |t| t.elapsed()),
+                    _ => Duration::MAX,
+                };
+                if up >= LINGER {
+                    UP_SINCE.set(None);
+                    set(rest);
+                }
             }
         }
     }
@@ -185,7 +232,22 @@ mod tests {
                 }
                 assert_eq!(policy(), raised, "the outer hold is still raised");
             }
-            assert_eq!(policy(), libc::SCHED_IDLE);
+            // Just after a short hold the thread may still be up (LINGER,
+            // unless this thread was descheduled meanwhile), and knows it.
+            let up = UP_SINCE.get().is_some();
+            assert_eq!(policy(), if up { raised } else { libc::SCHED_IDLE });
+            rest();
+            assert_eq!(policy(), libc::SCHED_IDLE, "down before a sleep");
+            {
+                let _r = Raised::new();
+                assert_eq!(policy(), raised);
+                std::thread::sleep(LINGER * 5);
+            }
+            assert_eq!(
+                policy(),
+                libc::SCHED_IDLE,
+                "a hold that ends LINGER after the raise goes down"
+            );
         })
         .join()
         .unwrap();

@@ -633,6 +633,7 @@ fn zone_writer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
             idle_ms = 1;
             continue;
         }
+        cachalot_engine::priority::rest();
         std::thread::park_timeout(Duration::from_millis(idle_ms));
         idle_ms = (idle_ms * 2).min(64);
     }
