@@ -952,10 +952,12 @@ impl Cache {
     /// done. A job's rewrite runs without the lock; the hold that
     /// installs it also takes the next step if the install was short
     /// ([`SHARED_HOLD`]), so a flush mostly costs one hold, not two. A
-    /// hold raises the writer's priority, and it goes down again once a
-    /// hold ends [`crate::priority::LINGER`] after the raise: two system
-    /// calls around every hold were 15% of the writer's CPU on YCSB-B and
-    /// a fifth of it under a churn of new keys (docs/benchmarks-history.md).
+    /// hold raises the writer's priority and lowers it again
+    /// (`crate::priority`): two system calls, 15% of the writer's CPU on
+    /// YCSB-B and a fifth of it under a churn of new keys. While the stage
+    /// is more than half full it lowers only once a hold ends
+    /// [`crate::priority::LINGER`] after the raise
+    /// (docs/benchmarks-history.md).
     fn zone_writer_steps(&self, budget: usize, batched: bool, go_on: impl Fn() -> bool) -> usize {
         let Some(zone) = &self.shared.zone else {
             return 0;
@@ -978,6 +980,8 @@ impl Cache {
                     true => Some(z.writer_step(self.clock.now(), batched)),
                     false => None,
                 };
+                // Behind the demotions, the writer's next hold comes soon.
+                crate::priority::linger(z.stage_busy());
                 (step, z.take_retired())
             };
             match step {

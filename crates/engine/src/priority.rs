@@ -8,9 +8,9 @@
 //! ran. At normal priority, a worker's wakeup still preempted it now and
 //! then (longest holds 0.2-3.7 ms, p99.9 128 µs, against 0.14-0.3 ms and
 //! 64 µs at `SCHED_FIFO`: docs/benchmarks-history.md). A hold is a few
-//! block copies or one block's install, tens of microseconds of CPU. It
-//! stays at the ceiling for up to [`LINGER`] after a hold, so that the
-//! next hold costs no system call.
+//! block copies or one block's install, tens of microseconds of CPU. While
+//! its stage is more than half full it stays at the ceiling for up to
+//! [`LINGER`] after a raise, so that the next hold costs no system call.
 //!
 //! The maintainer runs at normal priority (the expiry reclaimer must not
 //! starve), but it too holds the engine's lock at the ceiling
@@ -46,6 +46,8 @@ thread_local! {
     /// When the thread last went up to its hold level, if it is still
     /// there with no hold alive ([`LINGER`]).
     static UP_SINCE: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Whether the holds that end from now on may linger ([`linger`]).
+    static MAY_LINGER: Cell<bool> = const { Cell::new(false) };
 }
 
 /// How long a thread may stay at its hold level after a hold ends, so
@@ -53,13 +55,23 @@ thread_local! {
 /// and down around every hold, two `sched_setscheduler` calls, each a
 /// reschedule, were a fifth of the Z-zone writer's samples under a churn
 /// of new keys (memcaslap's set-heavy load: the writer 28% of the server's
-/// samples, the scheduler's lock release 19%). Staying up for 200 µs at a
-/// time took that load to 1.23 × the operations (paired median of 4), and
-/// the tail during a fill stayed within issue 34's bounds
-/// (docs/benchmarks-history.md). A thread that lingers goes down at the
-/// first hold that ends after this, or at [`rest`]. Only threads that rest
-/// idle (the Z-zone writer) linger.
-pub const LINGER: Duration = Duration::from_micros(200);
+/// samples, the scheduler's lock release 19%). Staying up for 50 µs at a
+/// time took that load to 1.17 × the operations (paired median of 3); 200
+/// µs did no better there and raised YCSB-B's closed-loop GET p99 by a
+/// sixth (docs/benchmarks-history.md). A thread that lingers goes down at
+/// the first hold that ends after this, or at [`rest`]. Only threads that
+/// rest idle (the Z-zone writer) linger, and only while they allow it
+/// ([`linger`]).
+pub const LINGER: Duration = Duration::from_micros(50);
+
+/// Whether the calling thread's holds may linger at the ceiling from now
+/// on ([`LINGER`]): the Z-zone writer allows it while its stage is more
+/// than half full. Lingering always (200 µs), its compression between
+/// holds at the ceiling took the place of requests: YCSB-B's closed-loop
+/// GET p99 rose from 160 to about 250 µs (docs/benchmarks-history.md).
+pub fn linger(on: bool) {
+    MAY_LINGER.set(on);
+}
 
 /// Back to the rest level now if the thread lingers at its hold level
 /// ([`LINGER`]): before it sleeps.
@@ -163,9 +175,9 @@ impl Drop for Raised {
                 // Only a thread that rests idle lingers: the maintainer
                 // yields to the workers between its slices, which a thread
                 // still at the ceiling would not do.
-                let up = match rest {
-                    Policy::Idle => UP_SINCE.get().map_or(Duration::MAX, |t| t.elapsed()),
-                    _ => Duration::MAX,
+                let up = match rest == Policy::Idle && MAY_LINGER.get() {
+                    true => UP_SINCE.get().map_or(Duration::MAX, |t| t.elapsed()),
+                    false => Duration::MAX,
                 };
                 if up >= LINGER {
                     UP_SINCE.set(None);
@@ -216,6 +228,7 @@ mod tests {
             drop(other);
             assert!(idle_thread());
             assert_eq!(policy(), libc::SCHED_IDLE);
+            linger(true);
             let raised = match LEVELS.get().map(|l| l.hold) {
                 Some(Policy::Ceiling) => libc::SCHED_FIFO,
                 Some(_) => libc::SCHED_OTHER,
@@ -248,6 +261,12 @@ mod tests {
                 libc::SCHED_IDLE,
                 "a hold that ends LINGER after the raise goes down"
             );
+            linger(false);
+            {
+                let _r = Raised::new();
+                assert_eq!(policy(), raised);
+            }
+            assert_eq!(policy(), libc::SCHED_IDLE, "no lingering unless allowed");
         })
         .join()
         .unwrap();

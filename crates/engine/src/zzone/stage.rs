@@ -54,10 +54,13 @@ impl Stage {
     /// is told from an item by that bit (`super::large`), whatever the
     /// image's owner left in it.
     pub fn push(&mut self, h: u64, image: &[u8], large: bool) -> Option<Arc<[u8]>> {
-        let mut copy: Box<[u8]> = image.into();
-        let bits = item::bits(&copy) | item::LIVE;
-        item::set_bits(&mut copy, bits);
-        self.put(h, copy.into(), large)
+        // Copied straight into its shared allocation: a box turned into an
+        // `Arc` afterwards is allocated and copied a second time.
+        let mut copy: Arc<[u8]> = Arc::from(image);
+        let im = Arc::get_mut(&mut copy).expect("a new Arc is not shared");
+        let bits = item::bits(im) | item::LIVE;
+        item::set_bits(im, bits);
+        self.put(h, copy, large)
     }
 
     /// Stage the stub of a large item in place of its image (a new push:
