@@ -56,9 +56,9 @@ thread_local! {
 /// reschedule, were a fifth of the Z-zone writer's samples under a churn
 /// of new keys (memcaslap's set-heavy load: the writer 28% of the server's
 /// samples, the scheduler's lock release 19%). Staying up for 50 µs at a
-/// time took that load to 1.17 × the operations (paired median of 3); 200
-/// µs did no better there and raised YCSB-B's closed-loop GET p99 by a
-/// sixth (docs/benchmarks-history.md). A thread that lingers goes down at
+/// time took that load to 1.17 × the operations (paired median of 3);
+/// 200 µs did no better there and raised YCSB-B's closed-loop GET p99 by
+/// a sixth (docs/benchmarks-history.md). A thread that lingers goes down at
 /// the first hold that ends after this, or at [`rest`]. Only threads that
 /// rest idle (the Z-zone writer) linger, and only while they allow it
 /// ([`linger`]).

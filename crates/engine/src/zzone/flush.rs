@@ -301,9 +301,9 @@ impl Zone {
     /// number, or [`frames::MAX_DELTAS`] while the stage is more than half
     /// full (the writer behind the demotions). Under a churn of new keys
     /// a rewrite every fifth flush was most of the zone's CPU, and the
-    /// zone's CPU most of the server's: memcaslap's set-heavy load at 0.6×
-    /// memcached's throughput, 1.35× that with 15 deltas
-    /// (docs/benchmarks-history.md). Deltas compress worse and a read
+    /// zone's CPU most of the server's: memcaslap's set-heavy load ran at
+    /// 0.6× memcached's throughput, 1.35× that with 15 deltas always and
+    /// 1.16× with this rule (docs/benchmarks-history.md). Deltas compress worse and a read
     /// decodes them newest first, so a calm zone keeps few: the writer,
     /// idle, merges them (`Zone::merge_step`). 0 stays 0 (every flush
     /// rewrites).
