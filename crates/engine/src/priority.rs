@@ -78,10 +78,15 @@ pub fn linger(on: bool) {
 pub fn rest() {
     if let (Some(levels), Some(_)) = (LEVELS.get(), UP_SINCE.get()) {
         if DEPTH.get() == 0 {
-            UP_SINCE.set(None);
-            set(levels.rest);
+            go_down(levels.rest);
         }
     }
+}
+
+/// Leave the hold level for `rest`.
+fn go_down(rest: Policy) {
+    UP_SINCE.set(None);
+    set(rest);
 }
 
 /// Run the calling thread at idle priority from now on, but for the holds
@@ -143,16 +148,13 @@ impl Raised {
         };
         let depth = DEPTH.get();
         DEPTH.set(depth + 1);
-        // Still up from a hold that ended within LINGER.
-        if depth == 0 && UP_SINCE.get().is_some() {
-            return Raised(Some(levels.rest));
-        }
-        if depth == 0 && !set(levels.hold) {
-            // Refused now (a limit lowered meanwhile): stay where we are.
-            DEPTH.set(depth);
-            return Raised(None);
-        }
-        if depth == 0 {
+        // Up already if a hold ended within LINGER.
+        if depth == 0 && UP_SINCE.get().is_none() {
+            if !set(levels.hold) {
+                // Refused now (a limit lowered meanwhile): stay where we are.
+                DEPTH.set(depth);
+                return Raised(None);
+            }
             UP_SINCE.set(Some(Instant::now()));
         }
         Raised(Some(levels.rest))
@@ -180,8 +182,7 @@ impl Drop for Raised {
                     false => Duration::MAX,
                 };
                 if up >= LINGER {
-                    UP_SINCE.set(None);
-                    set(rest);
+                    go_down(rest);
                 }
             }
         }
@@ -254,7 +255,11 @@ mod tests {
             {
                 let _r = Raised::new();
                 assert_eq!(policy(), raised);
-                std::thread::sleep(LINGER * 5);
+                // Held until LINGER has passed since the raise.
+                let since = Instant::now();
+                while since.elapsed() <= LINGER {
+                    std::hint::spin_loop();
+                }
             }
             assert_eq!(
                 policy(),
