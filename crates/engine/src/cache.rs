@@ -664,6 +664,32 @@ impl Cache {
         }
     }
 
+    /// The tier that holds `key` now (`stats hotkeys`), looked up as a
+    /// PEEK: nothing is bumped or promoted, and flash is not read (its
+    /// index's tag match is taken as the answer, so a rare false "flash"
+    /// is possible; a flash lookup is counted in `stats flash`).
+    pub fn tier_of(&self, key: &[u8]) -> Option<crate::api::Tier> {
+        use crate::api::Tier as Where;
+        let h = hash(key);
+        let found = |it: Option<ItemRef<'_>>| it.is_some();
+        let in_memory = match self.read_n_zone(key, h, Lookup::PEEK, found) {
+            Tier::Hit(hit) => hit,
+            Tier::Miss(..) => false,
+            Tier::Locked(_) => self.lock().read_n_zone(key, h, Lookup::PEEK).is_some(),
+        };
+        if in_memory {
+            return Some(Where::Memory);
+        }
+        if let Ok(true) = self.read_zone(key, h, Lookup::PEEK, self.clock.now(), found) {
+            return Some(Where::Zzone);
+        }
+        let flash = self.shared.flash.as_ref()?;
+        FLASH_IMAGE.with_borrow_mut(|image| match flash.lookup(h, key, image) {
+            crate::flash::Probe::Absent => None,
+            _ => Some(Where::Flash),
+        })
+    }
+
     /// A GET that missed the N-zone, without the engine lock: the block
     /// that may hold the key is copied under the Z-zone's lock and decoded
     /// without it (no request waits on another's decompression); a hit
@@ -1195,6 +1221,31 @@ mod tests {
             ..Config::default()
         };
         Cache::new(config, Arc::new(Clock::new())).unwrap()
+    }
+
+    /// `tier_of` says where a key is, and leaves the counters and the
+    /// item where they were (a PEEK: no hit, no promotion).
+    #[test]
+    fn tier_of_finds_the_tier_without_counting() {
+        use crate::api::Tier as Where;
+        let c = zone_cache();
+        c.store(&Store::set(b"k", b"value"));
+        assert_eq!(c.tier_of(b"k"), Some(Where::Memory));
+        assert_eq!(c.tier_of(b"absent"), None);
+        c.demote_all();
+        c.flush_zone(usize::MAX);
+        let zone = |c: &Cache| {
+            let z = c.stats().zzone.expect("zone on").zone;
+            (z.items, z.hits, z.filtered, z.false_positives, z.promotions)
+        };
+        let before = zone(&c);
+        assert_eq!(before.0, 1);
+        assert_eq!(c.tier_of(b"k"), Some(Where::Zzone));
+        assert_eq!(c.tier_of(b"k"), Some(Where::Zzone), "not promoted");
+        assert_eq!(c.tier_of(b"absent"), None);
+        assert_eq!(zone(&c), before, "nothing counted");
+        assert_eq!(get(&c, b"k").map(|g| g.0), Some(b"value".to_vec()));
+        c.lock().validate();
     }
 
     /// The maintainer's dictionary is trained on a thread of its own and

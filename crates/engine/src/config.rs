@@ -106,6 +106,10 @@ pub struct Config {
     /// `--flash-path`/`--flash-size` (or `-o ext_path=`): items leaving
     /// memory go to a flash tier in this file (SlimCache; `flash`).
     pub flash: Option<FlashConfig>,
+    /// Bytes of `-m` the server's observers hold (the hot-key sketches of
+    /// `stats hotkeys`): counted with the index and the tiers' own
+    /// structures, so `-m` bounds them too.
+    pub observer_bytes: usize,
 }
 
 /// Eviction within a slab class.
@@ -174,6 +178,7 @@ impl Default for Config {
             zzone_target: 90,
             zzone_dict_samples: SAMPLES,
             flash: None,
+            observer_bytes: 0,
         }
     }
 }

@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod binary;
 pub mod handler;
+pub mod hotkeys;
 pub mod log;
 pub mod meta;
 pub mod metrics;

@@ -375,6 +375,7 @@ pub fn render(ctx: &Ctx<'_>, format: Format) -> String {
         settings: group(b"settings"),
         tiers: [group(b"flash"), group(b"zzone")],
         locks: group(b"locks"),
+        hot: stats_cmd::hot_rows(ctx, HOT_METRICS).unwrap_or_default(),
     };
     encode(&snapshot.families(), format)
 }
@@ -506,7 +507,12 @@ struct Snapshot {
     settings: Pairs,
     tiers: [Pairs; 2],
     locks: Pairs,
+    /// The hottest keys (`stats hotkeys`).
+    hot: Vec<crate::hotkeys::HotRow>,
 }
+
+/// Hot keys exported: a bounded number of series per scrape.
+const HOT_METRICS: usize = 10;
 
 fn find<'a>(pairs: &'a Pairs, name: &str) -> Option<&'a str> {
     pairs
@@ -726,6 +732,47 @@ fn number(v: &str) -> Option<f64> {
 }
 
 impl Snapshot {
+    /// `cachalot_hotkey_{requests,hits,misses}_per_second{rank,key,tier}`:
+    /// the ten hottest keys, so at most ten series each per scrape (the
+    /// keys in them change as the hot set does).
+    fn hot_keys(&self) -> [Family<'_>; 3] {
+        let mut fams = [
+            (
+                "requests",
+                "requests per second of the hottest keys (stats hotkeys)",
+            ),
+            (
+                "hits",
+                "GET hits per second of the hottest keys (stats hotkeys)",
+            ),
+            (
+                "misses",
+                "GET misses per second of the hottest keys (stats hotkeys)",
+            ),
+        ]
+        .map(|(what, help)| {
+            Family::new(
+                format!("cachalot_hotkey_{what}_per_second"),
+                help,
+                Kind::Gauge,
+            )
+        });
+        for (i, row) in self.hot.iter().enumerate() {
+            let mut key = Vec::new();
+            crate::watchers::push_key(&mut key, &row.hot.key);
+            let labels: Labels<'_> = vec![
+                ("rank", (i + 1).to_string().into()),
+                ("key", String::from_utf8_lossy(&key).into_owned().into()),
+                ("tier", row.tier.into()),
+            ];
+            let h = &row.hot;
+            for (f, x) in fams.iter_mut().zip([h.rate, h.hits, h.misses]) {
+                f.samples.push((labels.clone(), x));
+            }
+        }
+        fams
+    }
+
     fn families(&self) -> Vec<Family<'_>> {
         use Kind::{Counter, Gauge};
         let g = &self.general;
@@ -791,6 +838,7 @@ impl Snapshot {
         f.samples.push((info, 1.0));
         out.push(f);
         out.push(self.lock_holds());
+        out.extend(self.hot_keys());
         for tier in &self.tiers {
             for (field, value) in tier {
                 if let Some(x) = number(value) {

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cachalot_engine::{Cache, Clock};
 use mio::{Events, Interest, Poll, Token};
@@ -222,7 +222,11 @@ impl Server {
         // Before the engine reads or writes a file, and before any port.
         let owned = take_files(&settings)?;
         let clock = Arc::new(Clock::new());
-        let cache = Cache::new(settings.engine.clone(), clock.clone()).map_err(|e| StartError {
+        let mut engine = settings.engine.clone();
+        if settings.hotkeys {
+            engine.observer_bytes = settings.threads * crate::hotkeys::SKETCH_BYTES;
+        }
+        let cache = Cache::new(engine, clock.clone()).map_err(|e| StartError {
             message: format!("{e}"),
             code: EX_USAGE,
         })?;
@@ -284,7 +288,15 @@ impl Server {
         });
 
         let threads: Vec<Arc<ThreadStats>> = (0..settings.threads)
-            .map(|_| Arc::new(ThreadStats::default()))
+            .map(|_| {
+                Arc::new(ThreadStats {
+                    hot: match settings.hotkeys {
+                        true => crate::hotkeys::Sketch::new(&clock),
+                        false => crate::hotkeys::Sketch::default(),
+                    },
+                    ..ThreadStats::default()
+                })
+            })
             .collect();
         let shared = Arc::new(Shared {
             threads: threads.clone(),
@@ -591,7 +603,18 @@ fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
     cachalot_engine::holds::background_thread();
     cachalot_engine::priority::raised_holds();
     let mut logging = false;
+    let mut hot_sent = Instant::now();
     while !stopping(stop, shared) {
+        // `watch hotkeys`: the ten hottest keys, each second.
+        if shared.watchers.wants(crate::watchers::HOTKEYS)
+            && hot_sent.elapsed() >= Duration::from_secs(1)
+        {
+            hot_sent = Instant::now();
+            let rows = crate::stats_cmd::hot_rows_of(cache, &shared.threads, 10);
+            for (i, row) in rows.iter().flatten().enumerate() {
+                shared.watchers.hotkey(i + 1, row);
+            }
+        }
         // `watch evictions`: the engine records them only while watched.
         let want = shared.watchers.wants(crate::watchers::EVICTIONS);
         if want || logging {

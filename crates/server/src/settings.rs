@@ -66,6 +66,9 @@ pub struct Settings {
     pub protocol: ProtocolChoice,
     /// `-o metrics_listen=HOST:PORT`: the Prometheus endpoint (`metrics`).
     pub metrics_listen: Option<String>,
+    /// `-o hotkeys=0|1`: count requests per key in each worker for `stats
+    /// hotkeys` (`hotkeys`; on by default).
+    pub hotkeys: bool,
     /// `-Y`: the users a connection must authenticate as (text only).
     pub auth: Option<std::sync::Arc<crate::auth::AuthFile>>,
     /// `-o log_format=text|logfmt`: the shape of stderr's lines (`log`).
@@ -205,6 +208,7 @@ impl Default for Settings {
             dump_enabled: true,
             watch_enabled: true,
             lock_memory: false,
+            hotkeys: true,
             enable_coredumps: false,
             maxconns_fast: true,
             hashpower_init: 0,

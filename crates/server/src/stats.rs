@@ -41,6 +41,9 @@ pub struct ThreadStats {
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub conn_yields: AtomicU64,
+    /// This worker's hot-key counts (`hotkeys`; off unless the server
+    /// turns them on).
+    pub hot: crate::hotkeys::Sketch,
 }
 
 impl ThreadStats {

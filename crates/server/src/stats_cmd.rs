@@ -21,6 +21,7 @@ use cachalot_protocol::text::{TextError, MEMCACHED_COMPAT_VERSION};
 use parking_lot::Mutex;
 
 use crate::handler::Ctx;
+use crate::hotkeys::HotRow;
 use crate::stats::ThreadStats;
 
 /// The (name, value) pairs of one stats group, in memcached's order.
@@ -100,6 +101,7 @@ pub fn handle(
             line(out, "RESET");
         }
         b"detail" => detail(arg1.unwrap_or(b""), out),
+        b"hotkeys" => hotkeys(ctx, arg1, out),
         b"cachedump" => cachedump(ctx, arg1, arg2, out),
         _ => match collect(ctx, sub) {
             Some(pairs) => {
@@ -633,6 +635,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
         },
     );
     stat(out, "zzone_target", ec.zzone_target);
+    stat(out, "hotkeys", yes_no(s.hotkeys));
     if ec.flash.is_some() {
         stat(out, "ext_threads", s.flash_readers);
         stat(
@@ -889,6 +892,75 @@ fn detail(arg: &[u8], out: &mut Vec<u8>) {
         }
         _ => line(out, "CLIENT_ERROR usage: stats detail on|off|dump"),
     }
+}
+
+// ---------------------------------------------------------------------------
+// `stats hotkeys [N]` (issue 36): the keys asked for most, right now.
+
+/// Keys `stats hotkeys` lists without a count, and the most it lists.
+pub const HOTKEYS_DEFAULT: usize = 10;
+pub const HOTKEYS_MAX: usize = 100;
+
+/// The `n` hottest keys of every worker, with their tiers (None when the
+/// sketches are off).
+pub fn hot_rows(ctx: &Ctx<'_>, n: usize) -> Option<Vec<HotRow>> {
+    hot_rows_of(ctx.cache, &ctx.shared.threads, n)
+}
+
+/// [`hot_rows`] for the maintainer (`watch hotkeys`), which has no `Ctx`.
+pub fn hot_rows_of(
+    cache: &cachalot_engine::Cache,
+    threads: &[std::sync::Arc<crate::stats::ThreadStats>],
+    n: usize,
+) -> Option<Vec<HotRow>> {
+    use cachalot_engine::api::Tier;
+    if !threads.iter().any(|t| t.hot.is_on()) {
+        return None;
+    }
+    let rows = crate::hotkeys::top(threads.iter().map(|t| &t.hot), cache.clock(), n)
+        .into_iter()
+        .map(|hot| {
+            let tier = match cache.tier_of(&hot.key) {
+                Some(Tier::Memory) => "memory",
+                Some(Tier::Zzone) => "zzone",
+                Some(Tier::Flash) => "flash",
+                None => "none",
+            };
+            HotRow { hot, tier }
+        })
+        .collect();
+    Some(rows)
+}
+
+fn hotkeys(ctx: &Ctx<'_>, n: Option<&[u8]>, out: &mut Vec<u8>) {
+    let n = match n.map(|n| {
+        std::str::from_utf8(n)
+            .ok()
+            .and_then(|n| n.parse::<usize>().ok())
+    }) {
+        None => HOTKEYS_DEFAULT,
+        Some(Some(n)) if (1..=HOTKEYS_MAX).contains(&n) => n,
+        Some(_) => return line(out, "CLIENT_ERROR usage: stats hotkeys [1-100]"),
+    };
+    let Some(rows) = hot_rows(ctx, n) else {
+        return line(out, "CLIENT_ERROR hot keys are off (-o hotkeys=1)");
+    };
+    for (i, r) in rows.iter().enumerate() {
+        let rank = i + 1;
+        out.extend_from_slice(format!("STAT hotkeys:{rank}:key ").as_bytes());
+        crate::watchers::push_key(out, &r.hot.key);
+        let h = &r.hot;
+        let _ = write!(
+            out,
+            "\r\nSTAT hotkeys:{rank}:requests_per_sec {:.1}\r\n\
+             STAT hotkeys:{rank}:hits_per_sec {:.1}\r\n\
+             STAT hotkeys:{rank}:misses_per_sec {:.1}\r\n\
+             STAT hotkeys:{rank}:size {}\r\n\
+             STAT hotkeys:{rank}:tier {}\r\n",
+            h.rate, h.hits, h.misses, h.size, r.tier
+        );
+    }
+    line(out, "END");
 }
 
 /// `stats cachedump <class> <limit>`: memcached's debugging dump of a class's

@@ -1,17 +1,24 @@
-//! The request side of `watch` (memcached's log watchers): what a handler
-//! tells the watchers after a fetch, a store or a delete. The registry, its
-//! kinds and the lines' format are in `watchers`; these take the request's
-//! [`Ctx`], so they sit above `handler` while the registry sits below `stats`.
+//! The request side of `watch` (memcached's log watchers) and of the hot
+//! keys (`hotkeys`): what a handler tells them after a fetch, a store or a
+//! delete. The registry, its kinds and the lines' format are in
+//! `watchers`; these take the request's [`Ctx`], so they sit above
+//! `handler` while the registry sits below `stats`.
 
 use cachalot_engine::engine::Lookup;
 use cachalot_engine::{Store, StoreOutcome};
 
 use crate::handler::Ctx;
+use crate::hotkeys::Access;
 use crate::watchers::{DELETIONS, FETCHERS, MUTATIONS};
 
 /// `fetchers`: a client looked `key` up; `found` is the value's length and
 /// flags when it was there.
 pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
+    let access = match found {
+        Some((len, _)) => Access::Hit { size: len as u32 },
+        None => Access::Miss,
+    };
+    ctx.stats.hot.record(ctx.cache.clock(), key, access);
     let w = &ctx.shared.watchers;
     if w.wants(FETCHERS) {
         let found = found.map(|(len, flags)| (ctx.cache.class_id(key.len(), len, flags), len));
@@ -22,6 +29,7 @@ pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
 /// `deletions`: `delete` or `md` (`cmd`) removed `key`, whose value of
 /// `size` bytes was in slab class `class`.
 pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, class: u32, size: usize) {
+    ctx.stats.hot.record(ctx.cache.clock(), key, Access::Other);
     let w = &ctx.shared.watchers;
     if w.wants(DELETIONS) {
         w.deletion(key, cmd, class, size);
@@ -31,6 +39,10 @@ pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, class: u32, size: usize) {
 /// `mutations`: a store of `value_len` bytes by command `cmd` ended with
 /// `outcome`.
 pub fn stored(ctx: &Ctx<'_>, req: &Store<'_>, cmd: &str, outcome: &StoreOutcome) {
+    let size = req.value.len() as u32;
+    ctx.stats
+        .hot
+        .record(ctx.cache.clock(), req.key, Access::Store { size });
     let w = &ctx.shared.watchers;
     if !w.wants(MUTATIONS) {
         return;

@@ -7,9 +7,11 @@
 //! ts=<sec>.<usec> gid=<n> type=item_store key=<k> status=stored|... cmd=set|... ttl=<s> clsid=<c> cfd=<fd> size=<n>
 //! ts=<sec>.<usec> gid=<n> type=eviction key=<k> fetch=yes|no ttl=<s> la=<s> clsid=<c> size=<n>
 //! ts=<sec>.<usec> gid=<n> type=deleted key=<k> cmd=delete|md clsid=<c> size=<n>
+//! ts=<sec>.<usec> gid=<n> type=hotkey rank=<r> key=<k> rate=<r/s> hits=<r/s> misses=<r/s> size=<n> tier=<t>
 //! ```
 //!
-//! (`deletions`, the last kind, is memcached 1.6.45's; 1.6.18 refuses it.)
+//! (`deletions` is memcached 1.6.45's; 1.6.18 refuses it. `hotkeys` is
+//! cachalot's: the maintainer sends the ten hottest keys each second.)
 //!
 //! Requests write lines into each interested watcher's buffer (nothing is
 //! formatted while nobody watches: one atomic load); the watcher's worker
@@ -34,6 +36,9 @@ pub const EVICTIONS: u8 = 4;
 /// memcached 1.6.45's `deletions` (protocol.txt: "Emits logs when an item is
 /// successfully deleted from the cache using `delete` or `md` commands").
 pub const DELETIONS: u8 = 8;
+/// cachalot's own (issue 36): every second, the ten hottest keys
+/// (`hotkeys`), a line each.
+pub const HOTKEYS: u8 = 16;
 /// memcached's `WATCHER_LIMIT`.
 const MAX_WATCHERS: usize = 20;
 /// Bytes of lines kept for a watcher that has not read them yet.
@@ -50,6 +55,7 @@ pub fn kind(word: &[u8]) -> Option<u8> {
         b"mutations" => MUTATIONS,
         b"evictions" => EVICTIONS,
         b"deletions" => DELETIONS,
+        b"hotkeys" => HOTKEYS,
         b"rawcmds" | b"sysevents" | b"connevents" | b"proxyreqs" | b"proxyevents"
         | b"proxyuser" => 0,
         _ => return None,
@@ -181,6 +187,21 @@ impl Watchers {
         });
     }
 
+    /// One of the hottest keys (`hotkeys`): its rank, and its requests,
+    /// hits and misses per second.
+    pub fn hotkey(&self, rank: usize, row: &crate::hotkeys::HotRow) {
+        let h = &row.hot;
+        self.emit(HOTKEYS, |l| {
+            l.extend_from_slice(format!("type=hotkey rank={rank} key=").as_bytes());
+            push_key(l, &h.key);
+            let rest = format!(
+                " rate={:.1} hits={:.1} misses={:.1} size={} tier={}",
+                h.rate, h.hits, h.misses, h.size, row.tier
+            );
+            l.extend_from_slice(rest.as_bytes());
+        });
+    }
+
     /// An item the engine evicted (`evictions`).
     pub fn eviction(&self, e: &cachalot_engine::Evicted) {
         self.emit(EVICTIONS, |l| {
@@ -198,7 +219,7 @@ impl Watchers {
 
 /// Keys from the binary protocol may hold any byte: those that would break
 /// a line or a `key=value` pair are written as `%XX`.
-fn push_key(out: &mut Vec<u8>, key: &[u8]) {
+pub(crate) fn push_key(out: &mut Vec<u8>, key: &[u8]) {
     for &b in key {
         if b.is_ascii_graphic() && b != b'%' {
             out.push(b);

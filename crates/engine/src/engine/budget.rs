@@ -140,6 +140,7 @@ impl Engine {
             + self.rebal.memory_bytes()
             + self.zone_memory()
             + self.flash.as_ref().map_or(0, |f| f.memory_bytes())
+            + self.config.observer_bytes
     }
 
     /// An insert without the engine lock grew the index: count it, and

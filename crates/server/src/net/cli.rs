@@ -553,6 +553,7 @@ fn extended(
             "warm_max_factor" => s.warm_max_factor = sub_float(key, value)?,
             "temporary_ttl" => s.temporary_ttl = sub_number(key, value)?,
             "idle_timeout" => s.idle_timeout = sub_number(key, value)?,
+            "hotkeys" => s.hotkeys = sub_switch(key, value)?,
             "metrics_listen" => {
                 s.metrics_listen = Some(
                     value
@@ -1012,6 +1013,9 @@ pub fn usage() -> String {
                           that carry no cost (default 1000)
    - metrics_listen:      HOST:PORT of an HTTP listener for Prometheus
                           (GET /metrics); default: none
+   - hotkeys:             1 (default) or 0: each worker counts requests per
+                          key for `stats hotkeys [N]` and `watch hotkeys`
+                          (about 50 KB a worker, counted in -m)
    - log_format:          text (default: memcached's -v lines) or logfmt (one
                           key=value line per event: ts, level, event, fields, msg)
    - ssl_chain_cert:      certificate chain file in PEM format

@@ -1,0 +1,576 @@
+//! Hot keys (issue 36): which keys are asked for most, right now. Served
+//! by `stats hotkeys [N]`, `watch hotkeys` and the metrics endpoint.
+//!
+//! Each worker counts its own requests in a [`Sketch`]: a count-min sketch
+//! with conservative update (Estan & Varghese, SIGCOMM'02) of 2 rows of
+//! 4096 counters, and the [`TRACKED`] keys with the largest estimates. A
+//! key whose estimate reaches the smallest tracked count takes that entry
+//! (Space-Saving's replacement, Metwally et al., ICDT'05, fed by the
+//! sketch's estimate rather than the evicted count); from then on its
+//! count is exact, and so are its hits and misses. A request costs a hash,
+//! two counter updates and a compare; a tracked key adds a scan of the
+//! tracked hashes. Nothing allocates after start: a tracked key is copied
+//! into its entry's fixed buffer.
+//!
+//! Counts decay by [`DECAY`]/256 (about 2^-1/2) at each second of the
+//! server clock, so they describe the last few seconds: a request counts
+//! for about 3.4 s in all, and when the hot set changes, the new keys'
+//! counts pass the old ones' within two seconds. A rate is a decayed count
+//! divided by the time the decay weights add up to ([`Sketch::window`]).
+//! The error a count brought in from the sketch when its key was admitted
+//! decays away with it, so the count of a key tracked for a few seconds is
+//! its own.
+//!
+//! `stats hotkeys` merges the workers' entries on demand: a key's rate is
+//! the sum of its count in every worker (its entry where tracked, the
+//! sketch's estimate elsewhere).
+
+use cachalot_engine::clock::{Clock, RelTime};
+use cachalot_engine::config::KEY_MAX_LEN;
+use parking_lot::Mutex;
+
+/// Keys each worker tracks.
+pub const TRACKED: usize = 64;
+/// Counters per row of the sketch (a power of two).
+const WIDTH: usize = 4096;
+const ROWS: usize = 2;
+/// Counts are multiplied by `DECAY / 256` at each second.
+const DECAY: u64 = 181;
+/// The decays' weights summed over all past seconds: `f / (1 - f)`.
+const PAST_WEIGHT: f64 = (DECAY as f64 / 256.0) / (1.0 - DECAY as f64 / 256.0);
+
+/// What a request did with its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// A retrieval that found the key (`size`: its value's length).
+    Hit {
+        size: u32,
+    },
+    Miss,
+    /// A store of a `size`-byte value.
+    Store {
+        size: u32,
+    },
+    /// Anything else that names the key (delete, arithmetic).
+    Other,
+}
+
+/// One tracked key.
+#[derive(Clone)]
+struct Entry {
+    hash: u64,
+    count: u32,
+    hits: u32,
+    misses: u32,
+    /// The value's length when last seen (0: not seen).
+    size: u32,
+    len: u8,
+    key: [u8; KEY_MAX_LEN],
+}
+
+impl Entry {
+    const EMPTY: Entry = Entry {
+        hash: 0,
+        count: 0,
+        hits: 0,
+        misses: 0,
+        size: 0,
+        len: 0,
+        key: [0; KEY_MAX_LEN],
+    };
+
+    fn key(&self) -> &[u8] {
+        &self.key[..self.len as usize]
+    }
+}
+
+struct Inner {
+    /// `ROWS` rows of `WIDTH` counters.
+    cms: Box<[u32]>,
+    top: Box<[Entry]>,
+    /// Entries in use (the first `used`).
+    used: usize,
+    /// The smallest count among the entries, once all are in use (0
+    /// before): a key whose estimate is below it is not tracked.
+    min: u32,
+    /// The server second the counts were last decayed at, and the
+    /// monotonic time (µs) when that happened.
+    epoch: RelTime,
+    epoch_us: u64,
+}
+
+fn decay(c: u32, times: u32) -> u32 {
+    if times >= 64 {
+        return 0;
+    }
+    let mut c = c as u64;
+    for _ in 0..times {
+        c = (c * DECAY) >> 8;
+        if c == 0 {
+            break;
+        }
+    }
+    c as u32
+}
+
+/// The counter index of hash `h` in row `r`: independent bits of the hash
+/// per row.
+#[inline]
+fn cell(h: u64, r: usize) -> usize {
+    r * WIDTH + ((h >> (r * 20)) as usize & (WIDTH - 1))
+}
+
+impl Inner {
+    fn new(now: RelTime, now_us: u64) -> Inner {
+        Inner {
+            cms: vec![0; ROWS * WIDTH].into_boxed_slice(),
+            top: vec![Entry::EMPTY; TRACKED].into_boxed_slice(),
+            used: 0,
+            min: 0,
+            epoch: now,
+            epoch_us: now_us,
+        }
+    }
+
+    /// Decay to second `now` (the monotonic time `now_us`).
+    fn advance(&mut self, now: RelTime, now_us: u64) {
+        if now <= self.epoch {
+            return;
+        }
+        let times = now - self.epoch;
+        for c in self.cms.iter_mut() {
+            *c = decay(*c, times);
+        }
+        for e in &mut self.top[..self.used] {
+            e.count = decay(e.count, times);
+            e.hits = decay(e.hits, times);
+            e.misses = decay(e.misses, times);
+        }
+        self.epoch = now;
+        self.epoch_us = now_us;
+        self.refresh_min();
+    }
+
+    fn refresh_min(&mut self) {
+        self.min = if self.used < TRACKED {
+            0
+        } else {
+            self.top.iter().map(|e| e.count).min().unwrap_or(0)
+        };
+    }
+
+    fn estimate(&self, h: u64) -> u32 {
+        (0..ROWS).map(|r| self.cms[cell(h, r)]).min().unwrap_or(0)
+    }
+
+    fn record(&mut self, h: u64, key: &[u8], access: Access) {
+        // Conservative update: raise each counter only to the new estimate.
+        let est = self.estimate(h).saturating_add(1);
+        for r in 0..ROWS {
+            let c = &mut self.cms[cell(h, r)];
+            *c = (*c).max(est);
+        }
+        // A tracked key's estimate is at least its count, so below the
+        // smallest count the key is not tracked, and not admitted.
+        if est < self.min {
+            return;
+        }
+        let found = self.top[..self.used]
+            .iter()
+            .position(|e| e.hash == h && e.key() == key);
+        let at = match found {
+            Some(i) => {
+                self.top[i].count = self.top[i].count.saturating_add(1);
+                i
+            }
+            None if self.used < TRACKED => {
+                self.used += 1;
+                self.admit(self.used - 1, h, key, est)
+            }
+            None => {
+                // `min` is a lower bound (counts only grow between decays):
+                // the smallest entry now decides.
+                let (i, least) = self
+                    .top
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (i, e.count))
+                    .min_by_key(|&(_, c)| c)
+                    .unwrap_or((0, 0));
+                self.min = least;
+                if est <= least {
+                    return;
+                }
+                self.admit(i, h, key, est)
+            }
+        };
+        let e = &mut self.top[at];
+        match access {
+            Access::Hit { size } => {
+                e.hits = e.hits.saturating_add(1);
+                e.size = size;
+            }
+            Access::Miss => e.misses = e.misses.saturating_add(1),
+            Access::Store { size } => e.size = size,
+            Access::Other => {}
+        }
+    }
+
+    /// Put `key` in entry `i` with count `est`.
+    fn admit(&mut self, i: usize, h: u64, key: &[u8], est: u32) -> usize {
+        let e = &mut self.top[i];
+        let len = key.len().min(KEY_MAX_LEN);
+        e.hash = h;
+        e.count = est;
+        e.hits = 0;
+        e.misses = 0;
+        e.size = 0;
+        e.len = len as u8;
+        e.key[..len].copy_from_slice(&key[..len]);
+        i
+    }
+
+    /// The invariants `record` relies on.
+    #[cfg(test)]
+    fn validate(&self) {
+        assert!(self.used <= TRACKED);
+        let live = &self.top[..self.used];
+        if self.used == TRACKED {
+            let least = live.iter().map(|e| e.count).min().unwrap_or(0);
+            assert!(
+                self.min <= least,
+                "min {} above the least count {least}",
+                self.min
+            );
+        } else {
+            assert_eq!(self.min, 0);
+        }
+        for (i, e) in live.iter().enumerate() {
+            assert!(
+                self.estimate(e.hash) >= e.count,
+                "a count above its estimate"
+            );
+            assert!(e.hits as u64 + e.misses as u64 <= e.count as u64);
+            assert!(
+                live[..i].iter().all(|o| o.key() != e.key()),
+                "a key tracked twice"
+            );
+        }
+    }
+}
+
+/// One worker's counts (off: nothing is kept or counted).
+#[derive(Default)]
+pub struct Sketch {
+    inner: Option<Mutex<Inner>>,
+}
+
+impl std::fmt::Debug for Sketch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sketch")
+            .field("on", &self.inner.is_some())
+            .finish()
+    }
+}
+
+/// Bytes one worker's sketch holds (counted in `-m`: `Config::observer_bytes`).
+pub const SKETCH_BYTES: usize =
+    ROWS * WIDTH * 4 + TRACKED * std::mem::size_of::<Entry>() + std::mem::size_of::<Inner>();
+
+impl Sketch {
+    pub fn new(clock: &Clock) -> Sketch {
+        Sketch {
+            inner: Some(Mutex::new(Inner::new(clock.now(), clock.now_us()))),
+        }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// Count one request for `key` (its engine hash `h`).
+    #[inline]
+    pub fn record(&self, clock: &Clock, key: &[u8], access: Access) {
+        let Some(inner) = &self.inner else {
+            return;
+        };
+        let h = cachalot_engine::hash::hash(key);
+        let mut s = inner.lock();
+        let now = clock.now();
+        if now != s.epoch {
+            s.advance(now, clock.now_us());
+        }
+        s.record(h, key, access);
+    }
+}
+
+/// A hot key, merged over the workers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hot {
+    pub key: Vec<u8>,
+    /// Requests, hits and misses per second, over the last few seconds.
+    pub rate: f64,
+    pub hits: f64,
+    pub misses: f64,
+    /// The value's length when last seen (0: never seen by a hit or a store
+    /// while tracked).
+    pub size: u32,
+}
+
+/// Seconds the decayed counts of a sketch last decayed `since_us` ago
+/// stand for: the time since, plus the past seconds' weights.
+fn window(since_us: u64) -> f64 {
+    since_us as f64 / 1e6 + PAST_WEIGHT
+}
+
+/// A hot key as the operator sees it: its rates and last value size, and
+/// the tier that holds it now (`memory`, `zzone`, `flash` or `none`).
+#[derive(Debug)]
+pub struct HotRow {
+    pub hot: Hot,
+    pub tier: &'static str,
+}
+
+/// The `n` hottest keys of all workers' sketches, hottest first.
+pub fn top<'a>(sketches: impl Iterator<Item = &'a Sketch>, clock: &Clock, n: usize) -> Vec<Hot> {
+    let now = clock.now();
+    let now_us = clock.now_us();
+    // Each worker's state, decayed to now, copied out of its lock.
+    struct Seen {
+        window: f64,
+        cms: Box<[u32]>,
+        top: Vec<Entry>,
+    }
+    let seen: Vec<Seen> = sketches
+        .filter_map(|sk| sk.inner.as_ref())
+        .map(|m| {
+            let mut s = m.lock();
+            s.advance(now, now_us);
+            Seen {
+                window: window(now_us.saturating_sub(s.epoch_us)),
+                cms: s.cms.clone(),
+                top: s.top[..s.used].to_vec(),
+            }
+        })
+        .collect();
+    let mut merged: Vec<Hot> = Vec::new();
+    let mut done = std::collections::HashSet::new();
+    for e in seen.iter().flat_map(|s| s.top.iter()) {
+        if e.count == 0 || !done.insert((e.hash, e.key().to_vec())) {
+            continue;
+        }
+        let mut hot = Hot {
+            key: e.key().to_vec(),
+            rate: 0.0,
+            hits: 0.0,
+            misses: 0.0,
+            size: 0,
+        };
+        for s in &seen {
+            match s
+                .top
+                .iter()
+                .find(|t| t.hash == e.hash && t.key() == e.key())
+            {
+                Some(t) => {
+                    hot.rate += t.count as f64 / s.window;
+                    hot.hits += t.hits as f64 / s.window;
+                    hot.misses += t.misses as f64 / s.window;
+                    hot.size = hot.size.max(t.size);
+                }
+                None => {
+                    let est = (0..ROWS).map(|r| s.cms[cell(e.hash, r)]).min().unwrap_or(0);
+                    hot.rate += est as f64 / s.window;
+                }
+            }
+        }
+        merged.push(hot);
+    }
+    merged.sort_by(|a, b| b.rate.total_cmp(&a.rate).then_with(|| a.key.cmp(&b.key)));
+    merged.truncate(n);
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn key(i: u64) -> Vec<u8> {
+        format!("key:{i}").into_bytes()
+    }
+
+    /// A Zipf(0.99) rank drawn from `u` in [0, 1) by inverting the
+    /// cumulative weights.
+    fn zipf_table(n: usize, s: f64) -> Vec<f64> {
+        let mut acc = 0.0;
+        let mut cdf: Vec<f64> = (1..=n)
+            .map(|i| {
+                acc += 1.0 / (i as f64).powf(s);
+                acc
+            })
+            .collect();
+        for c in &mut cdf {
+            *c /= acc;
+        }
+        cdf
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> f64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    /// Zipf 0.99 over 200 000 keys, spread over two workers: the merged top
+    /// 10 names at least 9 of the true top 10 and their rates within 10%.
+    #[test]
+    fn the_top_of_a_zipf_stream_is_named_with_its_rates() {
+        let clock = Clock::new();
+        clock.set_us(0);
+        let sketches = [Sketch::new(&clock), Sketch::new(&clock)];
+        let cdf = zipf_table(200_000, 0.99);
+        let mut rng = Rng(0x9e3779b97f4a7c15);
+        let per_sec = 100_000;
+        let secs = 12;
+        let mut exact: HashMap<usize, u64> = HashMap::new();
+        let mut last: HashMap<usize, u64> = HashMap::new();
+        for sec in 0..secs {
+            for i in 0..per_sec {
+                clock.set_us(sec * 1_000_000 + i * 1_000_000 / per_sec);
+                let rank = cdf.partition_point(|&c| c < rng.next());
+                *exact.entry(rank).or_default() += 1;
+                if sec == secs - 1 {
+                    *last.entry(rank).or_default() += 1;
+                }
+                let w = (i % 2) as usize;
+                sketches[w].record(&clock, &key(rank as u64), Access::Hit { size: 10 });
+            }
+            clock.advance(std::time::Duration::from_secs(1));
+        }
+        clock.set_us(secs * 1_000_000);
+        let got = top(sketches.iter(), &clock, 10);
+        let mut truth: Vec<(usize, u64)> = exact.into_iter().collect();
+        truth.sort_by_key(|&(r, c)| (std::cmp::Reverse(c), r));
+        let true_top: Vec<Vec<u8>> = truth[..10].iter().map(|&(r, _)| key(r as u64)).collect();
+        let named = got.iter().filter(|h| true_top.contains(&h.key)).count();
+        assert!(named >= 9, "named {named} of the top 10: {got:?}");
+        for h in &got {
+            let rank: usize = std::str::from_utf8(&h.key[4..]).unwrap().parse().unwrap();
+            let want = truth.iter().find(|t| t.0 == rank).unwrap().1 as f64 / secs as f64;
+            assert!(
+                (h.rate - want).abs() <= 0.1 * want,
+                "key {rank}: {} per second, {want} true",
+                h.rate
+            );
+            assert!((h.hits - h.rate).abs() < 1e-9 * h.rate.max(1.0) + 1.0);
+            assert_eq!(h.size, 10);
+        }
+    }
+
+    /// The hot set moves: within 3 s the new hot keys lead.
+    #[test]
+    fn a_new_hot_set_takes_over_within_seconds() {
+        let clock = Clock::new();
+        clock.set_us(0);
+        let sk = &Sketch::new(&clock);
+        let mut rng = Rng(7);
+        let run = |secs: u64, base: u64, rng: &mut Rng| {
+            for _ in 0..secs {
+                for _ in 0..20_000 {
+                    let u = rng.next();
+                    // Keys base..base+5 take half the requests.
+                    let k = if u < 0.5 {
+                        base + (u * 10.0) as u64
+                    } else {
+                        1_000 + (u * 100_000.0) as u64
+                    };
+                    sk.record(&clock, &key(k), Access::Miss);
+                }
+                clock.advance(std::time::Duration::from_secs(1));
+            }
+        };
+        run(30, 0, &mut rng);
+        let before: Vec<_> = top(std::iter::once(sk), &clock, 5)
+            .into_iter()
+            .map(|h| h.key)
+            .collect();
+        assert_eq!(before.len(), 5);
+        assert!(
+            before.iter().all(|k| (0..5).any(|i| *k == key(i))),
+            "{before:?}"
+        );
+        run(3, 100, &mut rng);
+        let after = top(std::iter::once(sk), &clock, 5);
+        assert!(
+            after.iter().all(|h| (100..105).any(|i| h.key == key(i))),
+            "{after:?}"
+        );
+        assert!(after.iter().all(|h| h.misses > 0.0 && h.hits == 0.0));
+    }
+
+    #[test]
+    fn an_off_sketch_keeps_nothing() {
+        let clock = Clock::new();
+        let off = Sketch::default();
+        off.record(&clock, b"k", Access::Other);
+        assert!(!off.is_on());
+        assert!(top(std::iter::once(&off), &clock, 10).is_empty());
+    }
+
+    proptest! {
+        /// Against a model that counts exactly (the clock stands still, so
+        /// nothing decays): the sketch's invariants hold after every
+        /// request, no estimate is below the truth, a tracked key's count
+        /// is at least its true count, and a heavy key is tracked.
+        #[test]
+        fn counts_bound_the_truth(
+            reqs in proptest::collection::vec((0u64..400, 0u8..3), 1..3000),
+        ) {
+            let clock = Clock::new();
+            let sk = Sketch::new(&clock);
+            let mut model: HashMap<u64, u32> = HashMap::new();
+            for &(k, what) in &reqs {
+                let access = match what {
+                    0 => Access::Hit { size: k as u32 },
+                    1 => Access::Miss,
+                    _ => Access::Store { size: k as u32 },
+                };
+                sk.record(&clock, &key(k), access);
+                *model.entry(k).or_default() += 1;
+                sk.inner.as_ref().unwrap().lock().validate();
+            }
+            let s = sk.inner.as_ref().unwrap().lock();
+            for e in &s.top[..s.used] {
+                let k: u64 = std::str::from_utf8(&e.key()[4..]).unwrap().parse().unwrap();
+                prop_assert!(e.count >= model[&k], "key {} count {} true {}", k, e.count, model[&k]);
+                prop_assert!(e.size == 0 || e.size == k as u32);
+            }
+            let mut exact = true;
+            for (&k, &c) in &model {
+                let h = cachalot_engine::hash::hash(&key(k));
+                prop_assert!(s.estimate(h) >= c);
+                exact &= s.estimate(h) == c;
+            }
+            // Space-Saving's guarantee, which holds when the sketch counted
+            // exactly (unless two of the keys share both their counters, a
+            // chance of about 1 in 200 here): a key with more than 1/TRACKED
+            // of the requests is tracked.
+            if exact {
+                for (&k, &c) in &model {
+                    if c as usize * TRACKED > reqs.len() {
+                        prop_assert!(
+                            s.top[..s.used].iter().any(|e| e.key() == key(k)),
+                            "key {} ({} of {}) not tracked", k, c, reqs.len()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
