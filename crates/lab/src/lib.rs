@@ -17,12 +17,15 @@
 //! - [`hostile`]: hostile-client probes with the server's resident memory
 //!   sampled (issue 9); [`rss`]: that memory, read from /proc.
 //! - [`oracle`]: the check that the memcached compared against is 1.6.18.
+//! - [`hotkeys`]: how well `stats hotkeys` names a Zipf load's hottest keys
+//!   (issue 36).
 
 use clap::{Parser, Subcommand};
 
 pub mod compare;
 pub mod enginebench;
 pub mod hostile;
+pub mod hotkeys;
 pub mod metrics;
 pub mod mrc;
 pub mod oracle;
@@ -63,6 +66,9 @@ pub enum Command {
     /// Attack servers as hostile clients would; print their peak memory.
     Hostile(hostile::HostileArgs),
     EngineBench(enginebench::EngineBenchArgs),
+    /// How well a server's `stats hotkeys` names the hottest keys of a
+    /// Zipf load (issue 36).
+    Hotkeys(hotkeys::HotkeysArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -75,5 +81,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plot(a) => plot::run(a),
         Command::Hostile(a) => hostile::run(a),
         Command::EngineBench(a) => enginebench::run(a),
+        Command::Hotkeys(a) => hotkeys::run(a),
     }
 }

@@ -12,18 +12,18 @@
 //! tracked hashes. Nothing allocates after start: a tracked key is copied
 //! into its entry's fixed buffer.
 //!
-//! Counts decay by [`DECAY`]/256 (about 2^-1/2) at each second of the
-//! server clock, so they describe the last few seconds: a request counts
-//! for about 3.4 s in all, and when the hot set changes, the new keys'
-//! counts pass the old ones' within two seconds. A rate is a decayed count
-//! divided by the time the decay weights add up to ([`Sketch::window`]).
-//! The error a count brought in from the sketch when its key was admitted
-//! decays away with it, so the count of a key tracked for a few seconds is
-//! its own.
+//! Counts decay by half at each second of the server clock, so they
+//! describe the last two seconds or so: when the hot set changes, a new
+//! key ten times colder than the old hottest passes it in about 3.5 s
+//! (2^-3.4 = 1/10.6; a slower decay, 2^-1/2 a second, took 6-8 s). A rate
+//! is a decayed count divided by the time its weights add up to
+//! ([`window`]).
 //!
-//! `stats hotkeys` merges the workers' entries on demand: a key's rate is
-//! the sum of its count in every worker (its entry where tracked, the
-//! sketch's estimate elsewhere).
+//! `stats hotkeys` merges the workers' entries on demand, ranking keys by
+//! their own requests: an entry's count less what the sketch credited it
+//! with when it was admitted (Space-Saving's guaranteed count). A tail key
+//! that shares both its counters with hot keys is admitted with their
+//! count, and must not be ranked with it.
 
 use cachalot_engine::clock::{Clock, RelTime};
 use cachalot_engine::config::KEY_MAX_LEN;
@@ -34,8 +34,8 @@ pub const TRACKED: usize = 64;
 /// Counters per row of the sketch (a power of two).
 const WIDTH: usize = 4096;
 const ROWS: usize = 2;
-/// Counts are multiplied by `DECAY / 256` at each second.
-const DECAY: u64 = 181;
+/// Counts are multiplied by `DECAY / 256` at each second (a half).
+const DECAY: u64 = 128;
 /// The decays' weights summed over all past seconds: `f / (1 - f)`.
 const PAST_WEIGHT: f64 = (DECAY as f64 / 256.0) / (1.0 - DECAY as f64 / 256.0);
 
@@ -60,6 +60,10 @@ pub enum Access {
 struct Entry {
     hash: u64,
     count: u32,
+    /// The part of `count` that may be other keys' requests: the sketch's
+    /// estimate before the request that admitted the key (Space-Saving's
+    /// error). `count - err` is what the key itself was asked since.
+    err: u32,
     hits: u32,
     misses: u32,
     /// The value's length when last seen (0: not seen).
@@ -72,6 +76,7 @@ impl Entry {
     const EMPTY: Entry = Entry {
         hash: 0,
         count: 0,
+        err: 0,
         hits: 0,
         misses: 0,
         size: 0,
@@ -81,6 +86,12 @@ impl Entry {
 
     fn key(&self) -> &[u8] {
         &self.key[..self.len as usize]
+    }
+
+    /// Requests for the key since it was admitted (decayed): a lower
+    /// bound of its count, with no other key's requests in it.
+    fn own(&self) -> u32 {
+        self.count.saturating_sub(self.err)
     }
 }
 
@@ -97,6 +108,9 @@ struct Inner {
     /// monotonic time (µs) when that happened.
     epoch: RelTime,
     epoch_us: u64,
+    /// Seconds decayed since the sketch started (a young sketch's counts
+    /// stand for less time than the decay's whole past).
+    age: u32,
 }
 
 fn decay(c: u32, times: u32) -> u32 {
@@ -129,6 +143,7 @@ impl Inner {
             min: 0,
             epoch: now,
             epoch_us: now_us,
+            age: 0,
         }
     }
 
@@ -143,11 +158,13 @@ impl Inner {
         }
         for e in &mut self.top[..self.used] {
             e.count = decay(e.count, times);
+            e.err = decay(e.err, times);
             e.hits = decay(e.hits, times);
             e.misses = decay(e.misses, times);
         }
         self.epoch = now;
         self.epoch_us = now_us;
+        self.age = self.age.saturating_add(times);
         self.refresh_min();
     }
 
@@ -222,6 +239,7 @@ impl Inner {
         let len = key.len().min(KEY_MAX_LEN);
         e.hash = h;
         e.count = est;
+        e.err = est - 1;
         e.hits = 0;
         e.misses = 0;
         e.size = 0;
@@ -250,7 +268,8 @@ impl Inner {
                 self.estimate(e.hash) >= e.count,
                 "a count above its estimate"
             );
-            assert!(e.hits as u64 + e.misses as u64 <= e.count as u64);
+            assert!(e.err < e.count || e.count == 0, "no request of its own");
+            assert!(e.hits as u64 + e.misses as u64 <= e.own() as u64);
             assert!(
                 live[..i].iter().all(|o| o.key() != e.key()),
                 "a key tracked twice"
@@ -317,10 +336,13 @@ pub struct Hot {
     pub size: u32,
 }
 
-/// Seconds the decayed counts of a sketch last decayed `since_us` ago
-/// stand for: the time since, plus the past seconds' weights.
-fn window(since_us: u64) -> f64 {
-    since_us as f64 / 1e6 + PAST_WEIGHT
+/// Seconds the decayed counts of a sketch stand for, `since_us` after its
+/// last decay and `age` seconds after it started: the time since, plus the
+/// weights of the past seconds it has counted.
+fn window(since_us: u64, age: u32) -> f64 {
+    let f = DECAY as f64 / 256.0;
+    let w = since_us as f64 / 1e6 + PAST_WEIGHT * (1.0 - f.powi(age.min(1000) as i32));
+    w.max(1e-3)
 }
 
 /// A hot key as the operator sees it: its rates and last value size, and
@@ -331,61 +353,34 @@ pub struct HotRow {
     pub tier: &'static str,
 }
 
-/// The `n` hottest keys of all workers' sketches, hottest first.
+/// The `n` hottest keys of all workers' sketches, hottest first. A key's
+/// rate is the sum of its own requests (`Entry::own`) in the workers that
+/// track it: a worker that does not track it adds nothing (its sketch's
+/// estimate may be another key's count), and a key that is hot is tracked
+/// by every worker its requests reach.
 pub fn top<'a>(sketches: impl Iterator<Item = &'a Sketch>, clock: &Clock, n: usize) -> Vec<Hot> {
     let now = clock.now();
     let now_us = clock.now_us();
-    // Each worker's state, decayed to now, copied out of its lock.
-    struct Seen {
-        window: f64,
-        cms: Box<[u32]>,
-        top: Vec<Entry>,
-    }
-    let seen: Vec<Seen> = sketches
-        .filter_map(|sk| sk.inner.as_ref())
-        .map(|m| {
-            let mut s = m.lock();
-            s.advance(now, now_us);
-            Seen {
-                window: window(now_us.saturating_sub(s.epoch_us)),
-                cms: s.cms.clone(),
-                top: s.top[..s.used].to_vec(),
-            }
-        })
-        .collect();
-    let mut merged: Vec<Hot> = Vec::new();
-    let mut done = std::collections::HashSet::new();
-    for e in seen.iter().flat_map(|s| s.top.iter()) {
-        if e.count == 0 || !done.insert((e.hash, e.key().to_vec())) {
-            continue;
+    let mut merged: std::collections::HashMap<Vec<u8>, Hot> = std::collections::HashMap::new();
+    for m in sketches.filter_map(|sk| sk.inner.as_ref()) {
+        let mut s = m.lock();
+        s.advance(now, now_us);
+        let window = window(now_us.saturating_sub(s.epoch_us), s.age);
+        for e in s.top[..s.used].iter().filter(|e| e.own() > 0) {
+            let hot = merged.entry(e.key().to_vec()).or_insert_with(|| Hot {
+                key: e.key().to_vec(),
+                rate: 0.0,
+                hits: 0.0,
+                misses: 0.0,
+                size: 0,
+            });
+            hot.rate += e.own() as f64 / window;
+            hot.hits += e.hits as f64 / window;
+            hot.misses += e.misses as f64 / window;
+            hot.size = hot.size.max(e.size);
         }
-        let mut hot = Hot {
-            key: e.key().to_vec(),
-            rate: 0.0,
-            hits: 0.0,
-            misses: 0.0,
-            size: 0,
-        };
-        for s in &seen {
-            match s
-                .top
-                .iter()
-                .find(|t| t.hash == e.hash && t.key() == e.key())
-            {
-                Some(t) => {
-                    hot.rate += t.count as f64 / s.window;
-                    hot.hits += t.hits as f64 / s.window;
-                    hot.misses += t.misses as f64 / s.window;
-                    hot.size = hot.size.max(t.size);
-                }
-                None => {
-                    let est = (0..ROWS).map(|r| s.cms[cell(e.hash, r)]).min().unwrap_or(0);
-                    hot.rate += est as f64 / s.window;
-                }
-            }
-        }
-        merged.push(hot);
     }
+    let mut merged: Vec<Hot> = merged.into_values().collect();
     merged.sort_by(|a, b| b.rate.total_cmp(&a.rate).then_with(|| a.key.cmp(&b.key)));
     merged.truncate(n);
     merged
@@ -549,6 +544,7 @@ mod tests {
             for e in &s.top[..s.used] {
                 let k: u64 = std::str::from_utf8(&e.key()[4..]).unwrap().parse().unwrap();
                 prop_assert!(e.count >= model[&k], "key {} count {} true {}", k, e.count, model[&k]);
+                prop_assert!(e.own() <= model[&k], "key {} own {} true {}", k, e.own(), model[&k]);
                 prop_assert!(e.size == 0 || e.size == k as u32);
             }
             let mut exact = true;

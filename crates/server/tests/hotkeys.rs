@@ -66,10 +66,7 @@ fn stats_hotkeys_ranks_the_keys_of_every_protocol_and_worker() {
     let mut binary = Vec::new();
     for i in 0..400 {
         text.extend_from_slice(b"get hot\r\n");
-        meta.extend_from_slice(b"mg hot v\r\n");
-        if i % 2 == 0 {
-            meta.extend_from_slice(b"mg warm v\r\n");
-        }
+        meta.extend_from_slice(b"mg hot v\r\nmg warm v\r\n");
         if i % 4 == 0 {
             binary.extend(binary_get(b"gone"));
         }
@@ -90,11 +87,11 @@ fn stats_hotkeys_ranks_the_keys_of_every_protocol_and_worker() {
     let keys: Vec<&str> = top.iter().map(|t| t.0.as_str()).collect();
     assert_eq!(keys, ["hot", "warm", "gone"], "{top:?}");
     let (hot, warm, gone) = (&top[0], &top[1], &top[2]);
-    // 800, 200 and 100 requests, all within the last second or two: the
-    // rates keep their ratios (hot's 800 began before warm's, so it may
-    // have decayed a little more).
-    assert!((3.0..=4.4).contains(&(hot.1 / warm.1)), "{top:?}");
-    assert!((1.8..=2.2).contains(&(warm.1 / gone.1)), "{top:?}");
+    // 800, 400 and 100 requests, within a second or so: counts halve at
+    // each second, so one may have passed between two connections' sends
+    // (hot's first 400 are the earliest).
+    assert!((1.45..=2.1).contains(&(hot.1 / warm.1)), "{top:?}");
+    assert!((1.95..=4.15).contains(&(warm.1 / gone.1)), "{top:?}");
     // hot: its SET, then 800 hits.
     assert!(
         hot.2 >= 0.99 * hot.1 && hot.2 < hot.1 && hot.3 == 0.0,
