@@ -23,7 +23,10 @@
 //!    LZ4) and the entropy test that skips incompressible blocks;
 //!    [`durable`]: files replaced whole; [`pipe`]: how the Z-zone hands its
 //!    evictions to flash, naming neither; [`holds`]: how long the locks
-//!    requests need are held, by requests and by background work.
+//!    requests need are held, by requests and by background work;
+//!    [`stack`]: Mattson's LRU stack as a counting tree (item and byte
+//!    distances), for the lab's exact curves and [`mrc`], the live curve
+//!    of the whole cache (issue 36).
 //! 2. Memory: [`arena`]: the pages' memory, optionally on transparent huge
 //!    pages; [`slab`]: pages, slab classes, free chunks, page moves;
 //!    [`chain`]: items larger than the largest chunk, over several chunks;
@@ -71,11 +74,13 @@ pub mod index;
 mod inplace;
 pub mod item;
 pub mod magazine;
+pub mod mrc;
 pub mod pipe;
 pub mod priority;
 pub mod rebalance;
 mod shared;
 pub mod slab;
+pub mod stack;
 pub mod stats;
 pub mod stripe;
 #[cfg(any(test, feature = "testing"))]

@@ -21,7 +21,6 @@
 
 pub mod hist;
 pub mod optimal;
-pub mod stack;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -32,8 +31,8 @@ use serde::Serialize;
 
 use crate::trace::{Op, Request};
 use crate::workload::Source;
+use cachalot_engine::stack::Stack;
 use hist::{LogHist, Tally, Thresholds};
-use stack::Stack;
 
 #[derive(clap::Args, Debug)]
 #[command(

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use cachalot_engine::codec::Codec;
 use cachalot_engine::engine::Lookup;
+use cachalot_engine::mrc::{self, LiveMrc};
 use cachalot_engine::rebalance::{SasRule, Tuning};
 use cachalot_engine::{
     Cache, Clock, Config, DeleteOutcome, EvictionPolicy, RebalancePolicy, Store, StoreOutcome,
@@ -290,13 +291,15 @@ struct Sim {
     next_maintain_us: u64,
     key: Vec<u8>,
     value: Vec<u8>,
+    /// The live miss-ratio curve, fed as the server feeds it (`stats mrc`).
+    mrc: LiveMrc,
 }
 
 impl Sim {
     fn new(config: Config, backend_delay: BackendDelay) -> anyhow::Result<Sim> {
         let clock = Arc::new(Clock::new());
         clock.set_us(0);
-        let cache = Cache::new(config, clock.clone())
+        let cache = Cache::new(config.clone(), clock.clone())
             .map_err(|e| anyhow::anyhow!("engine configuration: {e}"))?;
         Ok(Sim {
             cache,
@@ -308,6 +311,7 @@ impl Sim {
             next_maintain_us: MAINTAIN_PERIOD_US,
             key: Vec::with_capacity(KEY_MAX),
             value: Vec::new(),
+            mrc: LiveMrc::for_memory(config.memory_limit, 0),
         })
     }
 
@@ -358,6 +362,14 @@ impl Sim {
                 // As a server GET does: a Z-zone hit may stay there.
                 let hit = self.cache.get(&self.key, Lookup::GET, |it| it.is_some());
                 rec.get(at, hit, r.value_size, r.cost);
+                let size = self.key.len() as u32 + r.value_size + mrc::ITEM_OVERHEAD;
+                let access = match hit {
+                    true => mrc::Access::Hit { size },
+                    false => mrc::Access::Miss,
+                };
+                self.observe(access);
+                let now = self.clock.now();
+                self.mrc.count_gets(1.0, f64::from(u8::from(!hit)), now);
                 if !hit {
                     if self.backend_delay == BackendDelay::Cost {
                         self.delay_us += r.cost as u64;
@@ -378,6 +390,7 @@ impl Sim {
             Op::Delete => {
                 // NOT_FOUND is a normal reply, not an error.
                 let _: DeleteOutcome = self.cache.lock().delete(&self.key, 0);
+                self.observe(mrc::Access::Delete);
                 rec.delete(at);
             }
         }
@@ -394,7 +407,16 @@ impl Sim {
         let mut st = Store::set(&self.key, &self.value);
         st.expiry = self.clock.expiry(r.ttl as i64);
         st.cost = (self.backend_delay == BackendDelay::None).then_some(r.cost);
-        matches!(self.cache.lock().store(&st), StoreOutcome::Stored { .. })
+        let stored = matches!(self.cache.lock().store(&st), StoreOutcome::Stored { .. });
+        let size = (self.key.len() + self.value.len()) as u32 + mrc::ITEM_OVERHEAD;
+        self.observe(mrc::Access::Store { size });
+        stored
+    }
+
+    /// Tell the live curve what a request did to the current key.
+    fn observe(&mut self, access: mrc::Access) {
+        let h = cachalot_engine::hash::hash(&self.key);
+        self.mrc.record(h, access, self.clock.now());
     }
 }
 
@@ -557,6 +579,7 @@ fn fill_meta(meta: &mut RunMeta, cfg: &SimConfig, sim: &Sim) {
     for (k, v) in stats {
         meta.server_stats.insert(k.to_string(), v.to_string());
     }
+    meta.server_stats.extend(sim.mrc.report(mrc::Held::of(&st)));
     if let Some(z) = st.zzone {
         let zs = z.zone;
         let zstats = [

@@ -309,11 +309,10 @@ impl Sketch {
 
     /// Count one request for `key` (its engine hash `h`).
     #[inline]
-    pub fn record(&self, clock: &Clock, key: &[u8], access: Access) {
+    pub fn record(&self, clock: &Clock, h: u64, key: &[u8], access: Access) {
         let Some(inner) = &self.inner else {
             return;
         };
-        let h = cachalot_engine::hash::hash(key);
         let mut s = inner.lock();
         let now = clock.now();
         if now != s.epoch {
@@ -389,6 +388,7 @@ pub fn top<'a>(sketches: impl Iterator<Item = &'a Sketch>, clock: &Clock, n: usi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cachalot_engine::hash::hash;
     use proptest::prelude::*;
     use std::collections::HashMap;
 
@@ -444,7 +444,8 @@ mod tests {
                     *last.entry(rank).or_default() += 1;
                 }
                 let w = (i % 2) as usize;
-                sketches[w].record(&clock, &key(rank as u64), Access::Hit { size: 10 });
+                let k = key(rank as u64);
+                sketches[w].record(&clock, hash(&k), &k, Access::Hit { size: 10 });
             }
             clock.advance(std::time::Duration::from_secs(1));
         }
@@ -485,7 +486,7 @@ mod tests {
                     } else {
                         1_000 + (u * 100_000.0) as u64
                     };
-                    sk.record(&clock, &key(k), Access::Miss);
+                    sk.record(&clock, hash(&key(k)), &key(k), Access::Miss);
                 }
                 clock.advance(std::time::Duration::from_secs(1));
             }
@@ -513,7 +514,7 @@ mod tests {
     fn an_off_sketch_keeps_nothing() {
         let clock = Clock::new();
         let off = Sketch::default();
-        off.record(&clock, b"k", Access::Other);
+        off.record(&clock, hash(b"k"), b"k", Access::Other);
         assert!(!off.is_on());
         assert!(top(std::iter::once(&off), &clock, 10).is_empty());
     }
@@ -536,7 +537,7 @@ mod tests {
                     1 => Access::Miss,
                     _ => Access::Store { size: k as u32 },
                 };
-                sk.record(&clock, &key(k), access);
+                sk.record(&clock, hash(&key(k)), &key(k), access);
                 *model.entry(k).or_default() += 1;
                 sk.inner.as_ref().unwrap().lock().validate();
             }

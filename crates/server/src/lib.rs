@@ -13,6 +13,7 @@ pub mod hotkeys;
 pub mod log;
 pub mod meta;
 pub mod metrics;
+pub mod mrc;
 pub mod net;
 pub mod owner;
 pub mod parking;

@@ -373,7 +373,7 @@ pub fn render(ctx: &Ctx<'_>, format: Format) -> String {
     let snapshot = Snapshot {
         general: group(b""),
         settings: group(b"settings"),
-        tiers: [group(b"flash"), group(b"zzone")],
+        tiers: [group(b"flash"), group(b"zzone"), group(b"mrc")],
         locks: group(b"locks"),
         hot: stats_cmd::hot_rows(ctx, HOT_METRICS).unwrap_or_default(),
     };
@@ -505,7 +505,7 @@ fn metric_name(prefix: &str, field: &str) -> String {
 struct Snapshot {
     general: Pairs,
     settings: Pairs,
-    tiers: [Pairs; 2],
+    tiers: [Pairs; 3],
     locks: Pairs,
     /// The hottest keys (`stats hotkeys`).
     hot: Vec<crate::hotkeys::HotRow>,
@@ -844,7 +844,7 @@ impl Snapshot {
                 if let Some(x) = number(value) {
                     out.push(Family::one(
                         metric_name("cachalot_", field),
-                        "stats flash / stats zzone (docs/protocol.md)",
+                        "stats flash / stats zzone / stats mrc (docs/protocol.md)",
                         Gauge,
                         x,
                     ));

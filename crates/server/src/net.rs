@@ -224,7 +224,10 @@ impl Server {
         let clock = Arc::new(Clock::new());
         let mut engine = settings.engine.clone();
         if settings.hotkeys {
-            engine.observer_bytes = settings.threads * crate::hotkeys::SKETCH_BYTES;
+            engine.observer_bytes += settings.threads * crate::hotkeys::SKETCH_BYTES;
+        }
+        if settings.mrc {
+            engine.observer_bytes += crate::mrc::Curve::memory_bytes(engine.memory_limit);
         }
         let cache = Cache::new(engine, clock.clone()).map_err(|e| StartError {
             message: format!("{e}"),
@@ -301,6 +304,9 @@ impl Server {
         let shared = Arc::new(Shared {
             threads: threads.clone(),
             tls,
+            mrc: settings
+                .mrc
+                .then(|| crate::mrc::Curve::new(settings.engine.memory_limit, clock.now())),
             ..Shared::default()
         });
         shared.verbosity.store(settings.verbose, Ordering::Relaxed);
@@ -605,6 +611,18 @@ fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
     let mut logging = false;
     let mut hot_sent = Instant::now();
     while !stopping(stop, shared) {
+        // The live curve's level: the whole cache's GETs and misses.
+        if let Some(curve) = &shared.mrc {
+            let sum = |f: fn(&ThreadStats) -> &std::sync::atomic::AtomicU64| -> u64 {
+                shared
+                    .threads
+                    .iter()
+                    .map(|t| f(t).load(Ordering::Relaxed))
+                    .sum()
+            };
+            let (hits, misses) = (sum(|t| &t.get_hits), sum(|t| &t.get_misses));
+            curve.count_totals(hits + misses, misses, cache.clock().now());
+        }
         // `watch hotkeys`: the ten hottest keys, each second.
         if shared.watchers.wants(crate::watchers::HOTKEYS)
             && hot_sent.elapsed() >= Duration::from_secs(1)

@@ -69,6 +69,9 @@ pub struct Settings {
     /// `-o hotkeys=0|1`: count requests per key in each worker for `stats
     /// hotkeys` (`hotkeys`; on by default).
     pub hotkeys: bool,
+    /// `-o mrc=0|1`: keep the live miss-ratio curve of `stats mrc` (`mrc`;
+    /// on by default).
+    pub mrc: bool,
     /// `-Y`: the users a connection must authenticate as (text only).
     pub auth: Option<std::sync::Arc<crate::auth::AuthFile>>,
     /// `-o log_format=text|logfmt`: the shape of stderr's lines (`log`).
@@ -209,6 +212,7 @@ impl Default for Settings {
             watch_enabled: true,
             lock_memory: false,
             hotkeys: true,
+            mrc: true,
             enable_coredumps: false,
             maxconns_fast: true,
             hashpower_init: 0,

@@ -195,6 +195,8 @@ pub struct Shared {
     pub watchers: Arc<crate::watchers::Watchers>,
     /// With `-Z`: the certificates new connections get, and TLS counters.
     pub tls: Option<Arc<crate::tls::Tls>>,
+    /// The live miss-ratio curve (`-o mrc=1`, the default; `mrc`).
+    pub mrc: Option<crate::mrc::Curve>,
 }
 
 impl Shared {

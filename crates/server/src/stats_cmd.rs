@@ -64,6 +64,9 @@ pub fn collect(ctx: &Ctx<'_>, group: &[u8]) -> Option<Pairs> {
         b"flash" => flash(ctx, &mut out)?,
         // cachalot's own: how long the locks requests need are held.
         b"locks" => locks(ctx, &mut out),
+        // cachalot's own, with `-o mrc=1` (the default): the miss ratio
+        // at other memory sizes.
+        b"mrc" => out = ctx.shared.mrc.as_ref()?.report(ctx.cache),
         // memcached 1.6.18 answers it with no lines, extstore on or off.
         b"extstore" => {}
         _ => return None,
@@ -636,6 +639,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     );
     stat(out, "zzone_target", ec.zzone_target);
     stat(out, "hotkeys", yes_no(s.hotkeys));
+    stat(out, "mrc", yes_no(s.mrc));
     if ec.flash.is_some() {
         stat(out, "ext_threads", s.flash_readers);
         stat(

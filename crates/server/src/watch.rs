@@ -1,24 +1,46 @@
-//! The request side of `watch` (memcached's log watchers) and of the hot
-//! keys (`hotkeys`): what a handler tells them after a fetch, a store or a
-//! delete. The registry, its kinds and the lines' format are in
+//! The request side of `watch` (memcached's log watchers), of the hot
+//! keys (`hotkeys`) and of the live miss-ratio curve (`mrc`): what a
+//! handler tells them after a fetch, a store or a delete. The registry, its kinds and the lines' format are in
 //! `watchers`; these take the request's [`Ctx`], so they sit above
 //! `handler` while the registry sits below `stats`.
 
 use cachalot_engine::engine::Lookup;
 use cachalot_engine::{Store, StoreOutcome};
 
+use cachalot_engine::hash::hash;
+use cachalot_engine::mrc;
+
 use crate::handler::Ctx;
-use crate::hotkeys::Access;
+use crate::hotkeys;
 use crate::watchers::{DELETIONS, FETCHERS, MUTATIONS};
+
+/// An item's size as the live curve counts it.
+fn item_size(key: &[u8], value_len: usize) -> u32 {
+    (key.len() + value_len) as u32 + mrc::ITEM_OVERHEAD
+}
+
+/// Tell the live miss-ratio curve (`stats mrc`) what a request did.
+fn observe_curve(ctx: &Ctx<'_>, h: u64, access: mrc::Access) {
+    if let Some(curve) = &ctx.shared.mrc {
+        curve.record(h, access, ctx.cache.clock().now());
+    }
+}
 
 /// `fetchers`: a client looked `key` up; `found` is the value's length and
 /// flags when it was there.
 pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
-    let access = match found {
-        Some((len, _)) => Access::Hit { size: len as u32 },
-        None => Access::Miss,
+    let h = hash(key);
+    let (hot, curve) = match found {
+        Some((len, _)) => (
+            hotkeys::Access::Hit { size: len as u32 },
+            mrc::Access::Hit {
+                size: item_size(key, len),
+            },
+        ),
+        None => (hotkeys::Access::Miss, mrc::Access::Miss),
     };
-    ctx.stats.hot.record(ctx.cache.clock(), key, access);
+    ctx.stats.hot.record(ctx.cache.clock(), h, key, hot);
+    observe_curve(ctx, h, curve);
     let w = &ctx.shared.watchers;
     if w.wants(FETCHERS) {
         let found = found.map(|(len, flags)| (ctx.cache.class_id(key.len(), len, flags), len));
@@ -29,7 +51,11 @@ pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
 /// `deletions`: `delete` or `md` (`cmd`) removed `key`, whose value of
 /// `size` bytes was in slab class `class`.
 pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, class: u32, size: usize) {
-    ctx.stats.hot.record(ctx.cache.clock(), key, Access::Other);
+    let h = hash(key);
+    ctx.stats
+        .hot
+        .record(ctx.cache.clock(), h, key, hotkeys::Access::Other);
+    observe_curve(ctx, h, mrc::Access::Delete);
     let w = &ctx.shared.watchers;
     if w.wants(DELETIONS) {
         w.deletion(key, cmd, class, size);
@@ -39,10 +65,14 @@ pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, class: u32, size: usize) {
 /// `mutations`: a store of `value_len` bytes by command `cmd` ended with
 /// `outcome`.
 pub fn stored(ctx: &Ctx<'_>, req: &Store<'_>, cmd: &str, outcome: &StoreOutcome) {
+    let h = hash(req.key);
     let size = req.value.len() as u32;
-    ctx.stats
-        .hot
-        .record(ctx.cache.clock(), req.key, Access::Store { size });
+    let hot = hotkeys::Access::Store { size };
+    ctx.stats.hot.record(ctx.cache.clock(), h, req.key, hot);
+    if let StoreOutcome::Stored { .. } = outcome {
+        let size = item_size(req.key, req.value.len());
+        observe_curve(ctx, h, mrc::Access::Store { size });
+    }
     let w = &ctx.shared.watchers;
     if !w.wants(MUTATIONS) {
         return;

@@ -554,6 +554,7 @@ fn extended(
             "temporary_ttl" => s.temporary_ttl = sub_number(key, value)?,
             "idle_timeout" => s.idle_timeout = sub_number(key, value)?,
             "hotkeys" => s.hotkeys = sub_switch(key, value)?,
+            "mrc" => s.mrc = sub_switch(key, value)?,
             "metrics_listen" => {
                 s.metrics_listen = Some(
                     value
@@ -1016,6 +1017,9 @@ pub fn usage() -> String {
    - hotkeys:             1 (default) or 0: each worker counts requests per
                           key for `stats hotkeys [N]` and `watch hotkeys`
                           (about 50 KB a worker, counted in -m)
+   - mrc:                 1 (default) or 0: keep a sampled miss-ratio curve
+                          for `stats mrc` (the miss ratio at 1/4, 1/2, 2 and
+                          4 times -m; under 1% of -m, counted in it)
    - log_format:          text (default: memcached's -v lines) or logfmt (one
                           key=value line per event: ts, level, event, fields, msg)
    - ssl_chain_cert:      certificate chain file in PEM format

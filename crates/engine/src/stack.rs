@@ -34,6 +34,8 @@ pub struct Stack {
     /// Size recorded for each slot (only when `bytes` is kept).
     size: Vec<u32>,
     next: usize,
+    /// No object owns a slot below this (where [`Stack::oldest`] looks).
+    low: usize,
     live: usize,
     total_bytes: u64,
     with_bytes: bool,
@@ -56,6 +58,7 @@ impl Stack {
             owner: Vec::new(),
             size: Vec::new(),
             next: 0,
+            low: 0,
             live: 0,
             total_bytes: 0,
             with_bytes,
@@ -134,6 +137,17 @@ impl Stack {
         let found = self.remove(obj, slots);
         self.push(obj, size, slots);
         found
+    }
+
+    /// The least recently used object and its distance (the whole stack).
+    pub fn oldest(&mut self) -> Option<(u32, Distance)> {
+        let from = self.low.min(self.next);
+        let slot = from
+            + self.owner[from..self.next]
+                .iter()
+                .position(|&o| o != EMPTY)?;
+        self.low = slot;
+        Some((self.owner[slot], self.distance_at(slot)))
     }
 
     /// Take `obj` out of the stack (a delete, or a move to another stack);
@@ -221,13 +235,24 @@ impl Stack {
         self.owner = owner;
         self.size = size;
         self.next = n;
+        self.low = 0;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{rngs::SmallRng, Rng, SeedableRng};
+
+    /// xorshift64: a seeded stream for the random walk below.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u32) -> u32 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as u32
+        }
+    }
 
     /// The textbook stack: a Vec with the most recent object first.
     fn naive(stack: &mut Vec<(u32, u32)>, obj: u32, size: u32) -> Option<Distance> {
@@ -276,22 +301,33 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(s.total_bytes(), 250);
         assert_eq!(s.remove(1, &mut slots), None);
+        // Stack is 2, 3: 3 is the oldest, under 250 bytes.
+        assert_eq!(
+            s.oldest(),
+            Some((
+                3,
+                Distance {
+                    items: 2,
+                    bytes: 250
+                }
+            ))
+        );
     }
 
     #[test]
     fn matches_naive_stack_through_many_compactions() {
-        let mut rng = SmallRng::seed_from_u64(7);
+        let mut rng = Rng(7);
         let mut s = Stack::new(true);
         let mut slots = Vec::new();
         let mut reference = Vec::new();
         for step in 0..60_000u32 {
             // A skewed object choice so both near and far distances occur.
-            let obj = if rng.gen_bool(0.5) {
-                rng.gen_range(0..20)
+            let obj = if rng.below(2) == 0 {
+                rng.below(20)
             } else {
-                rng.gen_range(0..3000)
+                rng.below(3000)
             };
-            let size = rng.gen_range(1..1000u32);
+            let size = 1 + rng.below(999);
             if step % 97 == 0 {
                 let want = reference.iter().position(|&(o, _)| o == obj).map(|p| {
                     let d = Distance {
@@ -315,6 +351,14 @@ mod tests {
             s.total_bytes(),
             reference.iter().map(|&(_, s)| s as u64).sum::<u64>()
         );
+        // Trim from the bottom: the oldest is the reference's last.
+        while let Some((obj, d)) = s.oldest() {
+            let &(want, _) = reference.last().expect("as many objects");
+            assert_eq!((obj, d.items), (want, reference.len() as u64));
+            assert_eq!(s.remove(obj, &mut slots), Some(d));
+            reference.pop();
+        }
+        assert!(reference.is_empty());
     }
 
     #[test]

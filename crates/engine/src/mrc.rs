@@ -1,0 +1,586 @@
+//! The whole cache's miss-ratio curve, live (issue 36): the miss ratio the
+//! cache would have with a quarter, half, twice or four times its memory.
+//!
+//! A spatial sample of the keys (SHARDS, Waldspurger et al., FAST'15: a
+//! key is in it iff the top 24 bits of its hash are under a threshold, the
+//! rate `R`) goes through an LRU stack of bytes ([`crate::stack`], Mattson's
+//! stack as Olken's counting tree), in the look-aside view the lab's `mrc`
+//! takes: a GET is counted at its byte stack distance (divided by `R`) or
+//! as cold, a SET moves its key to the top with its new size, a DELETE
+//! takes it out. The sample is bounded: when it holds more keys than its
+//! bound, the rate falls by a quarter and the keys above the new
+//! threshold leave (SHARDS's fixed-size variant).
+//!
+//! An LRU stack is not cachalot: its CLOCK, its slab classes and its
+//! compressed Z-zone hold more, or fewer, bytes of data than the same
+//! memory under LRU. So the curve is placed on the cache by what the
+//! cache really did: the sampled GETs' own hits and misses give the miss
+//! ratio now, and the cache is taken to behave as an LRU of `C*` bytes,
+//! where the curve crosses it ([`Curve::effective_bytes`]). With `x` times
+//! the memory it would behave as one of `x * C*` bytes. On the lab's
+//! traces this put the predictions at half and twice the memory within
+//! 0.005 of re-runs of the engine on YCSB-B and the Twitter-like trace,
+//! and within 0.03 on ETC at half (docs/benchmarks.md).
+//!
+//! Counts halve every [`HALF_LIFE`] seconds, so the curve follows a
+//! changing workload.
+
+use std::collections::HashMap;
+
+use crate::stack::Stack;
+
+/// Top hash bits that decide sampling.
+const KEY_BITS: u32 = 24;
+const FULL_RATE: u64 = 1 << KEY_BITS;
+/// Distance bins per doubling, and the smallest binned distance (bytes).
+const BINS_PER_OCTAVE: f64 = 16.0;
+const MIN_DISTANCE: f64 = 1024.0;
+/// Up to 2^44 bytes (16 TB).
+const BINS: usize = 34 * 16;
+/// Seconds for the counts to halve.
+pub const HALF_LIFE: u32 = 300;
+/// A cache that misses at most this much more than the cold misses is at
+/// its floor: the curve cannot say how far past its knee it is.
+const FLOOR: f64 = 0.005;
+/// The memory multiples `stats mrc` reports.
+pub const MULTIPLES: [f64; 5] = [0.25, 0.5, 1.0, 2.0, 4.0];
+/// Bytes an item takes besides its key and value (header, index share,
+/// chunk slack): a sampled key's size is its key, value and this.
+pub const ITEM_OVERHEAD: u32 = 48;
+
+/// Whether the key of hash `h` is in a sample of threshold `t`
+/// ([`LiveMrc::threshold`]): the one test a request outside it pays.
+#[inline]
+pub fn sampled(h: u64, t: u64) -> bool {
+    h >> (64 - KEY_BITS) < t
+}
+
+/// The bin of a (scaled) byte distance.
+fn bin_of(d: f64) -> usize {
+    if d <= MIN_DISTANCE {
+        return 0;
+    }
+    ((d / MIN_DISTANCE).log2() * BINS_PER_OCTAVE).min(BINS as f64 - 1.0) as usize
+}
+
+/// The largest distance in bin `b`.
+fn bin_top(b: usize) -> f64 {
+    MIN_DISTANCE * ((b + 1) as f64 / BINS_PER_OCTAVE).exp2()
+}
+
+/// What a request did, as the curve sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// A GET (or gets, mg, touch) that found a value of `size` bytes
+    /// (key, value and [`ITEM_OVERHEAD`]).
+    Hit {
+        size: u32,
+    },
+    /// A GET that missed.
+    Miss,
+    /// A store of `size` bytes.
+    Store {
+        size: u32,
+    },
+    Delete,
+}
+
+/// A sampled LRU stack of the whole cache and the GETs' distances.
+pub struct LiveMrc {
+    threshold: u64,
+    max_keys: usize,
+    /// Scaled distance beyond which a key is forgotten rather than the
+    /// rate lowered: a GET that far misses in every cache predicted.
+    horizon: f64,
+    /// Sampled key hash -> its index in the stack.
+    index: HashMap<u64, u32>,
+    free: Vec<u32>,
+    slots: Vec<u32>,
+    /// Each index's key hash and last size (a missed key keeps its old
+    /// size until its SET).
+    objs: Vec<(u64, u32)>,
+    stack: Stack,
+    /// Scaled GETs by distance bin, and those with no distance (cold).
+    hist: Vec<f64>,
+    cold: f64,
+    gets: f64,
+    /// Scaled GETs that missed in the cache itself.
+    missed: f64,
+    /// All the cache's GETs and misses ([`LiveMrc::count_gets`]).
+    all_gets: f64,
+    all_missed: f64,
+    /// Server second of the last decay.
+    decayed_at: u32,
+}
+
+impl LiveMrc {
+    /// The curve a cache of `memory_limit` bytes keeps (the server's, and
+    /// the lab's `sim`): a key in eight at most (a small key space then
+    /// costs a request in eight a lock and a stack update, not every one),
+    /// and at most one key per 8 KB of memory, between 2,048 and 65,536
+    /// (SHARDS's error with 8,192 keys was under 0.01 on most of its
+    /// traces).
+    pub fn for_memory(memory_limit: usize, now: u32) -> LiveMrc {
+        let mut m = LiveMrc::with_keys(Self::keys_for(memory_limit), now);
+        m.threshold = FULL_RATE >> 3;
+        // Four times the memory, holding four times its size in data
+        // (compressed): keys deeper than that are as good as cold.
+        m.horizon = 16.0 * memory_limit as f64;
+        m
+    }
+
+    /// The most keys [`LiveMrc::for_memory`] samples.
+    pub fn keys_for(memory_limit: usize) -> usize {
+        (memory_limit / 8192).clamp(2048, 65_536)
+    }
+
+    /// A curve that samples at most `max_keys` keys (all of them, while
+    /// there are fewer).
+    pub fn with_keys(max_keys: usize, now: u32) -> LiveMrc {
+        LiveMrc {
+            threshold: FULL_RATE,
+            max_keys: max_keys.max(16),
+            horizon: f64::MAX,
+            index: HashMap::new(),
+            free: Vec::new(),
+            slots: Vec::new(),
+            objs: Vec::new(),
+            stack: Stack::new(true),
+            hist: vec![0.0; BINS],
+            cold: 0.0,
+            gets: 0.0,
+            missed: 0.0,
+            all_gets: 0.0,
+            all_missed: 0.0,
+            decayed_at: now,
+        }
+    }
+
+    /// The bytes a curve of `max_keys` keys takes at most: its index, the
+    /// stack's two trees, owners and sizes at twice the keys, the bins.
+    pub fn memory_bytes(max_keys: usize) -> usize {
+        // The index (a hash table of 12-byte entries, at least 7/8 full
+        // before it doubles: 32 bytes a key at worst), sizes and slots, and
+        // the stack's trees, owners and sizes at twice the keys.
+        let keys = max_keys.max(16) + 1;
+        keys * (32 + 4 + 4) + 2 * keys * (4 + 8 + 4 + 4) + BINS * 8
+    }
+
+    /// The sampling rate now.
+    pub fn rate(&self) -> f64 {
+        self.threshold as f64 / FULL_RATE as f64
+    }
+
+    /// Keys in the sample.
+    pub fn keys(&self) -> usize {
+        self.index.len()
+    }
+
+    /// The sampling threshold, for [`sampled`] outside the curve's lock.
+    pub fn threshold(&self) -> u64 {
+        self.threshold
+    }
+
+    /// One request for the key of hash `h`, at server second `now`.
+    pub fn record(&mut self, h: u64, access: Access, now: u32) {
+        self.advance(now);
+        if !sampled(h, self.threshold) {
+            return;
+        }
+        let scale = 1.0 / self.rate();
+        let obj = match self.index.get(&h) {
+            Some(&o) => o,
+            None if access == Access::Delete => return,
+            None => {
+                let o = self.free.pop().unwrap_or(self.objs.len() as u32);
+                if o as usize == self.objs.len() {
+                    self.objs.push((h, 0));
+                }
+                self.objs[o as usize] = (h, 0);
+                self.index.insert(h, o);
+                o
+            }
+        };
+        let size = match access {
+            Access::Hit { size } | Access::Store { size } => size,
+            Access::Miss => self.objs[obj as usize].1,
+            Access::Delete => {
+                self.stack.remove(obj, &mut self.slots);
+                self.index.remove(&h);
+                self.free.push(obj);
+                return;
+            }
+        };
+        self.objs[obj as usize].1 = size;
+        let d = self.stack.access(obj, size, &mut self.slots);
+        if let Access::Hit { .. } | Access::Miss = access {
+            self.gets += scale;
+            if access == Access::Miss {
+                self.missed += scale;
+            }
+            match d {
+                Some(d) => self.hist[bin_of(d.bytes as f64 * scale)] += scale,
+                None => self.cold += scale,
+            }
+        }
+        if self.index.len() > self.max_keys {
+            self.forget_or_lower_rate(scale);
+        }
+    }
+
+    /// Over the bound: forget the oldest key if it is beyond the horizon
+    /// (one-hit keys of a long tail go this way, and the rate stays),
+    /// else sample fewer keys.
+    fn forget_or_lower_rate(&mut self, scale: f64) {
+        if let Some((obj, d)) = self.stack.oldest() {
+            if d.bytes as f64 * scale > self.horizon {
+                self.stack.remove(obj, &mut self.slots);
+                self.index.remove(&self.objs[obj as usize].0);
+                self.free.push(obj);
+                return;
+            }
+        }
+        self.lower_rate();
+    }
+
+    /// Sample a quarter fewer keys: those above the new threshold leave.
+    fn lower_rate(&mut self) {
+        self.threshold = (self.threshold * 3 / 4).max(1);
+        let t = self.threshold;
+        let gone: Vec<(u64, u32)> = self
+            .index
+            .iter()
+            .filter(|(&h, _)| !sampled(h, t))
+            .map(|(&h, &o)| (h, o))
+            .collect();
+        for (h, o) in gone {
+            self.stack.remove(o, &mut self.slots);
+            self.index.remove(&h);
+            self.free.push(o);
+        }
+    }
+
+    /// Halve the counts once per [`HALF_LIFE`] passed by `now`.
+    pub fn advance(&mut self, now: u32) {
+        let halves = now.saturating_sub(self.decayed_at) / HALF_LIFE;
+        if halves == 0 {
+            return;
+        }
+        let f = 0.5f64.powi(halves.min(64) as i32);
+        for c in &mut self.hist {
+            *c *= f;
+        }
+        self.cold *= f;
+        self.gets *= f;
+        self.missed *= f;
+        self.all_gets *= f;
+        self.all_missed *= f;
+        self.decayed_at += halves * HALF_LIFE;
+    }
+
+    /// Count GETs of the whole cache, `missed` of them misses: the level
+    /// the predictions are scaled to (the sample's own hits and misses
+    /// place the curve, but a sample of a skewed workload may hold few of
+    /// its hottest keys, and so miss more than the cache).
+    pub fn count_gets(&mut self, gets: f64, missed: f64, now: u32) {
+        self.advance(now);
+        self.all_gets += gets;
+        self.all_missed += missed;
+    }
+
+    /// The curve as it stands.
+    pub fn curve(&self) -> Curve {
+        Curve {
+            hist: self.hist.clone(),
+            cold: self.cold,
+            gets: self.gets,
+            missed: self.missed,
+            all_gets: self.all_gets,
+            all_missed: self.all_missed,
+        }
+    }
+
+    /// `stats mrc`'s pairs: the sample, the miss ratios observed (the
+    /// cache's and the sample's), the LRU size the cache behaves as, and
+    /// the miss ratio predicted at each of [`MULTIPLES`] of the memory
+    /// (`-1` where none can be yet).
+    pub fn report(&self, held: Held) -> Vec<(String, String)> {
+        let c = self.curve();
+        let mut out = vec![
+            ("mrc_sample_rate".to_string(), format!("{:.6}", self.rate())),
+            ("mrc_sampled_keys".to_string(), self.keys().to_string()),
+            ("mrc_gets".to_string(), format!("{:.0}", c.all_gets)),
+            ("mrc_half_life_seconds".to_string(), HALF_LIFE.to_string()),
+            (
+                "mrc_miss_ratio".to_string(),
+                format!("{:.4}", c.level().unwrap_or(-1.0)),
+            ),
+            (
+                "mrc_sampled_miss_ratio".to_string(),
+                format!("{:.4}", c.observed().unwrap_or(-1.0)),
+            ),
+            (
+                "mrc_effective_bytes".to_string(),
+                format!("{:.0}", c.capacity(held).unwrap_or(-1.0)),
+            ),
+        ];
+        for x in MULTIPLES {
+            out.push((
+                format!("mrc_miss_ratio_{:.0}pct", x * 100.0),
+                format!("{:.4}", c.predict(x, held).unwrap_or(-1.0)),
+            ));
+        }
+        out
+    }
+}
+
+/// What the cache holds: its memory limit, the memory its tiers have
+/// taken (the N-zone's pages and the Z-zone's), and the bytes of the items
+/// in them (the Z-zone's decoded).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Held {
+    pub limit: u64,
+    pub used: u64,
+    pub data: u64,
+}
+
+impl Held {
+    /// What the engine's counters say it holds.
+    pub fn of(e: &crate::stats::EngineStats) -> Held {
+        let (zone_memory, zone_data) = e
+            .zzone
+            .as_ref()
+            .map_or((0, 0), |z| (z.zone.memory_bytes, z.zone.raw_bytes));
+        Held {
+            limit: e.limit_maxbytes,
+            used: e.total_malloced + zone_memory,
+            data: e.bytes + zone_data,
+        }
+    }
+
+    /// The bytes of items the cache holds when its memory is full, at the
+    /// density it has now. None while it holds nothing.
+    pub fn when_full(&self) -> Option<f64> {
+        (self.used > 0 && self.data > 0)
+            .then(|| self.limit as f64 * self.data as f64 / self.used as f64)
+    }
+}
+
+/// A snapshot of the curve: the sampled GETs by distance.
+#[derive(Clone, Debug)]
+pub struct Curve {
+    hist: Vec<f64>,
+    cold: f64,
+    gets: f64,
+    missed: f64,
+    all_gets: f64,
+    all_missed: f64,
+}
+
+impl Curve {
+    /// Sampled GETs the curve has seen (scaled to all keys, decayed).
+    pub fn gets(&self) -> f64 {
+        self.gets
+    }
+
+    /// The miss ratio the cache had on the sampled GETs.
+    pub fn observed(&self) -> Option<f64> {
+        (self.gets > 0.0).then(|| self.missed / self.gets)
+    }
+
+    /// The miss ratio the cache had on all GETs ([`LiveMrc::count_gets`]),
+    /// or on the sample's when it was told of none.
+    pub fn level(&self) -> Option<f64> {
+        match self.all_gets > 0.0 {
+            true => Some(self.all_missed / self.all_gets),
+            false => self.observed(),
+        }
+    }
+
+    /// The miss ratio of an LRU of `bytes` bytes (the GETs whose distance
+    /// is above it, interpolated within a bin, and the cold ones).
+    pub fn lru_miss_ratio(&self, bytes: f64) -> f64 {
+        if self.gets <= 0.0 {
+            return 0.0;
+        }
+        let mut missed = self.cold;
+        for (b, &n) in self.hist.iter().enumerate() {
+            let top = bin_top(b);
+            let bottom = if b == 0 { 0.0 } else { bin_top(b - 1) };
+            if bytes < bottom {
+                missed += n;
+            } else if bytes < top {
+                missed += n * (top - bytes) / (top - bottom);
+            }
+        }
+        (missed / self.gets).clamp(0.0, 1.0)
+    }
+
+    /// The LRU size whose miss ratio is the sample's observed one: the
+    /// smallest where the curve is at or under it (None before any GET,
+    /// or when the cache missed less than an LRU of any size would, as
+    /// with the curve's sampling noise on a cache that holds everything).
+    pub fn effective_bytes(&self) -> Option<f64> {
+        let want = self.observed()?;
+        if self.lru_miss_ratio(f64::MAX) > want {
+            return None;
+        }
+        // The curve falls with size: bisect on a log scale.
+        let (mut lo, mut hi) = (1.0f64, bin_top(BINS - 1));
+        for _ in 0..100 {
+            let mid = (lo * hi).sqrt();
+            if self.lru_miss_ratio(mid) <= want {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        Some(hi)
+    }
+
+    /// The LRU size the cache is taken for: [`Curve::effective_bytes`];
+    /// or, where the cache misses hardly more than the cold misses (the
+    /// curve is flat there, so any size past its knee fits it), the bytes
+    /// it would hold when full ([`Held::when_full`]) if more.
+    pub fn capacity(&self, held: Held) -> Option<f64> {
+        let c = self.effective_bytes();
+        let level = self.level()?;
+        let at_floor = level <= self.lru_miss_ratio(f64::MAX) + FLOOR;
+        match (c, held.when_full()) {
+            (Some(c), Some(full)) if at_floor => Some(c.max(full)),
+            (None, full) => full,
+            (c, _) => c,
+        }
+    }
+
+    /// The miss ratio predicted with `x` times the memory: the curve's
+    /// ratio between `x` times the capacity and the capacity, applied to
+    /// the cache's own miss ratio. None before any GET.
+    pub fn predict(&self, x: f64, held: Held) -> Option<f64> {
+        let level = self.level()?;
+        let Some(c) = self.capacity(held) else {
+            return Some(level);
+        };
+        let (at, now) = (self.lru_miss_ratio(x * c), self.lru_miss_ratio(c));
+        Some(match now > 0.0 {
+            true => (level * at / now).min(1.0),
+            false => (level + at).min(1.0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::hash;
+
+    fn h(k: u64) -> u64 {
+        hash(&k.to_le_bytes())
+    }
+
+    /// A cyclic scan over `n` keys of 100 bytes through an LRU of `cap`
+    /// bytes: every GET misses below n * 100 bytes and hits above.
+    #[test]
+    fn a_scan_has_a_cliff_at_its_size() {
+        let mut m = LiveMrc::with_keys(10_000, 0);
+        for round in 0..5 {
+            for k in 0..1000 {
+                let hit = round > 0;
+                let a = if hit {
+                    Access::Hit { size: 100 }
+                } else {
+                    Access::Miss
+                };
+                m.record(h(k), a, 0);
+                if !hit {
+                    m.record(h(k), Access::Store { size: 100 }, 0);
+                }
+            }
+        }
+        let c = m.curve();
+        assert!(
+            (c.lru_miss_ratio(100_000.0 * 1.1) - 0.2).abs() < 0.01,
+            "cold only"
+        );
+        assert!(
+            (c.lru_miss_ratio(100_000.0 * 0.9) - 1.0).abs() < 0.01,
+            "all miss"
+        );
+        // The cache hit every reuse: it is an LRU of at least the scan.
+        assert!((c.observed().unwrap() - 0.2).abs() < 1e-9);
+        let eff = c.effective_bytes().unwrap();
+        assert!((95_000.0..=110_000.0).contains(&eff), "{eff}");
+        assert!((c.predict(0.5, Held::default()).unwrap() - 1.0).abs() < 0.01);
+        assert!((c.predict(2.0, Held::default()).unwrap() - 0.2).abs() < 0.01);
+    }
+
+    /// Against an exact LRU simulation at several sizes, on a skewed
+    /// stream: the sampled curve (bounded to a few thousand keys, so the
+    /// rate falls) is within 0.03 everywhere.
+    #[test]
+    fn the_sampled_curve_follows_an_exact_lru() {
+        let keys = 50_000u64;
+        let mut rng = 0x2545F4914F6CDD1Du64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        // Skewed: a key is min of two uniform draws' square.
+        let stream: Vec<u64> = (0..400_000)
+            .map(|_| {
+                let u = (next() % 1_000_000) as f64 / 1e6;
+                (u * u * u * keys as f64) as u64
+            })
+            .collect();
+        let size = |k: u64| 50 + (k % 7) as u32 * 40;
+        let mut m = LiveMrc::with_keys(4000, 0);
+        for &k in &stream {
+            m.record(h(k), Access::Miss, 0);
+            m.record(h(k), Access::Store { size: size(k) }, 0);
+        }
+        assert!(m.rate() < 0.5, "the bound lowered the rate: {}", m.rate());
+        assert!(m.keys() <= 4000);
+        let c = m.curve();
+        // The exact curve: every key through the same stack (`stack`'s
+        // own tests hold it to a naive LRU list).
+        let mut exact = Stack::new(true);
+        let mut slots = Vec::new();
+        let distances: Vec<Option<u64>> = stream
+            .iter()
+            .map(|&k| exact.access(k as u32, size(k), &mut slots).map(|d| d.bytes))
+            .collect();
+        for cap in [20_000u64, 100_000, 400_000, 1_600_000] {
+            let misses = distances
+                .iter()
+                .filter(|d| d.is_none_or(|d| d > cap))
+                .count();
+            let exact = misses as f64 / stream.len() as f64;
+            let got = c.lru_miss_ratio(cap as f64);
+            assert!(
+                (got - exact).abs() < 0.03,
+                "{cap} bytes: {got} sampled, {exact} exact"
+            );
+        }
+    }
+
+    #[test]
+    fn deletes_leave_and_counts_decay() {
+        let mut m = LiveMrc::with_keys(100, 0);
+        m.record(h(1), Access::Store { size: 10 }, 0);
+        m.record(h(1), Access::Hit { size: 10 }, 0);
+        assert_eq!(m.keys(), 1);
+        m.record(h(1), Access::Delete, 0);
+        m.record(h(2), Access::Delete, 0);
+        assert_eq!(m.keys(), 0);
+        let before = m.curve().gets();
+        m.record(h(3), Access::Miss, HALF_LIFE);
+        let after = m.curve().gets();
+        assert!(
+            (after - (before / 2.0 + 1.0)).abs() < 1e-9,
+            "{before} {after}"
+        );
+        assert!(m.curve().observed().is_some());
+    }
+}

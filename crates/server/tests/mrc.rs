@@ -1,0 +1,98 @@
+//! `stats mrc` (issue 36): the live miss-ratio curve of a server driven by
+//! a look-aside client, and its switch.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::time::{Duration, Instant};
+
+use common::Server;
+
+fn stats_mrc(server: &Server) -> BTreeMap<String, f64> {
+    let reply = server.ask(b"stats mrc\r\n", b"END\r\n");
+    String::from_utf8(reply)
+        .expect("text")
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("STAT ")?.split(' ');
+            Some((w.next()?.to_string(), w.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Three passes over 4,000 keys of 1,000 bytes, look-aside (a GET, and a
+/// SET after a miss): 4 MB of data that an 8 MB cache holds whole, so
+/// every GET after the first pass hits. The curve sees a third of the
+/// GETs miss, and a cliff at the data's size: with a quarter or half of
+/// the memory, an LRU would miss every GET of a scan; with more, as now.
+#[test]
+fn a_scan_shows_its_cliff() {
+    let server = Server::start(&["-m", "8", "-t", "1"]);
+    let c = server.connect();
+    let mut r = BufReader::new(c.try_clone().expect("clone"));
+    let mut w = c;
+    let value = vec![b'v'; 1000];
+    for _ in 0..3 {
+        for batch in (0..4000).collect::<Vec<_>>().chunks(100) {
+            for k in batch {
+                w.write_all(format!("get key{k}\r\n").as_bytes())
+                    .expect("send");
+            }
+            let mut missed = Vec::new();
+            for k in batch {
+                let mut line = String::new();
+                r.read_line(&mut line).expect("reply");
+                if line.starts_with("VALUE") {
+                    let mut rest = vec![0u8; value.len() + 2];
+                    std::io::Read::read_exact(&mut r, &mut rest).expect("value");
+                    line.clear();
+                    r.read_line(&mut line).expect("END");
+                } else {
+                    missed.push(k);
+                }
+                assert_eq!(line, "END\r\n");
+            }
+            for k in missed {
+                w.write_all(format!("set key{k} 0 0 {} noreply\r\n", value.len()).as_bytes())
+                    .expect("send");
+                w.write_all(&value).expect("send");
+                w.write_all(b"\r\n").expect("send");
+            }
+        }
+    }
+    // The maintainer passes the whole cache's GETs to the curve.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let m = loop {
+        let m = stats_mrc(&server);
+        if m.get("mrc_gets").copied().unwrap_or(0.0) >= 12_000.0 {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "the curve saw no GETs: {m:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let at = |pct: u32| m[&format!("mrc_miss_ratio_{pct}pct")];
+    assert!((m["mrc_miss_ratio"] - 1.0 / 3.0).abs() < 0.001, "{m:?}");
+    assert!((at(100) - 1.0 / 3.0).abs() < 0.001, "{m:?}");
+    assert!(at(25) > 0.95 && at(50) > 0.95, "{m:?}");
+    assert!(
+        (at(200) - 1.0 / 3.0).abs() < 0.01 && (at(400) - 1.0 / 3.0).abs() < 0.01,
+        "{m:?}"
+    );
+    assert!(
+        m["mrc_sample_rate"] <= 0.125 && m["mrc_sampled_keys"] > 100.0,
+        "{m:?}"
+    );
+    // The data is 4 MB and more (keys and item headers).
+    assert!(m["mrc_effective_bytes"] > 4.0e6, "{m:?}");
+}
+
+#[test]
+fn mrc_off_answers_as_an_unknown_group() {
+    let server = Server::start(&["-o", "mrc=0"]);
+    let off = server.ask(b"stats mrc\r\n", b"\r\n");
+    let unknown = server.ask(b"stats nosuchgroup\r\n", b"\r\n");
+    assert_eq!(off, unknown);
+    let settings = server.ask(b"stats settings\r\n", b"END\r\n");
+    assert!(String::from_utf8_lossy(&settings).contains("STAT mrc no\r\n"));
+}
