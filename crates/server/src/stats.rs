@@ -192,6 +192,8 @@ pub struct Shared {
     pub watchers: Arc<crate::watchers::Watchers>,
     /// With `-Z`: the certificates new connections get, and TLS counters.
     pub tls: Option<Arc<crate::tls::Tls>>,
+    /// With `-o trace_file`: the trace being captured.
+    pub capture: Option<Arc<crate::capture::Capture>>,
 }
 
 impl Shared {

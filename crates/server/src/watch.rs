@@ -4,7 +4,7 @@
 //! [`Ctx`], so they sit above `handler` while the registry sits below `stats`.
 
 use cachalot_engine::engine::Lookup;
-use cachalot_engine::{Store, StoreOutcome};
+use cachalot_engine::{Store, StoreMode, StoreOutcome};
 
 use crate::handler::Ctx;
 use crate::watchers::{DELETIONS, FETCHERS, MUTATIONS};
@@ -12,6 +12,9 @@ use crate::watchers::{DELETIONS, FETCHERS, MUTATIONS};
 /// `fetchers`: a client looked `key` up; `found` is the value's length and
 /// flags when it was there.
 pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
+    if let Some(c) = &ctx.shared.capture {
+        c.fetched(key, found.map(|(len, _)| len));
+    }
     let w = &ctx.shared.watchers;
     if w.wants(FETCHERS) {
         let found = found.map(|(len, flags)| (ctx.cache.class_id(key.len(), len, flags), len));
@@ -20,10 +23,14 @@ pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
 }
 
 /// `deletions`: `delete` or `md` (`cmd`) removed `key`, whose value of
-/// `size` bytes was in slab class `class`.
-pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, class: u32, size: usize) {
+/// `size` bytes was in slab class `class` (`described`: (class, size), when
+/// the delete was asked to say; the watchers' line needs it).
+pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, described: Option<(u32, usize)>) {
+    if let Some(c) = &ctx.shared.capture {
+        c.deleted(key);
+    }
     let w = &ctx.shared.watchers;
-    if w.wants(DELETIONS) {
+    if let (true, Some((class, size))) = (w.wants(DELETIONS), described) {
         w.deletion(key, cmd, class, size);
     }
 }
@@ -31,6 +38,16 @@ pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, class: u32, size: usize) {
 /// `mutations`: a store of `value_len` bytes by command `cmd` ended with
 /// `outcome`.
 pub fn stored(ctx: &Ctx<'_>, req: &Store<'_>, cmd: &str, outcome: &StoreOutcome) {
+    if let (Some(c), StoreOutcome::Stored { .. }) = (&ctx.shared.capture, outcome) {
+        let append = matches!(req.mode, StoreMode::Append | StoreMode::Prepend);
+        let ttl = ctx
+            .cache
+            .clock()
+            .ttl_remaining(req.expiry)
+            .clamp(0, u32::MAX as i64);
+        let cost = req.cost.unwrap_or(0);
+        c.stored(req.key, req.value.len(), append, ttl as u32, cost);
+    }
     let w = &ctx.shared.watchers;
     if !w.wants(MUTATIONS) {
         return;

@@ -205,12 +205,20 @@ impl Worker {
             if let Some(io) = &mut self.flash {
                 io.flush();
             }
+            // This round's trace events go to the writer before the worker
+            // waits again, so none sits in a quiet worker.
+            if let Some(c) = &self.shared.capture {
+                c.flush_local();
+            }
             if idle_timeout > 0 && last_idle_check.elapsed() >= Duration::from_secs(1) {
                 last_idle_check = Instant::now();
                 self.close_idle(idle_timeout);
             }
         }
         self.close_all();
+        if let Some(c) = &self.shared.capture {
+            c.flush_local();
+        }
     }
 
     fn accept_new(&mut self) {
