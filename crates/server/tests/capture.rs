@@ -1,8 +1,8 @@
 //! Trace capture (issue 36) end to end: a server with `-o trace_file` serves
 //! a small look-aside workload over the text, meta and binary protocols, is
 //! stopped, and its file is checked against the requests sent: one record
-//! per GET-like request (fills and updates are none), the keys' hashes, key
-//! plus value sizes, and the next-access positions; then libCacheSim (the
+//! per GET-like request and per update (fills are none), the keys' hashes,
+//! key plus value sizes, and the next-access positions; then libCacheSim (the
 //! PyPI package, `common::python`) reads the same file. A sampled capture
 //! in the CSV form with plain keys keeps exactly the requests of its keys.
 //!
@@ -97,9 +97,11 @@ fn binary_get(s: &mut std::net::TcpStream, key: &[u8]) -> bool {
 /// The look-aside workload: 1,500 requests over 60 keys of a few sizes, a
 /// GET (text `get`, meta `mg` or binary, by turn) and on a miss a SET of the
 /// key's value; every 50th request is instead an update (a SET of a new
-/// size) or a delete. Returns the GET-like requests as (key, value size at
-/// that moment) in order, and how many SETs were fills.
-fn look_aside(server: &Server) -> (Vec<(String, usize)>, u64, u64) {
+/// size) or a delete. Returns the records the capture should hold, as the
+/// CSV has them: (key, value size, `get`, `set` for an update or `delete`
+/// for a delete that removed an item), how many SETs were fills, and how
+/// many events the workers recorded.
+fn look_aside(server: &Server) -> (Vec<(String, usize, &'static str)>, u64, u64) {
     // A connection speaks one protocol (its first byte chooses).
     let (mut s, mut b) = (server.connect(), server.connect());
     let mut rng = fastrand::Rng::with_seed(36);
@@ -119,7 +121,9 @@ fn look_aside(server: &Server) -> (Vec<(String, usize)>, u64, u64) {
                 s.write_all(format!("delete {key}\r\n").as_bytes()).unwrap();
                 read_until(&mut s, b"\r\n");
                 // A delete of a missing key is no event.
-                if !cached.insert(key.clone(), false).unwrap_or(false) {
+                if cached.insert(key.clone(), false).unwrap_or(false) {
+                    gets.push((key, 0, "delete"));
+                } else {
                     events -= 1;
                 }
             } else {
@@ -130,6 +134,7 @@ fn look_aside(server: &Server) -> (Vec<(String, usize)>, u64, u64) {
                     .unwrap();
                 assert_eq!(read_until(&mut s, b"\r\n"), b"STORED\r\n");
                 cached.insert(key.clone(), true);
+                gets.push((key, size, "set"));
             }
             continue;
         }
@@ -148,7 +153,7 @@ fn look_aside(server: &Server) -> (Vec<(String, usize)>, u64, u64) {
             _ => binary_get(&mut b, key.as_bytes()),
         };
         assert_eq!(hit, cached.get(&key).copied().unwrap_or(false), "{key}");
-        gets.push((key.clone(), size));
+        gets.push((key.clone(), size, "get"));
         if !hit {
             let v = "v".repeat(size);
             s.write_all(format!("set {key} 0 0 {size}\r\n{v}\r\n").as_bytes())
@@ -180,6 +185,12 @@ fn a_look_aside_workload_is_captured_and_libcachesim_reads_it() {
     assert!(settings.contains("STAT trace_format oracle\r\nSTAT trace_keys hashed\r\n"));
     stop(server);
 
+    // Updates are accesses in oracleGeneral; deletes are not there.
+    let gets: Vec<(String, usize)> = gets
+        .into_iter()
+        .filter(|r| r.2 != "delete")
+        .map(|(k, size, _)| (k, size))
+        .collect();
     let recs = read_oracle(&path);
     let ids: Vec<u64> = gets.iter().map(|(k, _)| hash(k.as_bytes())).collect();
     let want: Vec<(u64, u32, i64)> = gets
@@ -252,15 +263,15 @@ fn a_sampled_csv_capture_keeps_every_request_of_its_keys() {
     let half = 1u64 << 63;
     let want: Vec<(String, String, String)> = gets
         .iter()
-        .filter(|(k, _)| hash(k.as_bytes()) < half)
-        .map(|(k, size)| (k.clone(), size.to_string(), "get".to_string()))
+        .filter(|(k, _, _)| hash(k.as_bytes()) < half)
+        .map(|(k, size, op)| (k.clone(), size.to_string(), op.to_string()))
         .collect();
     let got: Vec<(String, String, String)> = lines
         .map(|l| l.split(',').map(str::to_string).collect::<Vec<_>>())
-        .filter(|f| f[4] == "get")
         .map(|f| (f[1].clone(), f[2].clone(), f[4].clone()))
         .collect();
     assert!(want.len() > gets.len() / 4 && want.len() < gets.len() * 3 / 4);
+    assert!(want.iter().any(|r| r.2 == "set") && want.iter().any(|r| r.2 == "delete"));
     assert_same(&got, &want);
     let _ = std::fs::remove_file(&path);
 }
