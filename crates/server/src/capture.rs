@@ -546,7 +546,8 @@ struct Writer {
     base: u64,
     /// Each key's latest unfilled miss (sequence number).
     waiting: IdMap<u64>,
-    /// Each key's last known value size.
+    /// Each key's last known value size: the last SET's (a hit's size is
+    /// the SET's that stored it, and no map is touched for hits).
     sizes: IdMap<u32>,
     last_time: u64,
     /// Written so far: records and bytes.
@@ -636,6 +637,7 @@ impl Writer {
             }
         }
         self.cap.recycle(batch.buf);
+        self.publish();
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -668,10 +670,9 @@ impl Writer {
             prev,
         };
         match kind {
-            HIT => {
-                self.sizes.insert(id, size);
-                self.held.push_back(held("get", size, 0, 1, false, NONE));
-            }
+            // No map is touched for a hit (most records): a random access
+            // to a map of every key was most of the writer's time.
+            HIT => self.held.push_back(held("get", size, 0, 1, false, NONE)),
             MISS => {
                 let seq = self.base + self.held.len() as u64;
                 let prev = self.waiting.insert(id, seq).unwrap_or(NONE);
@@ -794,14 +795,14 @@ impl Writer {
             return;
         }
         self.bytes += bytes.len() as u64;
-        self.cap.counters.bytes.store(self.bytes, Ordering::Relaxed);
-        if record {
-            self.records += 1;
-            self.cap
-                .counters
-                .records
-                .store(self.records, Ordering::Relaxed);
-        }
+        self.records += u64::from(record);
+    }
+
+    /// Publish the file's figures (`stats trace`): once a batch.
+    fn publish(&self) {
+        let n = &self.cap.counters;
+        n.bytes.store(self.bytes, Ordering::Relaxed);
+        n.records.store(self.records, Ordering::Relaxed);
     }
 
     fn fail(&mut self, e: &std::io::Error) {
@@ -837,6 +838,7 @@ impl Writer {
                 Ok(())
             }
         });
+        self.publish();
         match done {
             Ok(()) => self.cap.state.store(state, Ordering::Relaxed),
             Err(e) => self.fail(&e),
