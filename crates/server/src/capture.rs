@@ -5,9 +5,9 @@
 //!
 //! The request side (`Capture::fetched`, `stored`, `deleted`, called from
 //! `watch`) appends a fixed-layout event to a buffer of its worker thread: no
-//! lock, no allocation, no I/O. A full buffer, and whatever a worker holds at
-//! the end of each round of its event loop ([`Capture::flush_local`]), goes
-//! to the writer thread through a bounded channel; when the writer is
+//! lock, no allocation, no I/O. A full buffer, and what a worker has held
+//! [`HOLD`] at the end of a round of its event loop ([`Capture::tick`]),
+//! goes to the writer thread through a bounded channel; when the writer is
 //! behind, the batch is dropped and its events counted (`trace_dropped`).
 //!
 //! Sampling is spatial, as in SHARDS (Waldspurger et al., FAST'15): a key is
@@ -24,9 +24,9 @@
 //! access like a GET's (libCacheSim inserts the object on a miss, as the
 //! live SET did: the cache's contents follow the live ones, at the price
 //! of counting updates among the requests). DELETEs are `delete` records in
-//! CSV and left out of oracleGeneral. A miss no SET fills takes the last size known for its key
-//! (0 if none). The writer holds records back until their miss is filled,
-//! at most [`WINDOW`] records.
+//! CSV and left out of oracleGeneral. A miss no SET fills takes the size
+//! its key's last SET gave (0 if none). The writer holds records back until
+//! their miss is filled, at most [`WINDOW`] records.
 //!
 //! oracleGeneral records are 24 bytes, little-endian and packed: u32
 //! clock_time (seconds since the capture started), u64 obj_id (the key's
