@@ -48,6 +48,12 @@ pub const MULTIPLES: [f64; 5] = [0.25, 0.5, 1.0, 2.0, 4.0];
 /// chunk slack): a sampled key's size is its key, value and this.
 pub const ITEM_OVERHEAD: u32 = 48;
 
+/// An item's size as the curve counts it: its key, value and
+/// [`ITEM_OVERHEAD`].
+pub fn item_size(key_len: usize, value_len: usize) -> u32 {
+    (key_len + value_len + ITEM_OVERHEAD as usize).min(u32::MAX as usize) as u32
+}
+
 /// Whether the key of hash `h` is in a sample of threshold `t`
 /// ([`LiveMrc::threshold`]): the one test a request outside it pays.
 #[inline]

@@ -362,7 +362,7 @@ impl Sim {
                 // As a server GET does: a Z-zone hit may stay there.
                 let hit = self.cache.get(&self.key, Lookup::GET, |it| it.is_some());
                 rec.get(at, hit, r.value_size, r.cost);
-                let size = self.key.len() as u32 + r.value_size + mrc::ITEM_OVERHEAD;
+                let size = mrc::item_size(self.key.len(), r.value_size as usize);
                 let access = match hit {
                     true => mrc::Access::Hit { size },
                     false => mrc::Access::Miss,
@@ -408,7 +408,7 @@ impl Sim {
         st.expiry = self.clock.expiry(r.ttl as i64);
         st.cost = (self.backend_delay == BackendDelay::None).then_some(r.cost);
         let stored = matches!(self.cache.lock().store(&st), StoreOutcome::Stored { .. });
-        let size = (self.key.len() + self.value.len()) as u32 + mrc::ITEM_OVERHEAD;
+        let size = mrc::item_size(self.key.len(), self.value.len());
         self.observe(mrc::Access::Store { size });
         stored
     }

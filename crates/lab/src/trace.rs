@@ -14,6 +14,19 @@
 //! Binary (`.bin`): an 8-byte magic `CLABTRC1`, then fixed 32-byte
 //! little-endian records: time_us u64, key u64, value_size u32, cost u32,
 //! ttl u32, key_size u16, op u8 (0 get, 1 set, 2 delete), one zero byte.
+//!
+//! A CSV `key` that is not a number is a key itself: its id is the engine's
+//! hash of its bytes (`%XX` decoded first, as a server's `trace_keys=plain`
+//! capture writes them), the id a hashed capture gives the same key, and
+//! its `key_size` is at least 16 (the hex digits of a 64-bit id).
+//!
+//! oracleGeneral (libCacheSim's binary format; files named `*.oracleGeneral`
+//! or `*.oracleGeneral.bin`, read only): packed 24-byte little-endian
+//! records of u32 clock_time (seconds), u64 obj_id, u32 obj_size, i64
+//! next_access_vtime (not used here). Every record is a GET (libCacheSim
+//! inserts an object on every miss, as the look-aside fill does); its key
+//! is 16 bytes and its value `obj_size - 16`, so the item holds the
+//! object's bytes (a server capture's obj_size is key plus value).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
@@ -126,6 +139,63 @@ pub const DEFAULT_KEY_SIZE: u16 = 16;
 
 pub const BIN_MAGIC: &[u8; 8] = b"CLABTRC1";
 pub const BIN_RECORD: usize = 32;
+/// Bytes of an oracleGeneral record.
+pub const ORACLE_RECORD: usize = 24;
+
+/// Whether `path` names an oracleGeneral trace (`*.oracleGeneral` or
+/// `*.oracleGeneral.bin`, any case).
+pub fn is_oracle_general(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    name.ends_with(".oraclegeneral") || name.ends_with(".oraclegeneral.bin")
+}
+
+/// One oracleGeneral record as a look-aside GET (see the module's text).
+pub fn decode_oracle(b: &[u8; ORACLE_RECORD]) -> Request {
+    let mut t = [0u8; 4];
+    t.copy_from_slice(&b[0..4]);
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&b[4..12]);
+    let mut size = [0u8; 4];
+    size.copy_from_slice(&b[12..16]);
+    Request {
+        time_us: u32::from_le_bytes(t) as u64 * 1_000_000,
+        key: u64::from_le_bytes(id),
+        key_size: DEFAULT_KEY_SIZE,
+        value_size: u32::from_le_bytes(size).saturating_sub(DEFAULT_KEY_SIZE as u32),
+        cost: 1,
+        op: Op::Get,
+        ttl: 0,
+    }
+}
+
+/// The id of a CSV key that is not a number: the engine's hash of its
+/// bytes, `%XX` decoded (anything else after a `%` is taken as it is).
+pub fn key_id(text: &str) -> u64 {
+    let b = text.as_bytes();
+    let mut key = Vec::with_capacity(b.len());
+    let hex = |c: u8| (c as char).to_digit(16);
+    let mut i = 0;
+    while i < b.len() {
+        let escaped = match (b[i], b.get(i + 1), b.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) => hex(h).zip(hex(l)).map(|(h, l)| (h * 16 + l) as u8),
+            _ => None,
+        };
+        match escaped {
+            Some(c) => {
+                key.push(c);
+                i += 3;
+            }
+            None => {
+                key.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    cachalot_engine::hash::hash(&key)
+}
 
 /// Encode one binary record.
 pub fn encode_bin(r: &Request) -> [u8; BIN_RECORD] {
@@ -252,7 +322,7 @@ impl CsvColumns {
                 Op::parse(s).ok_or_else(|| anyhow::anyhow!("line {lineno}: bad op {s:?}"))?
             }
         };
-        let key_size: u16 = num(
+        let mut key_size: u16 = num(
             get(self.key_size, "key_size")?,
             DEFAULT_KEY_SIZE,
             "key_size",
@@ -262,9 +332,21 @@ impl CsvColumns {
             (1..=250).contains(&key_size),
             "line {lineno}: key_size {key_size} outside 1..=250"
         );
+        let key = match get(Some(self.key), "key")? {
+            None | Some("") => 0,
+            Some(s) => match s.parse::<u64>() {
+                Ok(id) => id,
+                Err(_) => {
+                    // A key, not an id: 16 bytes at least keep the ids
+                    // of distinct keys apart (`key_bytes`).
+                    key_size = key_size.max(DEFAULT_KEY_SIZE);
+                    key_id(s)
+                }
+            },
+        };
         Ok(Request {
             time_us: num(get(self.time, "time")?, lineno, "time", lineno)?,
-            key: num(get(Some(self.key), "key")?, 0, "key", lineno)?,
+            key,
             key_size,
             value_size: num(get(self.size, "size")?, 0, "size", lineno)?,
             cost: num(get(self.cost, "cost")?, 1, "cost", lineno)?,
@@ -287,12 +369,40 @@ pub struct TraceReader {
 enum ReaderKind {
     Csv(BufReader<File>, CsvColumns, String),
     Bin(BufReader<File>),
+    Oracle(BufReader<File>),
+}
+
+/// Read one fixed-size record: Ok(false) at a clean end, an error when the
+/// file ends inside it (`what` names it).
+fn read_record(rd: &mut BufReader<File>, b: &mut [u8], what: u64) -> Result<bool, String> {
+    let mut got = 0;
+    while got < b.len() {
+        match rd.read(&mut b[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    match got {
+        0 => Ok(false),
+        n if n < b.len() => Err(format!("record {what} is truncated")),
+        _ => Ok(true),
+    }
 }
 
 impl TraceReader {
     pub fn open(path: &Path) -> anyhow::Result<TraceReader> {
         let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
         let mut rd = BufReader::with_capacity(1 << 20, file);
+        if is_oracle_general(path) {
+            return Ok(TraceReader {
+                inner: ReaderKind::Oracle(rd),
+                path: path.to_path_buf(),
+                lineno: 1,
+                error: None,
+            });
+        }
         let is_bin = match path.extension().and_then(|e| e.to_str()) {
             Some("bin") => true,
             Some("csv") => false,
@@ -345,22 +455,14 @@ impl TraceReader {
         self.lineno += 1;
         let lineno = self.lineno;
         match &mut self.inner {
+            ReaderKind::Oracle(rd) => {
+                let mut b = [0u8; ORACLE_RECORD];
+                Ok(read_record(rd, &mut b, lineno - 1)?.then(|| decode_oracle(&b)))
+            }
             ReaderKind::Bin(rd) => {
                 let mut b = [0u8; BIN_RECORD];
-                let mut got = 0;
-                while got < BIN_RECORD {
-                    match rd.read(&mut b[got..]) {
-                        Ok(0) => break,
-                        Ok(n) => got += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(e.to_string()),
-                    }
-                }
-                if got == 0 {
+                if !read_record(rd, &mut b, lineno - 1)? {
                     return Ok(None);
-                }
-                if got < BIN_RECORD {
-                    return Err(format!("record {} is truncated", lineno - 1));
                 }
                 decode_bin(&b)
                     .map(Some)
@@ -396,8 +498,9 @@ impl Iterator for TraceReader {
     }
 }
 
-/// Open a trace file as a request stream (by extension: .csv or .bin; other
-/// names are sniffed for the binary magic, else read as CSV).
+/// Open a trace file as a request stream (by name: `.oracleGeneral` or
+/// `.oracleGeneral.bin`, then by extension: .csv or .bin; other names are
+/// sniffed for the binary magic, else read as CSV).
 pub fn open(path: &Path) -> anyhow::Result<crate::workload::Requests> {
     Ok(Box::new(TraceReader::open(path)?))
 }
@@ -420,6 +523,12 @@ pub enum Writer {
 
 impl Writer {
     pub fn create(path: &Path) -> anyhow::Result<Writer> {
+        anyhow::ensure!(
+            !is_oracle_general(path),
+            "{}: oracleGeneral is read only here; capture one with a server's \
+             -o trace_file, or convert with libCacheSim's traceConv",
+            path.display()
+        );
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let mut w = BufWriter::with_capacity(1 << 20, file);
         if path.extension().and_then(|e| e.to_str()) == Some("bin") {
@@ -577,7 +686,7 @@ mod tests {
         let bad = tmp("bad.csv");
         std::fs::write(
             &bad,
-            "time,key,size,cost,op,ttl\n1,2,3,4,get,0\n1,x,3,4,get,0\n",
+            "time,key,size,cost,op,ttl\n1,2,3,4,get,0\n1,2,x,4,get,0\n",
         )
         .unwrap();
         let e = read_all(&bad).unwrap_err();
@@ -594,5 +703,57 @@ mod tests {
         assert_eq!(&cols[..3], &["time", "key", "size"]);
         assert!(LIBCACHESIM_CSV_OPTIONS.contains("time-col=1,obj-id-col=2,obj-size-col=3"));
         assert!(LIBCACHESIM_CSV_OPTIONS.contains("has-header=true"));
+    }
+
+    #[test]
+    fn oracle_general_records_are_look_aside_gets() {
+        let mut bytes = Vec::new();
+        for (t, id, size, next) in [(0u32, 7u64, 116u32, 3i64), (1, 9, 10, -1), (2, 7, 116, -1)] {
+            bytes.extend_from_slice(&t.to_le_bytes());
+            bytes.extend_from_slice(&id.to_le_bytes());
+            bytes.extend_from_slice(&size.to_le_bytes());
+            bytes.extend_from_slice(&next.to_le_bytes());
+        }
+        for name in ["c.oracleGeneral", "c.oracleGeneral.bin", "C.ORACLEGENERAL"] {
+            let p = tmp(name);
+            std::fs::write(&p, &bytes).unwrap();
+            let v = read_all(&p).unwrap();
+            let got: Vec<(u64, u64, u16, u32, Op)> = v
+                .iter()
+                .map(|r| (r.time_us, r.key, r.key_size, r.value_size, r.op))
+                .collect();
+            assert_eq!(
+                got,
+                vec![
+                    (0, 7, 16, 100, Op::Get),
+                    (1_000_000, 9, 16, 0, Op::Get),
+                    (2_000_000, 7, 16, 100, Op::Get)
+                ],
+                "{name}"
+            );
+        }
+        let p = tmp("cut.oracleGeneral");
+        std::fs::write(&p, &bytes[..30]).unwrap();
+        let e = read_all(&p).unwrap_err();
+        assert!(format!("{e}").contains("truncated"), "{e}");
+        assert!(Writer::create(&tmp("w.oracleGeneral")).is_err());
+    }
+
+    #[test]
+    fn csv_keys_that_are_not_numbers_are_hashed() {
+        let p = tmp("plain.csv");
+        std::fs::write(
+            &p,
+            "time,key,size,cost,op,ttl,key_size\n1,user:1,5,1,get,0,6\n2,a%2Cb,5,1,get,0,20\n3,42,5,1,get,0,4\n",
+        )
+        .unwrap();
+        let v = read_all(&p).unwrap();
+        let h = cachalot_engine::hash::hash;
+        assert_eq!((v[0].key, v[0].key_size), (h(b"user:1"), 16));
+        assert_eq!((v[1].key, v[1].key_size), (h(b"a,b"), 20));
+        // A number stays an id.
+        assert_eq!((v[2].key, v[2].key_size), (42, 4));
+        assert_eq!(key_id("50%"), h(b"50%"));
+        assert_eq!(key_id("%zz%4"), h(b"%zz%4"));
     }
 }

@@ -240,6 +240,8 @@ impl BinaryHandler {
                 let outcome = ctx.cache.delete(key, check_cas);
                 match outcome {
                     DeleteOutcome::Deleted => {
+                        // Not described: for the trace, not the watchers.
+                        crate::watch::deleted(ctx, key, "delete", None);
                         bump(&ctx.stats.delete_hits);
                         r.ok(out, 0, quiet);
                     }

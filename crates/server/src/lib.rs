@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod binary;
+pub mod capture;
 pub mod handler;
 pub mod hotkeys;
 pub mod log;

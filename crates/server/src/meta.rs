@@ -558,7 +558,7 @@ fn mdelete(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
         MetaDeleted::Invalidated => b"HD",
         MetaDeleted::Deleted { class, len } => {
             bump(&ctx.stats.delete_hits);
-            crate::watch::deleted(ctx, key, "md", class, len);
+            crate::watch::deleted(ctx, key, "md", Some((class, len)));
             b"HD"
         }
     };

@@ -132,6 +132,11 @@ pub fn run(mut settings: Settings) -> i32 {
                 *p = abs;
             }
         }
+        if let Some(t) = &mut settings.trace {
+            if let Ok(abs) = std::path::absolute(&t.path) {
+                t.path = abs;
+            }
+        }
         if let Err(e) = os::daemonize(settings.enable_coredumps, settings.verbose > 0) {
             eprintln!("failed to daemon() in order to daemonize: {e}");
             return EX_OSERR;
@@ -203,6 +208,9 @@ pub struct Server {
     workers: Vec<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
     readers: Option<Arc<flash_io::Readers>>,
+    /// With `-o trace_file`: the trace writer, which ends the file once the
+    /// workers have stopped.
+    capture_writer: Option<JoinHandle<()>>,
     /// The flash and `-e` files this process holds (`owner`), kept until
     /// the server is dropped.
     _owned: Vec<Owned>,
@@ -256,6 +264,23 @@ impl Server {
         if listeners.is_empty() && settings.verbose > 0 {
             eprintln!("WARNING: no listening sockets (-p 0 without -s)");
         }
+        // The trace file is opened once the ports are bound (a server that
+        // cannot start leaves an earlier trace alone) and before anything
+        // is accepted; a path that cannot be written stops the start: a
+        // capture asked for and not made would go unnoticed.
+        let capture = match &settings.trace {
+            Some(t) => Some(
+                crate::capture::Capture::start(t.clone()).map_err(|e| StartError {
+                    message: format!("failed to open trace_file {}: {e}", t.path.display()),
+                    code: exit::EXIT_FAILURE,
+                })?,
+            ),
+            None => None,
+        };
+        let (capture, capture_writer) = match capture {
+            Some((c, w)) => (Some(c), Some(w)),
+            None => (None, None),
+        };
         if let Some(path) = &settings.pid_file {
             // Written once the sockets are bound but before anything is
             // accepted, so whoever sees the port open can read the pid.
@@ -307,6 +332,7 @@ impl Server {
             mrc: settings
                 .mrc
                 .then(|| crate::mrc::Curve::new(settings.engine.memory_limit, clock.now())),
+            capture,
             ..Shared::default()
         });
         shared.verbosity.store(settings.verbose, Ordering::Relaxed);
@@ -416,6 +442,7 @@ impl Server {
             workers,
             background,
             readers,
+            capture_writer,
             _owned: owned,
         })
     }
@@ -450,6 +477,11 @@ impl Server {
             let _ = a.join();
         }
         for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        // Every worker has handed over its last events.
+        if let (Some(c), Some(w)) = (&self.shared.capture, self.capture_writer.take()) {
+            c.close();
             let _ = w.join();
         }
         if let Some(r) = &self.readers {

@@ -64,6 +64,9 @@ pub struct Settings {
     pub backlog: i32,
     /// `-B`
     pub protocol: ProtocolChoice,
+    /// `-o trace_file=PATH` and its `trace_*` options: a sampled trace of
+    /// the requests (`capture`).
+    pub trace: Option<crate::capture::TraceConfig>,
     /// `-o metrics_listen=HOST:PORT`: the Prometheus endpoint (`metrics`).
     pub metrics_listen: Option<String>,
     /// `-o hotkeys=0|1`: count requests per key in each worker for `stats
@@ -197,6 +200,7 @@ impl Default for Settings {
             memory_file: None,
             tls: Default::default(),
             metrics_listen: None,
+            trace: None,
             shutdown_enabled: false,
             flush_enabled: true,
             verbose: 0,

@@ -197,6 +197,8 @@ pub struct Shared {
     pub tls: Option<Arc<crate::tls::Tls>>,
     /// The live miss-ratio curve (`-o mrc=1`, the default; `mrc`).
     pub mrc: Option<crate::mrc::Curve>,
+    /// With `-o trace_file`: the trace being captured.
+    pub capture: Option<Arc<crate::capture::Capture>>,
 }
 
 impl Shared {

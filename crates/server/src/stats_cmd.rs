@@ -67,6 +67,8 @@ pub fn collect(ctx: &Ctx<'_>, group: &[u8]) -> Option<Pairs> {
         // cachalot's own, with `-o mrc=1` (the default): the miss ratio
         // at other memory sizes.
         b"mrc" => out = ctx.shared.mrc.as_ref()?.report(ctx.cache),
+        // cachalot's own, with `-o trace_file` (issue 36).
+        b"trace" => trace(ctx, &mut out)?,
         // memcached 1.6.18 answers it with no lines, extstore on or off.
         b"extstore" => {}
         _ => return None,
@@ -369,6 +371,19 @@ fn locks(ctx: &Ctx<'_>, out: &mut Pairs) {
     }
 }
 
+/// `stats trace`: the trace capture (`-o trace_file`; None without it).
+fn trace(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
+    let c = ctx.shared.capture.as_ref()?;
+    let n = &c.counters;
+    stat(out, "trace_state", c.state());
+    stat(out, "trace_events", n.events.load(Ordering::Relaxed));
+    stat(out, "trace_dropped", n.dropped.load(Ordering::Relaxed));
+    stat(out, "trace_fills", n.fills.load(Ordering::Relaxed));
+    stat(out, "trace_records", n.records.load(Ordering::Relaxed));
+    stat(out, "trace_bytes", n.bytes.load(Ordering::Relaxed));
+    Some(())
+}
+
 fn flash(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     let f = ctx.cache.stats().flash?;
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
@@ -647,6 +662,13 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
             "flash_io",
             if s.flash_uring { "uring" } else { "threads" },
         );
+    }
+    if let Some(t) = &s.trace {
+        stat(out, "trace_file", t.path.display());
+        stat(out, "trace_sample", t.sample);
+        stat(out, "trace_max", t.max_bytes);
+        stat(out, "trace_format", t.format.name());
+        stat(out, "trace_keys", t.keys.name());
     }
     stat(out, "rebalance", ec.rebalance.name());
     stat(

@@ -579,9 +579,7 @@ impl AsciiHandler {
                 let (outcome, class) = ctx.cache.delete_described(key, describe);
                 match outcome {
                     DeleteOutcome::Deleted => {
-                        if let Some((class, len)) = class {
-                            watch::deleted(ctx, key, "delete", class, len);
-                        }
+                        watch::deleted(ctx, key, "delete", class);
                         bump(&ctx.stats.delete_hits);
                         reply(out, noreply, "DELETED");
                     }

@@ -1,23 +1,18 @@
-//! The request side of `watch` (memcached's log watchers), of the hot
-//! keys (`hotkeys`) and of the live miss-ratio curve (`mrc`): what a
-//! handler tells them after a fetch, a store or a delete. The registry, its kinds and the lines' format are in
+//! What a handler tells the observers after a fetch, a store or a delete:
+//! `watch` (memcached's log watchers), the hot keys (`hotkeys`), the live
+//! miss-ratio curve (`mrc`) and the trace capture (`capture`); the key is
+//! hashed once for all. The watchers' registry, kinds and lines are in
 //! `watchers`; these take the request's [`Ctx`], so they sit above
 //! `handler` while the registry sits below `stats`.
 
 use cachalot_engine::engine::Lookup;
-use cachalot_engine::{Store, StoreOutcome};
-
 use cachalot_engine::hash::hash;
 use cachalot_engine::mrc;
+use cachalot_engine::{Store, StoreMode, StoreOutcome};
 
 use crate::handler::Ctx;
 use crate::hotkeys;
 use crate::watchers::{DELETIONS, FETCHERS, MUTATIONS};
-
-/// An item's size as the live curve counts it.
-fn item_size(key: &[u8], value_len: usize) -> u32 {
-    (key.len() + value_len) as u32 + mrc::ITEM_OVERHEAD
-}
 
 /// Tell the live miss-ratio curve (`stats mrc`) what a request did.
 fn observe_curve(ctx: &Ctx<'_>, h: u64, access: mrc::Access) {
@@ -34,13 +29,16 @@ pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
         Some((len, _)) => (
             hotkeys::Access::Hit { size: len as u32 },
             mrc::Access::Hit {
-                size: item_size(key, len),
+                size: mrc::item_size(key.len(), len),
             },
         ),
         None => (hotkeys::Access::Miss, mrc::Access::Miss),
     };
     ctx.stats.hot.record(ctx.cache.clock(), h, key, hot);
     observe_curve(ctx, h, curve);
+    if let Some(c) = &ctx.shared.capture {
+        c.fetched(h, key, found.map(|(len, _)| len));
+    }
     let w = &ctx.shared.watchers;
     if w.wants(FETCHERS) {
         let found = found.map(|(len, flags)| (ctx.cache.class_id(key.len(), len, flags), len));
@@ -49,15 +47,19 @@ pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
 }
 
 /// `deletions`: `delete` or `md` (`cmd`) removed `key`, whose value of
-/// `size` bytes was in slab class `class`.
-pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, class: u32, size: usize) {
+/// `size` bytes was in slab class `class` (`described`: (class, size), when
+/// the delete was asked to say; the watchers' line needs it).
+pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, described: Option<(u32, usize)>) {
     let h = hash(key);
+    if let Some(c) = &ctx.shared.capture {
+        c.deleted(h, key);
+    }
     ctx.stats
         .hot
         .record(ctx.cache.clock(), h, key, hotkeys::Access::Other);
     observe_curve(ctx, h, mrc::Access::Delete);
     let w = &ctx.shared.watchers;
-    if w.wants(DELETIONS) {
+    if let (true, Some((class, size))) = (w.wants(DELETIONS), described) {
         w.deletion(key, cmd, class, size);
     }
 }
@@ -70,8 +72,18 @@ pub fn stored(ctx: &Ctx<'_>, req: &Store<'_>, cmd: &str, outcome: &StoreOutcome)
     let hot = hotkeys::Access::Store { size };
     ctx.stats.hot.record(ctx.cache.clock(), h, req.key, hot);
     if let StoreOutcome::Stored { .. } = outcome {
-        let size = item_size(req.key, req.value.len());
+        let size = mrc::item_size(req.key.len(), req.value.len());
         observe_curve(ctx, h, mrc::Access::Store { size });
+        if let Some(c) = &ctx.shared.capture {
+            let append = matches!(req.mode, StoreMode::Append | StoreMode::Prepend);
+            let ttl = ctx
+                .cache
+                .clock()
+                .ttl_remaining(req.expiry)
+                .clamp(0, u32::MAX as i64);
+            let cost = req.cost.unwrap_or(0);
+            c.stored(h, req.key, req.value.len(), append, ttl as u32, cost);
+        }
     }
     let w = &ctx.shared.watchers;
     if !w.wants(MUTATIONS) {

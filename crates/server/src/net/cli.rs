@@ -386,6 +386,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     if s.engine.flash.is_some() && !given.zzone {
         s.engine.zzone = false;
     }
+    s.trace = trace_config(&given)?;
     // A request line may carry a key plus meta flags; values are bounded by -I.
     s.max_line = s.max_line.max(2048);
     Ok(Parsed {
@@ -451,6 +452,45 @@ fn sub_float(name: &str, value: Option<&str>) -> Result<f64, CliError> {
 struct Given {
     rebalance: bool,
     zzone: bool,
+    /// `trace_file` and the `trace_*` options, in any order.
+    trace_file: Option<PathBuf>,
+    trace_sample: Option<f64>,
+    trace_max: Option<u64>,
+    trace_format: Option<crate::capture::Format>,
+    trace_keys: Option<crate::capture::Keys>,
+}
+
+/// The trace capture `trace_*` asked for (issue 36): none without
+/// `trace_file`, and an error for a `trace_*` option without it.
+fn trace_config(given: &Given) -> Result<Option<crate::capture::TraceConfig>, CliError> {
+    use crate::capture::{Format, Keys, TraceConfig};
+    let Some(path) = &given.trace_file else {
+        let orphan = [
+            (given.trace_sample.is_some(), "trace_sample"),
+            (given.trace_max.is_some(), "trace_max"),
+            (given.trace_format.is_some(), "trace_format"),
+            (given.trace_keys.is_some(), "trace_keys"),
+        ];
+        return match orphan.iter().find(|(given, _)| *given) {
+            Some((_, name)) => Err(CliError::new(
+                EXIT_FAILURE,
+                format!("{name} needs trace_file"),
+            )),
+            None => Ok(None),
+        };
+    };
+    let mut t = TraceConfig::new(path.clone());
+    t.sample = given.trace_sample.unwrap_or(t.sample);
+    t.max_bytes = given.trace_max.unwrap_or(t.max_bytes);
+    t.format = given.trace_format.unwrap_or(t.format);
+    t.keys = given.trace_keys.unwrap_or(t.keys);
+    if t.keys == Keys::Plain && t.format != Format::Csv {
+        return Err(CliError::new(
+            EXIT_FAILURE,
+            "trace_keys=plain needs trace_format=csv (oracleGeneral ids are numbers)",
+        ));
+    }
+    Ok(Some(t))
 }
 
 /// `-o key[=value],key...`: memcached's extended options.
@@ -555,6 +595,64 @@ fn extended(
             "idle_timeout" => s.idle_timeout = sub_number(key, value)?,
             "hotkeys" => s.hotkeys = sub_switch(key, value)?,
             "mrc" => s.mrc = sub_switch(key, value)?,
+            // Issue 36: trace capture (`capture`); put together once all
+            // options are read (`trace_config`).
+            "trace_file" => {
+                given.trace_file =
+                    Some(PathBuf::from(value.filter(|v| !v.is_empty()).ok_or_else(
+                        || CliError::new(EXIT_FAILURE, "Missing trace_file argument"),
+                    )?))
+            }
+            "trace_sample" => {
+                let r = value
+                    .and_then(positive_float)
+                    .filter(|r| *r > 0.0 && *r <= 1.0)
+                    .ok_or_else(|| {
+                        CliError::new(
+                            EXIT_FAILURE,
+                            "trace_sample must be a number above 0 and at most 1",
+                        )
+                    })?;
+                given.trace_sample = Some(r);
+            }
+            "trace_max" => {
+                let v = value.unwrap_or("");
+                let n = size_with_suffix(v, 1)
+                    .filter(|&n| n >= crate::capture::ORACLE_RECORD as u64)
+                    .ok_or_else(|| {
+                        CliError::new(
+                            EXIT_FAILURE,
+                            format!(
+                                "Invalid trace_max: {v} (bytes, k/m/g/t suffixes, at least 24)"
+                            ),
+                        )
+                    })?;
+                given.trace_max = Some(n);
+            }
+            "trace_format" => {
+                given.trace_format = Some(match value {
+                    Some("oracle") | Some("oracleGeneral") => crate::capture::Format::Oracle,
+                    Some("csv") => crate::capture::Format::Csv,
+                    _ => {
+                        return Err(CliError::new(
+                            EXIT_FAILURE,
+                            "trace_format must be oracle or csv",
+                        ))
+                    }
+                })
+            }
+            "trace_keys" => {
+                given.trace_keys = Some(match value {
+                    Some("hashed") => crate::capture::Keys::Hashed,
+                    Some("plain") => crate::capture::Keys::Plain,
+                    _ => {
+                        return Err(CliError::new(
+                            EXIT_FAILURE,
+                            "trace_keys must be hashed or plain",
+                        ))
+                    }
+                })
+            }
             "metrics_listen" => {
                 s.metrics_listen = Some(
                     value
@@ -1020,6 +1118,17 @@ pub fn usage() -> String {
    - mrc:                 1 (default) or 0: keep a sampled miss-ratio curve
                           for `stats mrc` (the miss ratio at 1/4, 1/2, 2 and
                           4 times -m; under 1% of -m, counted in it)
+   - trace_file:          record a trace of the requests to this file
+                          (default: none); oracleGeneral (libCacheSim's
+                          binary records), or the lab's CSV if it ends in .csv
+   - trace_sample:        the share of keys traced, 0 < R <= 1 (default 1),
+                          chosen by key hash: every request of a traced key
+                          is recorded, so the trace replays at R x the memory
+   - trace_max:           bytes at which the capture stops (k/m/g/t
+                          suffixes; default 1g)
+   - trace_format:        oracle or csv (default: by trace_file's name)
+   - trace_keys:          hashed (default: 64-bit ids) or plain (the keys,
+                          csv only)
    - log_format:          text (default: memcached's -v lines) or logfmt (one
                           key=value line per event: ts, level, event, fields, msg)
    - ssl_chain_cert:      certificate chain file in PEM format
@@ -1486,6 +1595,78 @@ mod tests {
             err(&["-o", "learn_costs=2"]).message,
             "learn_costs must be 0 or 1"
         );
+    }
+
+    #[test]
+    fn trace_capture_options() {
+        use crate::capture::{Format, Keys, DEFAULT_MAX_BYTES};
+        let (s, _) = run(&[]).unwrap();
+        assert!(s.trace.is_none());
+        let (s, _) = run(&["-o", "trace_file=/tmp/t.oracleGeneral"]).unwrap();
+        let t = s.trace.expect("capture on");
+        assert_eq!(
+            (t.path.to_str(), t.sample, t.max_bytes, t.format, t.keys),
+            (
+                Some("/tmp/t.oracleGeneral"),
+                1.0,
+                DEFAULT_MAX_BYTES,
+                Format::Oracle,
+                Keys::Hashed
+            )
+        );
+        // In any order; the format follows the name unless given.
+        let (s, _) = run(&[
+            "-o",
+            "trace_sample=0.1,trace_max=64m,trace_keys=plain,trace_file=t.csv",
+        ])
+        .unwrap();
+        let t = s.trace.expect("capture on");
+        assert_eq!(
+            (t.sample, t.max_bytes, t.format, t.keys),
+            (0.1, 64 << 20, Format::Csv, Keys::Plain)
+        );
+        let (s, _) = run(&["-o", "trace_file=t.csv,trace_format=oracle"]).unwrap();
+        assert_eq!(s.trace.expect("on").format, Format::Oracle);
+        for (args, message) in [
+            ("trace_file", "Missing trace_file argument"),
+            ("trace_file=", "Missing trace_file argument"),
+            ("trace_sample=0.5", "trace_sample needs trace_file"),
+            (
+                "trace_file=t,trace_sample=0",
+                "trace_sample must be a number above 0 and at most 1",
+            ),
+            (
+                "trace_file=t,trace_sample=1.5",
+                "trace_sample must be a number above 0 and at most 1",
+            ),
+            (
+                "trace_file=t,trace_sample=x",
+                "trace_sample must be a number above 0 and at most 1",
+            ),
+            (
+                "trace_file=t,trace_max=10",
+                "Invalid trace_max: 10 (bytes, k/m/g/t suffixes, at least 24)",
+            ),
+            (
+                "trace_file=t,trace_max=1x",
+                "Invalid trace_max: 1x (bytes, k/m/g/t suffixes, at least 24)",
+            ),
+            (
+                "trace_file=t,trace_format=json",
+                "trace_format must be oracle or csv",
+            ),
+            (
+                "trace_file=t,trace_keys=raw",
+                "trace_keys must be hashed or plain",
+            ),
+            (
+                "trace_file=t,trace_keys=plain",
+                "trace_keys=plain needs trace_format=csv (oracleGeneral ids are numbers)",
+            ),
+        ] {
+            let e = err(&["-o", args]);
+            assert_eq!((e.message.as_str(), e.code), (message, 1), "{args}");
+        }
     }
 
     #[test]

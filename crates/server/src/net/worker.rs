@@ -144,9 +144,13 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         let idle_timeout = self.settings.idle_timeout;
         let mut last_idle_check = Instant::now();
+        // Trace events this worker holds (`capture::HOLD`).
+        let mut trace_held = false;
         loop {
             let timeout = if !self.ready.is_empty() {
                 Some(Duration::ZERO)
+            } else if trace_held {
+                Some(crate::capture::HOLD)
             } else if !self.watchers.is_empty() {
                 Some(crate::watchers::POLL_INTERVAL)
             } else if idle_timeout > 0 {
@@ -205,12 +209,20 @@ impl Worker {
             if let Some(io) = &mut self.flash {
                 io.flush();
             }
+            // Trace events go to the writer in batches; a quiet worker
+            // wakes to hand over what it holds.
+            if let Some(c) = &self.shared.capture {
+                trace_held = c.tick();
+            }
             if idle_timeout > 0 && last_idle_check.elapsed() >= Duration::from_secs(1) {
                 last_idle_check = Instant::now();
                 self.close_idle(idle_timeout);
             }
         }
         self.close_all();
+        if let Some(c) = &self.shared.capture {
+            c.flush_local();
+        }
     }
 
     fn accept_new(&mut self) {
