@@ -18,10 +18,12 @@
 //!   sampled (issue 9); [`rss`]: that memory, read from /proc.
 //! - [`oracle`]: the check that the memcached compared against is 1.6.18.
 //! - [`hotkeys`]: how well `stats hotkeys` names a Zipf load's hottest keys
-//!   (issue 36).
+//!   (issue 36); [`advise`]: a server's live miss-ratio curve drawn, and
+//!   what memory would buy.
 
 use clap::{Parser, Subcommand};
 
+pub mod advise;
 pub mod compare;
 pub mod enginebench;
 pub mod hostile;
@@ -69,6 +71,9 @@ pub enum Command {
     /// How well a server's `stats hotkeys` names the hottest keys of a
     /// Zipf load (issue 36).
     Hotkeys(hotkeys::HotkeysArgs),
+    /// A cachalot's miss-ratio curve (`stats mrc`) as a chart, and what
+    /// more or less memory would do to its misses (issue 36).
+    Advise(advise::AdviseArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -82,5 +87,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Hostile(a) => hostile::run(a),
         Command::EngineBench(a) => enginebench::run(a),
         Command::Hotkeys(a) => hotkeys::run(a),
+        Command::Advise(a) => advise::run(a),
     }
 }
