@@ -277,6 +277,10 @@ pub struct MetaItem {
     pub class: u32,
     /// The size memcached would give it (`item::memcached_size`).
     pub size: usize,
+    /// The bytes of its image (header, key, value): what `stats`' `bytes`
+    /// sums over the N-zone's items and `zzone_bytes_in` over the
+    /// Z-zone's (`stats prefixes` adds them up by prefix).
+    pub stored: usize,
     /// Where it is.
     pub tier: Tier,
 }

@@ -665,9 +665,9 @@ impl Cache {
     }
 
     /// The tier that holds `key` now (`stats hotkeys`), looked up as a
-    /// PEEK: nothing is bumped or promoted, and flash is not read (its
-    /// index's tag match is taken as the answer, so a rare false "flash"
-    /// is possible; a flash lookup is counted in `stats flash`).
+    /// PEEK: nothing is counted, bumped or promoted, and flash is not read
+    /// (its index's tag match is taken as the answer, so a rare false
+    /// "flash" is possible).
     pub fn tier_of(&self, key: &[u8]) -> Option<crate::api::Tier> {
         use crate::api::Tier as Where;
         let h = hash(key);
@@ -684,10 +684,7 @@ impl Cache {
             return Some(Where::Zzone);
         }
         let flash = self.shared.flash.as_ref()?;
-        FLASH_IMAGE.with_borrow_mut(|image| match flash.lookup(h, key, image) {
-            crate::flash::Probe::Absent => None,
-            _ => Some(Where::Flash),
-        })
+        flash.may_hold(h, key).then_some(Where::Flash)
     }
 
     /// A GET that missed the N-zone, without the engine lock: the block

@@ -18,6 +18,7 @@ pub mod mrc;
 pub mod net;
 pub mod owner;
 pub mod parking;
+pub mod prefixes;
 pub mod session;
 pub mod settings;
 pub mod stats;

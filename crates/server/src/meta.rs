@@ -42,6 +42,7 @@ use cachalot_protocol::meta::{self, base64_encode, MetaCommand, MetaErrorKind, M
 
 use crate::handler::Ctx;
 use crate::stats::ThreadStats;
+use crate::stats_cmd::{self, DetailOp};
 
 /// What the meta handler did with the bytes after the request line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,6 +231,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
             }
             Some(Some((fx, len, flags))) => {
                 crate::watch::fetched(ctx, key, Some((len, flags)));
+                stats_cmd::detail_record(ctx, key, DetailOp::Get { hit: true });
                 if fx.opaque_error {
                     out.truncate(start);
                     out.extend_from_slice(MetaErrorKind::OpaqueTooLong.line());
@@ -268,6 +270,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
         return ControlFlow::Continue(());
     }
     crate::watch::fetched(ctx, key, Some(shape));
+    stats_cmd::detail_record(ctx, key, DetailOp::Get { hit: true });
     if ttl_set {
         bump(&ctx.stats.cmd_touch);
         bump(&ctx.stats.touch_hits);
@@ -282,6 +285,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
 /// its reply begins in `out`.
 fn mget_miss(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, start: usize, out: &mut Vec<u8>) {
     crate::watch::fetched(ctx, cmd.key(), None);
+    stats_cmd::detail_record(ctx, cmd.key(), DetailOp::Get { hit: false });
     bump(&ctx.stats.cmd_get);
     bump(&ctx.stats.get_misses);
     out.extend_from_slice(b"EN");
@@ -464,6 +468,7 @@ fn mset(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, rest: &[u8], out: &mut Vec<u8>) ->
         (StoreMode::Set, _) => "set",
     };
     crate::watch::stored(ctx, &req, name, &outcome);
+    stats_cmd::detail_record(ctx, req.key, DetailOp::Set);
     let outcome = match outcome {
         // memcached allocates the joined value while storing; when that
         // fails the append is just "not stored" and the old item stays.
@@ -559,6 +564,7 @@ fn mdelete(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) {
         MetaDeleted::Deleted { class, len } => {
             bump(&ctx.stats.delete_hits);
             crate::watch::deleted(ctx, key, "md", Some((class, len)));
+            stats_cmd::detail_record(ctx, key, DetailOp::Delete);
             b"HD"
         }
     };

@@ -329,6 +329,10 @@ impl Server {
         let shared = Arc::new(Shared {
             threads: threads.clone(),
             tls,
+            prefixes: crate::prefixes::Registry::new(
+                settings.prefix_delimiter,
+                settings.detail_enabled,
+            ),
             mrc: settings
                 .mrc
                 .then(|| crate::mrc::Curve::new(settings.engine.memory_limit, clock.now())),
@@ -654,6 +658,10 @@ fn maintainer_thread(cache: &Cache, shared: &Shared, stop: &AtomicBool) {
             };
             let (hits, misses) = (sum(|t| &t.get_hits), sum(|t| &t.get_misses));
             curve.count_totals(hits + misses, misses, cache.clock().now());
+        }
+        // `stats prefixes`: a few steps of the walk over every item.
+        if shared.prefixes.enabled() {
+            shared.prefixes.walk_turn(cache);
         }
         // `watch hotkeys`: the ten hottest keys, each second.
         if shared.watchers.wants(crate::watchers::HOTKEYS)

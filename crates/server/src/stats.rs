@@ -44,6 +44,9 @@ pub struct ThreadStats {
     /// This worker's hot-key counts (`hotkeys`; off unless the server
     /// turns them on).
     pub hot: crate::hotkeys::Sketch,
+    /// This worker's requests by key prefix (`prefixes`; with `-D` or
+    /// `stats detail on`).
+    pub prefix_counts: crate::prefixes::Counts,
 }
 
 impl ThreadStats {
@@ -195,6 +198,9 @@ pub struct Shared {
     pub watchers: Arc<crate::watchers::Watchers>,
     /// With `-Z`: the certificates new connections get, and TLS counters.
     pub tls: Option<Arc<crate::tls::Tls>>,
+    /// The key prefixes told apart, and the memory walk that adds up their
+    /// bytes (`prefixes`).
+    pub prefixes: crate::prefixes::Registry,
     /// The live miss-ratio curve (`-o mrc=1`, the default; `mrc`).
     pub mrc: Option<crate::mrc::Curve>,
     /// With `-o trace_file`: the trace being captured.

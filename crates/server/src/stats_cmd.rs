@@ -10,15 +10,12 @@
 //! The idea and field lists come from memcached's `server_stats`,
 //! `process_stat_settings`, `item_stats`, `do_slabs_stats` and `stats_prefix.c`.
 
-use std::collections::HashMap;
 use std::fmt::Display;
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cachalot_engine::holds::HoldStats;
 use cachalot_protocol::text::{TextError, MEMCACHED_COMPAT_VERSION};
-use parking_lot::Mutex;
 
 use crate::handler::Ctx;
 use crate::hotkeys::HotRow;
@@ -88,7 +85,6 @@ pub fn reset(ctx: &Ctx<'_>) {
     reset_thread(ctx.stats);
     ctx.shared.total_connections.store(0, Ordering::Relaxed);
     ctx.shared.rejected_connections.store(0, Ordering::Relaxed);
-    detail_state().prefixes.lock().clear();
 }
 
 /// Run `stats [sub [arg1 [arg2]]]`, appending the whole text reply.
@@ -105,7 +101,8 @@ pub fn handle(
             reset(ctx);
             line(out, "RESET");
         }
-        b"detail" => detail(arg1.unwrap_or(b""), out),
+        b"detail" => detail(ctx, arg1.unwrap_or(b""), out),
+        b"prefixes" => prefixes(ctx, out),
         b"hotkeys" => hotkeys(ctx, arg1, out),
         b"cachedump" => cachedump(ctx, arg1, arg2, out),
         _ => match collect(ctx, sub) {
@@ -541,7 +538,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "num_threads", s.threads);
     stat(out, "num_threads_per_udp", s.threads);
     stat(out, "stat_key_prefix", s.prefix_delimiter);
-    stat(out, "detail_enabled", yes_no(detail_enabled(ctx)));
+    stat(out, "detail_enabled", yes_no(ctx.shared.prefixes.enabled()));
     stat(out, "reqs_per_event", s.reqs_per_event);
     stat(out, "cas_enabled", yes_no(ec.cas_enabled));
     stat(out, "tcp_backlog", s.backlog);
@@ -818,92 +815,64 @@ fn reset_thread(t: &ThreadStats) {
     ] {
         c.store(0, Ordering::Relaxed);
     }
+    t.prefix_counts.clear();
 }
 
 // ---------------------------------------------------------------------------
 // `stats detail`: per key-prefix counters (memcached's stats_prefix.c).
 
 /// What a command did to a key, for per-prefix stats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DetailOp {
-    Get { hit: bool },
-    Set,
-    Delete,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct PrefixCounts {
-    gets: u64,
-    hits: u64,
-    sets: u64,
-    deletes: u64,
-}
-
-/// Process-wide like memcached's `settings.detail_enabled`.
-struct DetailState {
-    /// 0: follow `-D` from the command line; 1: on; 2: off (`stats detail on|off`).
-    switch: AtomicU8,
-    prefixes: Mutex<HashMap<Vec<u8>, PrefixCounts>>,
-}
-
-fn detail_state() -> &'static DetailState {
-    static STATE: OnceLock<DetailState> = OnceLock::new();
-    STATE.get_or_init(|| DetailState {
-        switch: AtomicU8::new(0),
-        prefixes: Mutex::new(HashMap::new()),
-    })
-}
-
-fn detail_enabled(ctx: &Ctx<'_>) -> bool {
-    match detail_state().switch.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => ctx.settings.detail_enabled,
-    }
-}
+pub use crate::prefixes::Op as DetailOp;
 
 /// Count a get/set/delete against the key's prefix when `stats detail` is on
-/// (one relaxed load otherwise). Keys without the delimiter are not counted,
-/// as in memcached.
+/// (one relaxed load otherwise), in this worker's table (`prefixes`).
 pub fn detail_record(ctx: &Ctx<'_>, key: &[u8], op: DetailOp) {
-    if !detail_enabled(ctx) {
-        return;
-    }
-    let mut delim = [0u8; 4];
-    let delim = ctx
-        .settings
-        .prefix_delimiter
-        .encode_utf8(&mut delim)
-        .as_bytes();
-    let Some(end) = key.windows(delim.len()).position(|w| w == delim) else {
-        return;
-    };
-    let mut map = detail_state().prefixes.lock();
-    let c = map.entry(key[..end].to_vec()).or_default();
-    match op {
-        DetailOp::Get { hit } => {
-            c.gets += 1;
-            c.hits += u64::from(hit);
-        }
-        DetailOp::Set => c.sets += 1,
-        DetailOp::Delete => c.deletes += 1,
+    if ctx.shared.prefixes.enabled() {
+        ctx.stats
+            .prefix_counts
+            .record(&ctx.shared.prefixes, key, op);
     }
 }
 
-fn detail(arg: &[u8], out: &mut Vec<u8>) {
-    let state = detail_state();
+/// Every worker's per-prefix requests, summed by prefix id (and the
+/// serving thread's, when it is not a worker: tests).
+fn prefix_requests(ctx: &Ctx<'_>) -> Vec<crate::prefixes::Requests> {
+    let mut sum = Vec::new();
+    for t in &ctx.shared.threads {
+        t.prefix_counts.add_to(&mut sum);
+    }
+    if !ctx
+        .shared
+        .threads
+        .iter()
+        .any(|t| std::ptr::eq(&**t, ctx.stats))
+    {
+        ctx.stats.prefix_counts.add_to(&mut sum);
+    }
+    sum
+}
+
+fn detail(ctx: &Ctx<'_>, arg: &[u8], out: &mut Vec<u8>) {
     match arg {
         b"on" => {
-            state.switch.store(1, Ordering::Relaxed);
+            crate::prefixes::switch(true);
             line(out, "OK");
         }
         b"off" => {
-            state.switch.store(2, Ordering::Relaxed);
+            crate::prefixes::switch(false);
             line(out, "OK");
         }
         b"dump" => {
-            let map = state.prefixes.lock();
-            let mut rows: Vec<_> = map.iter().collect();
+            // memcached's lines: prefixes in name order, keys without a
+            // delimiter not counted.
+            let sums = prefix_requests(ctx);
+            let names = ctx.shared.prefixes.names();
+            let mut rows: Vec<_> = names
+                .iter()
+                .zip(&sums)
+                .skip(1)
+                .filter(|(_, c)| **c != crate::prefixes::Requests::default())
+                .collect();
             rows.sort_by(|a, b| a.0.cmp(b.0));
             for (prefix, c) in rows {
                 out.extend_from_slice(b"PREFIX ");
@@ -918,6 +887,60 @@ fn detail(arg: &[u8], out: &mut Vec<u8>) {
         }
         _ => line(out, "CLIENT_ERROR usage: stats detail on|off|dump"),
     }
+}
+
+/// `stats prefixes`: for each prefix, its items and bytes in each tier
+/// (from the last finished memory walk) and its requests, largest first.
+fn prefixes(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
+    if !ctx.shared.prefixes.enabled() {
+        return line(
+            out,
+            "CLIENT_ERROR prefix stats are off (-D <delimiter>, or stats detail on)",
+        );
+    }
+    let names = ctx.shared.prefixes.names();
+    let requests = prefix_requests(ctx);
+    let snap = ctx.shared.prefixes.snapshot();
+    let held = snap.as_ref().map(|s| s.held.as_slice()).unwrap_or(&[]);
+    let mut rows: Vec<usize> = (0..names.len())
+        .filter(|&i| {
+            held.get(i).is_some_and(|h| h.items.iter().any(|&n| n > 0))
+                || requests.get(i).is_some_and(|r| *r != Default::default())
+        })
+        .collect();
+    let bytes = |i: usize| held.get(i).map_or(0, |h| h.bytes.iter().sum::<u64>());
+    rows.sort_by(|&a, &b| bytes(b).cmp(&bytes(a)).then(a.cmp(&b)));
+    let mut stat = |name: &[u8], field: &str, v: u64| {
+        out.extend_from_slice(b"STAT prefix:");
+        crate::watchers::push_key(out, name);
+        let _ = write!(out, ":{field} {v}\r\n");
+    };
+    for i in rows {
+        let h = held.get(i).copied().unwrap_or_default();
+        let r = requests.get(i).copied().unwrap_or_default();
+        let n = &names[i];
+        stat(n, "items", h.items.iter().sum());
+        stat(n, "bytes_memory", h.bytes[0]);
+        stat(n, "bytes_zzone", h.bytes[1]);
+        stat(n, "bytes_flash", h.bytes[2]);
+        stat(n, "gets", r.gets);
+        stat(n, "hits", r.hits);
+        stat(n, "misses", r.gets - r.hits);
+        stat(n, "sets", r.sets);
+        stat(n, "deletes", r.deletes);
+    }
+    match snap {
+        Some(s) => {
+            let _ = write!(
+                out,
+                "STAT prefixes_walk_age_ms {}\r\nSTAT prefixes_walk_ms {}\r\n",
+                s.ended.elapsed().as_millis(),
+                s.took.as_millis()
+            );
+        }
+        None => line(out, "STAT prefixes_walk_age_ms -1"),
+    }
+    line(out, "END");
 }
 
 // ---------------------------------------------------------------------------
@@ -1024,6 +1047,7 @@ mod tests {
     //! The cost-aware caching fields (docs/cost.md): settings, per-class
     //! average and evicted cost, totals, learned costs.
 
+    use std::collections::HashMap;
     use std::sync::Arc;
 
     use cachalot_engine::engine::Lookup;

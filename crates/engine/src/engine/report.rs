@@ -376,6 +376,7 @@ fn meta_item(
             item::flags(image),
             cas,
         ),
+        stored: h.total_len(),
         tier,
     }
 }

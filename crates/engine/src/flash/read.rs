@@ -118,6 +118,17 @@ impl Flash {
         }
     }
 
+    /// Whether `key` (hash `h`) is staged or may be on flash (its index's
+    /// tag matches), counted nowhere: `stats hotkeys`' tier.
+    pub fn may_hold(&self, h: u64, key: &[u8]) -> bool {
+        if self.stage.lock().get(h, key).is_some() {
+            return true;
+        }
+        let mut locs = Vec::new();
+        self.index.find(h, &mut locs);
+        !locs.is_empty()
+    }
+
     /// Where `key` (hash `h`) may be on flash, if it is not staged: a
     /// look-ahead for reads to come, counted nowhere.
     pub fn peek(&self, h: u64, key: &[u8]) -> Vec<Loc> {

@@ -1,0 +1,126 @@
+//! `stats prefixes` (issue 36, criterion 2): per-prefix items and bytes in
+//! each tier add up to the engine's own totals, and requests are counted
+//! by prefix across protocols.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use common::Server;
+
+fn stats(server: &Server, group: &str) -> BTreeMap<String, String> {
+    let reply = server.ask(
+        format!("stats {group}\r\n")
+            .replace("stats \r", "stats\r")
+            .as_bytes(),
+        b"END\r\n",
+    );
+    String::from_utf8(reply)
+        .expect("text")
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("STAT ")?.splitn(2, ' ');
+            Some((w.next()?.to_string(), w.next()?.to_string()))
+        })
+        .collect()
+}
+
+fn num(m: &BTreeMap<String, String>, k: &str) -> u64 {
+    m.get(k)
+        .unwrap_or_else(|| panic!("no {k}: {m:?}"))
+        .parse()
+        .expect(k)
+}
+
+/// 24 MB of compressible values under four prefixes (and keys with none)
+/// in an 8 MB cache: the N-zone holds some, the Z-zone the rest. The
+/// walk's sums per tier are the engine's `bytes` and `zzone_bytes_in`.
+#[test]
+fn prefix_bytes_add_up_to_the_engines_totals() {
+    let server = Server::start(&["-m", "8", "-D", ":"]);
+    let mut c = server.connect();
+    let mut batch = Vec::new();
+    for i in 0..24_000u32 {
+        let key = match i % 5 {
+            4 => format!("plain{i}"),
+            p => format!("p{p}:{i}"),
+        };
+        let value = format!(
+            "{{\"id\":{i},\"name\":\"user {}\",\"bio\":\"{}\"}}",
+            i % 97,
+            "lorem ipsum dolor sit amet ".repeat(35)
+        );
+        batch.extend_from_slice(format!("set {key} 0 0 {} noreply\r\n", value.len()).as_bytes());
+        batch.extend_from_slice(value.as_bytes());
+        batch.extend_from_slice(b"\r\n");
+        if batch.len() > 256 << 10 {
+            c.write_all(&batch).expect("send");
+            batch.clear();
+        }
+    }
+    batch.extend_from_slice(b"get p1:1 p1:2 p2:3 nosuch:1\r\nmn\r\n");
+    c.write_all(&batch).expect("send");
+    common::read_until(&mut c, b"MN\r\n");
+
+    // A walk that began after the writes. The maintainer may go on moving
+    // items from the N-zone to the Z-zone meanwhile (a walk takes a few of
+    // its turns), which moves bytes between the tiers but not their total.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let written = Instant::now();
+    let (p, s, z) = loop {
+        let p = stats(&server, "prefixes");
+        let s = stats(&server, "");
+        let z = stats(&server, "zzone");
+        let age = p
+            .get("prefixes_walk_age_ms")
+            .map_or(-1, |v| v.parse::<i64>().unwrap());
+        let took = p
+            .get("prefixes_walk_ms")
+            .map_or(0, |v| v.parse::<u128>().unwrap());
+        if age >= 0 && age as u128 + took < written.elapsed().as_millis() {
+            break (p, s, z);
+        }
+        assert!(Instant::now() < deadline, "no walk after the writes: {p:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let sum = |field: &str| -> u64 {
+        p.iter()
+            .filter(|(k, _)| k.ends_with(&format!(":{field}")))
+            .map(|(_, v)| v.parse::<u64>().unwrap())
+            .sum()
+    };
+    let (memory, zone) = (num(&s, "bytes"), num(&z, "zzone_bytes_in"));
+    assert!(zone > 1 << 20, "the zone holds items: {z:?}");
+    let listed = sum("bytes_memory") + sum("bytes_zzone");
+    let total = memory + zone;
+    assert!(
+        listed.abs_diff(total) * 100 <= total,
+        "{listed} bytes listed, the engine counts {memory} + {zone}"
+    );
+    assert_eq!(sum("items"), num(&s, "curr_items"));
+    assert_eq!(sum("bytes_flash"), 0);
+    // Four prefixes and the keys without one.
+    for name in ["p0", "p1", "p2", "p3", "(none)"] {
+        assert!(
+            num(&p, &format!("prefix:{name}:items")) > 0,
+            "{name}: {p:?}"
+        );
+    }
+    // Requests by prefix: the SETs, and the GETs' hits and misses.
+    assert_eq!(num(&p, "prefix:p0:sets"), 4800);
+    assert_eq!(num(&p, "prefix:p1:gets"), 2);
+    assert_eq!(num(&p, "prefix:p1:hits") + num(&p, "prefix:p1:misses"), 2);
+    assert_eq!(num(&p, "prefix:nosuch:misses"), 1);
+}
+
+#[test]
+fn prefixes_off_says_how_to_turn_them_on() {
+    let server = Server::start(&[]);
+    let reply = server.ask(b"stats prefixes\r\n", b"\r\n");
+    assert_eq!(
+        reply,
+        b"CLIENT_ERROR prefix stats are off (-D <delimiter>, or stats detail on)\r\n"
+    );
+}
