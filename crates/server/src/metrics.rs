@@ -376,6 +376,12 @@ pub fn render(ctx: &Ctx<'_>, format: Format) -> String {
         tiers: [group(b"flash"), group(b"zzone"), group(b"mrc")],
         locks: group(b"locks"),
         hot: stats_cmd::hot_rows(ctx, HOT_METRICS).unwrap_or_default(),
+        prefixes: stats_cmd::prefix_rows(ctx)
+            .map(|(mut rows, _)| {
+                rows.truncate(PREFIX_METRICS);
+                rows
+            })
+            .unwrap_or_default(),
     };
     encode(&snapshot.families(), format)
 }
@@ -509,7 +515,12 @@ struct Snapshot {
     locks: Pairs,
     /// The hottest keys (`stats hotkeys`).
     hot: Vec<crate::hotkeys::HotRow>,
+    /// The largest prefixes (`stats prefixes`).
+    prefixes: Vec<stats_cmd::PrefixRow>,
 }
+
+/// Prefixes exported, the largest in bytes: a bounded number of series.
+const PREFIX_METRICS: usize = 20;
 
 /// Hot keys exported: a bounded number of series per scrape.
 const HOT_METRICS: usize = 10;
@@ -773,6 +784,56 @@ impl Snapshot {
         fams
     }
 
+    /// `cachalot_prefix_items{prefix}`, `cachalot_prefix_bytes{prefix,tier}`
+    /// and `cachalot_prefix_requests_total{prefix,result}` for the 20
+    /// largest prefixes (`stats prefixes`).
+    fn prefix_families(&self) -> [Family<'_>; 3] {
+        use Kind::{Counter, Gauge};
+        let mut items = Family::new(
+            "cachalot_prefix_items",
+            "items by key prefix (stats prefixes)",
+            Gauge,
+        );
+        let mut bytes = Family::new(
+            "cachalot_prefix_bytes",
+            "bytes of items by key prefix and tier (stats prefixes)",
+            Gauge,
+        );
+        let mut requests = Family::new(
+            "cachalot_prefix_requests",
+            "requests by key prefix and result (stats prefixes)",
+            Counter,
+        );
+        for row in &self.prefixes {
+            let mut name = Vec::new();
+            crate::watchers::push_key(&mut name, &row.name);
+            let p: Cow<'_, str> = String::from_utf8_lossy(&name).into_owned().into();
+            items.samples.push((
+                vec![("prefix", p.clone())],
+                row.held.items.iter().sum::<u64>() as f64,
+            ));
+            for (tier, b) in ["memory", "zzone", "flash"].iter().zip(row.held.bytes) {
+                bytes.samples.push((
+                    vec![("prefix", p.clone()), ("tier", (*tier).into())],
+                    b as f64,
+                ));
+            }
+            let r = &row.requests;
+            for (result, n) in [
+                ("hit", r.hits),
+                ("miss", r.gets - r.hits),
+                ("set", r.sets),
+                ("delete", r.deletes),
+            ] {
+                requests.samples.push((
+                    vec![("prefix", p.clone()), ("result", result.into())],
+                    n as f64,
+                ));
+            }
+        }
+        [items, bytes, requests]
+    }
+
     fn families(&self) -> Vec<Family<'_>> {
         use Kind::{Counter, Gauge};
         let g = &self.general;
@@ -839,6 +900,7 @@ impl Snapshot {
         out.push(f);
         out.push(self.lock_holds());
         out.extend(self.hot_keys());
+        out.extend(self.prefix_families());
         for tier in &self.tiers {
             for (field, value) in tier {
                 if let Some(x) = number(value) {

@@ -237,6 +237,9 @@ impl Server {
         if settings.mrc {
             engine.observer_bytes += crate::mrc::Curve::memory_bytes(engine.memory_limit);
         }
+        if settings.detail_enabled {
+            engine.observer_bytes += crate::prefixes::memory_bytes(settings.threads);
+        }
         let cache = Cache::new(engine, clock.clone()).map_err(|e| StartError {
             message: format!("{e}"),
             code: EX_USAGE,

@@ -889,36 +889,56 @@ fn detail(ctx: &Ctx<'_>, arg: &[u8], out: &mut Vec<u8>) {
     }
 }
 
-/// `stats prefixes`: for each prefix, its items and bytes in each tier
-/// (from the last finished memory walk) and its requests, largest first.
-fn prefixes(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
+/// One prefix's figures: items and bytes by tier (the last walk's) and
+/// requests.
+#[derive(Debug)]
+pub struct PrefixRow {
+    pub name: Box<[u8]>,
+    pub held: crate::prefixes::Held,
+    pub requests: crate::prefixes::Requests,
+}
+
+/// Every prefix with items or requests, largest in bytes first, and the
+/// last walk (None while prefix stats are off).
+pub fn prefix_rows(ctx: &Ctx<'_>) -> Option<(Vec<PrefixRow>, Option<crate::prefixes::Snapshot>)> {
     if !ctx.shared.prefixes.enabled() {
-        return line(
-            out,
-            "CLIENT_ERROR prefix stats are off (-D <delimiter>, or stats detail on)",
-        );
+        return None;
     }
     let names = ctx.shared.prefixes.names();
     let requests = prefix_requests(ctx);
     let snap = ctx.shared.prefixes.snapshot();
     let held = snap.as_ref().map(|s| s.held.as_slice()).unwrap_or(&[]);
-    let mut rows: Vec<usize> = (0..names.len())
-        .filter(|&i| {
-            held.get(i).is_some_and(|h| h.items.iter().any(|&n| n > 0))
-                || requests.get(i).is_some_and(|r| *r != Default::default())
+    let mut rows: Vec<PrefixRow> = names
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| PrefixRow {
+            name,
+            held: held.get(i).copied().unwrap_or_default(),
+            requests: requests.get(i).copied().unwrap_or_default(),
         })
+        .filter(|r| r.held.items.iter().any(|&n| n > 0) || r.requests != Default::default())
         .collect();
-    let bytes = |i: usize| held.get(i).map_or(0, |h| h.bytes.iter().sum::<u64>());
-    rows.sort_by(|&a, &b| bytes(b).cmp(&bytes(a)).then(a.cmp(&b)));
+    let bytes = |r: &PrefixRow| r.held.bytes.iter().sum::<u64>();
+    rows.sort_by_key(|r| std::cmp::Reverse(bytes(r)));
+    Some((rows, snap))
+}
+
+/// `stats prefixes`: for each prefix, its items and bytes in each tier
+/// (from the last finished memory walk) and its requests, largest first.
+fn prefixes(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
+    let Some((rows, snap)) = prefix_rows(ctx) else {
+        return line(
+            out,
+            "CLIENT_ERROR prefix stats are off (-D <delimiter>, or stats detail on)",
+        );
+    };
     let mut stat = |name: &[u8], field: &str, v: u64| {
         out.extend_from_slice(b"STAT prefix:");
         crate::watchers::push_key(out, name);
         let _ = write!(out, ":{field} {v}\r\n");
     };
-    for i in rows {
-        let h = held.get(i).copied().unwrap_or_default();
-        let r = requests.get(i).copied().unwrap_or_default();
-        let n = &names[i];
+    for row in &rows {
+        let (h, r, n) = (&row.held, &row.requests, &row.name);
         stat(n, "items", h.items.iter().sum());
         stat(n, "bytes_memory", h.bytes[0]);
         stat(n, "bytes_zzone", h.bytes[1]);

@@ -39,7 +39,9 @@ fn num(m: &BTreeMap<String, String>, k: &str) -> u64 {
 /// walk's sums per tier are the engine's `bytes` and `zzone_bytes_in`.
 #[test]
 fn prefix_bytes_add_up_to_the_engines_totals() {
-    let server = Server::start(&["-m", "8", "-D", ":"]);
+    let port = common::free_port();
+    let listen = format!("metrics_listen=127.0.0.1:{port}");
+    let server = Server::start(&["-m", "8", "-D", ":", "-o", &listen]);
     let mut c = server.connect();
     let mut batch = Vec::new();
     for i in 0..24_000u32 {
@@ -113,6 +115,20 @@ fn prefix_bytes_add_up_to_the_engines_totals() {
     assert_eq!(num(&p, "prefix:p1:gets"), 2);
     assert_eq!(num(&p, "prefix:p1:hits") + num(&p, "prefix:p1:misses"), 2);
     assert_eq!(num(&p, "prefix:nosuch:misses"), 1);
+
+    // The same figures in /metrics, for the 20 largest prefixes.
+    let mut h = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics");
+    h.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").expect("send");
+    let mut body = String::new();
+    std::io::Read::read_to_string(&mut h, &mut body).expect("read");
+    for want in [
+        "cachalot_prefix_items{prefix=\"p0\"} ",
+        "cachalot_prefix_bytes{prefix=\"(none)\",tier=\"zzone\"} ",
+        "cachalot_prefix_requests_total{prefix=\"p0\",result=\"set\"} 4800",
+        "cachalot_prefix_requests_total{prefix=\"nosuch\",result=\"miss\"} 1",
+    ] {
+        assert!(body.contains(want), "{want} missing:\n{body}");
+    }
 }
 
 #[test]
