@@ -28,7 +28,8 @@ fn stats_mrc(server: &Server) -> BTreeMap<String, f64> {
 /// the memory, an LRU would miss every GET of a scan; with more, as now.
 #[test]
 fn a_scan_shows_its_cliff() {
-    let server = Server::start(&["-m", "8", "-t", "1"]);
+    // 8 MB: under the size where the curve is on by default.
+    let server = Server::start(&["-m", "8", "-t", "1", "-o", "mrc=1"]);
     let c = server.connect();
     let mut r = BufReader::new(c.try_clone().expect("clone"));
     let mut w = c;

@@ -386,6 +386,15 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     if s.engine.flash.is_some() && !given.zzone {
         s.engine.zzone = false;
     }
+    // The observers are on by default where they take at most 1% of -m
+    // (at -m 1 they would take a third of it); asked for, always.
+    let one_percent = s.engine.memory_limit / 100;
+    if !given.hotkeys && s.threads * crate::hotkeys::SKETCH_BYTES > one_percent {
+        s.hotkeys = false;
+    }
+    if !given.mrc && crate::mrc::Curve::memory_bytes(s.engine.memory_limit) > one_percent {
+        s.mrc = false;
+    }
     s.trace = trace_config(&given)?;
     // A request line may carry a key plus meta flags; values are bounded by -I.
     s.max_line = s.max_line.max(2048);
@@ -452,6 +461,8 @@ fn sub_float(name: &str, value: Option<&str>) -> Result<f64, CliError> {
 struct Given {
     rebalance: bool,
     zzone: bool,
+    hotkeys: bool,
+    mrc: bool,
     /// `trace_file` and the `trace_*` options, in any order.
     trace_file: Option<PathBuf>,
     trace_sample: Option<f64>,
@@ -593,8 +604,14 @@ fn extended(
             "warm_max_factor" => s.warm_max_factor = sub_float(key, value)?,
             "temporary_ttl" => s.temporary_ttl = sub_number(key, value)?,
             "idle_timeout" => s.idle_timeout = sub_number(key, value)?,
-            "hotkeys" => s.hotkeys = sub_switch(key, value)?,
-            "mrc" => s.mrc = sub_switch(key, value)?,
+            "hotkeys" => {
+                s.hotkeys = sub_switch(key, value)?;
+                given.hotkeys = true;
+            }
+            "mrc" => {
+                s.mrc = sub_switch(key, value)?;
+                given.mrc = true;
+            }
             // Issue 36: trace capture (`capture`); put together once all
             // options are read (`trace_config`).
             "trace_file" => {
@@ -1112,12 +1129,14 @@ pub fn usage() -> String {
                           that carry no cost (default 1000)
    - metrics_listen:      HOST:PORT of an HTTP listener for Prometheus
                           (GET /metrics); default: none
-   - hotkeys:             1 (default) or 0: each worker counts requests per
-                          key for `stats hotkeys [N]` and `watch hotkeys`
-                          (about 50 KB a worker, counted in -m)
-   - mrc:                 1 (default) or 0: keep a sampled miss-ratio curve
-                          for `stats mrc` (the miss ratio at 1/4, 1/2, 2 and
-                          4 times -m; under 1% of -m, counted in it)
+   - hotkeys:             1 or 0: each worker counts requests per key for
+                          `stats hotkeys [N]` and `watch hotkeys` (about
+                          50 KB a worker, counted in -m; on by default where
+                          that is at most 1% of -m)
+   - mrc:                 1 or 0: keep a sampled miss-ratio curve for `stats
+                          mrc` (the miss ratio at 1/4, 1/2, 2 and 4 times -m;
+                          counted in -m, on by default where that is at most
+                          1% of it: from -m 17)
    - trace_file:          record a trace of the requests to this file
                           (default: none); oracleGeneral (libCacheSim's
                           binary records), or the lab's CSV if it ends in .csv
@@ -1667,6 +1686,20 @@ mod tests {
             let e = err(&["-o", args]);
             assert_eq!((e.message.as_str(), e.code), (message, 1), "{args}");
         }
+    }
+
+    /// The observers (hot keys, the live curve) are on by default where
+    /// they take at most 1% of -m, and wherever they are asked for.
+    #[test]
+    fn observers_default_by_memory() {
+        let (s, _) = run(&["-m", "64"]).unwrap();
+        assert!(s.hotkeys && s.mrc);
+        let (s, _) = run(&["-m", "2", "-I", "512k"]).unwrap();
+        assert!(!s.hotkeys && !s.mrc);
+        let (s, _) = run(&["-m", "2", "-I", "512k", "-o", "hotkeys=1,mrc=1"]).unwrap();
+        assert!(s.hotkeys && s.mrc);
+        let (s, _) = run(&["-m", "64", "-o", "mrc=0"]).unwrap();
+        assert!(s.hotkeys && !s.mrc);
     }
 
     #[test]
