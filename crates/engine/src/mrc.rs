@@ -91,27 +91,97 @@ pub enum Access {
     Delete,
 }
 
-/// A sampled LRU stack of the whole cache and the GETs' distances.
-pub struct LiveMrc {
-    threshold: u64,
-    max_keys: usize,
-    /// Scaled distance beyond which a key is forgotten rather than the
-    /// rate lowered: a GET that far misses in every cache predicted.
-    horizon: f64,
-    /// Sampled key hash -> its index in the stack.
-    index: HashMap<u64, u32>,
-    free: Vec<u32>,
-    slots: Vec<u32>,
-    /// Each index's key hash and last size (a missed key keeps its old
-    /// size until its SET).
-    objs: Vec<(u64, u32)>,
+/// One LRU stack over sampled keys and the distances of their GETs: the
+/// whole cache's, or one prefix's alone ([`LiveMrc`]'s parts).
+struct Stacked {
     stack: Stack,
+    /// Each sampled key's slot in `stack` (by the curve's key index).
+    slots: Vec<u32>,
     /// Scaled GETs by distance bin, and those with no distance (cold).
     hist: Vec<f64>,
     cold: f64,
     gets: f64,
     /// Scaled GETs that missed in the cache itself.
     missed: f64,
+}
+
+impl Stacked {
+    fn new() -> Stacked {
+        Stacked {
+            stack: Stack::new(true),
+            slots: Vec::new(),
+            hist: vec![0.0; BINS],
+            cold: 0.0,
+            gets: 0.0,
+            missed: 0.0,
+        }
+    }
+
+    /// Key `obj` was asked for (a GET when `get` is Some, its hit or miss)
+    /// at `size` bytes, the sample's weight `scale`.
+    fn access(&mut self, obj: u32, size: u32, get: Option<bool>, scale: f64) {
+        let d = self.stack.access(obj, size, &mut self.slots);
+        if let Some(hit) = get {
+            self.gets += scale;
+            if !hit {
+                self.missed += scale;
+            }
+            match d {
+                Some(d) => self.hist[bin_of(d.bytes as f64 * scale)] += scale,
+                None => self.cold += scale,
+            }
+        }
+    }
+
+    fn remove(&mut self, obj: u32) {
+        self.stack.remove(obj, &mut self.slots);
+    }
+
+    fn decay(&mut self, f: f64) {
+        for c in &mut self.hist {
+            *c *= f;
+        }
+        self.cold *= f;
+        self.gets *= f;
+        self.missed *= f;
+    }
+
+    fn curve(&self, all_gets: f64, all_missed: f64) -> Curve {
+        Curve {
+            hist: self.hist.clone(),
+            cold: self.cold,
+            gets: self.gets,
+            missed: self.missed,
+            all_gets,
+            all_missed,
+        }
+    }
+}
+
+/// Prefixes with a curve of their own, the first seen in the sample.
+pub const MAX_PARTS: usize = 8;
+/// A key in no part.
+const NO_PART: u8 = u8::MAX;
+
+/// A sampled LRU stack of the whole cache and the GETs' distances, and
+/// one for each of the first [`MAX_PARTS`] key prefixes seen in the
+/// sample, as if that prefix had an LRU of its own (what giving it less
+/// memory, or more, would do to its misses).
+pub struct LiveMrc {
+    threshold: u64,
+    max_keys: usize,
+    /// Scaled distance beyond which a key is forgotten rather than the
+    /// rate lowered: a GET that far misses in every cache predicted.
+    horizon: f64,
+    /// Sampled key hash -> its index.
+    index: HashMap<u64, u32>,
+    free: Vec<u32>,
+    /// Each index's key hash, last size (a missed key keeps its old size
+    /// until its SET) and part.
+    objs: Vec<(u64, u32, u8)>,
+    whole: Stacked,
+    /// The prefixes' own stacks, by the caller's prefix id.
+    parts: Vec<(u16, Stacked)>,
     /// All the cache's GETs and misses ([`LiveMrc::count_gets`]).
     all_gets: f64,
     all_missed: f64,
@@ -149,13 +219,9 @@ impl LiveMrc {
             horizon: f64::MAX,
             index: HashMap::new(),
             free: Vec::new(),
-            slots: Vec::new(),
             objs: Vec::new(),
-            stack: Stack::new(true),
-            hist: vec![0.0; BINS],
-            cold: 0.0,
-            gets: 0.0,
-            missed: 0.0,
+            whole: Stacked::new(),
+            parts: Vec::new(),
             all_gets: 0.0,
             all_missed: 0.0,
             decayed_at: now,
@@ -163,13 +229,16 @@ impl LiveMrc {
     }
 
     /// The bytes a curve of `max_keys` keys takes at most: its index, the
-    /// stack's two trees, owners and sizes at twice the keys, the bins.
+    /// stacks' two trees, owners and sizes at twice the keys (the whole
+    /// cache's, and the parts', which hold each key once between them),
+    /// the slots of the whole and each part, the bins.
     pub fn memory_bytes(max_keys: usize) -> usize {
         // The index (a hash table of 12-byte entries, at least 7/8 full
-        // before it doubles: 32 bytes a key at worst), sizes and slots, and
-        // the stack's trees, owners and sizes at twice the keys.
+        // before it doubles: 32 bytes a key at worst) and the keys' hash,
+        // size and part.
         let keys = max_keys.max(16) + 1;
-        keys * (32 + 4 + 4) + 2 * keys * (4 + 8 + 4 + 4) + BINS * 8
+        let stacks = 2 * (2 * keys * (4 + 8 + 4 + 4));
+        keys * (32 + 16) + stacks + (1 + MAX_PARTS) * keys * 4 + (1 + MAX_PARTS) * BINS * 8
     }
 
     /// The sampling rate now.
@@ -187,8 +256,10 @@ impl LiveMrc {
         self.threshold
     }
 
-    /// One request for the key of hash `h`, at server second `now`.
-    pub fn record(&mut self, h: u64, access: Access, now: u32) {
+    /// One request for the key of hash `h`, at server second `now`;
+    /// `part` names the key's prefix (asked only of a sampled key that is
+    /// new to the sample; None: it has none, or prefixes are not told).
+    pub fn record(&mut self, h: u64, access: Access, now: u32, part: impl FnOnce() -> Option<u16>) {
         self.advance(now);
         if !sampled(h, self.threshold) {
             return;
@@ -198,11 +269,12 @@ impl LiveMrc {
             Some(&o) => o,
             None if access == Access::Delete => return,
             None => {
+                let p = part().map_or(NO_PART, |id| self.part_index(id));
                 let o = self.free.pop().unwrap_or(self.objs.len() as u32);
                 if o as usize == self.objs.len() {
-                    self.objs.push((h, 0));
+                    self.objs.push((h, 0, p));
                 }
-                self.objs[o as usize] = (h, 0);
+                self.objs[o as usize] = (h, 0, p);
                 self.index.insert(h, o);
                 o
             }
@@ -210,40 +282,54 @@ impl LiveMrc {
         let size = match access {
             Access::Hit { size } | Access::Store { size } => size,
             Access::Miss => self.objs[obj as usize].1,
-            Access::Delete => {
-                self.stack.remove(obj, &mut self.slots);
-                self.index.remove(&h);
-                self.free.push(obj);
-                return;
-            }
+            Access::Delete => return self.forget(obj),
         };
         self.objs[obj as usize].1 = size;
-        let d = self.stack.access(obj, size, &mut self.slots);
-        if let Access::Hit { .. } | Access::Miss = access {
-            self.gets += scale;
-            if access == Access::Miss {
-                self.missed += scale;
-            }
-            match d {
-                Some(d) => self.hist[bin_of(d.bytes as f64 * scale)] += scale,
-                None => self.cold += scale,
-            }
+        let get = match access {
+            Access::Hit { .. } => Some(true),
+            Access::Miss => Some(false),
+            _ => None,
+        };
+        self.whole.access(obj, size, get, scale);
+        let p = self.objs[obj as usize].2;
+        if let Some((_, part)) = self.parts.get_mut(p as usize) {
+            part.access(obj, size, get, scale);
         }
         if self.index.len() > self.max_keys {
             self.forget_or_lower_rate(scale);
         }
     }
 
+    /// The part of prefix `id`, made while there is room (NO_PART after).
+    fn part_index(&mut self, id: u16) -> u8 {
+        if let Some(i) = self.parts.iter().position(|(p, _)| *p == id) {
+            return i as u8;
+        }
+        if self.parts.len() == MAX_PARTS {
+            return NO_PART;
+        }
+        self.parts.push((id, Stacked::new()));
+        (self.parts.len() - 1) as u8
+    }
+
+    /// Take key `obj` out of the sample.
+    fn forget(&mut self, obj: u32) {
+        let (h, _, p) = self.objs[obj as usize];
+        self.whole.remove(obj);
+        if let Some((_, part)) = self.parts.get_mut(p as usize) {
+            part.remove(obj);
+        }
+        self.index.remove(&h);
+        self.free.push(obj);
+    }
+
     /// Over the bound: forget the oldest key if it is beyond the horizon
     /// (one-hit keys of a long tail go this way, and the rate stays),
     /// else sample fewer keys.
     fn forget_or_lower_rate(&mut self, scale: f64) {
-        if let Some((obj, d)) = self.stack.oldest() {
+        if let Some((obj, d)) = self.whole.stack.oldest() {
             if d.bytes as f64 * scale > self.horizon {
-                self.stack.remove(obj, &mut self.slots);
-                self.index.remove(&self.objs[obj as usize].0);
-                self.free.push(obj);
-                return;
+                return self.forget(obj);
             }
         }
         self.lower_rate();
@@ -253,16 +339,14 @@ impl LiveMrc {
     fn lower_rate(&mut self) {
         self.threshold = (self.threshold * 3 / 4).max(1);
         let t = self.threshold;
-        let gone: Vec<(u64, u32)> = self
+        let gone: Vec<u32> = self
             .index
             .iter()
             .filter(|(&h, _)| !sampled(h, t))
-            .map(|(&h, &o)| (h, o))
+            .map(|(_, &o)| o)
             .collect();
-        for (h, o) in gone {
-            self.stack.remove(o, &mut self.slots);
-            self.index.remove(&h);
-            self.free.push(o);
+        for o in gone {
+            self.forget(o);
         }
     }
 
@@ -273,12 +357,10 @@ impl LiveMrc {
             return;
         }
         let f = 0.5f64.powi(halves.min(64) as i32);
-        for c in &mut self.hist {
-            *c *= f;
+        self.whole.decay(f);
+        for (_, p) in &mut self.parts {
+            p.decay(f);
         }
-        self.cold *= f;
-        self.gets *= f;
-        self.missed *= f;
         self.all_gets *= f;
         self.all_missed *= f;
         self.decayed_at += halves * HALF_LIFE;
@@ -294,16 +376,18 @@ impl LiveMrc {
         self.all_missed += missed;
     }
 
-    /// The curve as it stands.
+    /// The whole cache's curve as it stands.
     pub fn curve(&self) -> Curve {
-        Curve {
-            hist: self.hist.clone(),
-            cold: self.cold,
-            gets: self.gets,
-            missed: self.missed,
-            all_gets: self.all_gets,
-            all_missed: self.all_missed,
-        }
+        self.whole.curve(self.all_gets, self.all_missed)
+    }
+
+    /// Each part's curve, by prefix id: a prefix's own LRU, placed by the
+    /// sampled GETs of its keys.
+    pub fn part_curves(&self) -> Vec<(u16, Curve)> {
+        self.parts
+            .iter()
+            .map(|(id, p)| (*id, p.curve(0.0, 0.0)))
+            .collect()
     }
 
     /// `stats mrc`'s pairs: the sample, the miss ratios observed (the
@@ -497,9 +581,9 @@ mod tests {
                 } else {
                     Access::Miss
                 };
-                m.record(h(k), a, 0);
+                m.record(h(k), a, 0, || None);
                 if !hit {
-                    m.record(h(k), Access::Store { size: 100 }, 0);
+                    m.record(h(k), Access::Store { size: 100 }, 0, || None);
                 }
             }
         }
@@ -543,8 +627,8 @@ mod tests {
         let size = |k: u64| 50 + (k % 7) as u32 * 40;
         let mut m = LiveMrc::with_keys(4000, 0);
         for &k in &stream {
-            m.record(h(k), Access::Miss, 0);
-            m.record(h(k), Access::Store { size: size(k) }, 0);
+            m.record(h(k), Access::Miss, 0, || None);
+            m.record(h(k), Access::Store { size: size(k) }, 0, || None);
         }
         assert!(m.rate() < 0.5, "the bound lowered the rate: {}", m.rate());
         assert!(m.keys() <= 4000);
@@ -571,17 +655,57 @@ mod tests {
         }
     }
 
+    /// Two prefixes, interleaved: a scan of 1,000 keys and one of 100.
+    /// Each part's curve has its own cliff, at its own data's size, as if
+    /// it had an LRU of its own; the whole cache's is at their sum.
+    #[test]
+    fn each_prefix_has_its_own_curve() {
+        let mut m = LiveMrc::with_keys(10_000, 0);
+        for round in 0..4 {
+            for k in 0..1000u64 {
+                for (part, key) in [(1u16, k), (2, 5000 + k % 100)] {
+                    let first = round == 0 && (part == 1 || k < 100);
+                    let a = if first {
+                        Access::Miss
+                    } else {
+                        Access::Hit { size: 100 }
+                    };
+                    m.record(h(key), a, 0, || Some(part));
+                    if first {
+                        m.record(h(key), Access::Store { size: 100 }, 0, || Some(part));
+                    }
+                }
+            }
+        }
+        let parts = m.part_curves();
+        assert_eq!(parts.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 2]);
+        let (big, small) = (&parts[0].1, &parts[1].1);
+        // Above its scan, only its cold misses; below, every GET misses.
+        assert!(big.lru_miss_ratio(110_000.0) < 0.26 && big.lru_miss_ratio(90_000.0) > 0.99);
+        assert!(small.lru_miss_ratio(11_000.0) < 0.03 && small.lru_miss_ratio(9_000.0) > 0.99);
+        let whole = m.curve();
+        assert!(whole.lru_miss_ratio(121_000.0) < 0.15 && whole.lru_miss_ratio(100_000.0) > 0.5);
+        // A key deleted leaves its part too.
+        m.record(h(5000), Access::Delete, 0, || unreachable!("known key"));
+        assert_eq!(m.keys(), 1099);
+        // Parts are bounded: the first MAX_PARTS prefixes seen.
+        for p in 3..20u16 {
+            m.record(h(90_000 + p as u64), Access::Miss, 0, || Some(p));
+        }
+        assert_eq!(m.part_curves().len(), MAX_PARTS);
+    }
+
     #[test]
     fn deletes_leave_and_counts_decay() {
         let mut m = LiveMrc::with_keys(100, 0);
-        m.record(h(1), Access::Store { size: 10 }, 0);
-        m.record(h(1), Access::Hit { size: 10 }, 0);
+        m.record(h(1), Access::Store { size: 10 }, 0, || None);
+        m.record(h(1), Access::Hit { size: 10 }, 0, || None);
         assert_eq!(m.keys(), 1);
-        m.record(h(1), Access::Delete, 0);
-        m.record(h(2), Access::Delete, 0);
+        m.record(h(1), Access::Delete, 0, || None);
+        m.record(h(2), Access::Delete, 0, || None);
         assert_eq!(m.keys(), 0);
         let before = m.curve().gets();
-        m.record(h(3), Access::Miss, HALF_LIFE);
+        m.record(h(3), Access::Miss, HALF_LIFE, || None);
         let after = m.curve().gets();
         assert!(
             (after - (before / 2.0 + 1.0)).abs() < 1e-9,

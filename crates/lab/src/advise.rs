@@ -91,6 +91,76 @@ pub fn sentences(points: &[Point], gets_per_sec: f64) -> Vec<String> {
     out
 }
 
+/// A prefix's own curve in `stats mrc` (`mrc:prefix:<p>:...`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrefixCurve {
+    pub prefix: String,
+    pub miss_ratio: f64,
+    pub effective_bytes: f64,
+    pub at_half: f64,
+    pub at_twice: f64,
+}
+
+/// The prefixes' curves `stats mrc` lists, those placed (no `-1`).
+pub fn prefix_curves(mrc: &std::collections::BTreeMap<String, String>) -> Vec<PrefixCurve> {
+    let mut out: Vec<PrefixCurve> = Vec::new();
+    for (k, _) in mrc.iter().filter(|(k, _)| k.ends_with(":effective_bytes")) {
+        let Some(p) = k
+            .strip_prefix("mrc:prefix:")
+            .and_then(|r| r.strip_suffix(":effective_bytes"))
+        else {
+            continue;
+        };
+        let f = |field: &str| -> Option<f64> {
+            mrc.get(&format!("mrc:prefix:{p}:{field}"))?.parse().ok()
+        };
+        let (Some(m), Some(e), Some(h), Some(t)) = (
+            f("miss_ratio"),
+            f("effective_bytes"),
+            f("miss_ratio_50pct"),
+            f("miss_ratio_200pct"),
+        ) else {
+            continue;
+        };
+        if [m, e, h, t].iter().all(|v| *v >= 0.0) {
+            out.push(PrefixCurve {
+                prefix: p.to_string(),
+                miss_ratio: m,
+                effective_bytes: e,
+                at_half: h,
+                at_twice: t,
+            });
+        }
+    }
+    out
+}
+
+/// For each prefix: what giving up half of the LRU size it behaves as
+/// would cost it, and what doubling it would save, per 1,000 of its GETs;
+/// the one that would lose least first.
+pub fn prefix_sentences(curves: &[PrefixCurve]) -> Vec<String> {
+    let mut sorted: Vec<&PrefixCurve> = curves.iter().collect();
+    sorted.sort_by(|a, b| (a.at_half - a.miss_ratio).total_cmp(&(b.at_half - b.miss_ratio)));
+    sorted
+        .iter()
+        .map(|c| {
+            format!(
+                "prefix {} (behaves as an LRU of {}) could give up {} for {:.0} more misses per 1,000 of its GETs, \
+                 or take {} more for {:.0} fewer (its miss ratio {:.3}: {:.3} with half, {:.3} with twice)",
+                c.prefix,
+                bytes(c.effective_bytes),
+                bytes(c.effective_bytes / 2.0),
+                (c.at_half - c.miss_ratio).max(0.0) * 1000.0,
+                bytes(c.effective_bytes),
+                (c.miss_ratio - c.at_twice).max(0.0) * 1000.0,
+                c.miss_ratio,
+                c.at_half,
+                c.at_twice
+            )
+        })
+        .collect()
+}
+
 fn gets(addr: SocketAddr) -> anyhow::Result<f64> {
     let s = servers::stats(addr, "stats")?;
     let n = |k: &str| -> anyhow::Result<f64> {
@@ -152,6 +222,9 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<()> {
     for s in sentences(&points, rate) {
         println!("{s}");
     }
+    for s in prefix_sentences(&prefix_curves(&mrc)) {
+        println!("{s}");
+    }
     println!("chart: {} and {}", png.display(), svg.display());
     Ok(())
 }
@@ -190,6 +263,27 @@ mod tests {
         );
         assert!(
             s[1].starts_with("-512 MB (512 MB in all) would cost about 1000 misses/s"),
+            "{s:?}"
+        );
+        // A prefix's own curve, and one not placed yet (left out).
+        let mut with = mrc.clone();
+        for (k, v) in [
+            ("mrc:prefix:b:miss_ratio", "0.01"),
+            ("mrc:prefix:b:effective_bytes", "2147483648"),
+            ("mrc:prefix:b:miss_ratio_50pct", "0.015"),
+            ("mrc:prefix:b:miss_ratio_200pct", "0.01"),
+            ("mrc:prefix:c:miss_ratio", "-1.0000"),
+            ("mrc:prefix:c:effective_bytes", "-1"),
+            ("mrc:prefix:c:miss_ratio_50pct", "-1.0000"),
+            ("mrc:prefix:c:miss_ratio_200pct", "-1.0000"),
+        ] {
+            with.insert(k.into(), v.into());
+        }
+        let curves = prefix_curves(&with);
+        assert_eq!(curves.len(), 1);
+        let s = prefix_sentences(&curves);
+        assert!(
+            s[0].starts_with("prefix b (behaves as an LRU of 2 GB) could give up 1 GB for 5 more misses per 1,000 of its GETs"),
             "{s:?}"
         );
         // Before any GET, or with the curve off: an error, not a chart.

@@ -416,7 +416,7 @@ impl Sim {
     /// Tell the live curve what a request did to the current key.
     fn observe(&mut self, access: mrc::Access) {
         let h = cachalot_engine::hash::hash(&self.key);
-        self.mrc.record(h, access, self.clock.now());
+        self.mrc.record(h, access, self.clock.now(), || None);
     }
 }
 

@@ -43,14 +43,15 @@ impl Curve {
         LiveMrc::memory_bytes(LiveMrc::keys_for(memory_limit))
     }
 
-    /// One request for the key of hash `h`.
+    /// One request for the key of hash `h`; `part` names its prefix, for
+    /// the prefixes' own curves (asked only of a key new to the sample).
     #[inline]
-    pub fn record(&self, h: u64, access: Access, now: u32) {
+    pub fn record(&self, h: u64, access: Access, now: u32, part: impl FnOnce() -> Option<u16>) {
         if !sampled(h, self.gate.load(Ordering::Relaxed)) {
             return;
         }
         let mut m = self.inner.lock();
-        m.record(h, access, now);
+        m.record(h, access, now, part);
         self.gate.store(m.threshold(), Ordering::Relaxed);
     }
 
@@ -67,11 +68,37 @@ impl Curve {
         self.inner.lock().count_gets(dg as f64, dm as f64, now);
     }
 
-    /// `stats mrc`'s pairs, with what the engine holds now.
-    pub fn report(&self, cache: &Cache) -> Vec<(String, String)> {
+    /// `stats mrc`'s pairs, with what the engine holds now, then each
+    /// prefix's own curve (`names`: the prefixes by id): its miss ratio
+    /// in the sample, the LRU size it behaves as, and its miss ratio with
+    /// half and twice that.
+    pub fn report(&self, cache: &Cache, names: &[Box<[u8]>]) -> Vec<(String, String)> {
         let held = Held::of(&cache.stats());
-        let mut m = self.inner.lock();
-        m.advance(cache.clock().now());
-        m.report(held)
+        let (mut out, parts) = {
+            let mut m = self.inner.lock();
+            m.advance(cache.clock().now());
+            (m.report(held), m.part_curves())
+        };
+        for (id, c) in parts {
+            let Some(name) = names.get(id as usize) else {
+                continue;
+            };
+            let mut escaped = Vec::new();
+            crate::watchers::push_key(&mut escaped, name);
+            let p = format!("mrc:prefix:{}", String::from_utf8_lossy(&escaped));
+            let none = Held::default();
+            let fig = |v: Option<f64>, digits: usize| format!("{:.*}", digits, v.unwrap_or(-1.0));
+            out.push((format!("{p}:miss_ratio"), fig(c.observed(), 4)));
+            out.push((format!("{p}:effective_bytes"), fig(c.capacity(none), 0)));
+            out.push((
+                format!("{p}:miss_ratio_50pct"),
+                fig(c.predict(0.5, none), 4),
+            ));
+            out.push((
+                format!("{p}:miss_ratio_200pct"),
+                fig(c.predict(2.0, none), 4),
+            ));
+        }
+        out
     }
 }

@@ -63,7 +63,10 @@ pub fn collect(ctx: &Ctx<'_>, group: &[u8]) -> Option<Pairs> {
         b"locks" => locks(ctx, &mut out),
         // cachalot's own, with `-o mrc=1` (the default): the miss ratio
         // at other memory sizes.
-        b"mrc" => out = ctx.shared.mrc.as_ref()?.report(ctx.cache),
+        b"mrc" => {
+            let names = ctx.shared.prefixes.names();
+            out = ctx.shared.mrc.as_ref()?.report(ctx.cache, &names)
+        }
         // cachalot's own, with `-o trace_file` (issue 36).
         b"trace" => trace(ctx, &mut out)?,
         // memcached 1.6.18 answers it with no lines, extstore on or off.

@@ -14,10 +14,16 @@ use crate::handler::Ctx;
 use crate::hotkeys;
 use crate::watchers::{DELETIONS, FETCHERS, MUTATIONS};
 
-/// Tell the live miss-ratio curve (`stats mrc`) what a request did.
-fn observe_curve(ctx: &Ctx<'_>, h: u64, access: mrc::Access) {
+/// Tell the live miss-ratio curve (`stats mrc`) what a request did to
+/// `key` (of hash `h`), with its prefix when prefix stats are on.
+fn observe_curve(ctx: &Ctx<'_>, key: &[u8], h: u64, access: mrc::Access) {
     if let Some(curve) = &ctx.shared.mrc {
-        curve.record(h, access, ctx.cache.clock().now());
+        let prefixes = &ctx.shared.prefixes;
+        let part = || {
+            let p = crate::prefixes::prefix_of(key, prefixes.delimiter());
+            prefixes.enabled().then(|| prefixes.id(p))
+        };
+        curve.record(h, access, ctx.cache.clock().now(), part);
     }
 }
 
@@ -35,7 +41,7 @@ pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
         None => (hotkeys::Access::Miss, mrc::Access::Miss),
     };
     ctx.stats.hot.record(ctx.cache.clock(), h, key, hot);
-    observe_curve(ctx, h, curve);
+    observe_curve(ctx, key, h, curve);
     if let Some(c) = &ctx.shared.capture {
         c.fetched(h, key, found.map(|(len, _)| len));
     }
@@ -57,7 +63,7 @@ pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, described: Option<(u32, usi
     ctx.stats
         .hot
         .record(ctx.cache.clock(), h, key, hotkeys::Access::Other);
-    observe_curve(ctx, h, mrc::Access::Delete);
+    observe_curve(ctx, key, h, mrc::Access::Delete);
     let w = &ctx.shared.watchers;
     if let (true, Some((class, size))) = (w.wants(DELETIONS), described) {
         w.deletion(key, cmd, class, size);
@@ -73,7 +79,7 @@ pub fn stored(ctx: &Ctx<'_>, req: &Store<'_>, cmd: &str, outcome: &StoreOutcome)
     ctx.stats.hot.record(ctx.cache.clock(), h, req.key, hot);
     if let StoreOutcome::Stored { .. } = outcome {
         let size = mrc::item_size(req.key.len(), req.value.len());
-        observe_curve(ctx, h, mrc::Access::Store { size });
+        observe_curve(ctx, req.key, h, mrc::Access::Store { size });
         if let Some(c) = &ctx.shared.capture {
             let append = matches!(req.mode, StoreMode::Append | StoreMode::Prepend);
             let ttl = ctx

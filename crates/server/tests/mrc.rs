@@ -26,18 +26,27 @@ fn stats_mrc(server: &Server) -> BTreeMap<String, f64> {
 /// every GET after the first pass hits. The curve sees a third of the
 /// GETs miss, and a cliff at the data's size: with a quarter or half of
 /// the memory, an LRU would miss every GET of a scan; with more, as now.
+/// So does each prefix's own curve, at its own size.
+/// 3,600 keys under `big:`, 400 under `small:`.
+fn key(k: usize) -> String {
+    match k < 3600 {
+        true => format!("big:{k}"),
+        false => format!("small:{k}"),
+    }
+}
+
 #[test]
 fn a_scan_shows_its_cliff() {
     // 8 MB: under the size where the curve is on by default.
-    let server = Server::start(&["-m", "8", "-t", "1", "-o", "mrc=1"]);
+    let server = Server::start(&["-m", "8", "-t", "1", "-o", "mrc=1", "-D", ":"]);
     let c = server.connect();
     let mut r = BufReader::new(c.try_clone().expect("clone"));
     let mut w = c;
     let value = vec![b'v'; 1000];
     for _ in 0..3 {
         for batch in (0..4000).collect::<Vec<_>>().chunks(100) {
-            for k in batch {
-                w.write_all(format!("get key{k}\r\n").as_bytes())
+            for &k in batch {
+                w.write_all(format!("get {}\r\n", key(k)).as_bytes())
                     .expect("send");
             }
             let mut missed = Vec::new();
@@ -54,8 +63,8 @@ fn a_scan_shows_its_cliff() {
                 }
                 assert_eq!(line, "END\r\n");
             }
-            for k in missed {
-                w.write_all(format!("set key{k} 0 0 {} noreply\r\n", value.len()).as_bytes())
+            for &k in missed {
+                w.write_all(format!("set {} 0 0 {} noreply\r\n", key(k), value.len()).as_bytes())
                     .expect("send");
                 w.write_all(&value).expect("send");
                 w.write_all(b"\r\n").expect("send");
@@ -86,6 +95,26 @@ fn a_scan_shows_its_cliff() {
     );
     // The data is 4 MB and more (keys and item headers).
     assert!(m["mrc_effective_bytes"] > 4.0e6, "{m:?}");
+    // Each prefix's own curve: a scan of its own keys, its cliff at its
+    // own data's size (3.6 MB and 0.4 MB, and their keys and headers).
+    let part = |p: &str, f: &str| m[&format!("mrc:prefix:{p}:{f}")];
+    assert!(
+        (3.6e6..4.4e6).contains(&part("big", "effective_bytes")),
+        "{m:?}"
+    );
+    assert!(
+        (0.3e6..0.6e6).contains(&part("small", "effective_bytes")),
+        "{m:?}"
+    );
+    for p in ["big", "small"] {
+        let part = |f: &str| part(p, f);
+        assert!((part("miss_ratio") - 1.0 / 3.0).abs() < 0.05, "{m:?}");
+        assert!(part("miss_ratio_50pct") > 0.95, "{m:?}");
+        assert!(
+            (part("miss_ratio_200pct") - part("miss_ratio")).abs() < 0.01,
+            "{m:?}"
+        );
+    }
 }
 
 #[test]
