@@ -198,14 +198,15 @@ pub struct LiveMrc {
 
 impl LiveMrc {
     /// The curve a cache of `memory_limit` bytes keeps (the server's, and
-    /// the lab's `sim`): a key in eight at most (a small key space then
-    /// costs a request in eight a lock and a stack update, not every one),
-    /// and at most one key per 8 KB of memory, between 2,048 and 65,536
-    /// (SHARDS's error with 8,192 keys was under 0.01 on most of its
-    /// traces).
+    /// the lab's `sim`): a key in sixteen at most (a small key space then
+    /// costs a request in sixteen a lock and a stack update, not every
+    /// one: at one in eight, the curve cost 3% of the server's CPU on a
+    /// 90% GET load, 6% with the prefixes' curves), and at most one key
+    /// per 8 KB of memory, between 2,048 and 65,536 (SHARDS's error with
+    /// 8,192 keys was under 0.01 on most of its traces).
     pub fn for_memory(memory_limit: usize, now: u32) -> LiveMrc {
         let mut m = LiveMrc::with_keys(Self::keys_for(memory_limit), now);
-        m.threshold = FULL_RATE >> 3;
+        m.threshold = FULL_RATE >> 4;
         // Four times the memory, holding four times its size in data
         // (compressed): keys deeper than that are as good as cold.
         m.horizon = 16.0 * memory_limit as f64;
