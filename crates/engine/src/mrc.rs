@@ -202,8 +202,9 @@ impl LiveMrc {
     /// costs a request in sixteen a lock and a stack update, not every
     /// one: at one in eight, the curve cost 3% of the server's CPU on a
     /// 90% GET load, 6% with the prefixes' curves), and at most one key
-    /// per 8 KB of memory, between 2,048 and 65,536 (SHARDS's error with
-    /// 8,192 keys was under 0.01 on most of its traces).
+    /// per 16 KB of memory, between 1,024 and 65,536 (about 1% of the
+    /// memory with its parts; SHARDS's error with 8,192 keys was under
+    /// 0.01 on most of its traces).
     pub fn for_memory(memory_limit: usize, now: u32) -> LiveMrc {
         let mut m = LiveMrc::with_keys(Self::keys_for(memory_limit), now);
         m.threshold = FULL_RATE >> 4;
@@ -215,7 +216,7 @@ impl LiveMrc {
 
     /// The most keys [`LiveMrc::for_memory`] samples.
     pub fn keys_for(memory_limit: usize) -> usize {
-        (memory_limit / 8192).clamp(2048, 65_536)
+        (memory_limit / 16384).clamp(1024, 65_536)
     }
 
     /// A curve that samples at most `max_keys` keys (all of them, while

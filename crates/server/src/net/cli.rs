@@ -387,12 +387,13 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
         s.engine.zzone = false;
     }
     // The observers are on by default where they take at most 1% of -m
-    // (at -m 1 they would take a third of it); asked for, always.
+    // (1.5% for the curve, whose bound is an upper one; at -m 1 they would
+    // take a third of it); asked for, always.
     let one_percent = s.engine.memory_limit / 100;
     if !given.hotkeys && s.threads * crate::hotkeys::SKETCH_BYTES > one_percent {
         s.hotkeys = false;
     }
-    if !given.mrc && crate::mrc::Curve::memory_bytes(s.engine.memory_limit) > one_percent {
+    if !given.mrc && crate::mrc::Curve::memory_bytes(s.engine.memory_limit) * 2 > 3 * one_percent {
         s.mrc = false;
     }
     s.trace = trace_config(&given)?;
@@ -1136,7 +1137,7 @@ pub fn usage() -> String {
    - mrc:                 1 or 0: keep a sampled miss-ratio curve for `stats
                           mrc` (the miss ratio at 1/4, 1/2, 2 and 4 times -m;
                           counted in -m, on by default where that is at most
-                          1% of it: from -m 17)
+                          1.5% of it: from -m 14)
    - trace_file:          record a trace of the requests to this file
                           (default: none); oracleGeneral (libCacheSim's
                           binary records), or the lab's CSV if it ends in .csv
