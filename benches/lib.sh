@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # variables set here are used by the scripts that source it
-# Shared helpers for benches/capacity.sh and benches/throughput.sh: locate
+# Shared helpers for benches/capacity.sh, benches/throughput.sh and
+# benches/mrc-predict.sh: locate
 # or build the load generator, start a server (memcached or cachalot) on a
 # free 127.0.0.1 port with the flags it is given, and stop every server this
 # script started when it exits. Sourced, not run.
@@ -160,7 +161,8 @@ wait_quiet() {
 }
 
 # server_stats ADDR GROUP NAME... -> the values of those stats, space
-# separated, from `stats GROUP` ("" for plain `stats`) of the server at ADDR.
+# separated, from `stats GROUP` ("" for plain `stats`) of the server at ADDR
+# ("-" for one it does not have, all "-" for a group it answers ERROR to).
 server_stats() {
     python3 - "$@" <<'PY'
 import socket, sys
@@ -169,9 +171,9 @@ host, port = addr.rsplit(":", 1)
 s = socket.create_connection((host, int(port)))
 s.sendall(("stats %s\r\n" % group).replace("stats \r", "stats\r").encode())
 b = b""
-while not b.endswith(b"END\r\n"):
+while not b.endswith(b"END\r\n") and not b.endswith(b"ERROR\r\n"):
     b += s.recv(65536)
 st = dict(l.split()[1:3] for l in b.decode().split("\r\n") if l.startswith("STAT "))
-print(" ".join(st[n] for n in names))
+print(" ".join(st.get(n, "-") for n in names))
 PY
 }

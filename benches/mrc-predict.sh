@@ -21,9 +21,9 @@
 # default ETC, YCSB-B and Twitter-like), OUT_DIR (traces and results;
 # reused when present).
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-CACHALOT=${CACHALOT_BIN:-$TARGET/release/cachalot}
+# shellcheck source=benches/lib.sh
+. "$(dirname "$0")/lib.sh"
+TARGET=${CARGO_TARGET_DIR:-$BENCH_ROOT/target}
 LAB=${LAB_BIN:-$TARGET/release/cachalot-lab}
 MODE=${MODE:-server}
 VALUES=${VALUES:-random}
@@ -31,9 +31,10 @@ THREADS=${THREADS:-2}
 CONNS=${CONNS:-4}
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/cachalot-mrc-predict.XXXXXX)}
 mkdir -p "$OUT_DIR"
-for b in "$CACHALOT" "$LAB"; do
+for b in "$CACHALOT_BIN" "$LAB"; do
     [ -x "$b" ] || { echo "$b not found (cargo build --release -p cachalot -p cachalot-lab)" >&2; exit 1; }
 done
+[ "$MODE" = sim ] || ensure_loadgen
 if [ -n "${TRACES:-}" ]; then
     IFS=';' read -r -a TRACE_LIST <<<"$TRACES"
 else
@@ -43,23 +44,10 @@ else
         "twitter|--model twitter --requests 2000000 --seed 1|16 32"
     )
 fi
-USER_FLAG=()
-[ "$(id -u)" != 0 ] || USER_FLAG=(-u root)
-
 echo "machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -n1)," \
     "$(free -g | awk '/^Mem:/ {print $2}') GiB RAM, $(uname -sr); date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "cachalot: $CACHALOT (checkout at $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "cachalot: $CACHALOT_BIN (checkout at $(cd "$BENCH_ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 echo "mode: $MODE, values: $VALUES, -t $THREADS; out: $OUT_DIR"
-
-SERVER_PID=
-stop_server() {
-    if [ -n "$SERVER_PID" ]; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-        SERVER_PID=
-    fi
-}
-trap stop_server EXIT
 
 # run NAME M: the trace at -m M; writes $OUT_DIR/NAME-M-VALUES.stats, the
 # `stats` and `stats mrc` pairs (name value per line) at the end.
@@ -81,35 +69,21 @@ for k, v in d["meta"]["server_stats"].items():
 EOF
         return
     fi
-    local port
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    "$CACHALOT" -p "$port" -l 127.0.0.1 -U 0 "${USER_FLAG[@]}" -m "$m" -t "$THREADS" \
-        2>"$OUT_DIR/server.log" &
-    SERVER_PID=$!
-    for _ in $(seq 1 500); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-        sleep 0.02
-    done
-    "$LAB" replay --server "127.0.0.1:$port" --trace "$OUT_DIR/$name.csv" \
+    # shellcheck disable=SC2086  # USER_FLAG is one word or none
+    start_server cachalot - -l 127.0.0.1 -U 0 $USER_FLAG -m "$m" -t "$THREADS"
+    local addr=127.0.0.1:$SERVER_PORT
+    "$LAB" replay --server "$addr" --trace "$OUT_DIR/$name.csv" \
         --values "$VALUES" --connections "$CONNS" --json "$OUT_DIR/$name-$m-$VALUES.json" >/dev/null
     # The maintainer hands the curve the cache's GET counts every 200 ms.
     sleep 0.5
-    python3 - "$port" >"$out" <<'EOF'
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-for group in ("stats", "stats mrc"):
-    s.sendall(group.encode() + b"\r\n")
-    data = b""
-    # A server below the size where the curve is on by default answers
-    # `stats mrc` as an unknown group (its miss ratio is all that is used).
-    while not data.endswith(b"END\r\n") and not data.endswith(b"ERROR\r\n"):
-        data += s.recv(65536)
-    for line in data.decode().splitlines():
-        f = line.split()
-        if len(f) == 3 and (f[1] in ("get_hits", "get_misses") or f[1].startswith("mrc_")):
-            print(f[1], f[2])
-EOF
-    stop_server
+    local hits misses p50 p200
+    read -r hits misses <<<"$(server_stats "$addr" "" get_hits get_misses)"
+    # "-" where the curve is off (below its default size): only the miss
+    # ratio of those runs is used.
+    read -r p50 p200 <<<"$(server_stats "$addr" mrc mrc_miss_ratio_50pct mrc_miss_ratio_200pct)"
+    printf 'get_hits %s\nget_misses %s\nmrc_miss_ratio_50pct %s\nmrc_miss_ratio_200pct %s\n' \
+        "$hits" "$misses" "$p50" "$p200" >"$out"
+    stop_server "$SERVER_PID"
 }
 
 stat() { awk -v k="$2" '$1 == k { print $2 }' "$1"; }
@@ -134,8 +108,16 @@ for spec in "${TRACE_LIST[@]}"; do
         two=$(miss "$name" $((m * 2)))
         p50=$(stat "$f" mrc_miss_ratio_50pct)
         p200=$(stat "$f" mrc_miss_ratio_200pct)
-        python3 -c "
-h, o, t, a, b = $half, $one, $two, $p50, $p200
-print('%-8s %5s | %8.4f %8.4f %8.4f | %9.4f %9.4f | %+8.4f %+8.4f' % ('$name', '$m', h, o, t, a, b, a - h, b - t))"
+        python3 - "$name" "$m" "$half" "$one" "$two" "$p50" "$p200" <<'EOF'
+import sys
+name, m = sys.argv[1:3]
+h, o, t = map(float, sys.argv[3:6])
+if "-" in sys.argv[6:8]:
+    # The curve is off at this -m (below its default size).
+    print("%-8s %5s | %8.4f %8.4f %8.4f | curve off at this -m" % (name, m, h, o, t))
+else:
+    a, b = map(float, sys.argv[6:8])
+    print("%-8s %5s | %8.4f %8.4f %8.4f | %9.4f %9.4f | %+8.4f %+8.4f" % (name, m, h, o, t, a, b, a - h, b - t))
+EOF
     done
 done
