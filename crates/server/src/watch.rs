@@ -14,6 +14,13 @@ use crate::handler::Ctx;
 use crate::hotkeys;
 use crate::watchers::{DELETIONS, FETCHERS, MUTATIONS};
 
+/// The key's hash, when an observer that needs it is on (hot keys, the
+/// curve, the capture): with all off, a request hashes nothing more.
+fn hash_if_observed(ctx: &Ctx<'_>, key: &[u8]) -> Option<u64> {
+    let on = ctx.stats.hot.is_on() || ctx.shared.mrc.is_some() || ctx.shared.capture.is_some();
+    on.then(|| hash(key))
+}
+
 /// Tell the live miss-ratio curve (`stats mrc`) what a request did to
 /// `key` (of hash `h`), with its prefix when prefix stats are on.
 fn observe_curve(ctx: &Ctx<'_>, key: &[u8], h: u64, access: mrc::Access) {
@@ -30,20 +37,21 @@ fn observe_curve(ctx: &Ctx<'_>, key: &[u8], h: u64, access: mrc::Access) {
 /// `fetchers`: a client looked `key` up; `found` is the value's length and
 /// flags when it was there.
 pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
-    let h = hash(key);
-    let (hot, curve) = match found {
-        Some((len, _)) => (
-            hotkeys::Access::Hit { size: len as u32 },
-            mrc::Access::Hit {
-                size: mrc::item_size(key.len(), len),
-            },
-        ),
-        None => (hotkeys::Access::Miss, mrc::Access::Miss),
-    };
-    ctx.stats.hot.record(ctx.cache.clock(), h, key, hot);
-    observe_curve(ctx, key, h, curve);
-    if let Some(c) = &ctx.shared.capture {
-        c.fetched(h, key, found.map(|(len, _)| len));
+    if let Some(h) = hash_if_observed(ctx, key) {
+        let (hot, curve) = match found {
+            Some((len, _)) => (
+                hotkeys::Access::Hit { size: len as u32 },
+                mrc::Access::Hit {
+                    size: mrc::item_size(key.len(), len),
+                },
+            ),
+            None => (hotkeys::Access::Miss, mrc::Access::Miss),
+        };
+        ctx.stats.hot.record(ctx.cache.clock(), h, key, hot);
+        observe_curve(ctx, key, h, curve);
+        if let Some(c) = &ctx.shared.capture {
+            c.fetched(h, key, found.map(|(len, _)| len));
+        }
     }
     let w = &ctx.shared.watchers;
     if w.wants(FETCHERS) {
@@ -56,14 +64,15 @@ pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
 /// `size` bytes was in slab class `class` (`described`: (class, size), when
 /// the delete was asked to say; the watchers' line needs it).
 pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, described: Option<(u32, usize)>) {
-    let h = hash(key);
-    if let Some(c) = &ctx.shared.capture {
-        c.deleted(h, key);
+    if let Some(h) = hash_if_observed(ctx, key) {
+        if let Some(c) = &ctx.shared.capture {
+            c.deleted(h, key);
+        }
+        ctx.stats
+            .hot
+            .record(ctx.cache.clock(), h, key, hotkeys::Access::Other);
+        observe_curve(ctx, key, h, mrc::Access::Delete);
     }
-    ctx.stats
-        .hot
-        .record(ctx.cache.clock(), h, key, hotkeys::Access::Other);
-    observe_curve(ctx, key, h, mrc::Access::Delete);
     let w = &ctx.shared.watchers;
     if let (true, Some((class, size))) = (w.wants(DELETIONS), described) {
         w.deletion(key, cmd, class, size);
@@ -73,22 +82,23 @@ pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, described: Option<(u32, usi
 /// `mutations`: a store of `value_len` bytes by command `cmd` ended with
 /// `outcome`.
 pub fn stored(ctx: &Ctx<'_>, req: &Store<'_>, cmd: &str, outcome: &StoreOutcome) {
-    let h = hash(req.key);
-    let size = req.value.len() as u32;
-    let hot = hotkeys::Access::Store { size };
-    ctx.stats.hot.record(ctx.cache.clock(), h, req.key, hot);
-    if let StoreOutcome::Stored { .. } = outcome {
-        let size = mrc::item_size(req.key.len(), req.value.len());
-        observe_curve(ctx, req.key, h, mrc::Access::Store { size });
-        if let Some(c) = &ctx.shared.capture {
-            let append = matches!(req.mode, StoreMode::Append | StoreMode::Prepend);
-            let ttl = ctx
-                .cache
-                .clock()
-                .ttl_remaining(req.expiry)
-                .clamp(0, u32::MAX as i64);
-            let cost = req.cost.unwrap_or(0);
-            c.stored(h, req.key, req.value.len(), append, ttl as u32, cost);
+    if let Some(h) = hash_if_observed(ctx, req.key) {
+        let size = req.value.len() as u32;
+        let hot = hotkeys::Access::Store { size };
+        ctx.stats.hot.record(ctx.cache.clock(), h, req.key, hot);
+        if let StoreOutcome::Stored { .. } = outcome {
+            let size = mrc::item_size(req.key.len(), req.value.len());
+            observe_curve(ctx, req.key, h, mrc::Access::Store { size });
+            if let Some(c) = &ctx.shared.capture {
+                let append = matches!(req.mode, StoreMode::Append | StoreMode::Prepend);
+                let ttl = ctx
+                    .cache
+                    .clock()
+                    .ttl_remaining(req.expiry)
+                    .clamp(0, u32::MAX as i64);
+                let cost = req.cost.unwrap_or(0);
+                c.stored(h, req.key, req.value.len(), append, ttl as u32, cost);
+            }
         }
     }
     let w = &ctx.shared.watchers;
