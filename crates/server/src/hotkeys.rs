@@ -103,6 +103,11 @@ struct Inner {
     /// (eight cache lines and four, where the entries are 280 bytes each).
     hashes: [u64; TRACKED],
     counts: [u32; TRACKED],
+    /// A bit per tracked hash ([`bit`]), set by every admission and
+    /// rebuilt at each decay: a request whose bit is clear is not
+    /// tracked, and skips the scan of `hashes` (most requests, on a
+    /// workload without hot keys, where the estimates all sit near `min`).
+    tracked: [u64; 4],
     /// Entries in use (the first `used`).
     used: usize,
     /// The smallest count among the entries, once all are in use (0
@@ -131,6 +136,13 @@ fn decay(c: u32, times: u32) -> u32 {
     c as u32
 }
 
+/// The word and bit of hash `h` in `Inner::tracked` (bits the sketch's
+/// rows do not use).
+#[inline]
+fn bit(h: u64) -> (usize, u64) {
+    (((h >> 62) & 3) as usize, 1 << ((h >> 56) & 63))
+}
+
 /// The counter index of hash `h` in row `r`: independent bits of the hash
 /// per row.
 #[inline]
@@ -145,6 +157,7 @@ impl Inner {
             top: vec![Entry::EMPTY; TRACKED].into_boxed_slice(),
             hashes: [0; TRACKED],
             counts: [0; TRACKED],
+            tracked: [0; 4],
             used: 0,
             min: 0,
             epoch: now,
@@ -173,6 +186,11 @@ impl Inner {
         self.epoch_us = now_us;
         self.age = self.age.saturating_add(times);
         self.refresh_min();
+        self.tracked = [0; 4];
+        for &h in &self.hashes[..self.used] {
+            let (w, b) = bit(h);
+            self.tracked[w] |= b;
+        }
     }
 
     fn refresh_min(&mut self) {
@@ -194,12 +212,17 @@ impl Inner {
             let c = &mut self.cms[cell(h, r)];
             *c = (*c).max(est);
         }
-        // A tracked key's estimate is at least its count, so below the
-        // smallest count the key is not tracked, and not admitted.
-        if est < self.min {
+        // A tracked key's estimate is at least its count, and `est` one
+        // more, so at or below the smallest count the key is not tracked,
+        // and not admitted.
+        if est <= self.min {
             return;
         }
-        let found = (0..self.used).find(|&i| self.hashes[i] == h && self.top[i].key() == key);
+        let (w, b) = bit(h);
+        let found = match self.tracked[w] & b {
+            0 => None,
+            _ => (0..self.used).find(|&i| self.hashes[i] == h && self.top[i].key() == key),
+        };
         let at = match found {
             Some(i) => {
                 self.top[i].count = self.top[i].count.saturating_add(1);
@@ -248,6 +271,8 @@ impl Inner {
         e.err = est - 1;
         self.hashes[i] = h;
         self.counts[i] = est;
+        let (w, b) = bit(h);
+        self.tracked[w] |= b;
         e.hits = 0;
         e.misses = 0;
         e.size = 0;
@@ -273,6 +298,8 @@ impl Inner {
         }
         for (i, e) in live.iter().enumerate() {
             assert_eq!((self.hashes[i], self.counts[i]), (e.hash, e.count));
+            let (w, b) = bit(e.hash);
+            assert_ne!(self.tracked[w] & b, 0, "a tracked key's bit is clear");
             assert!(
                 self.estimate(e.hash) >= e.count,
                 "a count above its estimate"
