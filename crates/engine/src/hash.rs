@@ -8,6 +8,36 @@ pub fn hash(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
 }
 
+/// A `Hasher` for the engine's own maps: a key that is already a key
+/// hash (`u64`) is remixed with one multiply, bytes are hashed with
+/// [`hash`]; several times cheaper than the default SipHash, which guards
+/// against keys chosen to collide (a hash of a key, or a prefix from a
+/// table bounded in size, cannot make a map degrade beyond its bound).
+#[derive(Clone, Copy, Default)]
+pub struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = self.0.rotate_left(17) ^ hash(bytes);
+    }
+    #[inline]
+    fn write_u64(&mut self, h: u64) {
+        self.0 = (self.0 ^ h).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    #[inline]
+    fn write_usize(&mut self, n: usize) {
+        self.0 ^= n as u64;
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A map built with [`KeyHasher`].
+pub type KeyMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<KeyHasher>>;
+
 /// The stripe of key hash `h` for stripes of shift `shift` (64 minus the log2
 /// of their number; `Stripes::of`): the top bits of a multiplicative remix,
 /// independent of the bits the index routes by.

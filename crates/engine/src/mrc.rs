@@ -25,8 +25,7 @@
 //! Counts halve every [`HALF_LIFE`] seconds, so the curve follows a
 //! changing workload.
 
-use std::collections::HashMap;
-
+use crate::hash::KeyMap;
 use crate::stack::Stack;
 
 /// Top hash bits that decide sampling.
@@ -181,7 +180,7 @@ pub struct LiveMrc {
     /// rate lowered: a GET that far misses in every cache predicted.
     horizon: f64,
     /// Sampled key hash -> its index.
-    index: HashMap<u64, u32>,
+    index: KeyMap<u64, u32>,
     free: Vec<u32>,
     /// Each index's key hash, last size (a missed key keeps its old size
     /// until its SET) and part.
@@ -226,7 +225,7 @@ impl LiveMrc {
             threshold: FULL_RATE,
             max_keys: max_keys.max(16),
             horizon: f64::MAX,
-            index: HashMap::new(),
+            index: KeyMap::default(),
             free: Vec::new(),
             objs: Vec::new(),
             whole: Stacked::new(),

@@ -21,10 +21,10 @@
 //! prefixes` found the last one more than a second old.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
+use cachalot_engine::hash::KeyMap;
 use cachalot_engine::{Cache, DumpAt, MetaItem, Tier};
 use parking_lot::Mutex;
 
@@ -265,30 +265,13 @@ pub struct Counts {
     inner: Mutex<WorkerCounts>,
 }
 
-/// The hasher of a worker's prefix map: the engine's xxh3 of the bytes,
-/// several times cheaper than the default SipHash on every request.
-#[derive(Default)]
-struct PrefixHasher(u64);
-
-impl Hasher for PrefixHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0 = self.0.rotate_left(17) ^ cachalot_engine::hash::hash(bytes);
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.0 ^= n as u64;
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
 /// The longest prefix a worker remembers as its last.
 const LAST_MAX: usize = 32;
 
 #[derive(Debug, Default)]
 struct WorkerCounts {
     /// This worker's own map of the prefixes it has seen to their ids.
-    ids: HashMap<Box<[u8]>, u16, BuildHasherDefault<PrefixHasher>>,
+    ids: KeyMap<Box<[u8]>, u16>,
     /// The last prefix looked up (when at most [`LAST_MAX`] bytes) and its
     /// id: most requests name the same prefix as the one before, and take
     /// one compare instead of a hash lookup (no allocation either way).
