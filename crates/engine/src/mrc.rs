@@ -99,6 +99,7 @@ pub enum Access {
 
 /// One LRU stack over sampled keys and the distances of their GETs: the
 /// whole cache's, or one prefix's alone ([`LiveMrc`]'s parts).
+#[derive(Clone)]
 struct Stacked {
     stack: Stack,
     /// Each sampled key's slot in `stack` (by the curve's key index).
@@ -188,6 +189,14 @@ pub struct LiveMrc {
     whole: Stacked,
     /// The prefixes' own stacks, by the caller's prefix id.
     parts: Vec<(u16, Stacked)>,
+    /// While every key the sample has taken had this one prefix, its part
+    /// is the whole stack, kept once (`parts` is empty; the keys' part is
+    /// 0, where it will be): a cache whose keys share a prefix pays for
+    /// one stack, not two. The first key of another prefix, or of none,
+    /// copies the whole stack into the part ([`LiveMrc::split_solo`]).
+    solo: Option<u16>,
+    /// A key of a second prefix, or of none, was seen: no more `solo`.
+    mixed: bool,
     /// All the cache's GETs and misses ([`LiveMrc::count_gets`]).
     all_gets: f64,
     all_missed: f64,
@@ -230,6 +239,8 @@ impl LiveMrc {
             objs: Vec::new(),
             whole: Stacked::new(),
             parts: Vec::new(),
+            solo: None,
+            mixed: false,
             all_gets: 0.0,
             all_missed: 0.0,
             decayed_at: now,
@@ -277,7 +288,13 @@ impl LiveMrc {
             Some(&o) => o,
             None if access == Access::Delete => return,
             None => {
-                let p = part().map_or(NO_PART, |id| self.part_index(id));
+                let p = match part() {
+                    Some(id) => self.part_index(id),
+                    None => {
+                        self.split_solo();
+                        NO_PART
+                    }
+                };
                 let o = self.free.pop().unwrap_or(self.objs.len() as u32);
                 if o as usize == self.objs.len() {
                     self.objs.push((h, 0, p));
@@ -310,6 +327,16 @@ impl LiveMrc {
 
     /// The part of prefix `id`, made while there is room (NO_PART after).
     fn part_index(&mut self, id: u16) -> u8 {
+        if !self.mixed {
+            match self.solo {
+                None => {
+                    self.solo = Some(id);
+                    return 0;
+                }
+                Some(s) if s == id => return 0,
+                Some(_) => self.split_solo(),
+            }
+        }
         if let Some(i) = self.parts.iter().position(|(p, _)| *p == id) {
             return i as u8;
         }
@@ -318,6 +345,16 @@ impl LiveMrc {
         }
         self.parts.push((id, Stacked::new()));
         (self.parts.len() - 1) as u8
+    }
+
+    /// The sample no longer holds one prefix alone: the solo prefix's
+    /// part, until now the whole stack, becomes a copy of it (exact: every
+    /// key and GET so far was that prefix's).
+    fn split_solo(&mut self) {
+        self.mixed = true;
+        if let Some(id) = self.solo.take() {
+            self.parts.push((id, self.whole.clone()));
+        }
     }
 
     /// Take key `obj` out of the sample.
@@ -392,9 +429,11 @@ impl LiveMrc {
     /// Each part's curve, by prefix id: a prefix's own LRU, placed by the
     /// sampled GETs of its keys.
     pub fn part_curves(&self) -> Vec<(u16, Curve)> {
-        self.parts
-            .iter()
-            .map(|(id, p)| (*id, p.curve(0.0, 0.0)))
+        let solo = self.solo.map(|id| (id, &self.whole));
+        let parts = self.parts.iter().map(|(id, p)| (*id, p));
+        solo.into_iter()
+            .chain(parts)
+            .map(|(id, p)| (id, p.curve(0.0, 0.0)))
             .collect()
     }
 
@@ -719,6 +758,70 @@ mod tests {
             m.record(h(90_000 + p as u64), Access::Miss, 0, || Some(p));
         }
         assert_eq!(m.part_curves().len(), MAX_PARTS);
+    }
+
+    /// A prefix alone in the sample shares the whole stack; when a second
+    /// prefix comes, its own curve goes on exactly as a curve fed its
+    /// keys alone.
+    #[test]
+    fn a_lone_prefix_shares_the_whole_stack_until_a_second_comes() {
+        let (mut m, mut alone) = (LiveMrc::with_keys(10_000, 0), LiveMrc::with_keys(10_000, 0));
+        let mut rng = 7u64;
+        let mut next = |n: u64| {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 33) % n
+        };
+        let a = |m: &mut LiveMrc, alone: &mut LiveMrc, k: u64, acc: Access| {
+            m.record(h(k), acc, 0, || Some(4));
+            alone.record(h(k), acc, 0, || None);
+        };
+        for _ in 0..3000 {
+            let k = next(500);
+            a(
+                &mut m,
+                &mut alone,
+                k,
+                Access::Hit {
+                    size: 50 + k as u32,
+                },
+            );
+        }
+        assert_eq!(m.parts.len(), 0, "one prefix: no stack of its own yet");
+        let same = |c: &Curve, d: &Curve| c.hist == d.hist && c.cold == d.cold && c.gets == d.gets;
+        assert!(same(&m.part_curves()[0].1, &alone.curve()));
+        for i in 0..3000 {
+            if i % 3 == 0 {
+                m.record(h(10_000 + next(300)), Access::Miss, 0, || Some(9));
+            }
+            let k = next(500);
+            a(
+                &mut m,
+                &mut alone,
+                k,
+                Access::Hit {
+                    size: 50 + k as u32,
+                },
+            );
+        }
+        let parts = m.part_curves();
+        assert_eq!(parts.iter().map(|p| p.0).collect::<Vec<_>>(), [4, 9]);
+        assert!(
+            same(&parts[0].1, &alone.curve()),
+            "the lone prefix's curve went on"
+        );
+        assert!(!same(&m.curve(), &alone.curve()));
+        // A key with no prefix ends a lone prefix's sharing too.
+        let mut m = LiveMrc::with_keys(100, 0);
+        m.record(h(1), Access::Miss, 0, || Some(4));
+        m.record(h(2), Access::Miss, 0, || None);
+        m.record(h(1), Access::Hit { size: 5 }, 0, || {
+            unreachable!("known key")
+        });
+        let parts = m.part_curves();
+        assert_eq!(parts.len(), 1);
+        assert_eq!((parts[0].1.gets(), m.curve().gets()), (2.0, 3.0));
     }
 
     #[test]

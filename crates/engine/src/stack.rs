@@ -24,6 +24,7 @@ const EMPTY: u32 = u32::MAX;
 /// caller keeps each object's slot in `slots[obj]` and passes that array in,
 /// so one array can serve several stacks whose object sets are disjoint (the
 /// per-slab-class stacks).
+#[derive(Clone)]
 pub struct Stack {
     /// Fenwick tree (1-based inside, slot s at index s + 1) of marks.
     count: Vec<u32>,
