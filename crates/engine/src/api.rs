@@ -250,6 +250,22 @@ pub(crate) fn exptime_of(e: Expiry) -> u32 {
     }
 }
 
+/// Told the key of each item that leaves the cache to make room (evicted
+/// from the N-zone with no tier below taking it, or from the Z-zone): the
+/// server's evictions per key prefix. Called with the engine's or the
+/// Z-zone's lock held, so it must be quick and take none of the engine's
+/// locks. Not told: the flash tier's evictions (its keys are inside
+/// compressed containers it drops whole), nor the rare Z-zone items a
+/// block rewrite loses for want of room in its page.
+pub trait EvictionTap: Send + Sync {
+    fn evicted(&self, key: &[u8]);
+    /// Whether it counts now: the Z-zone keeps the keys of the blocks it
+    /// packs only then.
+    fn wanted(&self) -> bool {
+        true
+    }
+}
+
 /// An eviction as `watch evictions` reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Evicted {

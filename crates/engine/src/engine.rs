@@ -121,6 +121,8 @@ pub struct Engine {
     /// Evictions for `watch evictions`, until the server takes them (None:
     /// nobody watches). Bounded by `EVICTION_LOG_MAX`.
     eviction_log: Option<Vec<Evicted>>,
+    /// Told each key that leaves the cache for room ([`EvictionTap`]).
+    pub(crate) tap: Option<Arc<dyn crate::api::EvictionTap>>,
     /// Background reclaimer position: (page number, chunk).
     reclaim_at: (usize, u32),
     /// Hot/cold re-partitioning within pages (`-o repartition=1` under
@@ -270,6 +272,7 @@ impl Engine {
             pending_flush: None,
             flush_at: Arc::new(CachePadded::new(AtomicU32::new(0))),
             eviction_log: None,
+            tap: None,
             counters: Counters {
                 get_hits: vec![0; sizes.len()],
                 ..Counters::default()

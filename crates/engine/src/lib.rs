@@ -89,7 +89,7 @@ pub mod warm;
 pub mod zzone;
 
 pub use api::{
-    ArithOutcome, DeleteOutcome, Evicted, ItemId, ItemRef, MetaItem, Store, StoreMode,
+    ArithOutcome, DeleteOutcome, Evicted, EvictionTap, ItemId, ItemRef, MetaItem, Store, StoreMode,
     StoreOutcome, Tier,
 };
 pub use cache::dump::DumpAt;

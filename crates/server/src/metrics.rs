@@ -785,9 +785,10 @@ impl Snapshot {
     }
 
     /// `cachalot_prefix_items{prefix}`, `cachalot_prefix_bytes{prefix,tier}`
-    /// and `cachalot_prefix_requests_total{prefix,result}` for the 20
-    /// largest prefixes (`stats prefixes`).
-    fn prefix_families(&self) -> [Family<'_>; 3] {
+    /// `cachalot_prefix_requests_total{prefix,result}` and
+    /// `cachalot_prefix_evictions_total{prefix}` for the 20 largest
+    /// prefixes (`stats prefixes`).
+    fn prefix_families(&self) -> [Family<'_>; 4] {
         use Kind::{Counter, Gauge};
         let mut items = Family::new(
             "cachalot_prefix_items",
@@ -804,6 +805,11 @@ impl Snapshot {
             "requests by key prefix and result (stats prefixes)",
             Counter,
         );
+        let mut evictions = Family::new(
+            "cachalot_prefix_evictions",
+            "items by key prefix that left the cache for room (stats prefixes)",
+            Counter,
+        );
         for row in &self.prefixes {
             let mut name = Vec::new();
             crate::watchers::push_key(&mut name, &row.name);
@@ -818,6 +824,9 @@ impl Snapshot {
                     b as f64,
                 ));
             }
+            evictions
+                .samples
+                .push((vec![("prefix", p.clone())], row.evictions as f64));
             let r = &row.requests;
             for (result, n) in [
                 ("hit", r.hits),
@@ -831,7 +840,7 @@ impl Snapshot {
                 ));
             }
         }
-        [items, bytes, requests]
+        [items, bytes, requests, evictions]
     }
 
     fn families(&self) -> Vec<Family<'_>> {

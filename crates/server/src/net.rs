@@ -343,6 +343,7 @@ impl Server {
             ..Shared::default()
         });
         shared.verbosity.store(settings.verbose, Ordering::Relaxed);
+        cache.set_eviction_tap(shared.prefixes.tap());
         // Reader threads only where the workers cannot have their own
         // io_uring (refused by the kernel, or `-o flash_io=threads`).
         let mut settings = settings;

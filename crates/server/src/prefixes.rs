@@ -12,6 +12,10 @@
 //! prefix's id; a worker looks a prefix's id up in its own map, and asks
 //! the shared registry only the first time it sees the prefix.
 //!
+//! Evictions: the engine tells [`Evicted`], its eviction tap, the key of
+//! each item that leaves the cache for room (under its lock: a prefix
+//! search, the registry's lock and an atomic add).
+//!
 //! Memory: the maintainer walks every item of every tier, the walk
 //! `lru_crawler metadump` makes (`Cache::metadump_step`, a few hundred
 //! items per hold of the engine's lock, flash read holding none), a few
@@ -20,12 +24,12 @@
 //! starts [`WALK_EVERY`] after the last began, or at once when a `stats
 //! prefixes` found the last one more than a second old.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cachalot_engine::hash::KeyMap;
-use cachalot_engine::{Cache, DumpAt, MetaItem, Tier};
+use cachalot_engine::{Cache, DumpAt, EvictionTap, MetaItem, Tier};
 use parking_lot::Mutex;
 
 /// Prefixes told apart; the rest are `(other)`.
@@ -116,14 +120,71 @@ pub struct Registry {
     delim: Box<[u8]>,
     /// `-D` was given.
     configured: bool,
-    inner: Mutex<Names>,
+    inner: Arc<Mutex<Names>>,
+    /// Evictions by prefix id, counted by the engine's tap ([`Evicted`]).
+    evictions: Arc<[AtomicU64]>,
     walk: Mutex<Walk>,
 }
 
 #[derive(Debug)]
 struct Names {
-    ids: HashMap<Box<[u8]>, u16>,
+    ids: KeyMap<Box<[u8]>, u16>,
     names: Vec<Box<[u8]>>,
+}
+
+impl Names {
+    /// The id of `prefix` (None: the key had no delimiter), registering it
+    /// while there is room.
+    fn id(&mut self, prefix: Option<&[u8]>) -> u16 {
+        let Some(p) = prefix else {
+            return NONE;
+        };
+        if let Some(&id) = self.ids.get(p) {
+            return id;
+        }
+        if self.names.len() >= MAX_PREFIXES + 2 {
+            return OTHER;
+        }
+        let id = self.names.len() as u16;
+        self.names.push(p.into());
+        self.ids.insert(p.into(), id);
+        id
+    }
+}
+
+/// The engine's eviction tap: counts each evicted key under its prefix
+/// while prefix stats are on.
+#[derive(Debug)]
+pub struct Evicted {
+    delim: Box<[u8]>,
+    configured: bool,
+    names: Arc<Mutex<Names>>,
+    evictions: Arc<[AtomicU64]>,
+}
+
+impl EvictionTap for Evicted {
+    fn evicted(&self, key: &[u8]) {
+        if !enabled(self.configured) {
+            return;
+        }
+        let id = self.names.lock().id(prefix_of(key, &self.delim));
+        self.evictions[id as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn wanted(&self) -> bool {
+        enabled(self.configured)
+    }
+}
+
+/// Whether per-prefix stats are kept now: `stats detail on|off` last
+/// said, else the command line (`configured`: `-D`).
+#[inline]
+fn enabled(configured: bool) -> bool {
+    match SWITCH.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => configured,
+    }
 }
 
 /// The memory walk: where it is, what it has added up, and the last one's
@@ -160,10 +221,11 @@ impl Registry {
         Registry {
             delim: delim.encode_utf8(&mut buf).as_bytes().into(),
             configured,
-            inner: Mutex::new(Names {
-                ids: HashMap::new(),
+            inner: Arc::new(Mutex::new(Names {
+                ids: KeyMap::default(),
                 names: vec![b"(none)"[..].into(), b"(other)"[..].into()],
-            }),
+            })),
+            evictions: (0..MAX_PREFIXES + 2).map(|_| AtomicU64::new(0)).collect(),
             walk: Mutex::new(Walk::default()),
         }
     }
@@ -171,10 +233,31 @@ impl Registry {
     /// Whether per-prefix stats are kept now (one relaxed load).
     #[inline]
     pub fn enabled(&self) -> bool {
-        match SWITCH.load(Ordering::Relaxed) {
-            1 => true,
-            2 => false,
-            _ => self.configured,
+        enabled(self.configured)
+    }
+
+    /// The engine's eviction tap for these prefixes.
+    pub fn tap(&self) -> Arc<dyn EvictionTap> {
+        Arc::new(Evicted {
+            delim: self.delim.clone(),
+            configured: self.configured,
+            names: self.inner.clone(),
+            evictions: self.evictions.clone(),
+        })
+    }
+
+    /// Evictions by prefix id.
+    pub fn evictions(&self) -> Vec<u64> {
+        self.evictions
+            .iter()
+            .map(|e| e.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// `stats reset`.
+    pub fn clear_evictions(&self) {
+        for e in self.evictions.iter() {
+            e.store(0, Ordering::Relaxed);
         }
     }
 
@@ -185,20 +268,7 @@ impl Registry {
     /// The id of `prefix` (None: the key had no delimiter), registering it
     /// while there is room.
     pub fn id(&self, prefix: Option<&[u8]>) -> u16 {
-        let Some(p) = prefix else {
-            return NONE;
-        };
-        let mut n = self.inner.lock();
-        if let Some(&id) = n.ids.get(p) {
-            return id;
-        }
-        if n.names.len() >= MAX_PREFIXES + 2 {
-            return OTHER;
-        }
-        let id = n.names.len() as u16;
-        n.names.push(p.into());
-        n.ids.insert(p.into(), id);
-        id
+        self.inner.lock().id(prefix)
     }
 
     /// The names by id.

@@ -81,6 +81,7 @@ pub fn collect(ctx: &Ctx<'_>, group: &[u8]) -> Option<Pairs> {
 /// keeping gauges such as curr_items.
 pub fn reset(ctx: &Ctx<'_>) {
     ctx.cache.reset_stats();
+    ctx.shared.prefixes.clear_evictions();
     for t in &ctx.shared.threads {
         reset_thread(t);
     }
@@ -899,6 +900,8 @@ pub struct PrefixRow {
     pub name: Box<[u8]>,
     pub held: crate::prefixes::Held,
     pub requests: crate::prefixes::Requests,
+    /// Items of the prefix that left the cache for room.
+    pub evictions: u64,
 }
 
 /// Every prefix with items or requests, largest in bytes first, and the
@@ -909,6 +912,7 @@ pub fn prefix_rows(ctx: &Ctx<'_>) -> Option<(Vec<PrefixRow>, Option<crate::prefi
     }
     let names = ctx.shared.prefixes.names();
     let requests = prefix_requests(ctx);
+    let evictions = ctx.shared.prefixes.evictions();
     let snap = ctx.shared.prefixes.snapshot();
     let held = snap.as_ref().map(|s| s.held.as_slice()).unwrap_or(&[]);
     let mut rows: Vec<PrefixRow> = names
@@ -918,8 +922,13 @@ pub fn prefix_rows(ctx: &Ctx<'_>) -> Option<(Vec<PrefixRow>, Option<crate::prefi
             name,
             held: held.get(i).copied().unwrap_or_default(),
             requests: requests.get(i).copied().unwrap_or_default(),
+            evictions: evictions.get(i).copied().unwrap_or(0),
         })
-        .filter(|r| r.held.items.iter().any(|&n| n > 0) || r.requests != Default::default())
+        .filter(|r| {
+            r.held.items.iter().any(|&n| n > 0)
+                || r.requests != Default::default()
+                || r.evictions > 0
+        })
         .collect();
     let bytes = |r: &PrefixRow| r.held.bytes.iter().sum::<u64>();
     rows.sort_by_key(|r| std::cmp::Reverse(bytes(r)));
@@ -951,7 +960,19 @@ fn prefixes(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
         stat(n, "misses", r.gets - r.hits);
         stat(n, "sets", r.sets);
         stat(n, "deletes", r.deletes);
+        stat(n, "evictions", row.evictions);
     }
+    // Evictions no prefix was told of: the flash tier's, and Z-zone items
+    // whose block found no room while their keys were compressed
+    // (`EvictionTap`); reassign evictions are evictions here too.
+    let e = ctx.cache.stats();
+    let told: u64 = rows.iter().map(|r| r.evictions).sum();
+    let all = e.evictions + e.slab_reassign_evictions;
+    let _ = write!(
+        out,
+        "STAT prefixes_evictions_unattributed {}\r\n",
+        all.saturating_sub(told)
+    );
     match snap {
         Some(s) => {
             let _ = write!(

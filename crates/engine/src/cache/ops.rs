@@ -142,6 +142,11 @@ impl Cache {
         eng.take_evictions()
     }
 
+    /// [`Engine::set_eviction_tap`].
+    pub fn set_eviction_tap(&self, tap: std::sync::Arc<dyn crate::api::EvictionTap>) {
+        self.lock().set_eviction_tap(tap);
+    }
+
     /// [`Engine::class_id`].
     pub fn class_id(&self, key_len: usize, value_len: usize, flags: u32) -> u32 {
         self.lock().class_id(key_len, value_len, flags)

@@ -553,7 +553,11 @@ impl Engine {
             0
         };
         self.rebal.evicted(h, class, size);
-        self.demote(loc)
+        let demoted = self.demote(loc);
+        if let (false, Some(tap)) = (demoted, &self.tap) {
+            tap.evicted(item::key(self.slabs.chunk(loc)));
+        }
+        demoted
     }
 
     /// Remove every item of a page now, as `vacate` does: to free chunks of

@@ -196,6 +196,9 @@ impl Engine {
             Err(_) => {
                 // No chunk for it: it leaves the cache.
                 self.counters.evictions += 1;
+                if let Some(tap) = &self.tap {
+                    tap.evicted(item::key(&image));
+                }
                 None
             }
         };
@@ -437,6 +440,15 @@ impl Engine {
             Some(z) => std::mem::replace(&mut z.paused, on),
             None => false,
         }
+    }
+
+    /// Tell `tap` the key of each item that leaves the cache for room, from
+    /// now on ([`crate::api::EvictionTap`]).
+    pub fn set_eviction_tap(&mut self, tap: std::sync::Arc<dyn crate::api::EvictionTap>) {
+        if let Some(z) = self.zone.as_mut() {
+            z.zone.lock().set_tap(tap.clone());
+        }
+        self.tap = Some(tap);
     }
 
     /// A thread packs the Z-zone's stage and shrinks it from now on

@@ -108,6 +108,7 @@ impl Zone {
                 false => {
                     self.stats.refused += 1;
                     self.stats.evictions += 1;
+                    self.tell_evicted(&job.image);
                 }
             }
             return true;

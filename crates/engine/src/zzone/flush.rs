@@ -63,6 +63,11 @@ pub(super) struct Out {
     tried: bool,
     /// The stubs it holds (their records follow it).
     pub(super) stubs: Vec<Stub>,
+    /// The keys of the items packed into it, when the zone's eviction tap
+    /// wants them (each after its length byte): told if the block finds
+    /// no room. A delta's lists only its new items (the block's older
+    /// ones are compressed).
+    pub(super) keys: Vec<u8>,
 }
 
 /// What a job removed from the zone's count, by reason.
@@ -163,8 +168,12 @@ pub struct BlockJob {
     merged: bool,
     pub(super) out: Vec<Out>,
     pub(super) dropped: Dropped,
-    /// Items dropped because a block outgrew a page.
+    /// Items dropped because a block outgrew a page, and their keys when
+    /// the tap wants them (as `Out::keys`).
     evicted: u64,
+    evicted_keys: Vec<u8>,
+    /// The zone's eviction tap wants keys (`Out::keys`).
+    tapped: bool,
     /// Stubs of the old blocks that it drops, and the old blocks that did
     /// not decode: their records go when it is swapped in.
     pub(super) freed: Vec<Stub>,
@@ -362,6 +371,8 @@ impl Zone {
             out: Vec::new(),
             dropped: Dropped::default(),
             evicted: 0,
+            evicted_keys: Vec::new(),
+            tapped: self.tap.as_ref().is_some_and(|t| t.wanted()),
             freed: Vec::new(),
             corrupt: Vec::new(),
             sweep: None,
@@ -448,6 +459,7 @@ impl Zone {
             entropy: 0.0,
             tried: false,
             stubs,
+            keys: self.keys_if_tapped(job.entries.iter().map(|e| entry(&job.work, *e))),
         };
         self.stats.flushes += 1;
         self.stats.deltas += 1;
@@ -489,6 +501,7 @@ impl Zone {
         }
         self.stats.refused += o.count as u64 - known;
         self.drop_items(o.count as u64 - known);
+        self.tell_keys(&o.keys);
         self.free_records_of(id);
         for &s in &o.stubs {
             self.free_record(s);
@@ -548,6 +561,7 @@ impl Zone {
         self.stats.corrupt += d.corrupt_blocks;
         self.stats.decompressions += d.decompressions;
         self.stats.evictions += job.evicted;
+        self.tell_keys(&job.evicted_keys);
         if job.sweep.is_some() {
             self.finish_sweep(&mut job);
         } else {
@@ -620,6 +634,7 @@ impl Zone {
         let Some(loc) = loc else {
             self.stats.refused += o.count as u64;
             self.drop_items(o.count as u64);
+            self.tell_keys(&o.keys);
             for &s in &o.stubs {
                 self.free_record(s);
             }
@@ -855,6 +870,9 @@ impl BlockJob {
             let gone = entries.swap_remove(i);
             self.freed.extend(stub_of(entry(&self.work, gone)));
             self.evicted += 1;
+            if self.tapped {
+                push_key(&mut self.evicted_keys, entry(&self.work, gone));
+            }
         }
         let stubs = entries
             .iter()
@@ -875,7 +893,13 @@ impl BlockJob {
             entropy: 0.0,
             tried: false,
             stubs,
+            keys: Vec::new(),
         };
+        if self.tapped {
+            for e in &entries {
+                push_key(&mut o.keys, entry(&self.work, *e));
+            }
+        }
         if !entries.is_empty() {
             let mut items: Vec<(u64, &[u8])> = entries
                 .iter()
@@ -903,4 +927,12 @@ impl BlockJob {
         }
         self.out.push(o);
     }
+}
+
+/// Append the key of item `image` to `keys` (after its length byte: a key
+/// is at most 250 bytes), for the eviction tap (`Out::keys`).
+pub(super) fn push_key(keys: &mut Vec<u8>, image: &[u8]) {
+    let key = item::key(image);
+    keys.push(key.len() as u8);
+    keys.extend_from_slice(key);
 }

@@ -191,6 +191,11 @@ impl Stage {
         self.bytes
     }
 
+    /// Its images, in no order (a stub, for an item stored apart).
+    pub(super) fn each_image(&self) -> impl Iterator<Item = &[u8]> {
+        self.items.values().map(|(_, im)| &**im)
+    }
+
     /// Its images, after checking its byte count.
     #[cfg(any(test, feature = "testing"))]
     pub fn images(&self) -> impl Iterator<Item = (u64, &[u8])> {

@@ -278,6 +278,7 @@ impl Zone {
             spilled += u64::from(sent);
             if !sent {
                 self.note_evicted(e.h);
+                self.tell_evicted(image);
             }
             if let Some(s) = stub {
                 self.free_record(s);
@@ -297,6 +298,7 @@ impl Zone {
         self.note_out(o);
         if log::round(o.packed.len()) > log::round(old.stored as usize) {
             self.drop_items(o.count as u64);
+            self.tell_keys(&o.keys);
             for &s in &o.stubs {
                 self.free_record(s);
             }
@@ -342,6 +344,9 @@ impl Zone {
             if self.log.live_bytes() == 0 || self.block_items() == 0 {
                 // Staged items go with it (the stage is memory too).
                 self.stats.evictions += self.stage.len() as u64;
+                for image in self.stage.each_image() {
+                    self.tell_evicted(image);
+                }
                 self.clear();
                 return None;
             }
@@ -374,7 +379,10 @@ impl Zone {
                 match self.pending.remove(&h) {
                     Some(true) => {}
                     Some(false) => self.stats.items -= 1,
-                    None => self.drop_items(1),
+                    None => {
+                        self.drop_items(1);
+                        self.tell_evicted(image);
+                    }
                 }
                 self.free_record_of(image);
             }

@@ -99,6 +99,8 @@ pub struct Zone {
     pub(super) spill: Option<Arc<dyn Pipe>>,
     /// The keys the sweep evicted lately (built at its first eviction).
     pub(super) regret: Option<Regret>,
+    /// Told each key the zone evicts ([`crate::api::EvictionTap`]).
+    pub(super) tap: Option<Arc<dyn crate::api::EvictionTap>>,
     /// Items stored apart from their blocks (`super::large`).
     pub(super) records: Records,
 }
@@ -141,6 +143,7 @@ impl Zone {
             trained_at: 0,
             spill: None,
             regret: None,
+            tap: None,
             records: Records::default(),
             cfg,
         }
@@ -416,6 +419,7 @@ impl Zone {
             self.stats.items -= 1;
             if item::key(&old) != item::key(image) {
                 self.stats.evictions += 1;
+                self.tell_evicted(&old);
             }
         }
         self.stats.items += 1;
@@ -512,6 +516,42 @@ impl Zone {
     }
 
     /// The sweep evicted the item of hash `h`.
+    /// Tell the tap, if any, that the item of `image` left the cache.
+    pub(super) fn tell_evicted(&self, image: &[u8]) {
+        if let Some(tap) = &self.tap {
+            tap.evicted(item::key(image));
+        }
+    }
+
+    /// Tell the tap each key of `keys` (as [`super::flush::push_key`]
+    /// lists them).
+    pub(super) fn tell_keys(&self, mut keys: &[u8]) {
+        let Some(tap) = &self.tap else {
+            return;
+        };
+        while let Some((&n, rest)) = keys.split_first() {
+            let n = (n as usize).min(rest.len());
+            tap.evicted(&rest[..n]);
+            keys = &rest[n..];
+        }
+    }
+
+    /// The keys of `images` for the tap, when it wants them (else none).
+    pub(super) fn keys_if_tapped<'a>(&self, images: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+        let mut keys = Vec::new();
+        if self.tap.as_ref().is_some_and(|t| t.wanted()) {
+            for image in images {
+                super::flush::push_key(&mut keys, image);
+            }
+        }
+        keys
+    }
+
+    /// The tap that is told each key the zone evicts.
+    pub fn set_tap(&mut self, tap: Arc<dyn crate::api::EvictionTap>) {
+        self.tap = Some(tap);
+    }
+
     pub(super) fn note_evicted(&mut self, h: u64) {
         let bytes = self.cfg.ghost_bytes;
         self.regret
