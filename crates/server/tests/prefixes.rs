@@ -211,3 +211,95 @@ fn evictions_are_counted_by_prefix() {
         assert!((0.65..0.85).contains(&share), "{zone}: big's share {share}");
     }
 }
+
+/// Flash too (criterion 2 across every tier): 16,000 items of one image
+/// length under two prefixes in an 8 MB cache with a flash tier. The walk reads the flash items back; its sums are the items
+/// the engine counts, and its bytes those items' images (the image length
+/// from the engine's own `bytes` over the items memory holds).
+#[test]
+fn prefix_bytes_add_up_on_flash() {
+    let path = common::temp_path("prefix-flash");
+    let p = path.to_str().expect("utf-8 path").to_string();
+    let server = Server::start(&[
+        "-m",
+        "8",
+        "--flash-path",
+        &p,
+        "--flash-size",
+        "64",
+        "-D",
+        ":",
+    ]);
+    let mut c = server.connect();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let n = 16_000u32;
+    for chunk in 0..n / 4000 {
+        let mut batch = Vec::new();
+        for i in chunk * 4000..(chunk + 1) * 4000 {
+            // Keys of one length, so every image is as long.
+            let key = match i % 4 {
+                3 => format!("sml:{i:07}"),
+                _ => format!("big:{i:07}"),
+            };
+            let value: String = (0..1000)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (b'!' + (x % 90) as u8) as char
+                })
+                .collect();
+            batch.extend_from_slice(format!("set {key} 0 0 1000 noreply\r\n").as_bytes());
+            batch.extend_from_slice(value.as_bytes());
+            batch.extend_from_slice(b"\r\n");
+        }
+        batch.extend_from_slice(b"mn\r\n");
+        c.write_all(&batch).expect("send");
+        common::read_until(&mut c, b"MN\r\n");
+        // Let the flash writer catch up: items that find its stage full
+        // are evicted.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while num(&stats(&server, "flash"), "flash_staged") > 0 {
+            assert!(Instant::now() < deadline, "the flash stage never empties");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let written = Instant::now();
+    let deadline = written + Duration::from_secs(120);
+    let p = loop {
+        let p = stats(&server, "prefixes");
+        let age = p["prefixes_walk_age_ms"].parse::<i64>().expect("age");
+        let took = p["prefixes_walk_ms"].parse::<u128>().expect("took");
+        if age >= 0 && age as u128 + took < written.elapsed().as_millis() {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no walk after the writes: {p:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (s, f) = (stats(&server, ""), stats(&server, "flash"));
+    let _ = std::fs::remove_file(&path);
+    let on_flash = num(&f, "flash_items");
+    let in_memory = num(&s, "curr_items") - on_flash;
+    assert!(on_flash > 8000 && in_memory > 1000, "{s:?} {f:?}");
+    let image = num(&s, "bytes") / in_memory;
+    let sum = |field: &str| -> u64 {
+        p.iter()
+            .filter(|(k, _)| k.ends_with(&format!(":{field}")))
+            .map(|(_, v)| v.parse::<u64>().expect("number"))
+            .sum()
+    };
+    assert_eq!(sum("items"), num(&s, "curr_items"));
+    let (flash, memory) = (sum("bytes_flash"), sum("bytes_memory") + sum("bytes_zzone"));
+    let want = on_flash * image;
+    assert!(
+        flash.abs_diff(want) * 100 <= want,
+        "{flash} bytes listed on flash, {on_flash} items of {image} bytes there"
+    );
+    assert!(
+        memory.abs_diff(num(&s, "bytes")) * 100 <= num(&s, "bytes"),
+        "{memory} bytes listed in memory: {s:?}"
+    );
+    let big = num(&p, "prefix:big:bytes_flash") + num(&p, "prefix:big:bytes_memory");
+    let share = big as f64 / (flash + memory) as f64;
+    assert!((0.72..0.78).contains(&share), "big's share {share}");
+}
