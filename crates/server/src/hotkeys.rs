@@ -8,8 +8,8 @@
 //! (Space-Saving's replacement, Metwally et al., ICDT'05, fed by the
 //! sketch's estimate rather than the evicted count); from then on its
 //! count is exact, and so are its hits and misses. A request costs a hash,
-//! two counter updates and a compare; a tracked key adds a scan of the
-//! tracked hashes. Nothing allocates after start: a tracked key is copied
+//! two counter updates and a compare; a key above the smallest count adds
+//! a probe of the tracked keys' hash table. Nothing allocates after start: a tracked key is copied
 //! into its entry's fixed buffer.
 //!
 //! Counts decay by half at each second of the server clock, so they
@@ -103,11 +103,13 @@ struct Inner {
     /// (eight cache lines and four, where the entries are 280 bytes each).
     hashes: [u64; TRACKED],
     counts: [u32; TRACKED],
-    /// A bit per tracked hash ([`bit`]), set by every admission and
-    /// rebuilt at each decay: a request whose bit is clear is not
-    /// tracked, and skips the scan of `hashes` (most requests, on a
-    /// workload without hot keys, where the estimates all sit near `min`).
-    tracked: [u64; 4],
+    /// The entries by hash, open addressing with linear probing
+    /// ([`SLOTS`] slots of an entry's index, [`EMPTY`] or [`GONE`]): a
+    /// probe or two finds a key's entry, or that it has none, where a scan
+    /// of the 64 hashes was half the sketch's time on a uniform load.
+    slots: [u8; SLOTS],
+    /// Slots marked [`GONE`] since the last rebuild.
+    gone: usize,
     /// Entries in use (the first `used`).
     used: usize,
     /// The smallest count among the entries, once all are in use (0
@@ -136,11 +138,22 @@ fn decay(c: u32, times: u32) -> u32 {
     c as u32
 }
 
-/// The word and bit of hash `h` in `Inner::tracked` (bits the sketch's
-/// rows do not use).
+/// The estimate an untracked key needs to take the entry of count `least`.
 #[inline]
-fn bit(h: u64) -> (usize, u64) {
-    (((h >> 62) & 3) as usize, 1 << ((h >> 56) & 63))
+fn margin(least: u32) -> u32 {
+    least.saturating_add(least / 8)
+}
+
+/// Slots of `Inner::slots`: four per entry, so probes stay short.
+const SLOTS: usize = 4 * TRACKED;
+const EMPTY: u8 = u8::MAX;
+/// An entry left the slot; probes go on past it.
+const GONE: u8 = u8::MAX - 1;
+
+/// The first slot of hash `h` (bits the sketch's rows do not use).
+#[inline]
+fn slot_of(h: u64) -> usize {
+    (h >> 56) as usize & (SLOTS - 1)
 }
 
 /// The counter index of hash `h` in row `r`: independent bits of the hash
@@ -157,7 +170,8 @@ impl Inner {
             top: vec![Entry::EMPTY; TRACKED].into_boxed_slice(),
             hashes: [0; TRACKED],
             counts: [0; TRACKED],
-            tracked: [0; 4],
+            slots: [EMPTY; SLOTS],
+            gone: 0,
             used: 0,
             min: 0,
             epoch: now,
@@ -186,11 +200,7 @@ impl Inner {
         self.epoch_us = now_us;
         self.age = self.age.saturating_add(times);
         self.refresh_min();
-        self.tracked = [0; 4];
-        for &h in &self.hashes[..self.used] {
-            let (w, b) = bit(h);
-            self.tracked[w] |= b;
-        }
+        self.rebuild_slots();
     }
 
     fn refresh_min(&mut self) {
@@ -218,11 +228,7 @@ impl Inner {
         if est <= self.min {
             return;
         }
-        let (w, b) = bit(h);
-        let found = match self.tracked[w] & b {
-            0 => None,
-            _ => (0..self.used).find(|&i| self.hashes[i] == h && self.top[i].key() == key),
-        };
+        let found = self.find(h, key);
         let at = match found {
             Some(i) => {
                 self.top[i].count = self.top[i].count.saturating_add(1);
@@ -231,8 +237,16 @@ impl Inner {
             }
             None if self.used < TRACKED => {
                 self.used += 1;
-                self.admit(self.used - 1, h, key, est)
+                self.admit(self.used - 1, h, key, est, false)
             }
+            // A key takes the smallest entry only with an estimate an
+            // eighth above it: where no key is hot (uniform requests) the
+            // estimates all sit near the smallest count, and admitting
+            // each one that passes it churned the table on every request
+            // (a third of the sketch's time on a pipelined uniform load)
+            // for keys that are no hotter than those they replaced. A hot
+            // key's estimate passes the margin within a few requests.
+            None if est <= margin(self.min) => return,
             None => {
                 // `min` is a lower bound (counts only grow between decays):
                 // the smallest entry now decides.
@@ -244,10 +258,10 @@ impl Inner {
                     .min_by_key(|&(_, c)| c)
                     .unwrap_or((0, 0));
                 self.min = least;
-                if est <= least {
+                if est <= margin(least) {
                     return;
                 }
-                self.admit(i, h, key, est)
+                self.admit(i, h, key, est, true)
             }
         };
         let e = &mut self.top[at];
@@ -262,17 +276,83 @@ impl Inner {
         }
     }
 
-    /// Put `key` in entry `i` with count `est`.
-    fn admit(&mut self, i: usize, h: u64, key: &[u8], est: u32) -> usize {
+    /// The entry of `key` (hash `h`), if it is tracked.
+    #[inline]
+    fn find(&self, h: u64, key: &[u8]) -> Option<usize> {
+        let mut s = slot_of(h);
+        loop {
+            match self.slots[s] {
+                EMPTY => return None,
+                GONE => {}
+                i => {
+                    let i = i as usize;
+                    if self.hashes[i] == h && self.top[i].key() == key {
+                        return Some(i);
+                    }
+                }
+            }
+            s = (s + 1) & (SLOTS - 1);
+        }
+    }
+
+    /// Give entry `i` (its hash set) a slot: the first free one from its
+    /// hash's. Rebuilt first once half the slots are taken or gone, so
+    /// probes stay short and always end at an empty slot.
+    fn slot(&mut self, i: usize) {
+        if self.used + self.gone >= SLOTS / 2 {
+            // Entry `i` (in use, its hash set) is slotted with the rest.
+            return self.rebuild_slots();
+        }
+        let mut s = slot_of(self.hashes[i]);
+        while !matches!(self.slots[s], EMPTY | GONE) {
+            s = (s + 1) & (SLOTS - 1);
+        }
+        if self.slots[s] == GONE {
+            self.gone -= 1;
+        }
+        self.slots[s] = i as u8;
+    }
+
+    /// Entry `i` leaves its slot (it is about to hold another key).
+    fn unslot(&mut self, i: usize) {
+        let mut s = slot_of(self.hashes[i]);
+        for _ in 0..SLOTS {
+            if self.slots[s] == i as u8 {
+                self.slots[s] = GONE;
+                self.gone += 1;
+                return;
+            }
+            s = (s + 1) & (SLOTS - 1);
+        }
+    }
+
+    /// Every entry in use slotted afresh, no slot marked gone.
+    fn rebuild_slots(&mut self) {
+        self.slots = [EMPTY; SLOTS];
+        self.gone = 0;
+        for i in 0..self.used {
+            let mut s = slot_of(self.hashes[i]);
+            while self.slots[s] != EMPTY {
+                s = (s + 1) & (SLOTS - 1);
+            }
+            self.slots[s] = i as u8;
+        }
+    }
+
+    /// Put `key` in entry `i` with count `est`; `replacing`: the entry held
+    /// another key (else it is the next one taken into use).
+    fn admit(&mut self, i: usize, h: u64, key: &[u8], est: u32, replacing: bool) -> usize {
+        if replacing {
+            self.unslot(i);
+        }
+        self.hashes[i] = h;
+        self.counts[i] = est;
+        self.slot(i);
         let e = &mut self.top[i];
         let len = key.len().min(KEY_MAX_LEN);
         e.hash = h;
         e.count = est;
         e.err = est - 1;
-        self.hashes[i] = h;
-        self.counts[i] = est;
-        let (w, b) = bit(h);
-        self.tracked[w] |= b;
         e.hits = 0;
         e.misses = 0;
         e.size = 0;
@@ -298,8 +378,11 @@ impl Inner {
         }
         for (i, e) in live.iter().enumerate() {
             assert_eq!((self.hashes[i], self.counts[i]), (e.hash, e.count));
-            let (w, b) = bit(e.hash);
-            assert_ne!(self.tracked[w] & b, 0, "a tracked key's bit is clear");
+            assert_eq!(
+                self.find(e.hash, e.key()),
+                Some(i),
+                "an entry its slots miss"
+            );
             assert!(
                 self.estimate(e.hash) >= e.count,
                 "a count above its estimate"
