@@ -141,6 +141,19 @@ fn prefixes_off_says_how_to_turn_them_on() {
     );
 }
 
+/// A `set ... noreply` of `key` with 1,000 printable bytes that do not
+/// compress (xorshift state `x`), appended to `batch`.
+fn push_random_set(batch: &mut Vec<u8>, key: &str, x: &mut u64) {
+    batch.extend_from_slice(format!("set {key} 0 0 1000 noreply\r\n").as_bytes());
+    for _ in 0..1000 {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        batch.push(b'!' + (*x % 90) as u8);
+    }
+    batch.extend_from_slice(b"\r\n");
+}
+
 /// Evictions by prefix: incompressible values under two prefixes, three
 /// to one, four times the memory, with the Z-zone on (items evicted from
 /// it) and off (from the N-zone). The prefixes' evictions and those no
@@ -159,17 +172,7 @@ fn evictions_are_counted_by_prefix() {
                 3 => format!("small:{i}"),
                 _ => format!("big:{i}"),
             };
-            let value: String = (0..1000)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    (b'!' + (x % 90) as u8) as char
-                })
-                .collect();
-            batch.extend_from_slice(format!("set {key} 0 0 1000 noreply\r\n").as_bytes());
-            batch.extend_from_slice(value.as_bytes());
-            batch.extend_from_slice(b"\r\n");
+            push_random_set(&mut batch, &key, &mut x);
             if batch.len() > 256 << 10 {
                 c.write_all(&batch).expect("send");
                 batch.clear();
@@ -241,17 +244,7 @@ fn prefix_bytes_add_up_on_flash() {
                 3 => format!("sml:{i:07}"),
                 _ => format!("big:{i:07}"),
             };
-            let value: String = (0..1000)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    (b'!' + (x % 90) as u8) as char
-                })
-                .collect();
-            batch.extend_from_slice(format!("set {key} 0 0 1000 noreply\r\n").as_bytes());
-            batch.extend_from_slice(value.as_bytes());
-            batch.extend_from_slice(b"\r\n");
+            push_random_set(&mut batch, &key, &mut x);
         }
         batch.extend_from_slice(b"mn\r\n");
         c.write_all(&batch).expect("send");
