@@ -47,11 +47,13 @@ const STEPS_PER_TURN: usize = 32;
 
 /// The most the registry and `workers` workers' tables take: each prefix's
 /// name (a key is at most 250 bytes) in the registry and in each worker's
-/// map, with their hash table entries, and each worker's counters
-/// (counted in `-m` when `-D` turns the tables on from the start).
+/// map, with their hash table entries, each worker's counters, and the
+/// evictions' (counted in `-m` when `-D` turns the tables on from the
+/// start).
 pub fn memory_bytes(workers: usize) -> usize {
     let names = (MAX_PREFIXES + 2) * (250 + 64);
-    names * (1 + workers) + workers * (MAX_PREFIXES + 2) * std::mem::size_of::<Requests>()
+    let counters = workers * (MAX_PREFIXES + 2) * std::mem::size_of::<Requests>();
+    names * (1 + workers) + counters + (MAX_PREFIXES + 2) * 8
 }
 
 /// What a request did to a key, for the per-prefix counters.
