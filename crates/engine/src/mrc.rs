@@ -249,15 +249,17 @@ impl LiveMrc {
 
     /// The bytes a curve of `max_keys` keys takes at most: its index, the
     /// stacks' two trees, owners and sizes at twice the keys (the whole
-    /// cache's, and the parts', which hold each key once between them),
-    /// the slots of the whole and each part, the bins.
-    pub fn memory_bytes(max_keys: usize) -> usize {
+    /// cache's and, with `parts`, the prefixes', which hold each key once
+    /// between them), the slots of each stack, the bins. Without prefixes
+    /// (no part id is ever given) no part's stack is made.
+    pub fn memory_bytes(max_keys: usize, parts: bool) -> usize {
         // The index (a hash table of 12-byte entries, at least 7/8 full
         // before it doubles: 32 bytes a key at worst) and the keys' hash,
         // size and part.
         let keys = max_keys.max(16) + 1;
-        let stacks = 2 * (2 * keys * (4 + 8 + 4 + 4));
-        keys * (32 + 16) + stacks + (1 + MAX_PARTS) * keys * 4 + (1 + MAX_PARTS) * BINS * 8
+        let stacks = 1 + usize::from(parts);
+        let slots = 1 + if parts { MAX_PARTS } else { 0 };
+        keys * (32 + 16) + stacks * (2 * keys * (4 + 8 + 4 + 4)) + slots * (keys * 4 + BINS * 8)
     }
 
     /// The sampling rate now.

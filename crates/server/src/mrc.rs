@@ -39,8 +39,10 @@ impl Curve {
     }
 
     /// Bytes of `-m` it takes at most.
-    pub fn memory_bytes(memory_limit: usize) -> usize {
-        LiveMrc::memory_bytes(LiveMrc::keys_for(memory_limit))
+    /// `parts`: with prefix stats on from the start (`-D`), and so the
+    /// prefixes' own curves.
+    pub fn memory_bytes(memory_limit: usize, parts: bool) -> usize {
+        LiveMrc::memory_bytes(LiveMrc::keys_for(memory_limit), parts)
     }
 
     /// One request for the key of hash `h`; `part` names its prefix, for

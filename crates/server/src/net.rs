@@ -235,7 +235,8 @@ impl Server {
             engine.observer_bytes += settings.threads * crate::hotkeys::SKETCH_BYTES;
         }
         if settings.mrc {
-            engine.observer_bytes += crate::mrc::Curve::memory_bytes(engine.memory_limit);
+            engine.observer_bytes +=
+                crate::mrc::Curve::memory_bytes(engine.memory_limit, settings.detail_enabled);
         }
         if settings.detail_enabled {
             engine.observer_bytes += crate::prefixes::memory_bytes(settings.threads);

@@ -37,7 +37,7 @@ fn key(k: usize) -> String {
 
 #[test]
 fn a_scan_shows_its_cliff() {
-    // 8 MB: under the size where the curve is on by default.
+    // 8 MB with -D: under the size where the curve is on by default.
     let server = Server::start(&["-m", "8", "-t", "1", "-o", "mrc=1", "-D", ":"]);
     let c = server.connect();
     let mut r = BufReader::new(c.try_clone().expect("clone"));

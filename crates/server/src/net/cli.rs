@@ -393,7 +393,8 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     if !given.hotkeys && s.threads * crate::hotkeys::SKETCH_BYTES > one_percent {
         s.hotkeys = false;
     }
-    if !given.mrc && crate::mrc::Curve::memory_bytes(s.engine.memory_limit) * 2 > 3 * one_percent {
+    let curve = crate::mrc::Curve::memory_bytes(s.engine.memory_limit, s.detail_enabled);
+    if !given.mrc && curve * 2 > 3 * one_percent {
         s.mrc = false;
     }
     s.trace = trace_config(&given)?;
@@ -1137,7 +1138,7 @@ pub fn usage() -> String {
    - mrc:                 1 or 0: keep a sampled miss-ratio curve for `stats
                           mrc` (the miss ratio at 1/4, 1/2, 2 and 4 times -m;
                           counted in -m, on by default where that is at most
-                          1.5% of it: from -m 14)
+                          1.5% of it: from -m 7, -m 14 with -D)
    - trace_file:          record a trace of the requests to this file
                           (default: none); oracleGeneral (libCacheSim's
                           binary records), or the lab's CSV if it ends in .csv
@@ -1699,6 +1700,15 @@ mod tests {
         assert!(!s.hotkeys && !s.mrc);
         let (s, _) = run(&["-m", "2", "-I", "512k", "-o", "hotkeys=1,mrc=1"]).unwrap();
         assert!(s.hotkeys && s.mrc);
+        // The prefixes' curves take more: on from -m 7 without -D, 14 with.
+        let (s, _) = run(&["-m", "7"]).unwrap();
+        assert!(s.mrc);
+        let (s, _) = run(&["-m", "6"]).unwrap();
+        assert!(!s.mrc);
+        let (s, _) = run(&["-m", "13", "-D", ":"]).unwrap();
+        assert!(!s.mrc);
+        let (s, _) = run(&["-m", "14", "-D", ":"]).unwrap();
+        assert!(s.mrc);
         let (s, _) = run(&["-m", "64", "-o", "mrc=0"]).unwrap();
         assert!(s.hotkeys && !s.mrc);
     }
