@@ -61,6 +61,14 @@ impl Zone {
         self.dict = slot as u8;
         self.stats.dictionaries_trained += 1;
         self.release_dict(old);
+        // Samples taken while it trained (the server trains the first one
+        // in the background, and demotions are sampled until a dictionary
+        // is in) would wait, counted in `-m`, for a retraining millions of
+        // demotions away: 640 KB held for nothing at `-m 40`, a zone page.
+        if !self.sampling() {
+            self.samples = Vec::new();
+            self.sample_bytes = 0;
+        }
         true
     }
 

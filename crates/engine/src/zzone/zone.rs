@@ -1240,6 +1240,32 @@ pub(super) mod tests {
         z.push(h, im, 10);
     }
 
+    /// Demotions sampled while the first dictionary trained (in the
+    /// background, without the zone's lock) are let go once it is in:
+    /// the next training is millions of demotions away.
+    #[test]
+    fn samples_taken_while_the_first_dictionary_trains_are_let_go() {
+        let mut z = zone(Codec::Zstd);
+        z.cfg.dict_samples = 200;
+        let mut k = 0u16;
+        while !z.samples_full() {
+            demote(&mut z, k, &image(k, 20, 0, 0, 1));
+            k += 1;
+        }
+        let samples = z.take_samples().expect("samples to train on");
+        let d = crate::codec::train_dictionary(&samples, 4096).expect("a dictionary");
+        // Demotions go on while it trains, and are sampled again.
+        for _ in 0..(SAMPLE_EVERY * 4) {
+            demote(&mut z, k, &image(k, 20, 0, 0, 1));
+            k += 1;
+        }
+        assert!(z.sample_bytes > 0, "sampled while training");
+        assert!(z.install_dictionary(Dictionary::new(1, d)));
+        assert_eq!(z.sample_bytes, 0);
+        assert!(z.samples.is_empty());
+        z.validate();
+    }
+
     /// A record's dictionary outlives the room made for it: the sweep that
     /// makes room rewrites the last block that named an older dictionary
     /// (with the newer one), which would otherwise retire it under the
