@@ -33,7 +33,7 @@ use super::frames;
 use super::large::{stub_of, RecordJob, Stub};
 use super::log;
 use super::trie::{range_end, range_start, Node, MAX_DEPTH};
-use super::zone::Zone;
+use super::zone::{push_key, Zone};
 use crate::block::{self, encode};
 use crate::codec::{Codec, Coder, Dictionary, Recognizer};
 use crate::item;
@@ -927,12 +927,4 @@ impl BlockJob {
         }
         self.out.push(o);
     }
-}
-
-/// Append the key of item `image` to `keys` (after its length byte: a key
-/// is at most 250 bytes), for the eviction tap (`Out::keys`).
-pub(super) fn push_key(keys: &mut Vec<u8>, image: &[u8]) {
-    let key = item::key(image);
-    keys.push(key.len() as u8);
-    keys.extend_from_slice(key);
 }

@@ -523,7 +523,7 @@ impl Zone {
         }
     }
 
-    /// Tell the tap each key of `keys` (as [`super::flush::push_key`]
+    /// Tell the tap each key of `keys` (as [`push_key`]
     /// lists them).
     pub(super) fn tell_keys(&self, mut keys: &[u8]) {
         let Some(tap) = &self.tap else {
@@ -541,7 +541,7 @@ impl Zone {
         let mut keys = Vec::new();
         if self.tap.as_ref().is_some_and(|t| t.wanted()) {
             for image in images {
-                super::flush::push_key(&mut keys, image);
+                push_key(&mut keys, image);
             }
         }
         keys
@@ -773,6 +773,14 @@ impl Zone {
         }
         assert_eq!(self.records.counts(), (live, stored, raw), "record counts");
     }
+}
+
+/// Append the key of item `image` to `keys` (after its length byte: a key
+/// is at most 250 bytes), for the eviction tap (`Out::keys`).
+pub(super) fn push_key(keys: &mut Vec<u8>, image: &[u8]) {
+    let key = item::key(image);
+    keys.push(key.len() as u8);
+    keys.extend_from_slice(key);
 }
 
 #[cfg(test)]
