@@ -45,15 +45,8 @@ fn a_scan_shows_its_cliff() {
     // Random values: the Z-zone cannot compress them, so half the memory
     // would hold half the data (compressible ones would still fit).
     let value = |k: usize| -> Vec<u8> {
-        let mut x = (k as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (0..1000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
+        let mut rng = fastrand::Rng::with_seed(k as u64);
+        (0..1000).map(|_| rng.u8(..)).collect()
     };
     for _ in 0..3 {
         for batch in (0..4000).collect::<Vec<_>>().chunks(100) {
