@@ -359,8 +359,10 @@ impl Engine {
                     self.slabs.release_page(p);
                 }
                 false
-            } else if !drain || self.drain.is_some() {
-                // A drain goes one at a time (the rebalancer's, or ours).
+            } else if !drain || self.drain.is_some() || !z.zone.judged() {
+                // A drain goes one at a time (the rebalancer's, or ours),
+                // and only once the zone knows its values compress
+                // (`Zone::judged`).
                 return;
             } else {
                 // Not the last class: it holds the segments of items over

@@ -29,6 +29,8 @@ pub struct ZoneCell {
     pressed: AtomicUsize,
     /// [`Zone::stage_over`] as of the last release.
     over: AtomicBool,
+    /// [`Zone::judged`] as of the last release.
+    judged: AtomicBool,
     holds: Holds,
 }
 
@@ -40,6 +42,7 @@ impl ZoneCell {
             wanted: AtomicUsize::new(0),
             pressed: AtomicUsize::new(0),
             over: AtomicBool::new(false),
+            judged: AtomicBool::new(false),
             holds: Holds::default(),
         };
         drop(cell.lock());
@@ -102,6 +105,11 @@ impl ZoneCell {
         self.over.load(Ordering::Relaxed)
     }
 
+    /// [`Zone::judged`] as of the last release.
+    pub fn judged(&self) -> bool {
+        self.judged.load(Ordering::Relaxed)
+    }
+
     /// [`Zone::wanted_pages`] as of the last release.
     pub fn wanted_pages(&self) -> usize {
         self.wanted.load(Ordering::Relaxed)
@@ -145,6 +153,7 @@ impl Drop for ZoneGuard<'_> {
             .pressed
             .store(z.pressed_pages(), Ordering::Relaxed);
         self.cell.over.store(z.stage_over(), Ordering::Relaxed);
+        self.cell.judged.store(z.judged(), Ordering::Relaxed);
         self.cell.holds.record(self.since);
         HELD.set(HELD.get() - 1);
     }

@@ -27,6 +27,11 @@ pub const WORTH_RATIO: f64 = 1.25;
 /// then, finding no page, are dropped.
 pub(super) const PROBE_EVERY: u64 = 16;
 pub(crate) const PROBE_STAGE: usize = 8 << 10;
+/// The ratio that judges the zone (`zone::Held`) is taken over this many
+/// blocks' worth of what it wrote lately, and not before it wrote
+/// [`JUDGE_BLOCKS`]' worth.
+pub(super) const HELD_BLOCKS: u32 = 64;
+pub(super) const JUDGE_BLOCKS: u32 = 8;
 /// Once below [`WORTH_RATIO`], the running ratio must climb back to this
 /// before the zone grows again, so that values compressing about 1.25 ×
 /// do not move the zone's share of `-m` back and forth.

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::config::{
-    ZoneConfig, GROW, PROBE_EVERY, PROBE_STAGE, RECORD_SHARE, ROOM_BLOCKS, SAMPLE_EVERY,
-    WORTH_AGAIN, WORTH_RATIO,
+    ZoneConfig, GROW, HELD_BLOCKS, JUDGE_BLOCKS, PROBE_EVERY, PROBE_STAGE, RECORD_SHARE,
+    ROOM_BLOCKS, SAMPLE_EVERY, WORTH_AGAIN, WORTH_RATIO,
 };
 use super::desc::{Desc, MAX_RAW};
 use super::large::Records;
@@ -69,7 +69,7 @@ pub struct Zone {
     /// Records compress alone, mostly better than a block does: counted
     /// in the first, they would size blocks past what a read copies.
     pub(super) ratio: f64,
-    pub(super) held: f64,
+    pub(super) held: Held,
     pub(super) worth: bool,
     /// Demotions offered while the zone is not worth growing.
     pub(super) offered: u64,
@@ -105,6 +105,46 @@ pub struct Zone {
     pub(super) records: Records,
 }
 
+/// The ratio that judges whether the zone is worth growing: decoded over
+/// stored bytes of what it wrote lately, each block or record weighing its
+/// decoded bytes up to a block's (a one-item delta or a large record does
+/// not decide alone). No judgement until [`JUDGE_BLOCKS`] blocks' worth,
+/// and until then no N-zone page drains for the zone ([`Zone::judged`]):
+/// a running average that started at 2 took ~90 blocks to learn that
+/// values do not compress, while drains sent them in, to be lost when the
+/// zone shrank to nothing. Past [`HELD_BLOCKS`] blocks' worth, older
+/// bytes fade as newer ones come.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Held {
+    raw: f64,
+    stored: f64,
+}
+
+impl Held {
+    /// Count `raw` bytes written at ratio `r`; the ratio, once judged.
+    fn add(&mut self, raw: usize, r: f64, block_bytes: usize) -> Option<f64> {
+        let unit = block_bytes.max(1) as f64;
+        let w = (raw as f64).min(unit);
+        self.raw += w;
+        self.stored += w / r.clamp(1.0, 8.0);
+        let most = HELD_BLOCKS as f64 * unit;
+        if self.raw > most {
+            let scale = most / self.raw;
+            self.raw *= scale;
+            self.stored *= scale;
+        }
+        self.judged(block_bytes).then(|| self.ratio())
+    }
+
+    fn judged(&self, block_bytes: usize) -> bool {
+        self.raw >= f64::from(JUDGE_BLOCKS) * block_bytes.max(1) as f64
+    }
+
+    fn ratio(&self) -> f64 {
+        self.raw / self.stored.max(f64::MIN_POSITIVE)
+    }
+}
+
 impl Zone {
     pub fn new(cfg: ZoneConfig) -> Zone {
         Zone {
@@ -126,7 +166,7 @@ impl Zone {
             bench: 0,
             hand: 0,
             ratio: 2.0,
-            held: 2.0,
+            held: Held::default(),
             worth: true,
             offered: 0,
             coder: Coder::default(),
@@ -159,6 +199,14 @@ impl Zone {
     /// (`zzone_codec=none`).
     pub fn worth_growing(&self) -> bool {
         self.cfg.codec == Codec::Raw || self.worth
+    }
+
+    /// Whether the zone has written enough to judge whether it is worth
+    /// growing ([`Held`]). Until then it takes no N-zone page (no drain):
+    /// a drained page's items, demoted into a zone of values that do not
+    /// compress, would be lost once it learned that.
+    pub fn judged(&self) -> bool {
+        self.cfg.codec == Codec::Raw || self.held.judged(self.cfg.block_bytes)
     }
 
     /// The stage's bound: a zone that does not compress holds few items,
@@ -589,19 +637,21 @@ impl Zone {
         w.2 += stored as u64;
         let r = raw as f64 / stored.max(1) as f64;
         self.ratio = (self.ratio * 63.0 + r.clamp(1.0, 8.0)) / 64.0;
-        self.judge(r);
+        self.judge(raw, r);
     }
 
     /// A record was written (`super::large`): it counts in whether the
     /// zone is worth growing, not in the blocks' size.
     pub(super) fn note_record(&mut self, raw: usize, stored: usize) {
-        self.judge(raw as f64 / stored.max(1) as f64);
+        self.judge(raw, raw as f64 / stored.max(1) as f64);
     }
 
     /// Whether the zone is worth growing, by the ratio of what it writes.
-    fn judge(&mut self, r: f64) {
-        self.held = (self.held * 63.0 + r.clamp(1.0, 8.0)) / 64.0;
-        let worth = self.held >= if self.worth { WORTH_RATIO } else { WORTH_AGAIN };
+    fn judge(&mut self, raw: usize, r: f64) {
+        let Some(held) = self.held.add(raw, r, self.cfg.block_bytes) else {
+            return;
+        };
+        let worth = held >= if self.worth { WORTH_RATIO } else { WORTH_AGAIN };
         if self.worth && !worth {
             // Samples of values that do not compress would wait for a
             // training that never comes.
@@ -1271,6 +1321,39 @@ pub(super) mod tests {
         assert!(z.install_dictionary(Dictionary::new(1, d)));
         assert_eq!(z.sample_bytes, 0);
         assert!(z.samples.is_empty());
+        z.validate();
+    }
+
+    /// Values that do not compress are known by the zone's first blocks
+    /// ([`Held`]), so that drains stop sending it what it will not keep;
+    /// values that compress again bring it back.
+    #[test]
+    fn the_first_blocks_of_values_that_do_not_compress_stop_the_zone() {
+        let mut z = zone(Codec::Lz4);
+        let raw = |z: &Zone| z.stats.written.iter().map(|w| w.1).sum::<u64>() as usize;
+        let blocks = |z: &Zone| z.stats.written.iter().map(|w| w.0).sum::<u64>();
+        let mut k = 0u16;
+        while z.worth_growing() {
+            demote(&mut z, k, &image(k, 100, 3, 0, 1));
+            k += 1;
+            // Blocks nearly full (a running average from 2 took ~90).
+            let most = 2 * u64::from(JUDGE_BLOCKS);
+            assert!(
+                blocks(&z) <= most,
+                "{} blocks written, {:?}",
+                blocks(&z),
+                z.held
+            );
+        }
+        let before = raw(&z);
+        while !z.worth_growing() {
+            demote(&mut z, k, &image(k, 100, 0, 0, 1));
+            z.flush_some(10, usize::MAX);
+            k += 1;
+            let most = HELD_BLOCKS as usize * z.cfg.block_bytes;
+            assert!(raw(&z) < before + most, "{:?}", z.held);
+        }
+        assert!(z.held.ratio() >= WORTH_AGAIN, "{:?}", z.held);
         z.validate();
     }
 
