@@ -741,6 +741,12 @@ impl Slabs {
                 "reserved chunk {loc}'s class"
             );
             assert!(c < page.bump, "reserved chunk {loc} past the cursor");
+            // The drain passes chunks that are no item: it would move the
+            // page with this one still held.
+            assert!(
+                draining.is_none_or(|(d, _)| d != p),
+                "reserved chunk {loc} on the page in transit"
+            );
             assert_eq!(
                 self.bits(loc) & item::LIVE,
                 0,

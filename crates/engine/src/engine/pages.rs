@@ -745,3 +745,51 @@ impl Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::clock::Clock;
+    use crate::{Config, Engine, Store};
+
+    /// Refills that evict victims of a class with a page in transit never
+    /// reserve a chunk of that page, and the page moves with none held.
+    #[test]
+    fn a_refill_reserves_no_chunk_of_the_page_in_transit() {
+        let config = Config {
+            memory_limit: 4 << 20,
+            ..Config::default()
+        };
+        let mut e = Engine::new(config, Arc::new(Clock::new())).unwrap();
+        let value = [b'v'; 200];
+        for i in 0..40_000u32 {
+            e.store(&Store::set(format!("key:{i:06}").as_bytes(), &value));
+        }
+        let key = b"key:039999";
+        let loc = e.find(key, crate::hash::hash(key)).expect("stored");
+        let class = e.slabs.class_of(loc);
+        assert!(e.slabs.classes[class].pages.len() >= 2, "a class of pages");
+        assert!(e.start_drain(class, None));
+        let page = e.drain.as_ref().map(|d| d.page).expect("a page in transit");
+        // Enough refills for CLOCK's hand to pass every page of the class.
+        let chunks = e.slabs.classes[class].pages.len() * (1 << 20) / 200;
+        let slot = e.stripes.my_slot().expect("a slot for this thread");
+        let mut reserved = 0;
+        while reserved < 2 * chunks && e.drain.is_some() {
+            let got = e.refill(slot, class, 64);
+            for (_, loc) in e.magazines.reserved(slot + 1) {
+                assert_ne!(
+                    e.slabs.split(loc).0,
+                    page,
+                    "a reserved chunk of the page in transit"
+                );
+            }
+            e.take_back_reserved();
+            reserved += got.max(1);
+        }
+        e.validate();
+        e.finish_drain();
+        e.validate();
+    }
+}
