@@ -3,9 +3,12 @@
 //!
 //! Each worker counts its own requests in a [`Sketch`]: a count-min sketch
 //! with conservative update (Estan & Varghese, SIGCOMM'02) of 2 rows of
-//! 4096 counters, blocked: a key's counter in each row lies in one 64-byte
-//! line, so that a request misses the cache once, not once per row (on a
-//! pipelined load those misses were the sketch's largest cost). It keeps
+//! 1024 counters, blocked: a key's counter in each row lies in one 64-byte
+//! line, 8 KB in all. On a pipelined load the sketch's counter loads were
+//! most of its cost, cache misses: two rows of 4096 (32 KB) took two a
+//! request, one line of them one, and 8 KB stays in the core's cache
+//! (the hot keys' share of the server's CPU 2.1% -> 1.3%, naming and rates
+//! unchanged: docs/benchmarks.md). It keeps
 //! the [`TRACKED`] keys with the largest estimates. A
 //! key whose estimate reaches the smallest tracked count takes that entry
 //! (Space-Saving's replacement, Metwally et al., ICDT'05, fed by the
@@ -36,7 +39,7 @@ use parking_lot::Mutex;
 /// Keys each worker tracks.
 pub const TRACKED: usize = 64;
 /// Counters per row of the sketch (a power of two).
-const WIDTH: usize = 4096;
+const WIDTH: usize = 1024;
 const ROWS: usize = 2;
 /// Counters per cache line, and per row in a line: a hash picks a line,
 /// then a counter of each row in it.

@@ -1133,7 +1133,7 @@ pub fn usage() -> String {
                           (GET /metrics); default: none
    - hotkeys:             1 or 0: each worker counts requests per key for
                           `stats hotkeys [N]` and `watch hotkeys` (about
-                          50 KB a worker, counted in -m; on by default where
+                          27 KB a worker, counted in -m; on by default where
                           that is at most 1% of -m)
    - mrc:                 1 or 0: keep a sampled miss-ratio curve for `stats
                           mrc` (the miss ratio at 1/4, 1/2, 2 and 4 times -m;
