@@ -4,12 +4,12 @@
 //! Each worker counts its own requests in a [`Sketch`]: a count-min sketch
 //! with conservative update (Estan & Varghese, SIGCOMM'02) of 2 rows of
 //! 1024 counters, blocked: a key's counter in each row lies in one 64-byte
-//! line, 8 KB in all. On a pipelined load the sketch's counter loads were
-//! most of its cost, cache misses: two rows of 4096 (32 KB) took two a
-//! request, one line of them one, and 8 KB stays in the core's cache
-//! (the hot keys' share of the server's CPU 2.1% -> 1.3%, naming and rates
-//! unchanged: docs/benchmarks.md). It keeps
-//! the [`TRACKED`] keys with the largest estimates. A
+//! line, 8 KB in all. On a pipelined load most of the sketch's cost was
+//! its counter loads, which missed the cache: two rows of 4096 (32 KB)
+//! cost two misses a request. One line a key costs one, and 8 KB stays in
+//! the core's cache (the hot keys' share of the server's CPU 2.1% -> 1.3%,
+//! naming and rates unchanged: docs/benchmarks.md). It keeps the
+//! [`TRACKED`] keys with the largest estimates. A
 //! key whose estimate reaches the smallest tracked count takes that entry
 //! (Space-Saving's replacement, Metwally et al., ICDT'05, fed by the
 //! sketch's estimate rather than the evicted count); from then on its

@@ -127,7 +127,7 @@ impl Held {
         let w = (raw as f64).min(unit);
         self.raw += w;
         self.stored += w / r.clamp(1.0, 8.0);
-        let most = HELD_BLOCKS as f64 * unit;
+        let most = f64::from(HELD_BLOCKS) * unit;
         if self.raw > most {
             let scale = most / self.raw;
             self.raw *= scale;
