@@ -39,8 +39,13 @@ impl Zone {
             return None;
         }
         self.trained_at = self.stats.demotions;
+        Some(self.drop_samples())
+    }
+
+    /// Let the samples go (counted in `-m` while held); they are returned.
+    pub(super) fn drop_samples(&mut self) -> Vec<Vec<u8>> {
         self.sample_bytes = 0;
-        Some(std::mem::take(&mut self.samples))
+        std::mem::take(&mut self.samples)
     }
 
     /// New blocks use this dictionary from now on (its id becomes its
@@ -66,8 +71,7 @@ impl Zone {
         // is in) would wait, counted in `-m`, for a retraining millions of
         // demotions away: 640 KB held for nothing at `-m 40`, a zone page.
         if !self.sampling() {
-            self.samples = Vec::new();
-            self.sample_bytes = 0;
+            self.drop_samples();
         }
         true
     }

@@ -655,8 +655,7 @@ impl Zone {
         if self.worth && !worth {
             // Samples of values that do not compress would wait for a
             // training that never comes.
-            self.samples = Vec::new();
-            self.sample_bytes = 0;
+            self.drop_samples();
         }
         self.worth = worth;
     }
