@@ -14,11 +14,14 @@ use crate::handler::Ctx;
 use crate::hotkeys;
 use crate::watchers::{DELETIONS, FETCHERS, MUTATIONS};
 
-/// The key's hash, when an observer that needs it is on (hot keys, the
-/// curve, the capture): with all off, a request hashes nothing more.
-fn hash_if_observed(ctx: &Ctx<'_>, key: &[u8]) -> Option<u64> {
-    let on = ctx.stats.hot.is_on() || ctx.shared.mrc.is_some() || ctx.shared.capture.is_some();
-    on.then(|| hash(key))
+/// What the observers want of a request of `key`: its hash, when one of
+/// them needs it (with all off, or the hot keys alone and this request
+/// thinned out, a request hashes nothing more), and the weight the hot
+/// keys count it with (None: not counted).
+fn wanted(ctx: &Ctx<'_>, key: &[u8]) -> Option<(u64, Option<u32>)> {
+    let hot = ctx.stats.hot.pick();
+    let on = hot.is_some() || ctx.shared.mrc.is_some() || ctx.shared.capture.is_some();
+    on.then(|| (hash(key), hot))
 }
 
 /// Tell the live miss-ratio curve (`stats mrc`) what a request did to
@@ -37,7 +40,7 @@ fn observe_curve(ctx: &Ctx<'_>, key: &[u8], h: u64, access: mrc::Access) {
 /// `fetchers`: a client looked `key` up; `found` is the value's length and
 /// flags when it was there.
 pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
-    if let Some(h) = hash_if_observed(ctx, key) {
+    if let Some((h, weight)) = wanted(ctx, key) {
         let (hot, curve) = match found {
             Some((len, _)) => (
                 hotkeys::Access::Hit { size: len as u32 },
@@ -47,7 +50,9 @@ pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
             ),
             None => (hotkeys::Access::Miss, mrc::Access::Miss),
         };
-        ctx.stats.hot.record(ctx.cache.clock(), h, key, hot);
+        if let Some(w) = weight {
+            ctx.stats.hot.count(ctx.cache.clock(), h, key, hot, w);
+        }
         observe_curve(ctx, key, h, curve);
         if let Some(c) = &ctx.shared.capture {
             c.fetched(h, key, found.map(|(len, _)| len));
@@ -64,13 +69,16 @@ pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
 /// `size` bytes was in slab class `class` (`described`: (class, size), when
 /// the delete was asked to say; the watchers' line needs it).
 pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, described: Option<(u32, usize)>) {
-    if let Some(h) = hash_if_observed(ctx, key) {
+    if let Some((h, weight)) = wanted(ctx, key) {
         if let Some(c) = &ctx.shared.capture {
             c.deleted(h, key);
         }
-        ctx.stats
-            .hot
-            .record(ctx.cache.clock(), h, key, hotkeys::Access::Other);
+        if let Some(w) = weight {
+            let clock = ctx.cache.clock();
+            ctx.stats
+                .hot
+                .count(clock, h, key, hotkeys::Access::Other, w);
+        }
         observe_curve(ctx, key, h, mrc::Access::Delete);
     }
     let w = &ctx.shared.watchers;
@@ -82,10 +90,12 @@ pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, described: Option<(u32, usi
 /// `mutations`: a store of `value_len` bytes by command `cmd` ended with
 /// `outcome`.
 pub fn stored(ctx: &Ctx<'_>, req: &Store<'_>, cmd: &str, outcome: &StoreOutcome) {
-    if let Some(h) = hash_if_observed(ctx, req.key) {
+    if let Some((h, weight)) = wanted(ctx, req.key) {
         let size = req.value.len() as u32;
         let hot = hotkeys::Access::Store { size };
-        ctx.stats.hot.record(ctx.cache.clock(), h, req.key, hot);
+        if let Some(w) = weight {
+            ctx.stats.hot.count(ctx.cache.clock(), h, req.key, hot, w);
+        }
         if let StoreOutcome::Stored { .. } = outcome {
             let size = mrc::item_size(req.key.len(), req.value.len());
             observe_curve(ctx, req.key, h, mrc::Access::Store { size });
