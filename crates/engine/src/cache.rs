@@ -159,7 +159,7 @@ pub struct EngineGuard<'a> {
     /// (`crate::priority`): dropped after `engine`, the lock released.
     raised: Option<crate::priority::Raised>,
     cache: &'a Cache,
-    since: Instant,
+    since: crate::holds::HoldStart,
 }
 
 impl std::ops::Deref for EngineGuard<'_> {
@@ -252,7 +252,7 @@ impl Cache {
             engine: ManuallyDrop::new(engine),
             raised: Some(raised),
             cache: self,
-            since: Instant::now(),
+            since: crate::holds::HoldStart::now(),
         };
         #[cfg(debug_assertions)]
         ENGINE_LOCKED.set(ENGINE_LOCKED.get() + 1);

@@ -56,6 +56,7 @@ pub const ITEM_OVERHEAD: u32 = 48;
 
 /// An item's size as the curve counts it: its key, value and
 /// [`ITEM_OVERHEAD`].
+#[inline]
 pub fn item_size(key_len: usize, value_len: usize) -> u32 {
     (key_len + value_len + ITEM_OVERHEAD as usize).min(u32::MAX as usize) as u32
 }

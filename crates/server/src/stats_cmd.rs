@@ -14,7 +14,7 @@ use std::fmt::Display;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cachalot_engine::holds::HoldStats;
+use cachalot_engine::holds::{HoldStats, Holder};
 use cachalot_protocol::text::{TextError, MEMCACHED_COMPAT_VERSION};
 
 use crate::handler::Ctx;
@@ -361,6 +361,9 @@ fn locks(ctx: &Ctx<'_>, out: &mut Pairs) {
         stat(out, format!("{p}_holds"), h.holds());
         stat(out, format!("{p}_hold_us"), h.total_ns / 1000);
         stat(out, format!("{p}_hold_max_us"), h.max_ns / 1000);
+        if holder == Holder::Background {
+            stat(out, format!("{p}_hold_max_cpu_us"), h.max_cpu_ns / 1000);
+        }
         stat(out, format!("{p}_hold_p99_us"), h.quantile_us(0.99));
         stat(out, format!("{p}_hold_p999_us"), h.quantile_us(0.999));
         let last = h.buckets.iter().rposition(|&c| c > 0).unwrap_or(0);

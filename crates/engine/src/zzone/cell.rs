@@ -7,7 +7,6 @@
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
 
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
@@ -72,7 +71,7 @@ impl ZoneCell {
             zone,
             _raised: raised,
             cell: self,
-            since: Instant::now(),
+            since: crate::holds::HoldStart::now(),
         }
     }
 
@@ -127,7 +126,7 @@ impl ZoneCell {
 pub struct ZoneGuard<'a> {
     zone: MutexGuard<'a, Zone>,
     cell: &'a ZoneCell,
-    since: Instant,
+    since: crate::holds::HoldStart,
     _raised: Raised,
 }
 
