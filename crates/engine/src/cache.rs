@@ -474,7 +474,22 @@ impl Cache {
     /// An item on flash is read there before `f` runs.
     #[inline]
     pub fn get<R>(&self, key: &[u8], how: Lookup, f: impl FnOnce(Option<ItemRef<'_>>) -> R) -> R {
-        match self.get_hashed(key, hash(key), how, None, f) {
+        self.get_with_hash(key, hash(key), how, f)
+    }
+
+    /// [`Cache::get`] of a key whose hash the caller has (`h` is
+    /// `hash(key)`): a request that tells observers of the key too hashes
+    /// it once.
+    #[inline]
+    pub fn get_with_hash<R>(
+        &self,
+        key: &[u8],
+        h: u64,
+        how: Lookup,
+        f: impl FnOnce(Option<ItemRef<'_>>) -> R,
+    ) -> R {
+        debug_assert_eq!(h, hash(key));
+        match self.get_hashed(key, h, how, None, f) {
             Got::Done(r) => r,
             Got::Parked(_) => unreachable!("only a caller with reads parks"),
         }
@@ -488,11 +503,13 @@ impl Cache {
     pub fn get_or_park<R>(
         &self,
         key: &[u8],
+        h: u64,
         how: Lookup,
         reads: &mut Fetches,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
     ) -> Got<R> {
-        self.get_hashed(key, hash(key), how, Some(reads), f)
+        debug_assert_eq!(h, hash(key));
+        self.get_hashed(key, h, how, Some(reads), f)
     }
 
     /// The tier chain of a GET, the one walk down the tiers every GET

@@ -20,6 +20,7 @@ use std::sync::atomic::AtomicU64;
 
 use cachalot_engine::cache::ops::ArithOrAdd;
 use cachalot_engine::engine::{Arith, ArithOutcome, DeleteOutcome, Lookup};
+use cachalot_engine::hash::hash;
 use cachalot_engine::{Expiry, ItemRef, Store, StoreMode, StoreOutcome};
 use cachalot_protocol::binary::{
     c_int_len, parse_frame, write_error, write_response, write_response_header, Command, Header,
@@ -364,13 +365,13 @@ impl BinaryHandler {
             Some(e) => ctx.cache.touch(key, e, reply),
             // A GET reads its stripe only (`Cache::get`); on flash, it is
             // parked.
-            None => match ctx.get_or_park(key, Lookup::GET, reply) {
+            None => match ctx.get_or_park(key, hash(key), Lookup::GET, reply) {
                 Some(found) => found,
                 None => return true,
             },
         };
         let hit = found.is_some();
-        crate::watch::fetched(ctx, key, found);
+        crate::watch::fetched(ctx, key, None, found);
         stats_cmd::detail_record(ctx, key, DetailOp::Get { hit });
         let s = ctx.stats;
         if touch.is_some() {

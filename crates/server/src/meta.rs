@@ -36,6 +36,7 @@ use std::sync::atomic::AtomicU64;
 
 use cachalot_engine::cache::meta::{Edit, MetaDelete, MetaDeleted};
 use cachalot_engine::engine::{Arith, Lookup};
+use cachalot_engine::hash::hash;
 use cachalot_engine::item;
 use cachalot_engine::{ArithOutcome, Expiry, ItemRef, RelTime, Store, StoreMode, StoreOutcome};
 use cachalot_protocol::meta::{self, base64_encode, MetaCommand, MetaErrorKind, MetaOp};
@@ -212,7 +213,8 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
         // A plain mg changes nothing but what a GET changes: the path of
         // `get` without the engine lock (`Cache::get`), unless the item is
         // stale (its first reader wins the recache, which the engine marks).
-        let done = ctx.get_or_park(key, Lookup::GET, |item| match item {
+        let h = hash(key);
+        let done = ctx.get_or_park(key, h, Lookup::GET, |item| match item {
             None => Some(None),
             Some(it) if it.stale => None,
             Some(it) => {
@@ -230,7 +232,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
                 return ControlFlow::Continue(());
             }
             Some(Some((fx, len, flags))) => {
-                crate::watch::fetched(ctx, key, Some((len, flags)));
+                crate::watch::fetched(ctx, key, Some(h), Some((len, flags)));
                 stats_cmd::detail_record(ctx, key, DetailOp::Get { hit: true });
                 if fx.opaque_error {
                     out.truncate(start);
@@ -269,7 +271,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
         out.extend_from_slice(MetaErrorKind::OpaqueTooLong.line());
         return ControlFlow::Continue(());
     }
-    crate::watch::fetched(ctx, key, Some(shape));
+    crate::watch::fetched(ctx, key, None, Some(shape));
     stats_cmd::detail_record(ctx, key, DetailOp::Get { hit: true });
     if ttl_set {
         bump(&ctx.stats.cmd_touch);
@@ -284,7 +286,7 @@ fn mget(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, out: &mut Vec<u8>) -> ControlFlow<
 /// The `EN` reply (nothing with `q`) of an mg that missed; `start` is where
 /// its reply begins in `out`.
 fn mget_miss(ctx: &Ctx<'_>, cmd: &MetaCommand<'_>, start: usize, out: &mut Vec<u8>) {
-    crate::watch::fetched(ctx, cmd.key(), None);
+    crate::watch::fetched(ctx, cmd.key(), None, None);
     stats_cmd::detail_record(ctx, cmd.key(), DetailOp::Get { hit: false });
     bump(&ctx.stats.cmd_get);
     bump(&ctx.stats.get_misses);

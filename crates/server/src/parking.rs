@@ -14,21 +14,24 @@ use cachalot_engine::ItemRef;
 use crate::handler::Ctx;
 
 impl Ctx<'_> {
-    /// Look `key` up (`Cache::get`) and hand the item (None: a miss) to
-    /// `f`; None if the key may be on flash and the request is parked (the
-    /// read is recorded; `f` did not run, nothing was written).
+    /// Look `key` (of hash `h`, which the caller passes on to the
+    /// observers: `watch::fetched`) up (`Cache::get`) and hand the item
+    /// (None: a miss) to `f`; None if the key may be on flash and the
+    /// request is parked (the read is recorded; `f` did not run, nothing
+    /// was written).
     #[inline]
     pub fn get_or_park<R>(
         &self,
         key: &[u8],
+        h: u64,
         how: Lookup,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
     ) -> Option<R> {
         let Some(reads) = self.reads else {
-            return Some(self.cache.get(key, how, f));
+            return Some(self.cache.get_with_hash(key, h, how, f));
         };
         let mut reads = reads.borrow_mut();
-        match self.cache.get_or_park(key, how, &mut reads, f) {
+        match self.cache.get_or_park(key, h, how, &mut reads, f) {
             Got::Done(r) => Some(r),
             Got::Parked(want) => {
                 reads.want(want);

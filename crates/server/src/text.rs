@@ -31,6 +31,7 @@ use std::sync::atomic::Ordering;
 use cachalot_engine::engine::{
     Arith, ArithOutcome, DeleteOutcome, Lookup, ReassignOutcome, LOOKUP_BATCH,
 };
+use cachalot_engine::hash::hash;
 use cachalot_engine::{DumpAt, Expiry, ItemRef, Store, StoreMode, StoreOutcome, Tier};
 use cachalot_protocol::text::{
     self, AutomoveArg, FlushDelay, Keys, ShutdownMode, StoreKind, TextCommand, TextError,
@@ -862,7 +863,7 @@ fn serve_keys(
                 ctx.want_from_flash(&ahead);
             }
             for (key, found) in batch.iter().zip(hits).take(done) {
-                watch::fetched(ctx, key, found);
+                watch::fetched(ctx, key, None, found);
                 count_fetch(ctx, key, false, found.is_some());
             }
         }
@@ -899,13 +900,14 @@ fn fetch(
         }
         item.map(|it| (it.value.len(), it.flags))
     };
+    let h = hash(key);
     let found = match touch {
         Some(expiry) => ctx.cache.touch(key, expiry, write),
         // Parked: answered as a miss (a request that does not stop for
         // it: its read goes with the next that does).
-        None => ctx.get_or_park(key, Lookup::GET, write).flatten(),
+        None => ctx.get_or_park(key, h, Lookup::GET, write).flatten(),
     };
-    watch::fetched(ctx, key, found);
+    watch::fetched(ctx, key, Some(h), found);
     count_fetch(ctx, key, touch.is_some(), found.is_some());
 }
 

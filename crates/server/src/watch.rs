@@ -18,10 +18,10 @@ use crate::watchers::{DELETIONS, FETCHERS, MUTATIONS};
 /// them needs it (with all off, or the hot keys alone and this request
 /// thinned out, a request hashes nothing more), and the weight the hot
 /// keys count it with (None: not counted).
-fn wanted(ctx: &Ctx<'_>, key: &[u8]) -> Option<(u64, Option<u32>)> {
+fn wanted(ctx: &Ctx<'_>, key: &[u8], h: Option<u64>) -> Option<(u64, Option<u32>)> {
     let hot = ctx.stats.hot.pick();
     let on = hot.is_some() || ctx.shared.mrc.is_some() || ctx.shared.capture.is_some();
-    on.then(|| (hash(key), hot))
+    on.then(|| (h.unwrap_or_else(|| hash(key)), hot))
 }
 
 /// Tell the live miss-ratio curve (`stats mrc`) what a request did to
@@ -37,10 +37,10 @@ fn observe_curve(ctx: &Ctx<'_>, key: &[u8], h: u64, access: mrc::Access) {
     }
 }
 
-/// `fetchers`: a client looked `key` up; `found` is the value's length and
-/// flags when it was there.
-pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
-    if let Some((h, weight)) = wanted(ctx, key) {
+/// `fetchers`: a client looked `key` up (its hash `h`, if the caller has
+/// it); `found` is the value's length and flags when it was there.
+pub fn fetched(ctx: &Ctx<'_>, key: &[u8], h: Option<u64>, found: Option<(usize, u32)>) {
+    if let Some((h, weight)) = wanted(ctx, key, h) {
         let (hot, curve) = match found {
             Some((len, _)) => (
                 hotkeys::Access::Hit { size: len as u32 },
@@ -69,7 +69,7 @@ pub fn fetched(ctx: &Ctx<'_>, key: &[u8], found: Option<(usize, u32)>) {
 /// `size` bytes was in slab class `class` (`described`: (class, size), when
 /// the delete was asked to say; the watchers' line needs it).
 pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, described: Option<(u32, usize)>) {
-    if let Some((h, weight)) = wanted(ctx, key) {
+    if let Some((h, weight)) = wanted(ctx, key, None) {
         if let Some(c) = &ctx.shared.capture {
             c.deleted(h, key);
         }
@@ -90,7 +90,7 @@ pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, described: Option<(u32, usi
 /// `mutations`: a store of `value_len` bytes by command `cmd` ended with
 /// `outcome`.
 pub fn stored(ctx: &Ctx<'_>, req: &Store<'_>, cmd: &str, outcome: &StoreOutcome) {
-    if let Some((h, weight)) = wanted(ctx, req.key) {
+    if let Some((h, weight)) = wanted(ctx, req.key, None) {
         let size = req.value.len() as u32;
         let hot = hotkeys::Access::Store { size };
         if let Some(w) = weight {
@@ -129,7 +129,7 @@ pub fn stored(ctx: &Ctx<'_>, req: &Store<'_>, cmd: &str, outcome: &StoreOutcome)
     if let StoreOutcome::Stored { .. } = outcome {
         // On flash, the request's shape (a parked look is not waited for).
         let now = ctx
-            .get_or_park(req.key, Lookup::PEEK, |it| {
+            .get_or_park(req.key, hash(req.key), Lookup::PEEK, |it| {
                 it.map(|it| (it.value.len(), it.flags, it.expiry))
             })
             .flatten();
