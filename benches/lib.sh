@@ -1,8 +1,7 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # variables set here are used by the scripts that source it
-# Shared helpers for benches/capacity.sh, benches/throughput.sh and
-# benches/mrc-predict.sh: locate
-# or build the load generator, start a server (memcached or cachalot) on a
+# Shared helpers for the benches/ scripts: locate or build the load
+# generator, start a server (memcached or cachalot) on a
 # free 127.0.0.1 port with the flags it is given, and stop every server this
 # script started when it exits. Sourced, not run.
 #

@@ -29,9 +29,9 @@
 # RUNS (cost runs per side; default 3), COST_ARGS (the cost workload),
 # OUT_DIR (default a new temporary directory).
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+source "$(dirname "$0")/lib.sh"
+ROOT=$BENCH_ROOT
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-CACHALOT=${CACHALOT_BIN:-$TARGET/release/cachalot}
 LAB=${LAB_BIN:-$TARGET/release/cachalot-lab}
 if [ -n "${CACHALOT_PYTHON:-}" ]; then
     PY=$CACHALOT_PYTHON
@@ -48,61 +48,25 @@ THREADS=${THREADS:-2}
 RUNS=${RUNS:-3}
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/cachalot-trace-capture.XXXXXX)}
 mkdir -p "$OUT_DIR"
-for b in "$CACHALOT" "$LAB"; do
+for b in "$CACHALOT_BIN" "$LAB"; do
     [ -x "$b" ] || { echo "$b not found (cargo build --release -p cachalot -p cachalot-lab)" >&2; exit 1; }
 done
-USER_FLAG=()
-[ "$(id -u)" != 0 ] || USER_FLAG=(-u root)
+ensure_loadgen
 
-echo "machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -n1)," \
-    "$(free -g | awk '/^Mem:/ {print $2}') GiB RAM, $(uname -sr); date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "cachalot: $CACHALOT (checkout at $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+machine_line
 echo "libCacheSim: $("$PY" -c 'import libcachesim as l; print(getattr(l, "__version__", "?"))') ($PY)"
 echo "workload: $MODEL_ARGS; -m $MEM -t $THREADS; out: $OUT_DIR"
 
-SERVER_PID=
-PORT=
-stop_server() {
-    if [ -n "$SERVER_PID" ]; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-        SERVER_PID=
-    fi
-}
-trap stop_server EXIT
-
-# start_server ARGS...: a server on a free port; waits until it answers.
-start_server() {
-    PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    "$CACHALOT" -p "$PORT" -l 127.0.0.1 -U 0 "${USER_FLAG[@]}" -m "$MEM" -t "$THREADS" "$@" \
-        2>"$OUT_DIR/server.log" &
-    SERVER_PID=$!
-    for _ in $(seq 1 500); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
-            return
-        fi
-        sleep 0.02
-    done
-    echo "server did not start:" >&2
-    cat "$OUT_DIR/server.log" >&2
-    exit 1
+# serve ARGS...: a cachalot on a free port (PORT) with these flags.
+serve() {
+    # shellcheck disable=SC2086
+    start_server cachalot - -l 127.0.0.1 -U 0 $USER_FLAG -m "$MEM" -t "$THREADS" "$@"
+    PORT=$SERVER_PORT
 }
 
 # mcstat GROUP NAME: one figure of `stats GROUP`.
 mcstat() {
-    "$PY" - "$PORT" "$1" "$2" <<'EOF'
-import socket, sys
-port, group, name = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-s = socket.create_connection(("127.0.0.1", port))
-s.sendall(("stats %s\r\n" % group).replace("stats \r", "stats\r").encode())
-data = b""
-while not data.endswith(b"END\r\n"):
-    data += s.recv(65536)
-for line in data.decode().splitlines():
-    f = line.split()
-    if len(f) == 3 and f[1] == name:
-        print(f[2])
-EOF
+    server_stats "127.0.0.1:$PORT" "$1" "$2"
 }
 
 hit_ratio_json() {
@@ -136,7 +100,7 @@ full_records=
 for f in "${FORMS[@]}"; do
     IFS='|' read -r name file extra simmem rate <<<"$f"
     trace=$OUT_DIR/$file
-    start_server -o "trace_file=$trace$extra"
+    serve -o "trace_file=$trace$extra"
     # shellcheck disable=SC2086
     "$LAB" replay $MODEL_ARGS --server "127.0.0.1:$PORT" --connections 4 \
         --json "$OUT_DIR/$file.replay.json" >"$OUT_DIR/$file.replay.txt"
@@ -144,7 +108,7 @@ for f in "${FORMS[@]}"; do
     misses=$(mcstat "" get_misses)
     dropped=$(mcstat trace trace_dropped)
     live=$("$PY" -c "print('%.4f' % ($hits / ($hits + $misses)))")
-    stop_server
+    stop_server "$SERVER_PID"
     case $file in
         *.csv) records=$(($(wc -l <"$trace") - 1)) ;;
         *) records=$(($(wc -c <"$trace") / 24)) ;;
@@ -182,9 +146,9 @@ on_cpu=()
 for i in $(seq 1 "$RUNS"); do
     for side in off on; do
         if [ "$side" = on ]; then
-            start_server -o "trace_file=$OUT_DIR/cost.oracleGeneral"
+            serve -o "trace_file=$OUT_DIR/cost.oracleGeneral"
         else
-            start_server
+            serve
         fi
         # shellcheck disable=SC2086
         "$LAB" replay $COST_ARGS --server "127.0.0.1:$PORT" --connections 8 --pipeline 16 \
@@ -205,14 +169,13 @@ for i in $(seq 1 "$RUNS"); do
             off+=("$rps")
             off_cpu+=("$cpu")
         fi
-        stop_server
+        stop_server "$SERVER_PID"
         echo "  run $i capture $side: $rps requests/s, server CPU $cpu us/request$extra"
     done
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
-mo=$(median "${off[@]}")
-mn=$(median "${on[@]}")
+mo=$(printf '%s\n' "${off[@]}" | median)
+mn=$(printf '%s\n' "${on[@]}" | median)
 echo "median requests/s: off $mo, on $mn ($("$PY" -c "print('%.3f' % ($mn / $mo))") x)"
-co=$(median "${off_cpu[@]}")
-cn=$(median "${on_cpu[@]}")
+co=$(printf '%s\n' "${off_cpu[@]}" | median)
+cn=$(printf '%s\n' "${on_cpu[@]}" | median)
 echo "median server CPU us/request: off $co, on $cn ($("$PY" -c "print('%.3f' % ($cn / $co))") x)"

@@ -14,6 +14,10 @@
 //! about twice a second: `benches/fill-tail.sh`'s floor) land in some
 //! holds and lengthen them in wall time, but not on the CPU; the two
 //! maxima tell a slice of work too large from a hold the machine stalled.
+//! Where the kernel charges interrupts to the thread they interrupt
+//! (`CONFIG_IRQ_TIME_ACCOUNTING` off, as on the machine of
+//! docs/benchmarks.md), the CPU figure includes the softirqs that ran
+//! during the hold.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
