@@ -21,6 +21,8 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::priority::thread_cpu_ns;
 use std::time::Instant;
 
 /// Buckets 0-3 count holds of [i, i + 1) µs; above 4 µs, each power of
@@ -80,21 +82,6 @@ impl HoldStart {
             cpu_ns: BACKGROUND.get().then(thread_cpu_ns),
         }
     }
-}
-
-/// The calling thread's CPU time (ns), from `CLOCK_THREAD_CPUTIME_ID`.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the call to write; the clock id
-    // is one every Linux has.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The holds of one lock.
