@@ -85,6 +85,7 @@ impl Stack {
     /// Marks and sizes in slots 0..=slot, in one walk down the tree (both
     /// arrays are read at the same indices, so their cache misses overlap).
     fn prefix(&self, slot: usize) -> (u64, u64) {
+        self.prefetch_walk(slot + 1, |i| i & (i - 1));
         let mut i = slot + 1;
         let (mut count, mut bytes) = (0u64, 0u64);
         if self.with_bytes {
@@ -104,6 +105,10 @@ impl Stack {
 
     fn add(&mut self, slot: usize, count: i32, bytes: i64) {
         let n = self.count.len();
+        self.prefetch_walk(
+            slot + 1,
+            |i| if i < n { i + (i & i.wrapping_neg()) } else { 0 },
+        );
         let mut i = slot + 1;
         while i < n {
             self.count[i] = self.count[i].wrapping_add_signed(count);
@@ -111,6 +116,22 @@ impl Stack {
                 self.bytes[i] = self.bytes[i].wrapping_add_signed(bytes);
             }
             i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Start loading every node a walk from `i` (by `next`, until 0) reads,
+    /// before it reads any: a stack of a few thousand sampled keys is cold
+    /// in the cache between a server's sampled requests, and the dozen
+    /// nodes of a walk then miss one after another (the live curve's
+    /// stack updates were most of its cost on a pipelined load).
+    #[inline]
+    fn prefetch_walk(&self, mut i: usize, next: impl Fn(usize) -> usize) {
+        while let (true, Some(c)) = (i > 0, self.count.get(i)) {
+            crate::hash::prefetch((c as *const u32).cast());
+            if let Some(b) = self.bytes.get(i) {
+                crate::hash::prefetch((b as *const u64).cast());
+            }
+            i = next(i);
         }
     }
 
