@@ -105,10 +105,7 @@ impl Stack {
 
     fn add(&mut self, slot: usize, count: i32, bytes: i64) {
         let n = self.count.len();
-        self.prefetch_walk(
-            slot + 1,
-            |i| if i < n { i + (i & i.wrapping_neg()) } else { 0 },
-        );
+        self.prefetch_walk(slot + 1, |i| i + (i & i.wrapping_neg()));
         let mut i = slot + 1;
         while i < n {
             self.count[i] = self.count[i].wrapping_add_signed(count);
@@ -119,11 +116,12 @@ impl Stack {
         }
     }
 
-    /// Start loading every node a walk from `i` (by `next`, until 0) reads,
-    /// before it reads any: a stack of a few thousand sampled keys is cold
-    /// in the cache between a server's sampled requests, and the dozen
-    /// nodes of a walk then miss one after another (the live curve's
-    /// stack updates were most of its cost on a pipelined load).
+    /// Start loading every node a walk from `i` (by `next`, until 0 or the
+    /// tree's end) reads, before it reads any: a stack of a few thousand
+    /// sampled keys is cold in the cache between a server's sampled
+    /// requests, and the dozen nodes of a walk then miss one after another
+    /// (the live curve's stack updates were most of its cost on a
+    /// pipelined load).
     #[inline]
     fn prefetch_walk(&self, mut i: usize, next: impl Fn(usize) -> usize) {
         while let (true, Some(c)) = (i > 0, self.count.get(i)) {
