@@ -361,17 +361,20 @@ impl BinaryHandler {
             }
             None => None,
         };
-        let found = match expiry {
-            Some(e) => ctx.cache.touch(key, e, reply),
+        let (found, h) = match expiry {
+            Some(e) => (ctx.cache.touch(key, e, reply), None),
             // A GET reads its stripe only (`Cache::get`); on flash, it is
             // parked.
-            None => match ctx.get_or_park(key, hash(key), Lookup::GET, reply) {
-                Some(found) => found,
-                None => return true,
-            },
+            None => {
+                let h = hash(key);
+                match ctx.get_or_park(key, h, Lookup::GET, reply) {
+                    Some(found) => (found, Some(h)),
+                    None => return true,
+                }
+            }
         };
         let hit = found.is_some();
-        crate::watch::fetched(ctx, key, None, found);
+        crate::watch::fetched(ctx, key, h, found);
         stats_cmd::detail_record(ctx, key, DetailOp::Get { hit });
         let s = ctx.stats;
         if touch.is_some() {

@@ -306,7 +306,7 @@ impl Inner {
             *c = (*c).max(cell_est);
         }
         // A tracked key's estimate is at least its count (unless the
-        // estimate is at the cells' ceiling), and `est` one more, so at or
+        // estimate is at the cells' ceiling), and `est` `w` more, so at or
         // below the smallest count the key is not tracked, and not admitted.
         if est <= self.min && est < CELL_MAX {
             return;
@@ -518,8 +518,8 @@ impl Sketch {
     }
 
     /// Count one request for `key` (its engine hash `h`), if it is one of
-    /// those counted.
-    #[inline]
+    /// those counted (the server picks, then counts, in `watch`).
+    #[cfg(test)]
     pub fn record(&self, clock: &Clock, h: u64, key: &[u8], access: Access) {
         if let Some(w) = self.pick() {
             self.count(clock, h, key, access, w);

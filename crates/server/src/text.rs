@@ -900,14 +900,19 @@ fn fetch(
         }
         item.map(|it| (it.value.len(), it.flags))
     };
-    let h = hash(key);
-    let found = match touch {
-        Some(expiry) => ctx.cache.touch(key, expiry, write),
+    let (found, h) = match touch {
+        Some(expiry) => (ctx.cache.touch(key, expiry, write), None),
         // Parked: answered as a miss (a request that does not stop for
         // it: its read goes with the next that does).
-        None => ctx.get_or_park(key, h, Lookup::GET, write).flatten(),
+        None => {
+            let h = hash(key);
+            (
+                ctx.get_or_park(key, h, Lookup::GET, write).flatten(),
+                Some(h),
+            )
+        }
     };
-    watch::fetched(ctx, key, Some(h), found);
+    watch::fetched(ctx, key, h, found);
     count_fetch(ctx, key, touch.is_some(), found.is_some());
 }
 

@@ -24,6 +24,14 @@ fn wanted(ctx: &Ctx<'_>, key: &[u8], h: Option<u64>) -> Option<(u64, Option<u32>
     on.then(|| (h.unwrap_or_else(|| hash(key)), hot))
 }
 
+/// The hot keys: a request of `key` (hash `h`) did `access`, counted with
+/// weight `w` if [`wanted`] picked it.
+fn count_hot(ctx: &Ctx<'_>, key: &[u8], h: u64, w: Option<u32>, access: hotkeys::Access) {
+    if let Some(w) = w {
+        ctx.stats.hot.count(ctx.cache.clock(), h, key, access, w);
+    }
+}
+
 /// Tell the live miss-ratio curve (`stats mrc`) what a request did to
 /// `key` (of hash `h`), with its prefix when prefix stats are on.
 fn observe_curve(ctx: &Ctx<'_>, key: &[u8], h: u64, access: mrc::Access) {
@@ -50,9 +58,7 @@ pub fn fetched(ctx: &Ctx<'_>, key: &[u8], h: Option<u64>, found: Option<(usize, 
             ),
             None => (hotkeys::Access::Miss, mrc::Access::Miss),
         };
-        if let Some(w) = weight {
-            ctx.stats.hot.count(ctx.cache.clock(), h, key, hot, w);
-        }
+        count_hot(ctx, key, h, weight, hot);
         observe_curve(ctx, key, h, curve);
         if let Some(c) = &ctx.shared.capture {
             c.fetched(h, key, found.map(|(len, _)| len));
@@ -73,12 +79,7 @@ pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, described: Option<(u32, usi
         if let Some(c) = &ctx.shared.capture {
             c.deleted(h, key);
         }
-        if let Some(w) = weight {
-            let clock = ctx.cache.clock();
-            ctx.stats
-                .hot
-                .count(clock, h, key, hotkeys::Access::Other, w);
-        }
+        count_hot(ctx, key, h, weight, hotkeys::Access::Other);
         observe_curve(ctx, key, h, mrc::Access::Delete);
     }
     let w = &ctx.shared.watchers;
@@ -92,10 +93,7 @@ pub fn deleted(ctx: &Ctx<'_>, key: &[u8], cmd: &str, described: Option<(u32, usi
 pub fn stored(ctx: &Ctx<'_>, req: &Store<'_>, cmd: &str, outcome: &StoreOutcome) {
     if let Some((h, weight)) = wanted(ctx, req.key, None) {
         let size = req.value.len() as u32;
-        let hot = hotkeys::Access::Store { size };
-        if let Some(w) = weight {
-            ctx.stats.hot.count(ctx.cache.clock(), h, req.key, hot, w);
-        }
+        count_hot(ctx, req.key, h, weight, hotkeys::Access::Store { size });
         if let StoreOutcome::Stored { .. } = outcome {
             let size = mrc::item_size(req.key.len(), req.value.len());
             observe_curve(ctx, req.key, h, mrc::Access::Store { size });
