@@ -570,7 +570,7 @@ impl Cache {
         &self,
         keys: &[&'k [u8]],
         how: Lookup,
-        f: impl FnMut(usize, &'k [u8], Option<ItemRef<'_>>) -> ControlFlow<()>,
+        f: impl FnMut(usize, &'k [u8], u64, Option<ItemRef<'_>>) -> ControlFlow<()>,
     ) {
         let _ = self.batch(keys, how, None, f);
     }
@@ -584,7 +584,7 @@ impl Cache {
         keys: &[&'k [u8]],
         how: Lookup,
         reads: &mut Fetches,
-        f: impl FnMut(usize, &'k [u8], Option<ItemRef<'_>>) -> ControlFlow<()>,
+        f: impl FnMut(usize, &'k [u8], u64, Option<ItemRef<'_>>) -> ControlFlow<()>,
     ) -> Option<(usize, Want)> {
         self.batch(keys, how, Some(reads), f)
     }
@@ -594,7 +594,7 @@ impl Cache {
         keys: &[&'k [u8]],
         how: Lookup,
         mut reads: Option<&mut Fetches>,
-        mut f: impl FnMut(usize, &'k [u8], Option<ItemRef<'_>>) -> ControlFlow<()>,
+        mut f: impl FnMut(usize, &'k [u8], u64, Option<ItemRef<'_>>) -> ControlFlow<()>,
     ) -> Option<(usize, Want)> {
         // A key that misses the N-zone is read in the Z-zone and on flash
         // without the lock, so with either tier keys go one at a time.
@@ -610,7 +610,7 @@ impl Cache {
             }
             for (i, (&key, &h)) in batch.iter().zip(hashes).enumerate() {
                 let (at, reads) = (at + i, reads.as_deref_mut());
-                match self.get_hashed(key, h, how, reads, |item| f(at, key, item)) {
+                match self.get_hashed(key, h, how, reads, |item| f(at, key, h, item)) {
                     Got::Done(ControlFlow::Continue(())) => {}
                     Got::Done(ControlFlow::Break(())) => return ControlFlow::Break(None),
                     Got::Parked(want) => return ControlFlow::Break(Some((at, want))),
@@ -627,10 +627,12 @@ impl Cache {
     /// Start loading the index buckets and items of `keys` into the CPU
     /// cache for GETs that follow soon (MICA's batching across requests:
     /// the server calls this for the single-key GETs pipelined behind the
-    /// one it serves, so their memory loads overlap). A hint only.
-    pub fn prefetch_keys(&self, keys: &[&[u8]]) {
+    /// one it serves, so their memory loads overlap). A hint only; `also`
+    /// is given each key's hash, for the caller's own prefetches.
+    pub fn prefetch_keys(&self, keys: &[&[u8]], mut also: impl FnMut(u64)) {
         let _ = batches::<()>(keys, |_, _, hashes| {
             self.prefetch(hashes);
+            hashes.iter().for_each(|&h| also(h));
             ControlFlow::Continue(())
         });
     }

@@ -25,8 +25,11 @@
 //! Counts halve every [`HALF_LIFE`] seconds, so the curve follows a
 //! changing workload.
 
-use crate::hash::KeyMap;
-use crate::stack::Stack;
+use crate::stack::{Distance, Stack};
+
+mod sample;
+pub use sample::Home;
+use sample::SampleIndex;
 
 /// Top hash bits that decide sampling.
 const KEY_BITS: u32 = 24;
@@ -129,6 +132,12 @@ impl Stacked {
     /// at `size` bytes, the sample's weight `scale`.
     fn access(&mut self, obj: u32, size: u32, get: Option<bool>, scale: f64) {
         let d = self.stack.access(obj, size, &mut self.slots);
+        self.count(d, get, scale);
+    }
+
+    /// A GET (when `get` is Some, its hit or miss) at distance `d` (None:
+    /// cold), the sample's weight `scale`.
+    fn count(&mut self, d: Option<Distance>, get: Option<bool>, scale: f64) {
         if let Some(hit) = get {
             self.gets += scale;
             if !hit {
@@ -170,6 +179,8 @@ impl Stacked {
 pub const MAX_PARTS: usize = 8;
 /// A key in no part.
 const NO_PART: u8 = u8::MAX;
+/// A key with no slot in a stack.
+const NO_SLOT: u32 = u32::MAX;
 
 /// A sampled LRU stack of the whole cache and the GETs' distances, and
 /// one for each of the first [`MAX_PARTS`] key prefixes seen in the
@@ -181,12 +192,12 @@ pub struct LiveMrc {
     /// Scaled distance beyond which a key is forgotten rather than the
     /// rate lowered: a GET that far misses in every cache predicted.
     horizon: f64,
-    /// Sampled key hash -> its index.
-    index: KeyMap<u64, u32>,
+    /// Sampled key hash -> its number and its slot in `whole`'s stack
+    /// (whose `slots` stay empty).
+    index: SampleIndex,
     free: Vec<u32>,
-    /// Each index's key hash, last size (a missed key keeps its old size
-    /// until its SET) and part.
-    objs: Vec<(u64, u32, u8)>,
+    /// Each key's hash and part, by its number.
+    objs: Vec<(u64, u8)>,
     whole: Stacked,
     /// The prefixes' own stacks, by the caller's prefix id.
     parts: Vec<(u16, Stacked)>,
@@ -235,7 +246,7 @@ impl LiveMrc {
             threshold: FULL_RATE,
             max_keys: max_keys.max(16),
             horizon: f64::MAX,
-            index: KeyMap::default(),
+            index: SampleIndex::new(max_keys.max(16)),
             free: Vec::new(),
             objs: Vec::new(),
             whole: Stacked::new(),
@@ -254,13 +265,14 @@ impl LiveMrc {
     /// between them), the slots of each stack, the bins. Without prefixes
     /// (no part id is ever given) no part's stack is made.
     pub fn memory_bytes(max_keys: usize, parts: bool) -> usize {
-        // The index (a hash table of 12-byte entries, at least 7/8 full
-        // before it doubles: 32 bytes a key at worst) and the keys' hash,
-        // size and part.
+        // The index, and the keys' hash and part.
         let keys = max_keys.max(16) + 1;
         let stacks = 1 + usize::from(parts);
         let slots = 1 + if parts { MAX_PARTS } else { 0 };
-        keys * (32 + 16) + stacks * (2 * keys * (4 + 8 + 4 + 4)) + slots * (keys * 4 + BINS * 8)
+        SampleIndex::memory_bytes(max_keys.max(16))
+            + keys * 16
+            + stacks * (2 * keys * (4 + 8 + 4 + 4))
+            + slots * (keys * 4 + BINS * 8)
     }
 
     /// The sampling rate now.
@@ -278,6 +290,12 @@ impl LiveMrc {
         self.threshold
     }
 
+    /// Where a sampled key's entry is, to prefetch it outside the curve's
+    /// lock (valid as long as the curve: its index never moves).
+    pub fn home(&self) -> Home {
+        self.index.home()
+    }
+
     /// One request for the key of hash `h`, at server second `now`;
     /// `part` names the key's prefix (asked only of a sampled key that is
     /// new to the sample; None: it has none, or prefixes are not told).
@@ -287,8 +305,8 @@ impl LiveMrc {
             return;
         }
         let scale = 1.0 / self.rate();
-        let obj = match self.index.get(&h) {
-            Some(&o) => o,
+        let pos = match self.index.find(h) {
+            Some(pos) => pos,
             None if access == Access::Delete => return,
             None => {
                 let p = match part() {
@@ -300,31 +318,54 @@ impl LiveMrc {
                 };
                 let o = self.free.pop().unwrap_or(self.objs.len() as u32);
                 if o as usize == self.objs.len() {
-                    self.objs.push((h, 0, p));
+                    self.objs.push((h, p));
                 }
-                self.objs[o as usize] = (h, 0, p);
-                self.index.insert(h, o);
-                o
+                self.objs[o as usize] = (h, p);
+                self.index.insert(h, o)
             }
         };
+        if access == Access::Delete {
+            return self.forget_at(pos);
+        }
+        let e = self.index.get(pos);
+        let was = (e.slot != NO_SLOT).then(|| self.whole.stack.remove_at(e.slot));
         let size = match access {
             Access::Hit { size } | Access::Store { size } => size,
-            Access::Miss => self.objs[obj as usize].1,
-            Access::Delete => return self.forget(obj),
+            // A missed key keeps its old size until its SET.
+            _ => was.map_or(0, |(_, size)| size),
         };
-        self.objs[obj as usize].1 = size;
         let get = match access {
             Access::Hit { .. } => Some(true),
             Access::Miss => Some(false),
             _ => None,
         };
-        self.whole.access(obj, size, get, scale);
-        let p = self.objs[obj as usize].2;
-        if let Some((_, part)) = self.parts.get_mut(p as usize) {
-            part.access(obj, size, get, scale);
+        self.whole.count(was.map(|(d, _)| d), get, scale);
+        let (index, objs) = (&mut self.index, &self.objs);
+        let slot = self.whole.stack.push_with(e.obj, size, |o, slot| {
+            if let Some(p) = index.find(objs[o as usize].0) {
+                index.set_slot(p, slot);
+            }
+        });
+        self.index.set_slot(pos, slot);
+        if !self.parts.is_empty() {
+            let p = self.objs[e.obj as usize].1;
+            if let Some((_, part)) = self.parts.get_mut(p as usize) {
+                part.access(e.obj, size, get, scale);
+            }
         }
         if self.index.len() > self.max_keys {
             self.forget_or_lower_rate(scale);
+        }
+    }
+
+    /// Check that the index, the keys' numbers and the whole stack agree.
+    #[cfg(test)]
+    fn validate(&self) {
+        self.index.validate();
+        assert_eq!(self.index.len(), self.whole.stack.len());
+        for e in self.index.iter() {
+            assert_eq!(self.whole.stack.owner(e.slot), Some(e.obj));
+            assert_eq!(self.objs[e.obj as usize].0, e.h);
         }
     }
 
@@ -356,19 +397,35 @@ impl LiveMrc {
     fn split_solo(&mut self) {
         self.mixed = true;
         if let Some(id) = self.solo.take() {
-            self.parts.push((id, self.whole.clone()));
+            let mut part = self.whole.clone();
+            // The whole stack's slots are in the index; the part keeps its own.
+            part.slots = vec![NO_SLOT; self.objs.len()];
+            for e in self.index.iter() {
+                part.slots[e.obj as usize] = e.slot;
+            }
+            self.parts.push((id, part));
         }
     }
 
     /// Take key `obj` out of the sample.
     fn forget(&mut self, obj: u32) {
-        let (h, _, p) = self.objs[obj as usize];
-        self.whole.remove(obj);
-        if let Some((_, part)) = self.parts.get_mut(p as usize) {
-            part.remove(obj);
+        if let Some(pos) = self.index.find(self.objs[obj as usize].0) {
+            self.forget_at(pos);
         }
-        self.index.remove(&h);
-        self.free.push(obj);
+    }
+
+    /// Take the key whose entry is at `pos` out of the sample.
+    fn forget_at(&mut self, pos: usize) {
+        let e = self.index.get(pos);
+        if e.slot != NO_SLOT {
+            self.whole.stack.remove_at(e.slot);
+        }
+        let p = self.objs[e.obj as usize].1;
+        if let Some((_, part)) = self.parts.get_mut(p as usize) {
+            part.remove(e.obj);
+        }
+        self.index.remove_at(pos);
+        self.free.push(e.obj);
     }
 
     /// Over the bound: forget the oldest key if it is beyond the horizon
@@ -390,8 +447,8 @@ impl LiveMrc {
         let gone: Vec<u32> = self
             .index
             .iter()
-            .filter(|(&h, _)| !sampled(h, t))
-            .map(|(_, &o)| o)
+            .filter(|e| !sampled(e.h, t))
+            .map(|e| e.obj)
             .collect();
         for o in gone {
             self.forget(o);
@@ -723,6 +780,44 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// With every key sampled, the curve's stack (its slots kept in the
+        /// index) gives exactly the distances of a plain stack that keeps
+        /// its slots in an array, through hits, misses, stores, deletes
+        /// and the stack's renumbering.
+        #[test]
+        fn the_index_keeps_the_stack_exact(
+            ops in proptest::collection::vec((0u64..300, 0u8..4, 1u32..5000), 1..3000)
+        ) {
+            let mut m = LiveMrc::with_keys(1000, 0);
+            let mut model = Stacked::new();
+            let mut sizes = std::collections::HashMap::new();
+            for (k, op, size) in ops {
+                let acc = [Access::Hit { size }, Access::Miss, Access::Store { size }, Access::Delete][op as usize];
+                m.record(h(k), acc, 0, || None);
+                match acc {
+                    Access::Delete => {
+                        if sizes.remove(&k).is_some() {
+                            model.remove(k as u32);
+                        }
+                    }
+                    Access::Miss => {
+                        let size = *sizes.entry(k).or_insert(0);
+                        model.access(k as u32, size, Some(false), 1.0);
+                    }
+                    Access::Hit { .. } | Access::Store { .. } => {
+                        sizes.insert(k, size);
+                        model.access(k as u32, size, (op == 0).then_some(true), 1.0);
+                    }
+                }
+                m.validate();
+                proptest::prop_assert_eq!(m.keys(), sizes.len());
+            }
+            let (c, e) = (m.curve(), model.curve(0.0, 0.0));
+            proptest::prop_assert_eq!((c.hist, c.cold, c.gets, c.missed), (e.hist, e.cold, e.gets, e.missed));
+        }
+    }
+
     /// Two prefixes, interleaved: a scan of 1,000 keys and one of 100.
     /// Each part's curve has its own cliff, at its own data's size, as if
     /// it had an LRU of its own; the whole cache's is at their sum.
@@ -745,6 +840,7 @@ mod tests {
                 }
             }
         }
+        m.validate();
         let parts = m.part_curves();
         assert_eq!(parts.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 2]);
         let (big, small) = (&parts[0].1, &parts[1].1);
@@ -756,6 +852,7 @@ mod tests {
         // A key deleted leaves its part too.
         m.record(h(5000), Access::Delete, 0, || unreachable!("known key"));
         assert_eq!(m.keys(), 1099);
+        m.validate();
         // Parts are bounded: the first MAX_PARTS prefixes seen.
         for p in 3..20u16 {
             m.record(h(90_000 + p as u64), Access::Miss, 0, || Some(p));
@@ -808,6 +905,7 @@ mod tests {
                 },
             );
         }
+        m.validate();
         let parts = m.part_curves();
         assert_eq!(parts.iter().map(|p| p.0).collect::<Vec<_>>(), [4, 9]);
         assert!(
@@ -836,6 +934,7 @@ mod tests {
         m.record(h(1), Access::Delete, 0, || None);
         m.record(h(2), Access::Delete, 0, || None);
         assert_eq!(m.keys(), 0);
+        m.validate();
         let before = m.curve().gets();
         m.record(h(3), Access::Miss, HALF_LIFE, || None);
         let after = m.curve().gets();

@@ -64,7 +64,7 @@ impl Stack {
             total_bytes: 0,
             with_bytes,
         };
-        s.rebuild(1024, &mut Vec::new());
+        s.rebuild(1024, |_, _| {});
         s
     }
 
@@ -75,6 +75,15 @@ impl Stack {
 
     pub fn is_empty(&self) -> bool {
         self.live == 0
+    }
+
+    /// The object in `slot`, if one is.
+    #[cfg(test)]
+    pub fn owner(&self, slot: u32) -> Option<u32> {
+        self.owner
+            .get(slot as usize)
+            .copied()
+            .filter(|&o| o != EMPTY)
     }
 
     /// Sum of the sizes of the objects in the stack (0 without byte tracking).
@@ -177,26 +186,53 @@ impl Stack {
         if slot == EMPTY || self.owner.get(slot as usize) != Some(&obj) {
             return None;
         }
+        slots[obj as usize] = EMPTY;
+        Some(self.remove_at(slot).0)
+    }
+
+    /// Take the object in `slot` (which one must own) out of the stack;
+    /// returns where it was and its size. For a caller that keeps the
+    /// slots itself ([`Stack::push_with`]).
+    pub fn remove_at(&mut self, slot: u32) -> (Distance, u32) {
         let slot = slot as usize;
+        debug_assert_ne!(self.owner[slot], EMPTY, "slot {slot} is free");
+        // Both walks' nodes start loading at once: the distance reads the
+        // tree below the slot, the update writes it above.
+        self.prefetch_walk(slot + 1, |i| i + (i & i.wrapping_neg()));
         let d = self.distance_at(slot);
-        let sz = self.size[slot] as u64;
+        let sz = self.size[slot];
         self.add(slot, -1, -(sz as i64));
         self.owner[slot] = EMPTY;
         self.size[slot] = 0;
         self.live -= 1;
-        self.total_bytes -= sz;
-        slots[obj as usize] = EMPTY;
-        Some(d)
+        self.total_bytes -= sz as u64;
+        (d, sz)
     }
 
     /// Put `obj` (not in the stack) on top.
     fn push(&mut self, obj: u32, size: u32, slots: &mut Vec<u32>) {
+        let o = obj as usize;
+        if slots.len() <= o {
+            slots.resize(o + 1, EMPTY);
+        }
+        let slot = self.push_with(obj, size, |o, s| {
+            if let Some(slot) = slots.get_mut(o as usize) {
+                *slot = s;
+            }
+        });
+        slots[o] = slot;
+    }
+
+    /// Put `obj` (not in the stack) on top; returns its slot. When the
+    /// slots are renumbered first, `moved(obj, slot)` is told each live
+    /// object's new slot.
+    pub fn push_with(&mut self, obj: u32, size: u32, moved: impl FnMut(u32, u32)) -> u32 {
         if self.next >= self.owner.len() {
             // Renumber into twice as many slots as there are live objects:
             // the O(capacity) rebuild then comes once per `live` pushes at
             // the earliest, O(1) amortised, and memory stays ~2x the objects.
             let cap = (self.live * 2).max(1024);
-            self.rebuild(cap, slots);
+            self.rebuild(cap, moved);
         }
         let slot = self.next;
         self.next += 1;
@@ -206,16 +242,12 @@ impl Stack {
         self.add(slot, 1, size as i64);
         self.live += 1;
         self.total_bytes += size as u64;
-        let o = obj as usize;
-        if slots.len() <= o {
-            slots.resize(o + 1, EMPTY);
-        }
-        slots[o] = slot as u32;
+        slot as u32
     }
 
     /// Renumber live slots 0.. in order into `cap` slots; rebuild the trees
     /// in O(cap) (each node adds itself to its parent).
-    fn rebuild(&mut self, cap: usize, slots: &mut [u32]) {
+    fn rebuild(&mut self, cap: usize, mut moved: impl FnMut(u32, u32)) {
         let mut owner = vec![EMPTY; cap];
         let mut size = vec![0u32; cap];
         let mut n = 0;
@@ -223,9 +255,7 @@ impl Stack {
             if *o != EMPTY {
                 owner[n] = *o;
                 size[n] = *s;
-                if let Some(slot) = slots.get_mut(*o as usize) {
-                    *slot = n as u32;
-                }
+                moved(*o, n as u32);
                 n += 1;
             }
         }

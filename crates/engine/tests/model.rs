@@ -775,7 +775,7 @@ proptest! {
                         let names: Vec<String> = keys.iter().map(|k| format!("key:{k}")).collect();
                         let keys: Vec<&[u8]> = names.iter().map(|k| k.as_bytes()).collect();
                         let mut got = Vec::new();
-                        batched.lookup_batch(&keys, Lookup::GET, |i, key, item| {
+                        batched.lookup_batch(&keys, Lookup::GET, |i, key, _, item| {
                             assert_eq!(key, keys[i]);
                             got.push(item.map(|it| (it.cas, it.value.to_vec())));
                             if got.len() >= *stop {

@@ -184,7 +184,7 @@ fn run_with(
                             // A multi-get of neighbours.
                             let keys: Vec<Vec<u8>> = (k..k + 5).map(key).collect();
                             let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-                            cache.get_batch(&refs, Lookup::GET, |j, kb, item| {
+                            cache.get_batch(&refs, Lookup::GET, |j, kb, _, item| {
                                 if let Some(item) = item {
                                     if item.key != kb || !check(k + j as u64, &item.value.to_vec())
                                     {
@@ -714,7 +714,7 @@ fn one_client_beside_the_maintainer_matches_a_model() {
             12 => {
                 let keys: Vec<Vec<u8>> = (k..k + 6).map(key).collect();
                 let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-                cache.get_batch(&refs, Lookup::GET, |j, _, item| {
+                cache.get_batch(&refs, Lookup::GET, |j, _, _, item| {
                     let got = item.map(|it| it.value.to_vec());
                     let want = model.get(&(k + j as u64));
                     if got.as_ref() != want {

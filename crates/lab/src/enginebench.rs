@@ -321,7 +321,7 @@ fn mget(cache: &Cache, batch: &[Vec<u8>], plan: &Plan, out: &mut Vec<u8>, lu: &m
     let mut hits = 0;
     if !plan.locked_gets {
         unlocked(lu.timed, &mut lu.stripe_get, || {
-            cache.get_batch(keys, Lookup::GET, |_, _, item| {
+            cache.get_batch(keys, Lookup::GET, |_, _, _, item| {
                 if let Some(item) = item {
                     item.value.copy_to(out);
                     hits += 1;
@@ -333,7 +333,7 @@ fn mget(cache: &Cache, batch: &[Vec<u8>], plan: &Plan, out: &mut Vec<u8>, lu: &m
     }
     locked(cache, lu, |e| {
         if plan.prefetch {
-            e.lookup_batch(keys, Lookup::GET, |_, _, item| {
+            e.lookup_batch(keys, Lookup::GET, |_, _, _, item| {
                 if let Some(item) = item {
                     item.value.copy_to(out);
                     hits += 1;

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cachalot_engine::mrc::{sampled, Access, Held, LiveMrc};
+use cachalot_engine::mrc::{sampled, Access, Held, Home, LiveMrc};
 use cachalot_engine::Cache;
 use parking_lot::Mutex;
 
@@ -16,6 +16,8 @@ use parking_lot::Mutex;
 pub struct Curve {
     /// The curve's sampling threshold, read without its lock.
     gate: AtomicU64,
+    /// Where the curve's index keeps a sampled key, read without its lock.
+    home: Home,
     inner: Mutex<LiveMrc>,
     /// GETs and misses of the whole cache at the last count.
     counted: Mutex<(u64, u64)>,
@@ -33,6 +35,7 @@ impl Curve {
         let m = LiveMrc::for_memory(memory_limit, now);
         Curve {
             gate: AtomicU64::new(m.threshold()),
+            home: m.home(),
             inner: Mutex::new(m),
             counted: Mutex::new((0, 0)),
         }
@@ -43,6 +46,16 @@ impl Curve {
     /// prefixes' own curves.
     pub fn memory_bytes(memory_limit: usize, parts: bool) -> usize {
         LiveMrc::memory_bytes(LiveMrc::keys_for(memory_limit), parts)
+    }
+
+    /// A request for the key of hash `h` comes soon: if the key is in the
+    /// sample, start loading its entry (a sampled request's index line is
+    /// cold, and the engine's lookup then hides its load).
+    #[inline]
+    pub fn prefetch(&self, h: u64) {
+        if sampled(h, self.gate.load(Ordering::Relaxed)) {
+            self.home.prefetch(h);
+        }
     }
 
     /// One request for the key of hash `h`; `part` names its prefix, for

@@ -27,6 +27,9 @@ impl Ctx<'_> {
         how: Lookup,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
     ) -> Option<R> {
+        if let Some(curve) = &self.shared.mrc {
+            curve.prefetch(h);
+        }
         let Some(reads) = self.reads else {
             return Some(self.cache.get_with_hash(key, h, how, f));
         };
@@ -47,7 +50,7 @@ impl Ctx<'_> {
         &self,
         keys: &[&'k [u8]],
         how: Lookup,
-        f: impl FnMut(usize, &'k [u8], Option<ItemRef<'_>>) -> ControlFlow<()>,
+        f: impl FnMut(usize, &'k [u8], u64, Option<ItemRef<'_>>) -> ControlFlow<()>,
     ) -> Option<usize> {
         let Some(reads) = self.reads else {
             self.cache.get_batch(keys, how, f);

@@ -308,7 +308,11 @@ fn prefetch_pipelined_gets(ctx: &Ctx<'_>, input: &[u8]) -> usize {
         }
     }
     if n > 1 {
-        ctx.cache.prefetch_keys(&keys[..n]);
+        ctx.cache.prefetch_keys(&keys[..n], |h| {
+            if let Some(curve) = &ctx.shared.mrc {
+                curve.prefetch(h);
+            }
+        });
     }
     end
 }
@@ -842,11 +846,13 @@ fn serve_keys(
             }
         } else {
             let mut hits: [Option<(usize, u32)>; LOOKUP_BATCH] = [None; LOOKUP_BATCH];
-            let parked = ctx.get_batch_or_park(&batch[..n], Lookup::GET, |i, _, item| {
+            let mut hashes = [0u64; LOOKUP_BATCH];
+            let parked = ctx.get_batch_or_park(&batch[..n], Lookup::GET, |i, _, h, item| {
                 if let Some(item) = &item {
                     write_value(out, item, with_cas);
                     hits[i] = Some((item.value.len(), item.flags));
                 }
+                hashes[i] = h;
                 done = i + 1;
                 if out_full(out) {
                     ControlFlow::Break(())
@@ -862,8 +868,8 @@ fn serve_keys(
                 ahead.extend(keys.take(WANT_AHEAD));
                 ctx.want_from_flash(&ahead);
             }
-            for (key, found) in batch.iter().zip(hits).take(done) {
-                watch::fetched(ctx, key, None, found);
+            for ((key, found), h) in batch.iter().zip(hits).zip(hashes).take(done) {
+                watch::fetched(ctx, key, Some(h), found);
                 count_fetch(ctx, key, false, found.is_some());
             }
         }

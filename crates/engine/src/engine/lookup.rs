@@ -45,7 +45,7 @@ impl Engine {
     /// every key's index bucket is prefetched, then the first item its tag
     /// points at, then the keys are looked up in order, each exactly as by
     /// [`Engine::lookup`], and handed to `f` with their position. `f` may
-    /// stop the batch before the next key (a full output buffer): keys not
+    /// stop the batch before the next key (it is given each key's hash too) (a full output buffer): keys not
     /// looked up are not counted or bumped. Batches of up to
     /// [`LOOKUP_BATCH`](crate::api::LOOKUP_BATCH) keys are prefetched at a time; a batch of one key is
     /// not (nothing to overlap).
@@ -53,7 +53,7 @@ impl Engine {
         &mut self,
         keys: &[&'k [u8]],
         how: Lookup,
-        mut f: impl FnMut(usize, &'k [u8], Option<ItemRef<'_>>) -> ControlFlow<()>,
+        mut f: impl FnMut(usize, &'k [u8], u64, Option<ItemRef<'_>>) -> ControlFlow<()>,
     ) {
         let _ = batches(keys, |at, batch, hashes| {
             // One key (a plain `get`): nothing to overlap its loads with.
@@ -70,7 +70,7 @@ impl Engine {
             }
             for (i, (&key, &h)) in batch.iter().zip(hashes).enumerate() {
                 let item = self.lookup_hashed(key, h, how);
-                f(at + i, key, item)?;
+                f(at + i, key, h, item)?;
             }
             ControlFlow::Continue(())
         });
