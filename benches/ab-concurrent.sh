@@ -57,10 +57,18 @@ ops() { grep "^ops=" "$1" | tr " " "\n" | sed -n "s/^ops_per_sec=//p"; }
 
 ratios=()
 for r in $(seq 1 "$ROUNDS"); do
-    load "$A_PORT" "$r" "$OUT_DIR/a-$r.txt" &
-    la=$!
-    load "$B_PORT" "$r" "$OUT_DIR/b-$r.txt" &
-    lb=$!
+    # The loadgen started first gets a head start: the order alternates.
+    if ((r % 2)); then
+        load "$A_PORT" "$r" "$OUT_DIR/a-$r.txt" &
+        la=$!
+        load "$B_PORT" "$r" "$OUT_DIR/b-$r.txt" &
+        lb=$!
+    else
+        load "$B_PORT" "$r" "$OUT_DIR/b-$r.txt" &
+        lb=$!
+        load "$A_PORT" "$r" "$OUT_DIR/a-$r.txt" &
+        la=$!
+    fi
     wait "$la" "$lb"
     a=$(ops "$OUT_DIR/a-$r.txt")
     b=$(ops "$OUT_DIR/b-$r.txt")
