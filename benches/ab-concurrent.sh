@@ -53,7 +53,6 @@ load() { # port round out
         --value-size "$VALUE_SIZE" --depth "$DEPTH" --multiget "$MULTIGET" --warm 0 \
         --seed "$2" >"$3"
 }
-ops() { grep "^ops=" "$1" | tr " " "\n" | sed -n "s/^ops_per_sec=//p"; }
 
 ratios=()
 for r in $(seq 1 "$ROUNDS"); do
@@ -70,8 +69,11 @@ for r in $(seq 1 "$ROUNDS"); do
         la=$!
     fi
     wait "$la" "$lb"
-    a=$(ops "$OUT_DIR/a-$r.txt")
-    b=$(ops "$OUT_DIR/b-$r.txt")
+    for f in "$OUT_DIR/a-$r.txt" "$OUT_DIR/b-$r.txt"; do
+        [ "$(lg_result "$f" errors)" = 0 ] || echo "warning: errors in $f" >&2
+    done
+    a=$(lg_result "$OUT_DIR/a-$r.txt" ops_per_sec)
+    b=$(lg_result "$OUT_DIR/b-$r.txt" ops_per_sec)
     ratio=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')
     ratios+=("$ratio")
     echo "round $r: A $a, B $b requests/s, B/A $ratio"

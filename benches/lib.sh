@@ -117,6 +117,12 @@ kv() {
     sed -n "s/^$2=//p" "$1" | head -n1
 }
 
+# lg_result FILE NAME -> the value of NAME=... on the result line of
+# `loadgen load` (one line of space-separated fields, from ops=)
+lg_result() {
+    grep '^ops=' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n1
+}
+
 # median of the numbers on stdin (mean of the middle two for an even count)
 median() {
     sort -g | awk '{a[NR]=$1} END { if (NR == 0) print "nan"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'

@@ -191,13 +191,12 @@ run_one() {
     fi
     case $w in
         lg-*)
-            local line errors
-            line=$(grep '^ops=' "$raw" | tr ' ' '\n')
-            ops=$(sed -n 's/^ops_per_sec=//p' <<<"$line")
-            ops_total=$(sed -n 's/^ops=//p' <<<"$line")
-            p50=$(sed -n 's/^p50_us=//p' <<<"$line")
-            p99=$(sed -n 's/^p99_us=//p' <<<"$line")
-            errors=$(sed -n 's/^errors=//p' <<<"$line")
+            local errors
+            ops=$(lg_result "$raw" ops_per_sec)
+            ops_total=$(lg_result "$raw" ops)
+            p50=$(lg_result "$raw" p50_us)
+            p99=$(lg_result "$raw" p99_us)
+            errors=$(lg_result "$raw" errors)
             [ "$errors" = 0 ] || echo "warning: $s answered $errors requests with errors in $w run $rep" >&2
             ;;
         mcs-*)

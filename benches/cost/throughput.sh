@@ -65,8 +65,8 @@ for mix in $MIXES; do
                 kill -INT "$perf_pid" 2>/dev/null || true
                 wait "$perf_pid" 2>/dev/null || true
             fi
-            ops=$(grep '^ops=' "$raw" | tr ' ' '\n' | sed -n 's/^ops_per_sec=//p')
-            total=$(grep '^ops=' "$raw" | tr ' ' '\n' | sed -n 's/^ops=//p')
+            ops=$(lg_result "$raw" ops_per_sec)
+            total=$(lg_result "$raw" ops)
             kins=$(awk -F, -v n="$total" '$3 ~ /^instructions/ && $1 ~ /^[0-9]+$/ && n > 0 { printf "%.2f", $1 / n / 1000; f = 1 } END { if (!f) print "-" }' "$raw.perf" 2>/dev/null || echo -)
             printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$mix" "$ev" "$rep" "$ops" "$busy" "$kins" >>"$OUT_DIR/results.tsv"
             printf '  %s %-8s run %s: %s ops/s, %s kinstr/op on the server (machine %s%% busy before)\n' "$mix" "$ev" "$rep" "$ops" "$kins" "$busy"

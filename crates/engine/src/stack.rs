@@ -112,9 +112,10 @@ impl Stack {
         (count, bytes)
     }
 
+    /// Add to the sums of the nodes above `slot` (its callers started
+    /// loading them: [`Stack::prefetch_up`]).
     fn add(&mut self, slot: usize, count: i32, bytes: i64) {
         let n = self.count.len();
-        self.prefetch_walk(slot + 1, |i| i + (i & i.wrapping_neg()));
         let mut i = slot + 1;
         while i < n {
             self.count[i] = self.count[i].wrapping_add_signed(count);
@@ -123,6 +124,11 @@ impl Stack {
             }
             i += i & i.wrapping_neg();
         }
+    }
+
+    /// Start loading the nodes [`Stack::add`] of `slot` writes.
+    fn prefetch_up(&self, slot: usize) {
+        self.prefetch_walk(slot + 1, |i| i + (i & i.wrapping_neg()));
     }
 
     /// Start loading every node a walk from `i` (by `next`, until 0 or the
@@ -198,7 +204,7 @@ impl Stack {
         debug_assert_ne!(self.owner[slot], EMPTY, "slot {slot} is free");
         // Both walks' nodes start loading at once: the distance reads the
         // tree below the slot, the update writes it above.
-        self.prefetch_walk(slot + 1, |i| i + (i & i.wrapping_neg()));
+        self.prefetch_up(slot);
         let d = self.distance_at(slot);
         let sz = self.size[slot];
         self.add(slot, -1, -(sz as i64));
@@ -237,6 +243,7 @@ impl Stack {
         let slot = self.next;
         self.next += 1;
         let size = if self.with_bytes { size } else { 0 };
+        self.prefetch_up(slot);
         self.owner[slot] = obj;
         self.size[slot] = size;
         self.add(slot, 1, size as i64);

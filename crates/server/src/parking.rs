@@ -27,9 +27,7 @@ impl Ctx<'_> {
         how: Lookup,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
     ) -> Option<R> {
-        if let Some(curve) = &self.shared.mrc {
-            curve.prefetch(h);
-        }
+        self.prefetch_sampled(h);
         let Some(reads) = self.reads else {
             return Some(self.cache.get_with_hash(key, h, how, f));
         };
@@ -40,6 +38,15 @@ impl Ctx<'_> {
                 reads.want(want);
                 None
             }
+        }
+    }
+
+    /// A request for the key of hash `h` comes soon: start loading its
+    /// entry in the live curve's sample, if it has one (`Curve::prefetch`).
+    #[inline]
+    pub fn prefetch_sampled(&self, h: u64) {
+        if let Some(curve) = &self.shared.mrc {
+            curve.prefetch(h);
         }
     }
 

@@ -308,11 +308,8 @@ fn prefetch_pipelined_gets(ctx: &Ctx<'_>, input: &[u8]) -> usize {
         }
     }
     if n > 1 {
-        ctx.cache.prefetch_keys(&keys[..n], |h| {
-            if let Some(curve) = &ctx.shared.mrc {
-                curve.prefetch(h);
-            }
-        });
+        ctx.cache
+            .prefetch_keys(&keys[..n], |h| ctx.prefetch_sampled(h));
     }
     end
 }
