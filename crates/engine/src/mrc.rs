@@ -260,19 +260,25 @@ impl LiveMrc {
     }
 
     /// The bytes a curve of `max_keys` keys takes at most: its index, the
-    /// stacks' two trees, owners and sizes at twice the keys (the whole
-    /// cache's and, with `parts`, the prefixes', which hold each key once
-    /// between them), the slots of each stack, the bins. Without prefixes
-    /// (no part id is ever given) no part's stack is made.
+    /// stacks at twice the keys (the whole cache's and, with `parts`, the
+    /// prefixes', which hold each key once between them, each at least
+    /// its first 1,024 slots), the parts' slots, the bins. Without
+    /// prefixes (no part id is ever given) no part's stack is made.
     pub fn memory_bytes(max_keys: usize, parts: bool) -> usize {
         // The index, and the keys' hash and part.
         let keys = max_keys.max(16) + 1;
-        let stacks = 1 + usize::from(parts);
-        let slots = 1 + if parts { MAX_PARTS } else { 0 };
+        let stack = |slots: usize| Stack::memory_bytes(slots.max(1024) + 8, true);
+        let (part_stacks, part_slots) = match parts {
+            true => (MAX_PARTS * stack(0) + stack(2 * keys), MAX_PARTS * keys * 4),
+            false => (0, 0),
+        };
+        let bins = (1 + if parts { MAX_PARTS } else { 0 }) * BINS * 8;
         SampleIndex::memory_bytes(max_keys.max(16))
             + keys * 16
-            + stacks * (2 * keys * (4 + 8 + 4 + 4))
-            + slots * (keys * 4 + BINS * 8)
+            + stack(2 * keys)
+            + part_stacks
+            + part_slots
+            + bins
     }
 
     /// The sampling rate now.
@@ -305,6 +311,8 @@ impl LiveMrc {
             return;
         }
         let scale = 1.0 / self.rate();
+        // The push's lines load while the index is probed.
+        self.whole.stack.prefetch_top();
         let pos = match self.index.find(h) {
             Some(pos) => pos,
             None if access == Access::Delete => return,

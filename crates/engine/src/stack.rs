@@ -4,13 +4,25 @@
 //! footnote 4) used behind their Algorithm 1.
 //!
 //! Instead of a linked stack, every object remembers the "slot" (a logical
-//! timestamp) of its last access, and a Fenwick tree over slots marks which
+//! timestamp) of its last access, and a counting tree over slots marks which
 //! slots are some object's most recent access. An object's stack position is
 //! then the number of marked slots at or after its own: O(log n) per access.
-//! A second Fenwick tree weighs each mark by the object's size, so the same
-//! walk gives the *byte* stack distance: the sizes of the distinct objects
-//! above it plus its own, which is exactly the cache size (in bytes) from which
-//! an LRU that evicts until the newcomer fits would hit it.
+//! The same tree weighs each mark by the object's size, so the same walk
+//! gives the *byte* stack distance: the sizes of the distinct objects above
+//! it plus its own, which is exactly the cache size (in bytes) from which an
+//! LRU that evicts until the newcomer fits would hit it.
+//!
+//! The tree is 8-ary, stored level by level, and a node's eight children
+//! lie together in one cache line (two for the byte sums): the sum below a
+//! slot adds, at each level, the siblings left of the slot's ancestor, and
+//! an update adds to that ancestor, in the same lines. An access touches
+//! about `log8(slots)` groups, each loaded at once by [`Stack::prefetch`]
+//! (the slot's ancestors are known from the slot alone). A Fenwick tree,
+//! which this replaced, touched a line at each of `log2(slots)` levels for
+//! the walk down and as many for the update: a stack of a few thousand
+//! sampled keys is cold between a server's sampled requests, and those 26
+//! lines were most of a sampled request's cost, and crowded the engine's
+//! own lines out of the core's cache (docs/benchmarks.md, issue 36).
 //!
 //! Slots are handed out in order and never reused, so when they run out the
 //! live ones are renumbered in order (compaction, O(live)); capacity stays
@@ -19,6 +31,40 @@
 
 /// A slot no object owns.
 const EMPTY: u32 = u32::MAX;
+/// Children per node, and slots per leaf group.
+const FAN: usize = 8;
+
+/// Eight slots: their owners and sizes, one cache line.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Leaf {
+    owner: [u32; FAN],
+    size: [u32; FAN],
+}
+
+const EMPTY_LEAF: Leaf = Leaf {
+    owner: [EMPTY; FAN],
+    size: [0; FAN],
+};
+
+/// Eight nodes' object counts (half a cache line).
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(32))]
+struct Counts([u32; FAN]);
+
+/// Eight nodes' byte sums (one cache line).
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Sums([u64; FAN]);
+
+/// One level of inner nodes: node `j` sums the slots
+/// `j * 8^k .. (j + 1) * 8^k` at level `k` (1 = the leaves' parents).
+#[derive(Clone, Default)]
+struct Level {
+    count: Vec<Counts>,
+    /// Empty when byte distances are not wanted.
+    bytes: Vec<Sums>,
+}
 
 /// One LRU stack. Objects are named by the caller's dense index (`u32`); the
 /// caller keeps each object's slot in `slots[obj]` and passes that array in,
@@ -26,14 +72,12 @@ const EMPTY: u32 = u32::MAX;
 /// per-slab-class stacks).
 #[derive(Clone)]
 pub struct Stack {
-    /// Fenwick tree (1-based inside, slot s at index s + 1) of marks.
-    count: Vec<u32>,
-    /// Fenwick tree of sizes; empty when byte distances are not wanted.
-    bytes: Vec<u64>,
-    /// Which object holds each slot (EMPTY if none).
-    owner: Vec<u32>,
-    /// Size recorded for each slot (only when `bytes` is kept).
-    size: Vec<u32>,
+    leaves: Vec<Leaf>,
+    /// Inner levels, the leaves' parents first, up to one of at most
+    /// [`FAN`] nodes (whose left siblings are the whole level).
+    levels: Vec<Level>,
+    /// Slots (a multiple of [`FAN`]).
+    cap: usize,
     next: usize,
     /// No object owns a slot below this (where [`Stack::oldest`] looks).
     low: usize,
@@ -54,10 +98,9 @@ pub struct Distance {
 impl Stack {
     pub fn new(with_bytes: bool) -> Stack {
         let mut s = Stack {
-            count: Vec::new(),
-            bytes: Vec::new(),
-            owner: Vec::new(),
-            size: Vec::new(),
+            leaves: Vec::new(),
+            levels: Vec::new(),
+            cap: 0,
             next: 0,
             low: 0,
             live: 0,
@@ -66,6 +109,20 @@ impl Stack {
         };
         s.rebuild(1024, |_, _| {});
         s
+    }
+
+    /// The bytes a stack of `slots` slots takes: its leaves and levels.
+    pub fn memory_bytes(slots: usize, with_bytes: bool) -> usize {
+        let mut nodes = slots.div_ceil(FAN);
+        let mut total = nodes * size_of::<Leaf>();
+        let per_group = size_of::<Counts>() + if with_bytes { size_of::<Sums>() } else { 0 };
+        loop {
+            total += nodes.div_ceil(FAN) * per_group;
+            if nodes <= FAN {
+                return total;
+            }
+            nodes = nodes.div_ceil(FAN);
+        }
     }
 
     /// Number of objects in the stack.
@@ -77,12 +134,18 @@ impl Stack {
         self.live == 0
     }
 
+    /// The object in `slot` (EMPTY if none).
+    #[inline]
+    fn owner_at(&self, slot: usize) -> u32 {
+        self.leaves[slot / FAN].owner[slot % FAN]
+    }
+
     /// The object in `slot`, if one is.
     #[cfg(test)]
     pub fn owner(&self, slot: u32) -> Option<u32> {
-        self.owner
-            .get(slot as usize)
-            .copied()
+        let slot = slot as usize;
+        (slot < self.cap)
+            .then(|| self.owner_at(slot))
             .filter(|&o| o != EMPTY)
     }
 
@@ -91,71 +154,72 @@ impl Stack {
         self.total_bytes
     }
 
-    /// Marks and sizes in slots 0..=slot, in one walk down the tree (both
-    /// arrays are read at the same indices, so their cache misses overlap).
-    fn prefix(&self, slot: usize) -> (u64, u64) {
-        self.prefetch_walk(slot + 1, |i| i & (i - 1));
-        let mut i = slot + 1;
-        let (mut count, mut bytes) = (0u64, 0u64);
-        if self.with_bytes {
-            while i > 0 {
-                count += self.count[i] as u64;
-                bytes += self.bytes[i];
-                i &= i - 1;
+    /// Marks and sizes in the slots before `slot`: those left of it in its
+    /// leaf, then at each level the nodes left of its ancestor in their
+    /// group (the top level is one group).
+    fn below(&self, slot: usize) -> (u64, u64) {
+        let leaf = &self.leaves[slot / FAN];
+        let i = slot % FAN;
+        let mut count = leaf.owner[..i].iter().filter(|&&o| o != EMPTY).count() as u64;
+        let mut bytes: u64 = leaf.size[..i].iter().map(|&s| s as u64).sum();
+        let mut node = slot / FAN;
+        for level in &self.levels {
+            let (g, i) = (node / FAN, node % FAN);
+            count += level.count[g].0[..i].iter().map(|&c| c as u64).sum::<u64>();
+            if self.with_bytes {
+                bytes += level.bytes[g].0[..i].iter().sum::<u64>();
             }
-        } else {
-            while i > 0 {
-                count += self.count[i] as u64;
-                i &= i - 1;
-            }
+            node = g;
         }
         (count, bytes)
     }
 
-    /// Add to the sums of the nodes above `slot` (its callers started
-    /// loading them: [`Stack::prefetch_up`]).
+    /// Add to the sums of `slot`'s ancestors (the lines [`Stack::below`]
+    /// read).
     fn add(&mut self, slot: usize, count: i32, bytes: i64) {
-        let n = self.count.len();
-        let mut i = slot + 1;
-        while i < n {
-            self.count[i] = self.count[i].wrapping_add_signed(count);
+        let mut node = slot / FAN;
+        for level in &mut self.levels {
+            let (g, i) = (node / FAN, node % FAN);
+            let c = &mut level.count[g].0[i];
+            *c = c.wrapping_add_signed(count);
             if self.with_bytes {
-                self.bytes[i] = self.bytes[i].wrapping_add_signed(bytes);
+                let b = &mut level.bytes[g].0[i];
+                *b = b.wrapping_add_signed(bytes);
             }
-            i += i & i.wrapping_neg();
+            node = g;
         }
     }
 
-    /// Start loading the nodes [`Stack::add`] of `slot` writes.
-    fn prefetch_up(&self, slot: usize) {
-        self.prefetch_walk(slot + 1, |i| i + (i & i.wrapping_neg()));
+    /// Start loading every line an access of `slot` reads or writes, before
+    /// it reads any (they are known from the slot alone, so their misses
+    /// overlap rather than follow one another).
+    #[inline]
+    fn prefetch(&self, slot: usize) {
+        let mut node = slot / FAN;
+        crate::hash::prefetch((&self.leaves[node] as *const Leaf).cast());
+        for level in &self.levels {
+            let g = node / FAN;
+            crate::hash::prefetch((&level.count[g] as *const Counts).cast());
+            if let Some(b) = level.bytes.get(g) {
+                crate::hash::prefetch((b as *const Sums).cast());
+            }
+            node = g;
+        }
     }
 
-    /// Start loading every node a walk from `i` (by `next`, until 0 or the
-    /// tree's end) reads, before it reads any: a stack of a few thousand
-    /// sampled keys is cold in the cache between a server's sampled
-    /// requests, and the dozen nodes of a walk then miss one after another
-    /// (the live curve's stack updates were most of its cost on a
-    /// pipelined load).
+    /// Start loading the lines the next [`Stack::push_with`] writes (its
+    /// slot is known before the pushed object is).
     #[inline]
-    fn prefetch_walk(&self, mut i: usize, next: impl Fn(usize) -> usize) {
-        while let (true, Some(c)) = (i > 0, self.count.get(i)) {
-            crate::hash::prefetch((c as *const u32).cast());
-            if let Some(b) = self.bytes.get(i) {
-                crate::hash::prefetch((b as *const u64).cast());
-            }
-            i = next(i);
+    pub fn prefetch_top(&self) {
+        if self.next < self.cap {
+            self.prefetch(self.next);
         }
     }
 
     /// Distance of the object in `slot` (which it must own).
     fn distance_at(&self, slot: usize) -> Distance {
         // Marks strictly before the slot are less recent objects.
-        let (below, below_bytes) = if slot == 0 {
-            (0, 0)
-        } else {
-            self.prefix(slot - 1)
-        };
+        let (below, below_bytes) = self.below(slot);
         let items = self.live as u64 - below;
         let bytes = if self.with_bytes {
             self.total_bytes - below_bytes
@@ -177,19 +241,16 @@ impl Stack {
     /// The least recently used object and its distance (the whole stack).
     pub fn oldest(&mut self) -> Option<(u32, Distance)> {
         let from = self.low.min(self.next);
-        let slot = from
-            + self.owner[from..self.next]
-                .iter()
-                .position(|&o| o != EMPTY)?;
+        let slot = (from..self.next).find(|&s| self.owner_at(s) != EMPTY)?;
         self.low = slot;
-        Some((self.owner[slot], self.distance_at(slot)))
+        Some((self.owner_at(slot), self.distance_at(slot)))
     }
 
     /// Take `obj` out of the stack (a delete, or a move to another stack);
     /// returns where it was.
     pub fn remove(&mut self, obj: u32, slots: &mut [u32]) -> Option<Distance> {
         let slot = *slots.get(obj as usize)?;
-        if slot == EMPTY || self.owner.get(slot as usize) != Some(&obj) {
+        if slot == EMPTY || slot as usize >= self.cap || self.owner_at(slot as usize) != obj {
             return None;
         }
         slots[obj as usize] = EMPTY;
@@ -201,15 +262,13 @@ impl Stack {
     /// slots itself ([`Stack::push_with`]).
     pub fn remove_at(&mut self, slot: u32) -> (Distance, u32) {
         let slot = slot as usize;
-        debug_assert_ne!(self.owner[slot], EMPTY, "slot {slot} is free");
-        // Both walks' nodes start loading at once: the distance reads the
-        // tree below the slot, the update writes it above.
-        self.prefetch_up(slot);
+        debug_assert_ne!(self.owner_at(slot), EMPTY, "slot {slot} is free");
+        self.prefetch(slot);
         let d = self.distance_at(slot);
-        let sz = self.size[slot];
+        let leaf = &mut self.leaves[slot / FAN];
+        let sz = std::mem::take(&mut leaf.size[slot % FAN]);
+        leaf.owner[slot % FAN] = EMPTY;
         self.add(slot, -1, -(sz as i64));
-        self.owner[slot] = EMPTY;
-        self.size[slot] = 0;
         self.live -= 1;
         self.total_bytes -= sz as u64;
         (d, sz)
@@ -233,7 +292,7 @@ impl Stack {
     /// slots are renumbered first, `moved(obj, slot)` is told each live
     /// object's new slot.
     pub fn push_with(&mut self, obj: u32, size: u32, moved: impl FnMut(u32, u32)) -> u32 {
-        if self.next >= self.owner.len() {
+        if self.next >= self.cap {
             // Renumber into twice as many slots as there are live objects:
             // the O(capacity) rebuild then comes once per `live` pushes at
             // the earliest, O(1) amortised, and memory stays ~2x the objects.
@@ -243,56 +302,107 @@ impl Stack {
         let slot = self.next;
         self.next += 1;
         let size = if self.with_bytes { size } else { 0 };
-        self.prefetch_up(slot);
-        self.owner[slot] = obj;
-        self.size[slot] = size;
+        self.prefetch(slot);
+        let leaf = &mut self.leaves[slot / FAN];
+        leaf.owner[slot % FAN] = obj;
+        leaf.size[slot % FAN] = size;
         self.add(slot, 1, size as i64);
         self.live += 1;
         self.total_bytes += size as u64;
         slot as u32
     }
 
-    /// Renumber live slots 0.. in order into `cap` slots; rebuild the trees
-    /// in O(cap) (each node adds itself to its parent).
+    /// Renumber live slots 0.. in order into `cap` slots (rounded up to
+    /// whole leaves); rebuild the levels in O(cap).
     fn rebuild(&mut self, cap: usize, mut moved: impl FnMut(u32, u32)) {
-        let mut owner = vec![EMPTY; cap];
-        let mut size = vec![0u32; cap];
+        let cap = cap.div_ceil(FAN).max(1) * FAN;
+        let mut leaves = vec![EMPTY_LEAF; cap / FAN];
         let mut n = 0;
-        for (o, s) in self.owner.iter().zip(&self.size) {
-            if *o != EMPTY {
-                owner[n] = *o;
-                size[n] = *s;
-                moved(*o, n as u32);
+        for s in 0..self.next {
+            let (o, size) = (self.owner_at(s), self.leaves[s / FAN].size[s % FAN]);
+            if o != EMPTY {
+                leaves[n / FAN].owner[n % FAN] = o;
+                leaves[n / FAN].size[n % FAN] = size;
+                moved(o, n as u32);
                 n += 1;
             }
         }
-        let mut count = vec![0u32; cap + 1];
-        let mut bytes = if self.with_bytes {
-            vec![0u64; cap + 1]
-        } else {
-            Vec::new()
+        // Each level's nodes, from the leaves up to a single group.
+        let mut counts: Vec<u32> = leaves
+            .iter()
+            .map(|l| l.owner.iter().filter(|&&o| o != EMPTY).count() as u32)
+            .collect();
+        let mut sums: Vec<u64> = match self.with_bytes {
+            true => leaves
+                .iter()
+                .map(|l| l.size.iter().map(|&s| s as u64).sum())
+                .collect(),
+            false => Vec::new(),
         };
-        for i in 0..n {
-            count[i + 1] = 1;
-            if self.with_bytes {
-                bytes[i + 1] = size[i] as u64;
+        let mut levels = Vec::new();
+        loop {
+            let groups = counts.len().div_ceil(FAN);
+            let mut level = Level {
+                count: vec![Counts::default(); groups],
+                bytes: vec![Sums::default(); if self.with_bytes { groups } else { 0 }],
+            };
+            for (j, &c) in counts.iter().enumerate() {
+                level.count[j / FAN].0[j % FAN] = c;
             }
-        }
-        for i in 1..=cap {
-            let parent = i + (i & i.wrapping_neg());
-            if parent <= cap {
-                count[parent] += count[i];
-                if self.with_bytes {
-                    bytes[parent] += bytes[i];
-                }
+            for (j, &b) in sums.iter().enumerate() {
+                level.bytes[j / FAN].0[j % FAN] = b;
             }
+            levels.push(level);
+            if counts.len() <= FAN {
+                break;
+            }
+            counts = counts.chunks(FAN).map(|c| c.iter().sum()).collect();
+            sums = sums.chunks(FAN).map(|c| c.iter().sum()).collect();
         }
-        self.count = count;
-        self.bytes = bytes;
-        self.owner = owner;
-        self.size = size;
+        self.leaves = leaves;
+        self.levels = levels;
+        self.cap = cap;
         self.next = n;
         self.low = 0;
+    }
+
+    /// Check the levels against the leaves (tests).
+    #[cfg(test)]
+    fn validate(&self) {
+        let mut counts: Vec<u64> = self
+            .leaves
+            .iter()
+            .map(|l| l.owner.iter().filter(|&&o| o != EMPTY).count() as u64)
+            .collect();
+        let mut sums: Vec<u64> = self
+            .leaves
+            .iter()
+            .map(|l| l.size.iter().map(|&s| s as u64).sum())
+            .collect();
+        assert_eq!(counts.iter().sum::<u64>(), self.live as u64);
+        assert!((self.next..self.cap).all(|s| self.owner_at(s) == EMPTY));
+        for level in &self.levels {
+            for (j, &c) in counts.iter().enumerate() {
+                assert_eq!(
+                    level.count[j / FAN].0[j % FAN] as u64,
+                    c,
+                    "count of node {j}"
+                );
+                if self.with_bytes {
+                    assert_eq!(
+                        level.bytes[j / FAN].0[j % FAN],
+                        sums[j],
+                        "bytes of node {j}"
+                    );
+                }
+            }
+            counts = counts.chunks(FAN).map(|c| c.iter().sum()).collect();
+            sums = sums.chunks(FAN).map(|c| c.iter().sum()).collect();
+        }
+        assert_eq!(counts.len(), 1, "the top level is one group");
+        if self.with_bytes {
+            assert_eq!(sums[0], self.total_bytes);
+        }
     }
 }
 
@@ -402,7 +512,11 @@ mod tests {
             }
             let want = naive(&mut reference, obj, size);
             assert_eq!(s.access(obj, size, &mut slots), want, "step {step}");
+            if step % 4999 == 0 {
+                s.validate();
+            }
         }
+        s.validate();
         assert_eq!(s.len(), reference.len());
         assert_eq!(
             s.total_bytes(),
@@ -416,6 +530,43 @@ mod tests {
             reference.pop();
         }
         assert!(reference.is_empty());
+    }
+
+    proptest::proptest! {
+        /// Accesses and removals of a few objects, in either mode, give
+        /// the textbook stack's distances, and the levels stay the sums of
+        /// the leaves (through renumbering: 300 accesses pass 1,024 slots
+        /// only with repeats, so the objects are few and the steps many).
+        #[test]
+        fn matches_the_textbook_stack(
+            with_bytes: bool,
+            ops in proptest::collection::vec((0u32..40, 1u32..5000, proptest::bool::weighted(0.1)), 1..1500),
+        ) {
+            let mut s = Stack::new(with_bytes);
+            let mut slots = Vec::new();
+            let mut reference = Vec::new();
+            for (obj, size, delete) in ops {
+                let was = reference.iter().position(|&(o, _)| o == obj);
+                let want = was.map(|p| Distance {
+                    items: p as u64 + 1,
+                    bytes: match with_bytes {
+                        true => reference[..=p].iter().map(|&(_, s): &(u32, u32)| s as u64).sum(),
+                        false => 0,
+                    },
+                });
+                if delete {
+                    if let Some(p) = was {
+                        reference.remove(p);
+                    }
+                    proptest::prop_assert_eq!(s.remove(obj, &mut slots), want);
+                } else {
+                    naive(&mut reference, obj, size);
+                    proptest::prop_assert_eq!(s.access(obj, size, &mut slots), want);
+                }
+                s.validate();
+            }
+            proptest::prop_assert_eq!(s.len(), reference.len());
+        }
     }
 
     #[test]
