@@ -51,7 +51,7 @@ pub fn stripe_of(h: u64, shift: u32) -> usize {
 /// Ask the CPU to start loading the cache line at `p` (no effect on other
 /// targets). A hint only: `p` need not be valid and nothing is read.
 #[inline(always)]
-pub(crate) fn prefetch(p: *const u8) {
+pub fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: PREFETCHT0 is an SSE instruction (part of x86-64's baseline)
     // that never faults and reads nothing into the program; any address is

@@ -27,7 +27,7 @@ impl Ctx<'_> {
         how: Lookup,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
     ) -> Option<R> {
-        self.prefetch_sampled(h);
+        self.prefetch_observed(h);
         let Some(reads) = self.reads else {
             return Some(self.cache.get_with_hash(key, h, how, f));
         };
@@ -41,13 +41,15 @@ impl Ctx<'_> {
         }
     }
 
-    /// A request for the key of hash `h` comes soon: start loading its
-    /// entry in the live curve's sample, if it has one (`Curve::prefetch`).
+    /// A request for the key of hash `h` comes soon: start loading what the
+    /// observers will touch for it, its entry in the live curve's sample
+    /// if it has one (`Curve::prefetch`) and its hot keys' counters.
     #[inline]
-    pub fn prefetch_sampled(&self, h: u64) {
+    pub fn prefetch_observed(&self, h: u64) {
         if let Some(curve) = &self.shared.mrc {
             curve.prefetch(h);
         }
+        self.stats.hot.prefetch(h);
     }
 
     /// Look several keys up (`Cache::get_batch`); stops at a key that may

@@ -309,7 +309,7 @@ fn prefetch_pipelined_gets(ctx: &Ctx<'_>, input: &[u8]) -> usize {
     }
     if n > 1 {
         ctx.cache
-            .prefetch_keys(&keys[..n], |h| ctx.prefetch_sampled(h));
+            .prefetch_keys(&keys[..n], |h| ctx.prefetch_observed(h));
     }
     end
 }
