@@ -67,7 +67,12 @@ impl Curve {
         }
         let mut m = self.inner.lock();
         m.record(h, access, now, part);
-        self.gate.store(m.threshold(), Ordering::Relaxed);
+        // Stored only when it moves: every worker reads the gate on every
+        // request, and a store would take its line from their caches.
+        let t = m.threshold();
+        if self.gate.load(Ordering::Relaxed) != t {
+            self.gate.store(t, Ordering::Relaxed);
+        }
     }
 
     /// The whole cache has served `gets` GETs and missed `misses` of them
