@@ -12,7 +12,11 @@
 # Usage: A_BIN=<server or wrapper> B_BIN=<...> benches/ab-concurrent.sh
 # Environment: ROUNDS (9), DURATION (s, 4), CONNS (per server, 25), KEYS
 # (100000), KEY_LEN (20), VALUE_SIZE (32), DEPTH (16), GET_RATIO (1),
-# MULTIGET (1), MEM_MB (64), LOADGEN_BIN.
+# MULTIGET (1), MEM_MB (64), LOADGEN_BIN. PERF=1 adds a round under
+# `perf record` (each server alone) and prints where B's CPU per request
+# differs from A's: samples per million requests by symbol, and the kernel,
+# the observers and the rest in all. Two copies of one build differ by
+# up to about 200 samples on one symbol, and by 0.1% in all.
 set -euo pipefail
 # shellcheck source=benches/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -40,8 +44,10 @@ echo "both on CPU 0 (-m $MEM_MB -t 1), loadgens on CPU 1, $CONNS connections eac
 FLAGS=(-l 127.0.0.1 -m "$MEM_MB" -t 1 -U 0 -c 1024 $USER_FLAG)
 start_server memcached 0 "${FLAGS[@]}"
 A_PORT=$SERVER_PORT
+A_PID=$SERVER_PID
 start_server cachalot 0 "${FLAGS[@]}"
 B_PORT=$SERVER_PORT
+B_PID=$SERVER_PID
 for p in $A_PORT $B_PORT; do
     taskset -c 1 "$LOADGEN" fill --addr "127.0.0.1:$p" --items "$KEYS" \
         --value-size "$VALUE_SIZE" --key-len "$KEY_LEN" >/dev/null
@@ -79,3 +85,50 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "round $r: A $a, B $b requests/s, B/A $ratio"
 done
 echo "B/A median of $ROUNDS rounds: $(printf '%s\n' "${ratios[@]}" | median)"
+
+[ "${PERF:-0}" = 1 ] || exit 0
+# One more round, each server under its own `perf record` for all but the
+# round's first and last half second.
+load "$A_PORT" 0 "$OUT_DIR/a-perf.txt" &
+la=$!
+load "$B_PORT" 0 "$OUT_DIR/b-perf.txt" &
+lb=$!
+sleep 0.5
+span=$(awk -v d="$DURATION" 'BEGIN { print (d > 1.5 ? d - 1 : 0.5) }')
+perf record -F 1999 -p "$A_PID" -o "$OUT_DIR/a.perf" -- sleep "$span" >/dev/null 2>&1 &
+pa=$!
+perf record -F 1999 -p "$B_PID" -o "$OUT_DIR/b.perf" -- sleep "$span" >/dev/null 2>&1 &
+pb=$!
+wait "$la" "$lb" "$pa" "$pb"
+for s in a b; do
+    perf report -i "$OUT_DIR/$s.perf" --no-children --sort symbol --stdio -n 2>/dev/null |
+        awk -v s="$s" '/^ +[0-9.]+%/ { n = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); sub(/ +- +-$/, ""); print s "\t" n "\t" $0 }'
+done >"$OUT_DIR/perf.tsv"
+python3 - "$OUT_DIR/perf.tsv" "$(lg_result "$OUT_DIR/a-perf.txt" ops_per_sec)" \
+    "$(lg_result "$OUT_DIR/b-perf.txt" ops_per_sec)" <<'PY'
+import collections, sys
+path, ra, rb = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+# Samples per million requests: both were sampled for the same time.
+k = (1e6 / ra, 1e6 / rb)
+by_sym = collections.defaultdict(lambda: [0.0, 0.0])
+for line in open(path):
+    side, n, sym = line.rstrip("\n").split("\t", 2)
+    by_sym[sym.strip()][side == "b"] += int(n) * k[side == "b"]
+def kind(sym):
+    if sym.startswith("[k]"):
+        return "kernel"
+    observers = ("hotkeys", "prefixes", "watch::", "mrc", "stack::", "capture")
+    return "observers" if any(o in sym for o in observers) else "the rest"
+total = collections.defaultdict(lambda: [0.0, 0.0])
+for sym, (a, b) in by_sym.items():
+    for key in ("all", kind(sym)):
+        total[key][0] += a
+        total[key][1] += b
+print(f"perf round: A {ra:.0f}, B {rb:.0f} requests/s; samples per million requests")
+print(f"{'':>10} {'A':>9} {'B':>9} {'B - A':>9}")
+for key in ("all", "kernel", "observers", "the rest"):
+    a, b = total[key]
+    print(f"{key:>10} {a:9.0f} {b:9.0f} {b - a:+9.0f}")
+for sym, (a, b) in sorted(by_sym.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))[:25]:
+    print(f"{a:9.0f} {b:9.0f} {b - a:+9.0f}  {sym[:100]}")
+PY

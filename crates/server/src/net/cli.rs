@@ -1700,15 +1700,24 @@ mod tests {
         assert!(!s.hotkeys && !s.mrc);
         let (s, _) = run(&["-m", "2", "-I", "512k", "-o", "hotkeys=1,mrc=1"]).unwrap();
         assert!(s.hotkeys && s.mrc);
-        // The prefixes' curves take more: on from -m 7 without -D, 14 with.
-        let (s, _) = run(&["-m", "7"]).unwrap();
-        assert!(s.mrc);
-        let (s, _) = run(&["-m", "6"]).unwrap();
-        assert!(!s.mrc);
-        let (s, _) = run(&["-m", "13", "-D", ":"]).unwrap();
-        assert!(!s.mrc);
-        let (s, _) = run(&["-m", "14", "-D", ":"]).unwrap();
-        assert!(s.mrc);
+        // The curve is on from the smallest -m where it takes at most 1.5%
+        // of it; the prefixes' curves take more (-D).
+        for parts in [false, true] {
+            let fits = |mb: usize| {
+                crate::mrc::Curve::memory_bytes(mb << 20, parts) * 2 <= 3 * ((mb << 20) / 100)
+            };
+            let least = (1..64).find(|&mb| fits(mb)).expect("a size it fits");
+            assert!(least > 2, "the curve fits in {least} MB");
+            for (mb, on) in [(least - 1, false), (least, true)] {
+                let m = mb.to_string();
+                let mut args = vec!["-m", m.as_str()];
+                if parts {
+                    args.extend(["-D", ":"]);
+                }
+                let (s, _) = run(&args).unwrap();
+                assert_eq!(s.mrc, on, "-m {mb}, prefixes {parts}");
+            }
+        }
         let (s, _) = run(&["-m", "64", "-o", "mrc=0"]).unwrap();
         assert!(s.hotkeys && !s.mrc);
     }
