@@ -14,9 +14,9 @@
 # (100000), KEY_LEN (20), VALUE_SIZE (32), DEPTH (16), GET_RATIO (1),
 # MULTIGET (1), MEM_MB (64), LOADGEN_BIN. PERF=1 adds a round under
 # `perf record` (each server alone) and prints where B's CPU per request
-# differs from A's: samples per million requests by symbol, and the kernel,
-# the observers and the rest in all. Two copies of one build differ by
-# up to about 200 samples on one symbol, and by 0.1% in all.
+# differs from A's: ns per request by symbol, and the kernel, the
+# observers and the rest in all. In a 10 s round two copies of one build
+# differed by up to 10 ns on one symbol, and by 0.1% in all.
 set -euo pipefail
 # shellcheck source=benches/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -105,11 +105,11 @@ for s in a b; do
         awk -v s="$s" '/^ +[0-9.]+%/ { n = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); sub(/ +- +-$/, ""); print s "\t" n "\t" $0 }'
 done >"$OUT_DIR/perf.tsv"
 python3 - "$OUT_DIR/perf.tsv" "$(lg_result "$OUT_DIR/a-perf.txt" ops_per_sec)" \
-    "$(lg_result "$OUT_DIR/b-perf.txt" ops_per_sec)" <<'PY'
+    "$(lg_result "$OUT_DIR/b-perf.txt" ops_per_sec)" "$span" <<'PY'
 import collections, sys
-path, ra, rb = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-# Samples per million requests: both were sampled for the same time.
-k = (1e6 / ra, 1e6 / rb)
+path, ra, rb, span = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+# A sample stands for 1/1999 s of CPU: ns of CPU per request.
+k = tuple(1e9 / (1999 * r * span) for r in (ra, rb))
 by_sym = collections.defaultdict(lambda: [0.0, 0.0])
 for line in open(path):
     side, n, sym = line.rstrip("\n").split("\t", 2)
@@ -124,11 +124,11 @@ for sym, (a, b) in by_sym.items():
     for key in ("all", kind(sym)):
         total[key][0] += a
         total[key][1] += b
-print(f"perf round: A {ra:.0f}, B {rb:.0f} requests/s; samples per million requests")
+print(f"perf round: A {ra:.0f}, B {rb:.0f} requests/s; ns of CPU per request")
 print(f"{'':>10} {'A':>9} {'B':>9} {'B - A':>9}")
 for key in ("all", "kernel", "observers", "the rest"):
     a, b = total[key]
-    print(f"{key:>10} {a:9.0f} {b:9.0f} {b - a:+9.0f}")
+    print(f"{key:>10} {a:9.1f} {b:9.1f} {b - a:+9.1f}")
 for sym, (a, b) in sorted(by_sym.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))[:25]:
-    print(f"{a:9.0f} {b:9.0f} {b - a:+9.0f}  {sym[:100]}")
+    print(f"{a:9.1f} {b:9.1f} {b - a:+9.1f}  {sym[:100]}")
 PY
