@@ -60,20 +60,26 @@ load() { # port round out
         --seed "$2" >"$3"
 }
 
+# Both loadgens of round `name` (its seed `seed`), A's first if `a_first`
+# is 1; their pids in la and lb.
+both() { # name seed a_first
+    if [ "$3" = 1 ]; then
+        load "$A_PORT" "$2" "$OUT_DIR/a-$1.txt" &
+        la=$!
+        load "$B_PORT" "$2" "$OUT_DIR/b-$1.txt" &
+        lb=$!
+    else
+        load "$B_PORT" "$2" "$OUT_DIR/b-$1.txt" &
+        lb=$!
+        load "$A_PORT" "$2" "$OUT_DIR/a-$1.txt" &
+        la=$!
+    fi
+}
+
 ratios=()
 for r in $(seq 1 "$ROUNDS"); do
     # The loadgen started first gets a head start: the order alternates.
-    if ((r % 2)); then
-        load "$A_PORT" "$r" "$OUT_DIR/a-$r.txt" &
-        la=$!
-        load "$B_PORT" "$r" "$OUT_DIR/b-$r.txt" &
-        lb=$!
-    else
-        load "$B_PORT" "$r" "$OUT_DIR/b-$r.txt" &
-        lb=$!
-        load "$A_PORT" "$r" "$OUT_DIR/a-$r.txt" &
-        la=$!
-    fi
+    both "$r" "$r" $((r % 2))
     wait "$la" "$lb"
     for f in "$OUT_DIR/a-$r.txt" "$OUT_DIR/b-$r.txt"; do
         [ "$(lg_result "$f" errors)" = 0 ] || echo "warning: errors in $f" >&2
@@ -89,10 +95,7 @@ echo "B/A median of $ROUNDS rounds: $(printf '%s\n' "${ratios[@]}" | median)"
 [ "${PERF:-0}" = 1 ] || exit 0
 # One more round, each server under its own `perf record` for all but the
 # round's first and last half second.
-load "$A_PORT" 0 "$OUT_DIR/a-perf.txt" &
-la=$!
-load "$B_PORT" 0 "$OUT_DIR/b-perf.txt" &
-lb=$!
+both perf 0 1
 sleep 0.5
 span=$(awk -v d="$DURATION" 'BEGIN { print (d > 1.5 ? d - 1 : 0.5) }')
 perf record -F 1999 -p "$A_PID" -o "$OUT_DIR/a.perf" -- sleep "$span" >/dev/null 2>&1 &

@@ -29,7 +29,7 @@ use crate::stack::{Distance, Stack};
 
 mod sample;
 pub use sample::Home;
-use sample::SampleIndex;
+use sample::{SampleIndex, NO_SLOT};
 
 /// Top hash bits that decide sampling.
 const KEY_BITS: u32 = 24;
@@ -179,8 +179,6 @@ impl Stacked {
 pub const MAX_PARTS: usize = 8;
 /// A key in no part.
 const NO_PART: u8 = u8::MAX;
-/// A key with no slot in a stack.
-const NO_SLOT: u32 = u32::MAX;
 
 /// A sampled LRU stack of the whole cache and the GETs' distances, and
 /// one for each of the first [`MAX_PARTS`] key prefixes seen in the
@@ -267,15 +265,15 @@ impl LiveMrc {
     pub fn memory_bytes(max_keys: usize, parts: bool) -> usize {
         // The index, and the keys' hash and part.
         let keys = max_keys.max(16) + 1;
-        let stack = |slots: usize| Stack::memory_bytes(slots.max(1024) + 8, true);
+        let stack = |objects: usize| Stack::memory_bytes_for(objects, true);
         let (part_stacks, part_slots) = match parts {
-            true => (MAX_PARTS * stack(0) + stack(2 * keys), MAX_PARTS * keys * 4),
+            true => (MAX_PARTS * stack(0) + stack(keys), MAX_PARTS * keys * 4),
             false => (0, 0),
         };
         let bins = (1 + if parts { MAX_PARTS } else { 0 }) * BINS * 8;
         SampleIndex::memory_bytes(max_keys.max(16))
             + keys * 16
-            + stack(2 * keys)
+            + stack(keys)
             + part_stacks
             + part_slots
             + bins

@@ -32,6 +32,8 @@
 
 /// A slot no object owns.
 const EMPTY: u32 = u32::MAX;
+/// The fewest slots a stack is renumbered into.
+const MIN_SLOTS: usize = 1024;
 /// Children per node, and slots per leaf group.
 const FAN: usize = 8;
 
@@ -108,8 +110,15 @@ impl Stack {
             total_bytes: 0,
             with_bytes,
         };
-        s.rebuild(1024, |_, _| {});
+        s.rebuild(MIN_SLOTS, |_, _| {});
         s
+    }
+
+    /// The most bytes a stack of at most `objects` objects takes: it is
+    /// renumbered into twice its objects, or [`MIN_SLOTS`], and up to a
+    /// leaf more.
+    pub fn memory_bytes_for(objects: usize, with_bytes: bool) -> usize {
+        Stack::memory_bytes((2 * objects).max(MIN_SLOTS) + FAN, with_bytes)
     }
 
     /// The bytes a stack of `slots` slots takes: its leaves and levels.
@@ -297,7 +306,7 @@ impl Stack {
             // Renumber into twice as many slots as there are live objects:
             // the O(capacity) rebuild then comes once per `live` pushes at
             // the earliest, O(1) amortised, and memory stays ~2x the objects.
-            let cap = (self.live * 2).max(1024);
+            let cap = (self.live * 2).max(MIN_SLOTS);
             self.rebuild(cap, moved);
         }
         let slot = self.next;

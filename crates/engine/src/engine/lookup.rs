@@ -44,8 +44,8 @@ impl Engine {
     /// overlapped (MICA's batching, on the engine's own structures): first
     /// every key's index bucket is prefetched, then the first item its tag
     /// points at, then the keys are looked up in order, each exactly as by
-    /// [`Engine::lookup`], and handed to `f` with their position. `f` may
-    /// stop the batch before the next key (it is given each key's hash too) (a full output buffer): keys not
+    /// [`Engine::lookup`], and handed to `f` with their position and hash.
+    /// `f` may stop the batch before the next key (a full output buffer): keys not
     /// looked up are not counted or bumped. Batches of up to
     /// [`LOOKUP_BATCH`](crate::api::LOOKUP_BATCH) keys are prefetched at a time; a batch of one key is
     /// not (nothing to overlap).

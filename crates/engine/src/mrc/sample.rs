@@ -15,20 +15,22 @@ use crate::hash::prefetch;
 
 /// An entry no key holds.
 const VACANT: u32 = u32::MAX;
+/// A key with no slot in a stack (yet).
+pub const NO_SLOT: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
     pub h: u64,
     /// The key's number in the sample ([`VACANT`]: no key).
     pub obj: u32,
-    /// Its slot in the whole cache's stack (`u32::MAX` until it has one).
+    /// Its slot in the whole cache's stack ([`NO_SLOT`] until it has one).
     pub slot: u32,
 }
 
 const NONE: Entry = Entry {
     h: 0,
     obj: VACANT,
-    slot: u32::MAX,
+    slot: NO_SLOT,
 };
 
 /// Where a key's entry is, for prefetching it outside the curve's lock.
@@ -113,7 +115,7 @@ impl SampleIndex {
         self.entries[i] = Entry {
             h,
             obj,
-            slot: u32::MAX,
+            slot: NO_SLOT,
         };
         self.len += 1;
         i
@@ -218,7 +220,7 @@ mod tests {
                     Op::Insert(h) => {
                         if !model.contains_key(&h) && model.len() < 20 {
                             idx.insert(h, next);
-                            model.insert(h, (next, u32::MAX));
+                            model.insert(h, (next, NO_SLOT));
                             next += 1;
                         }
                     }
