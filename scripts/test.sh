@@ -6,9 +6,10 @@
 #   1. prerequisites (apt packages, rustfmt/clippy, .venv, node_modules)
 #   2. cargo fmt --check, cargo clippy -D warnings, scripts/layers.py (no
 #      import circles, the engine's files within their size)
-#   3. cargo build --release, cargo test --release in two runs (the crates
-#      above the engine, then the engine and the protocol with their test
-#      features; integration tests find the server through CACHALOT_BIN)
+#   3. cargo build --release, the tests in two runs: the crates above the
+#      engine (two binaries at a time, scripts/run-tests.py), then the
+#      engine and the protocol with their test features (cargo test);
+#      integration tests find the server through CACHALOT_BIN
 #   4. scripts/conformance.sh: memccapable, pymemcache's integration tests and
 #      the Python / Node / Java client round trips against target/release/cachalot
 #   5. a summary with timings, closing with "steps: N passed, M failed"
@@ -39,18 +40,21 @@ step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
 # engine file outgrows its room (issue 33).
 step "module layers" python3 scripts/layers.py
 step "cargo build --release" cargo build --release
-# Under KEEP_GOING, cargo runs every test binary instead of stopping at the
-# first one that fails.
-cargo_test_args=(--release)
-[[ "${KEEP_GOING:-0}" != 1 ]] || cargo_test_args+=(--no-fail-fast)
-# Two runs: the engine's and the protocol's own tests turn on their
-# `testing` and `fuzzing` features (validate(), the model, the corpus
+# The tests in two runs: the engine's and the protocol's own tests turn on
+# their `testing` and `fuzzing` features (validate(), the model, the corpus
 # replay), and one run over the workspace would build every crate above
 # them again with those features. Apart, the server, lab and binaries'
-# tests reuse the release build above.
-step "cargo test --release (server, lab, tools)" cargo test "${cargo_test_args[@]}" \
-    -p cachalot-server -p cachalot-lab -p cachalot -p cachalot-loadgen
-step "cargo test --release (engine, protocol)" cargo test "${cargo_test_args[@]}" \
+# tests reuse the release build above. Those mostly wait on the servers
+# they start, so they run two binaries at a time (scripts/run-tests.py);
+# the engine's compute on both cores, one binary at a time.
+# Under KEEP_GOING, every test binary runs instead of stopping at the
+# first one that fails.
+keep_going=()
+[[ "${KEEP_GOING:-0}" != 1 ]] || keep_going=(--keep-going)
+step "cargo test --release (server, lab, tools)" scripts/run-tests.py --release \
+    "${keep_going[@]}" -p cachalot-server -p cachalot-lab -p cachalot -p cachalot-loadgen
+[[ "${KEEP_GOING:-0}" != 1 ]] || keep_going=(--no-fail-fast)
+step "cargo test --release (engine, protocol)" cargo test --release "${keep_going[@]}" \
     -p cachalot-engine -p cachalot-protocol
 # With KEEP_GOING=1 (a developer switch) every step runs and all failures
 # are reported; the exit status is still non-zero if any failed.

@@ -54,6 +54,8 @@
 //!   and the fuzzer check the engine against; `validate()` on every structure.
 
 pub mod api;
+#[cfg(test)]
+mod api_tests;
 pub mod arena;
 mod batch;
 pub mod block;

@@ -1,5 +1,5 @@
 //! The engine's reference model, and the operation sequences that the
-//! property tests (`tests/model.rs`) and the operation fuzzer
+//! property tests (`api_tests/model.rs`) and the operation fuzzer
 //! (`crates/engine/fuzz`, target `engine_ops`) run against it. Built for
 //! tests and fuzzing only (feature `testing`).
 //!

@@ -28,7 +28,7 @@ impl Engine {
             // next turn (a drain for the zone then chains the next one:
             // `page_for_zone`). Left to a maintainer with no CPU, a
             // filling zone stayed at 1 of its 14 pages and evicted
-            // items that fitted (tests/zone_help.rs). Every 64th store:
+            // items that fitted (api_tests/zone_help.rs). Every 64th store:
             // a step that finds no drain to start grants a page beyond
             // `-m`, which the N-zone then gives back.
             self.feed_zone(true);

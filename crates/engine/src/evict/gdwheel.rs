@@ -27,7 +27,7 @@
 //! the cascaded ones, so every level-0 queue is in access order: the wheels
 //! evict exactly what GreedyDual with priority queues (GD-PQ) evicts, ties
 //! broken least recently used first, for every integer cost below 2^24 - 2^16
-//! (larger ones are capped; tests/gdwheel.rs checks this against a GD-PQ).
+//! (larger ones are capped; api_tests/gdwheel.rs checks this against a GD-PQ).
 //! With equal costs H grows with the time of the last access, so GD-Wheel is
 //! exactly LRU. Every operation is O(1): a hit is one unlink and one push
 //! (the thesis' "reuse"), an eviction finds the next non-empty queue with a

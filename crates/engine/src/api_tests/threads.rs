@@ -10,8 +10,8 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use cachalot_engine::engine::{Arith, ArithOutcome, Lookup, ReassignOutcome, Store, StoreMode};
-use cachalot_engine::{Cache, Clock, Config, EvictionPolicy, Expiry, RebalancePolicy};
+use crate::engine::{Arith, ArithOutcome, Lookup, ReassignOutcome, Store, StoreMode};
+use crate::{Cache, Clock, Config, EvictionPolicy, Expiry, RebalancePolicy};
 
 const KEYS: u64 = 20_000;
 
@@ -130,7 +130,7 @@ fn run_with(
         // A sample table this small makes the MRC profile sample few keys
         // (it samples all of them while they fit): the others take the
         // lock-free paths.
-        rebalance_tuning: cachalot_engine::rebalance::Tuning {
+        rebalance_tuning: crate::rebalance::Tuning {
             mrc_bytes: 16 << 10,
             ..Default::default()
         },

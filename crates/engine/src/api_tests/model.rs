@@ -1,5 +1,5 @@
 //! Property tests: the engine against its reference model
-//! (`cachalot_engine::testing`, shared with the operation fuzzer in
+//! (`crate::testing`, shared with the operation fuzzer in
 //! crates/engine/fuzz).
 //!
 //! With a memory limit far above what the operations store nothing is
@@ -12,9 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cachalot_engine::engine::Lookup;
-use cachalot_engine::testing::{self, CasArg, Op};
-use cachalot_engine::{
+use crate::engine::Lookup;
+use crate::testing::{self, CasArg, Op};
+use crate::{
     ArithOutcome, Clock, Config, Engine, EvictionPolicy, RebalancePolicy, Store, StoreMode,
     StoreOutcome,
 };
@@ -198,7 +198,7 @@ proptest! {
     fn engine_with_flash_matches_model(ops in proptest::collection::vec(flash_op(), 1..800)) {
         for zzone in [false, true] {
             let file = FlashFile::new();
-            let mut flash = cachalot_engine::flash::FlashConfig::new(file.0.clone(), 8 << 20);
+            let mut flash = crate::flash::FlashConfig::new(file.0.clone(), 8 << 20);
             flash.stage_bytes = 256 << 10;
             testing::run(&ops, Config {
                 memory_limit: 3 << 20,
@@ -374,7 +374,7 @@ fn a_store_over_the_limit_by_less_than_a_page_evicts_no_page_at_once() {
 #[test]
 fn slabs_reassign_moves_a_page_and_keeps_items_consistent() {
     each_policy(|base| {
-        use cachalot_engine::engine::ReassignOutcome;
+        use crate::engine::ReassignOutcome;
         let mut e = small_n_zone(&base);
         for i in 0..200_000u32 {
             e.store(&Store::set(format!("k{i}").as_bytes(), b"v"));
@@ -391,7 +391,7 @@ fn slabs_reassign_moves_a_page_and_keeps_items_consistent() {
         assert_eq!(e.slabs_reassign(src, src + 3), ReassignOutcome::Ok);
         e.validate();
         let after = e.slab_stats();
-        let pages = |v: &[cachalot_engine::SlabClassStats], id: i32| {
+        let pages = |v: &[crate::SlabClassStats], id: i32| {
             v.iter()
                 .find(|s| s.id == id as u32)
                 .map_or(0, |s| s.total_pages)
@@ -523,7 +523,7 @@ fn drain_victim_on_the_draining_page_is_freed() {
         evict: false,
         eviction: EvictionPolicy::GdWheel,
         rebalance: RebalancePolicy::Mrc,
-        rebalance_tuning: cachalot_engine::rebalance::Tuning {
+        rebalance_tuning: crate::rebalance::Tuning {
             mrc_period: 1,
             ..Default::default()
         },
@@ -600,7 +600,7 @@ fn arith_refuses_empty_and_chained_values_before_the_cas() {
         StoreOutcome::Stored { cas } => cas,
         other => panic!("{other:?}"),
     };
-    let arith = |cas| cachalot_engine::engine::Arith {
+    let arith = |cas| crate::engine::Arith {
         incr: true,
         delta: 1,
         cas,
@@ -692,7 +692,7 @@ fn a_new_class_page_leaves_room_for_its_wheels() {
             learn_costs: true,
             // The fuzzer's small tables, so the seventh page fits but not
             // its class's wheels.
-            rebalance_tuning: cachalot_engine::rebalance::Tuning {
+            rebalance_tuning: crate::rebalance::Tuning {
                 sas_misses: 1,
                 ghost_pages: 1,
                 ghost_bytes: 4 << 10,

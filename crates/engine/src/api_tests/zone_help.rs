@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use cachalot_engine::engine::{Lookup, Store};
-use cachalot_engine::{Cache, Clock, Config};
+use crate::engine::{Lookup, Store};
+use crate::{Cache, Clock, Config};
 
 fn key(k: u64) -> Vec<u8> {
     format!("key:{k:08}").into_bytes()

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cachalot_engine::{Clock, Config, DeleteOutcome, Engine, EvictionPolicy, Store, StoreOutcome};
+use crate::{Clock, Config, DeleteOutcome, Engine, EvictionPolicy, Store, StoreOutcome};
 
 /// Values this long put ~250 items in a 1 MB page.
 pub const VALUE_LEN: usize = 4000;

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cachalot_engine::engine::{Arith, Lookup};
-use cachalot_engine::item::ATIME_SATURATE;
-use cachalot_engine::{
+use crate::engine::{Arith, Lookup};
+use crate::item::ATIME_SATURATE;
+use crate::{
     ArithOutcome, Clock, Config, Engine, EvictionPolicy, Expiry, Store, StoreMode, StoreOutcome,
 };
 

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use cachalot_engine::testing;
+use crate::testing;
 use cachalot_protocol::fuzzing::replay_corpus;
 
 #[test]

@@ -20,12 +20,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use cachalot_engine::engine::Lookup;
-use cachalot_engine::item::{dequantize_cost, quantize_cost};
-use cachalot_engine::{Clock, Config, DeleteOutcome, Engine, EvictionPolicy, Store, StoreOutcome};
+use crate::engine::Lookup;
+use crate::item::{dequantize_cost, quantize_cost};
+use crate::{Clock, Config, DeleteOutcome, Engine, EvictionPolicy, Store, StoreOutcome};
 use proptest::prelude::*;
 
-mod one_page;
+use super::one_page;
 use one_page::{FULL_LEN, VALUE_LEN};
 
 /// Odd keys fill their chunk, even ones leave room (same class): both of

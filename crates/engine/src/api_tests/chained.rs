@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cachalot_engine::engine::Arith;
-use cachalot_engine::{
+use crate::engine::Arith;
+use crate::{
     ArithOutcome, Clock, Config, Engine, EvictionPolicy, Expiry, RebalancePolicy, Store, StoreMode,
     StoreOutcome,
 };
@@ -251,7 +251,7 @@ fn large_values_with_default_chunks() {
     assert!(matches!(e.store(&append), StoreOutcome::Stored { .. }));
     assert!(e.get(b"ab").unwrap().value == [&a[..], &b[..]].concat());
     e.validate();
-    assert!(e.delete(b"ab", 0) == cachalot_engine::DeleteOutcome::Deleted);
+    assert!(e.delete(b"ab", 0) == crate::DeleteOutcome::Deleted);
     e.flush_all(None);
     e.validate();
     assert!(e.get(key).is_none());

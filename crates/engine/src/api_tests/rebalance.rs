@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cachalot_engine::engine::ReassignOutcome;
-use cachalot_engine::rebalance::Tuning;
-use cachalot_engine::{Clock, Config, Engine, EvictionPolicy, RebalancePolicy, Store};
+use crate::engine::ReassignOutcome;
+use crate::rebalance::Tuning;
+use crate::{Clock, Config, Engine, EvictionPolicy, RebalancePolicy, Store};
 
 const EVICTIONS: [EvictionPolicy; 2] = [EvictionPolicy::Lru, EvictionPolicy::GdWheel];
 

@@ -16,11 +16,11 @@
 //! flag), then drop the old item, then link the new one as the newest,
 //! visited if it replaced one (an overwrite is an access).
 
-use cachalot_engine::engine::Lookup;
-use cachalot_engine::{DeleteOutcome, EvictionPolicy, Store, StoreOutcome};
+use crate::engine::Lookup;
+use crate::{DeleteOutcome, EvictionPolicy, Store, StoreOutcome};
 use proptest::prelude::*;
 
-mod one_page;
+use super::one_page;
 use one_page::{FULL_LEN, VALUE_LEN};
 
 /// Odd keys fill their chunk, even ones leave room (same class): both

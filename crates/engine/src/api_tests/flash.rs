@@ -14,11 +14,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cachalot_engine::engine::{Lookup, Store};
-use cachalot_engine::flash::device::{Device, Faulty, FileDevice};
-use cachalot_engine::flash::dict;
-use cachalot_engine::flash::{FlashConfig, FlashStats};
-use cachalot_engine::{item, Cache, Clock, Config, DumpAt, MetaItem, Tier};
+use crate::engine::{Lookup, Store};
+use crate::flash::device::{Device, Faulty, FileDevice};
+use crate::flash::dict;
+use crate::flash::{FlashConfig, FlashStats};
+use crate::{item, Cache, Clock, Config, DumpAt, MetaItem, Tier};
 
 struct TempFile(PathBuf);
 

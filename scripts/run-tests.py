@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Build the workspace's tests with cargo, then run the test binaries two at a time.
+
+    scripts/run-tests.py [--release] [--jobs N] [--keep-going] -p PKG [-p PKG ...]
+
+The packages' tests are built in one `cargo test --no-run`. Every test
+binary, and the packages' doc tests, then runs as `cargo test` would run it:
+from its package's directory, with CARGO_MANIFEST_DIR and CARGO set.
+
+Why not `cargo test`: it runs one binary at a time. Most of the server's
+and the lab's test time is waiting on servers, timeouts and restarts
+(auth.rs: 14 s of wall time, 0.1 s of CPU), so on 2 cores two binaries at a
+time take 40% off it (docs/testing.md). The engine's tests compute on both
+cores already; two of them at a time only take twice as long each.
+
+Order: longest first, by the times the last run left in
+$CARGO_TARGET_DIR/test-times.tsv; without them (a clean clone), cargo's.
+Fails fast: after a failure nothing new starts (--keep-going: everything
+runs). Exits 1 if anything failed.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def package_names():
+    """Each workspace package's name by its manifest path."""
+    out = subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1"],
+                         stdout=subprocess.PIPE, text=True, check=True)
+    return {p["manifest_path"]: p["name"] for p in json.loads(out.stdout)["packages"]}
+
+
+def build(packages, release, names):
+    """Run `cargo test --no-run` for the packages; return their jobs."""
+    cargo = os.environ.get("CARGO", "cargo")
+    cmd = ["cargo", "test", "--no-run", "--message-format=json-render-diagnostics"]
+    if release:
+        cmd.append("--release")
+    for pkg in packages:
+        cmd += ["-p", pkg]
+    print("==> " + " ".join(cmd), file=sys.stderr, flush=True)
+    # cargo's progress goes to stderr as usual; stdout carries the JSON.
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0:
+        sys.exit(f"run-tests: the build failed ({' '.join(cmd)})")
+    jobs, with_lib = [], []
+    for line in out.stdout.splitlines():
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if msg.get("reason") != "compiler-artifact":
+            continue
+        target = msg["target"]
+        pkg_dir = str(Path(msg["manifest_path"]).parent)
+        name = names.get(msg["manifest_path"], "")
+        if "lib" in target["kind"] and name in packages and target.get("doctest") and name not in with_lib:
+            with_lib.append(name)
+        if msg.get("executable") and msg["profile"]["test"]:
+            if target["kind"] == ["test"]:
+                label = f"{name} tests/{target['name']}.rs"
+            else:
+                label = f"{name} {target['kind'][0]} {target['name']}"
+            # What cargo sets when it runs a test. Not for the doc tests'
+            # cargo: a CARGO_MANIFEST_DIR in its environment reaches the
+            # build scripts' checks and builds ring and the server again.
+            env = {"CARGO_MANIFEST_DIR": pkg_dir, "CARGO": cargo}
+            jobs.append({"label": label, "cmd": [msg["executable"]], "cwd": pkg_dir, "env": env})
+    if with_lib:
+        # Doc tests are compiled by rustdoc when they run; cargo does that.
+        cmd = ["cargo", "test", "--doc"] + (["--release"] if release else [])
+        # All the packages, as built: fewer would unify other features and
+        # build the libraries again.
+        for pkg in packages:
+            cmd += ["-p", pkg]
+        jobs.append({"label": "doc tests " + ",".join(with_lib), "cmd": cmd, "cwd": os.getcwd()})
+    return jobs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--release", action="store_true")
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")))
+    ap.add_argument("--keep-going", action="store_true")
+    ap.add_argument("-p", "--package", action="append", required=True, dest="packages")
+    args = ap.parse_args()
+
+    target_dir = Path(os.environ.get("CARGO_TARGET_DIR", "target"))
+    times_file = target_dir / "test-times.tsv"
+
+    started = time.monotonic()
+    jobs = build(args.packages, args.release, package_names())
+    built = time.monotonic()
+
+    last = {}
+    if times_file.exists():
+        for line in times_file.read_text().splitlines():
+            label, _, secs = line.rpartition("\t")
+            try:
+                last[label] = float(secs)
+            except ValueError:
+                pass
+    if last:
+        # Unknown (new) binaries first: they may be long.
+        jobs.sort(key=lambda j: -last.get(j["label"], float("inf")))
+
+    lock = threading.Lock()
+    queue = list(jobs)
+    results = []
+    failed = threading.Event()
+
+    def worker():
+        while True:
+            with lock:
+                if not queue or (failed.is_set() and not args.keep_going):
+                    return
+                job = queue.pop(0)
+            env = dict(os.environ, **job.get("env", {}))
+            t0 = time.monotonic()
+            proc = subprocess.run(job["cmd"], cwd=job["cwd"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            secs = time.monotonic() - t0
+            ok = proc.returncode == 0
+            if not ok:
+                failed.set()
+            with lock:
+                results.append((job["label"], ok, secs))
+                status = "ok" if ok else f"FAILED (exit {proc.returncode})"
+                sys.stdout.write(f"\n==> {job['label']}: {status} in {secs:.1f} s\n")
+                sys.stdout.write(proc.stdout.decode("utf-8", "replace"))
+                sys.stdout.flush()
+
+    threads = [threading.Thread(target=worker) for _ in range(max(1, args.jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    done = time.monotonic()
+    times_file.parent.mkdir(parents=True, exist_ok=True)
+    times_file.write_text("".join(f"{label}\t{secs:.2f}\n" for label, _, secs in results))
+    busy = sum(secs for _, _, secs in results)
+    print(f"\nrun-tests: built in {built - started:.0f} s; {len(results)} of {len(jobs)} "
+          f"binaries ran in {done - built:.0f} s ({busy:.0f} s one after another, "
+          f"{args.jobs} at a time)")
+    for label, _, secs in sorted(results, key=lambda r: -r[2])[:8]:
+        print(f"  {secs:6.1f} s  {label}")
+    bad = [label for label, ok, _ in results if not ok]
+    if bad:
+        print("run-tests: failed: " + "; ".join(bad))
+        if len(results) < len(jobs):
+            print(f"run-tests: {len(jobs) - len(results)} binaries not run after the failure "
+                  "(--keep-going runs them all)")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
