@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the workspace's tests with cargo, then run the test binaries two at a time.
 
-    scripts/run-tests.py [--release] [--jobs N] [--keep-going] -p PKG [-p PKG ...]
+    scripts/run-tests.py [--release] [--jobs N] [--test-threads N] [--keep-going] -p PKG [-p PKG ...]
 
 The packages' tests are built in one `cargo test --no-run`. Every test
 binary, and the packages' doc tests, then runs as `cargo test` would run it:
@@ -10,11 +10,14 @@ from its package's directory, with CARGO_MANIFEST_DIR and CARGO set.
 Why not `cargo test`: it runs one binary at a time. Most of the server's
 and the lab's test time is waiting on servers, timeouts and restarts
 (auth.rs: 14 s of wall time, 0.1 s of CPU), so on 2 cores two binaries at a
-time take 40% off it (docs/testing.md). The engine's tests compute on both
-cores already; two of them at a time only take twice as long each.
+time take 40% off it (docs/testing.md), and so do more test threads per
+binary than cores (--test-threads, libtest's own option). The engine's
+tests compute on both cores already; two of them at a time only take twice
+as long each.
 
 Order: longest first, by the times the last run left in
-$CARGO_TARGET_DIR/test-times.tsv; without them (a clean clone), cargo's.
+$CARGO_TARGET_DIR/test-times.tsv; without them (a clean clone), most tests
+first.
 Fails fast: after a failure nothing new starts (--keep-going: everything
 runs). Exits 1 if anything failed.
 """
@@ -83,10 +86,21 @@ def build(packages, release, names):
     return jobs
 
 
+def count_tests(job):
+    """How many tests a job's binary lists (0 for the doc tests)."""
+    if not job.get("env"):
+        return 0
+    out = subprocess.run(job["cmd"][:1] + ["--list", "--format", "terse"], cwd=job["cwd"],
+                         env=dict(os.environ, **job["env"]), stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
+    return sum(line.endswith(": test") for line in out.stdout.splitlines())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--release", action="store_true")
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")))
+    ap.add_argument("--test-threads", type=int, help="libtest's threads per binary")
     ap.add_argument("--keep-going", action="store_true")
     ap.add_argument("-p", "--package", action="append", required=True, dest="packages")
     args = ap.parse_args()
@@ -96,6 +110,10 @@ def main():
 
     started = time.monotonic()
     jobs = build(args.packages, args.release, package_names())
+    if args.test_threads:
+        for job in jobs:
+            if job.get("env"):  # a test binary, not cargo's doc tests
+                job["cmd"].append(f"--test-threads={args.test_threads}")
     built = time.monotonic()
 
     last = {}
@@ -106,9 +124,13 @@ def main():
                 last[label] = float(secs)
             except ValueError:
                 pass
-    if last:
-        # Unknown (new) binaries first: they may be long.
-        jobs.sort(key=lambda j: -last.get(j["label"], float("inf")))
+    if all(j["label"] in last for j in jobs):
+        jobs.sort(key=lambda j: -last[j["label"]])
+    else:
+        # No times for some (a clean clone, a new binary): most tests first,
+        # which puts the server's one binary of integration tests in a
+        # slot from the start.
+        jobs.sort(key=lambda j: -count_tests(j))
 
     lock = threading.Lock()
     queue = list(jobs)

@@ -7,7 +7,7 @@
 //!
 //! The one place for this check: the lab's `servers::memcached_bin` calls
 //! it, and the server's suite tests include this file
-//! (`crates/server/tests/common`, `#[path]`) and call it from theirs. Std
+//! (`crates/server/tests/it/common.rs`, `#[path]`) and call it from theirs. Std
 //! only, for that reason.
 
 use std::io::Write;

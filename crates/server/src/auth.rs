@@ -3,7 +3,7 @@
 //! The file holds `user:password` lines. A connection is refused every
 //! command (`CLIENT_ERROR unauthenticated`) until it sends a `set` whose
 //! data is `<user> <password>`; memcached 1.6.18 is the oracle for every
-//! reply, and `crates/server/tests/auth.rs` runs the same script against
+//! reply, and `crates/server/tests/it/auth.rs` runs the same script against
 //! both servers:
 //!
 //! - any line but a `set` with a numeric size: `CLIENT_ERROR

@@ -780,9 +780,9 @@ fn memcached_class(size: usize, factor: f64, chunk_max: usize) -> u32 {
     class
 }
 
-// The conversation table of tests/meta.rs, replayed in process by the tests below.
+// The conversation table of tests/it/meta.rs, replayed in process by the tests below.
 #[cfg(test)]
-#[path = "../tests/meta_script/mod.rs"]
+#[path = "../tests/it/meta_script/mod.rs"]
 #[allow(dead_code)]
 mod meta_script;
 

@@ -3,7 +3,7 @@
 //!
 //! Behaviour follows memcached 1.6.18 (`proto_text.c`: `try_read_command_ascii`,
 //! `process_*_command`, `complete_nread_ascii`, the `conn_swallow` state), checked
-//! byte for byte against a running memcached (see tests/malformed.rs):
+//! byte for byte against a running memcached (see tests/it/malformed.rs):
 //!
 //! - A line may end in `\n` or `\r\n`. With no newline in the first
 //!   `max_line` (2048) bytes the connection is closed without a reply, unless

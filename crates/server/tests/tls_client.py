@@ -1,4 +1,4 @@
-"""A real TLS client for tests/tls.rs: Python's ssl module (OpenSSL) under
+"""A real TLS client for tests/it/tls.rs: Python's ssl module (OpenSSL) under
 pymemcache, verifying the server's certificate against a CA file.
 
     tls_client.py roundtrip HOST PORT CAFILE [CERT KEY]

@@ -382,7 +382,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     // The Z-zone is on by default, but not in front of a flash tier
     // unless asked for: there, what the zone has no room for is evicted
     // rather than written to flash (7-10% fewer hits on
-    // `tests/flash.rs`'s reads), and a clean stop does not keep it yet.
+    // `tests/it/flash.rs`'s reads), and a clean stop does not keep it yet.
     if s.engine.flash.is_some() && !given.zzone {
         s.engine.zzone = false;
     }

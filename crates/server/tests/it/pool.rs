@@ -4,7 +4,7 @@
 //! dead node's keys are written to the others; the node comes back and
 //! takes its share of new keys again.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};

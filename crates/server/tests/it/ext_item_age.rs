@@ -6,7 +6,7 @@
 //! `ext_item_age` + 2 s of the last store, small items left in memory,
 //! values read back byte for byte.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

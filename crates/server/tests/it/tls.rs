@@ -7,7 +7,7 @@
 //! a CA, a server certificate for 127.0.0.1 it signs, a client certificate it
 //! signs, and a second, untrusted CA with a client certificate of its own.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

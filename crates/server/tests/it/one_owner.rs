@@ -5,7 +5,7 @@
 //! with its holder: after kill -9 a new server starts on the same file at
 //! once and recovers what the crash scan finds.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::TcpStream;

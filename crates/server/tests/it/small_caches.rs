@@ -5,7 +5,7 @@
 //! a class its floor (`Engine::floor_pages`). Resident memory at `-m 8` stays
 //! within memcached's plus 16 MB.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::SocketAddr;

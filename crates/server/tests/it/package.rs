@@ -21,7 +21,7 @@
 //! package, user or /var/lib/cachalot is already on the host, rather than
 //! run beside them.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;

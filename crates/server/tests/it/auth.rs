@@ -4,7 +4,7 @@
 //! connections are closed. Then the start-up refusals, and a user's view:
 //! wrong credentials are refused, right ones serve, and the counters agree.
 
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -5,7 +5,7 @@
 //! wrong values, and the server keeps serving; `stats flash` and
 //! memcached's `extstore_*` lines report the tier.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Write};

@@ -9,7 +9,7 @@
 //! it: a trickling client delays no other scrape, is closed at its
 //! deadline, and scrapes beyond the bound are answered 503 at once.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use cachalot_protocol::client::request::binary;
 use cachalot_protocol::client::{Reply, ReplyParser};
 
-mod common;
+use crate::common;
 
 const ARGS: [&str; 4] = ["-I", "32m", "-m", "64"];
 /// memcached's largest value for a 1-byte key without flags under -I 32m:

@@ -8,7 +8,7 @@
 //!
 //! Needs `cargo build -p cachalot` first (see `common`).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::Write;

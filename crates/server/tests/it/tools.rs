@@ -4,7 +4,7 @@
 //! metadump`, which `dump` reads, over many items (written a page at a
 //! time as the client reads them).
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -4,7 +4,7 @@
 //! (`-e` and SIGUSR1, its graceful restart). Also: the flash tier restarts
 //! with it, and a crash after a warm start does not bring back old items.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

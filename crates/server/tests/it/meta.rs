@@ -1,6 +1,6 @@
 //! End-to-end tests of the meta commands (mg ms md ma me mn) against the real
 //! `cachalot` binary, replaying the conversation table `tests/meta_cases.txt`
-//! (format in `tests/meta_script/mod.rs`).
+//! (format in `tests/it/meta_script/mod.rs`).
 //!
 //! The table was recorded from memcached 1.6.18; `memcached_agrees` replays
 //! it against a real memcached (`$MEMCACHED_BIN` or /usr/bin/memcached) so it
@@ -10,8 +10,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-mod common;
-mod meta_script;
+use crate::common;
+use crate::meta_script;
 
 use meta_script::{Case, Conn};
 

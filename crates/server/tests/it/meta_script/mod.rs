@@ -413,4 +413,4 @@ pub fn run_all<'a>(
 }
 
 /// The shared case table.
-pub const CASES: &str = include_str!("../meta_cases.txt");
+pub const CASES: &str = include_str!("../../meta_cases.txt");

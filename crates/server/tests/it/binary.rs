@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 /// The server under test: spawned cachalot (stopped on drop) or an external one.
 struct Server {

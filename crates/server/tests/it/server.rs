@@ -6,7 +6,7 @@
 //! this machine (see net/cli.rs for the messages). The binary is found by
 //! `common` (CACHALOT_BIN or target/<profile>/cachalot).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};

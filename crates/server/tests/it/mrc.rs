@@ -1,7 +1,7 @@
 //! `stats mrc` (issue 36): the live miss-ratio curve of a server driven by
 //! a look-aside client, and its switch.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};

@@ -21,8 +21,8 @@
 //! memcached is `$MEMCACHED_BIN` or /usr/bin/memcached; without it the test
 //! fails.
 
-mod common;
-mod diff;
+use crate::common;
+use crate::diff;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;

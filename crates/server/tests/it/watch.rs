@@ -6,7 +6,7 @@
 //! stores in the same order. memcached also logs the lookups its stores and
 //! deletes make inside, which cachalot does not (docs/protocol.md).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

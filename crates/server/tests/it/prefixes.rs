@@ -2,7 +2,7 @@
 //! each tier add up to the engine's own totals, and requests are counted
 //! by prefix across protocols.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Write;

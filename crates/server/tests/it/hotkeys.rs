@@ -2,7 +2,7 @@
 //! metrics' hot-key gauges, fed by every protocol's requests on several
 //! connections (so several workers' sketches are merged).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};

@@ -11,7 +11,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 /// One request script and what memcached answers.
 struct Row {

@@ -1,0 +1,35 @@
+//! The server's integration tests: each module starts the real `cachalot`
+//! binary (`common`) and talks to it as clients, tools and packagers do.
+//!
+//! One test binary, not one per file: each of the 22 files was compiled
+//! with its own copy of `common` and linked on its own, a minute of the
+//! suite's build on 2 cores; here libtest also runs the tests of all files
+//! side by side, and most of them wait on the servers they start
+//! (docs/testing.md). `cargo test --test it flash::` runs one file's tests.
+
+mod common;
+mod diff;
+mod meta_script;
+
+mod auth;
+mod binary;
+mod capture;
+mod differential;
+mod ext_item_age;
+mod flash;
+mod hotkeys;
+mod large_items;
+mod malformed;
+mod meta;
+mod metrics;
+mod mrc;
+mod one_owner;
+mod package;
+mod pool;
+mod prefixes;
+mod server;
+mod small_caches;
+mod tls;
+mod tools;
+mod warm;
+mod watch;
