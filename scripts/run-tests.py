@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Build the workspace's tests with cargo, then run the test binaries two at a time.
+"""Build some packages' tests with cargo, then run their test binaries two at a time.
 
-    scripts/run-tests.py [--release] [--jobs N] [--test-threads N] [--keep-going] -p PKG [-p PKG ...]
+    scripts/run-tests.py [--release] [--jobs N] [--keep-going] -p PKG [-p PKG ...]
 
 The packages' tests are built in one `cargo test --no-run`. Every test
 binary, and the packages' doc tests, then runs as `cargo test` would run it:
@@ -9,11 +9,11 @@ from its package's directory, with CARGO_MANIFEST_DIR and CARGO set.
 
 Why not `cargo test`: it runs one binary at a time. Most of the server's
 and the lab's test time is waiting on servers, timeouts and restarts
-(auth.rs: 14 s of wall time, 0.1 s of CPU), so on 2 cores two binaries at a
-time take 40% off it (docs/testing.md), and so do more test threads per
-binary than cores (--test-threads, libtest's own option). The engine's
-tests compute on both cores already; two of them at a time only take twice
-as long each.
+(auth's tests: 14 s of wall time, 0.1 s of CPU), so on 2 cores the
+server's binary of integration tests runs while the lab's binaries run
+beside it: 128 s, where one binary after another took 192 s
+(docs/testing.md). The engine's tests compute on both cores already; two
+of them at a time only take twice as long each.
 
 Order: longest first, by the times the last run left in
 $CARGO_TARGET_DIR/test-times.tsv; without them (a clean clone), most tests
@@ -34,7 +34,8 @@ from pathlib import Path
 
 def package_names():
     """Each workspace package's name by its manifest path."""
-    out = subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1"],
+    cargo = os.environ.get("CARGO", "cargo")
+    out = subprocess.run([cargo, "metadata", "--no-deps", "--format-version", "1"],
                          stdout=subprocess.PIPE, text=True, check=True)
     return {p["manifest_path"]: p["name"] for p in json.loads(out.stdout)["packages"]}
 
@@ -42,7 +43,7 @@ def package_names():
 def build(packages, release, names):
     """Run `cargo test --no-run` for the packages; return their jobs."""
     cargo = os.environ.get("CARGO", "cargo")
-    cmd = ["cargo", "test", "--no-run", "--message-format=json-render-diagnostics"]
+    cmd = [cargo, "test", "--no-run", "--message-format=json-render-diagnostics"]
     if release:
         cmd.append("--release")
     for pkg in packages:
@@ -74,21 +75,23 @@ def build(packages, release, names):
             # cargo: a CARGO_MANIFEST_DIR in its environment reaches the
             # build scripts' checks and builds ring and the server again.
             env = {"CARGO_MANIFEST_DIR": pkg_dir, "CARGO": cargo}
-            jobs.append({"label": label, "cmd": [msg["executable"]], "cwd": pkg_dir, "env": env})
+            jobs.append({"label": label, "cmd": [msg["executable"]], "cwd": pkg_dir, "env": env,
+                         "binary": True})
     if with_lib:
         # Doc tests are compiled by rustdoc when they run; cargo does that.
-        cmd = ["cargo", "test", "--doc"] + (["--release"] if release else [])
+        cmd = [cargo, "test", "--doc"] + (["--release"] if release else [])
         # All the packages, as built: fewer would unify other features and
         # build the libraries again.
         for pkg in packages:
             cmd += ["-p", pkg]
-        jobs.append({"label": "doc tests " + ",".join(with_lib), "cmd": cmd, "cwd": os.getcwd()})
+        jobs.append({"label": "doc tests " + ",".join(with_lib), "cmd": cmd, "cwd": os.getcwd(),
+                     "env": {}, "binary": False})
     return jobs
 
 
 def count_tests(job):
     """How many tests a job's binary lists (0 for the doc tests)."""
-    if not job.get("env"):
+    if not job["binary"]:
         return 0
     out = subprocess.run(job["cmd"][:1] + ["--list", "--format", "terse"], cwd=job["cwd"],
                          env=dict(os.environ, **job["env"]), stdout=subprocess.PIPE,
@@ -100,7 +103,6 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--release", action="store_true")
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")))
-    ap.add_argument("--test-threads", type=int, help="libtest's threads per binary")
     ap.add_argument("--keep-going", action="store_true")
     ap.add_argument("-p", "--package", action="append", required=True, dest="packages")
     args = ap.parse_args()
@@ -110,10 +112,6 @@ def main():
 
     started = time.monotonic()
     jobs = build(args.packages, args.release, package_names())
-    if args.test_threads:
-        for job in jobs:
-            if job.get("env"):  # a test binary, not cargo's doc tests
-                job["cmd"].append(f"--test-threads={args.test_threads}")
     built = time.monotonic()
 
     last = {}
@@ -143,7 +141,7 @@ def main():
                 if not queue or (failed.is_set() and not args.keep_going):
                     return
                 job = queue.pop(0)
-            env = dict(os.environ, **job.get("env", {}))
+            env = dict(os.environ, **job["env"])
             t0 = time.monotonic()
             proc = subprocess.run(job["cmd"], cwd=job["cwd"], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -45,15 +45,14 @@ step "cargo build --release" cargo build --release
 # replay), and one run over the workspace would build every crate above
 # them again with those features. Apart, the server, lab and binaries'
 # tests reuse the release build above. Those mostly wait on the servers
-# they start, so they run two binaries at a time with four test threads
-# each (scripts/run-tests.py); the engine's compute on both cores, one
-# binary at a time.
+# they start, so they run two binaries at a time (scripts/run-tests.py);
+# the engine's compute on both cores, one binary at a time.
 # Under KEEP_GOING, every test binary runs instead of stopping at the
 # first one that fails.
 keep_going=()
 [[ "${KEEP_GOING:-0}" != 1 ]] || keep_going=(--keep-going)
 step "cargo test --release (server, lab, tools)" scripts/run-tests.py --release \
-    --test-threads 4 "${keep_going[@]}" -p cachalot-server -p cachalot-lab -p cachalot -p cachalot-loadgen
+    "${keep_going[@]}" -p cachalot-server -p cachalot-lab -p cachalot -p cachalot-loadgen
 [[ "${KEEP_GOING:-0}" != 1 ]] || keep_going=(--no-fail-fast)
 step "cargo test --release (engine, protocol)" cargo test --release "${keep_going[@]}" \
     -p cachalot-engine -p cachalot-protocol

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -47,7 +47,7 @@ fn run(addr: SocketAddr, chunks: &[&[u8]]) -> Vec<String> {
         let mut bytes = Vec::new();
         let mut buf = [0u8; 4096];
         let closed = loop {
-            match s.read(&mut buf) {
+            match common::read_some(&mut s, &mut buf) {
                 Ok(0) => break true,
                 Ok(n) => bytes.extend_from_slice(&buf[..n]),
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {

@@ -89,9 +89,14 @@ fn stats_hotkeys_ranks_the_keys_of_every_protocol_and_worker() {
     let (hot, warm, gone) = (&top[0], &top[1], &top[2]);
     // 800, 400 and 100 requests, within a second or so: counts halve at
     // each second, so one may have passed between two connections' sends
-    // (hot's first 400 are the earliest).
-    assert!((1.45..=2.1).contains(&(hot.1 / warm.1)), "{top:?}");
-    assert!((1.95..=4.15).contains(&(warm.1 / gone.1)), "{top:?}");
+    // (hot's first 400 are the earliest). And each worker halves its own
+    // counts at its first request after a second turns, so the same
+    // requests read up to 4/3 apart in a sketch that has halved since and
+    // one that has not (`window`, a second on: 0.5 / (1 + 1) against
+    // 1 / (2 + 1)). That took warm / gone to 4.48 once, with the suite's
+    // other tests running beside.
+    assert!((1.45..=2.7).contains(&(hot.1 / warm.1)), "{top:?}");
+    assert!((1.6..=5.4).contains(&(warm.1 / gone.1)), "{top:?}");
     // hot: its SET, then 800 hits.
     assert!(
         hot.2 >= 0.99 * hot.1 && hot.2 < hot.1 && hot.3 == 0.0,

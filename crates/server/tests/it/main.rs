@@ -4,8 +4,8 @@
 //! One test binary, not one per file: each of the 22 files was compiled
 //! with its own copy of `common` and linked on its own, a minute of the
 //! suite's build on 2 cores; here libtest also runs the tests of all files
-//! side by side, and most of them wait on the servers they start
-//! (docs/testing.md). `cargo test --test it flash::` runs one file's tests.
+//! side by side (docs/testing.md). `cargo test --test it flash::` runs one
+//! file's tests.
 
 mod common;
 mod diff;
