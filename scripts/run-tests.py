@@ -31,19 +31,19 @@ import threading
 import time
 from pathlib import Path
 
+CARGO = os.environ.get("CARGO", "cargo")
+
 
 def package_names():
     """Each workspace package's name by its manifest path."""
-    cargo = os.environ.get("CARGO", "cargo")
-    out = subprocess.run([cargo, "metadata", "--no-deps", "--format-version", "1"],
+    out = subprocess.run([CARGO, "metadata", "--no-deps", "--format-version", "1"],
                          stdout=subprocess.PIPE, text=True, check=True)
     return {p["manifest_path"]: p["name"] for p in json.loads(out.stdout)["packages"]}
 
 
 def build(packages, release, names):
     """Run `cargo test --no-run` for the packages; return their jobs."""
-    cargo = os.environ.get("CARGO", "cargo")
-    cmd = [cargo, "test", "--no-run", "--message-format=json-render-diagnostics"]
+    cmd = [CARGO, "test", "--no-run", "--message-format=json-render-diagnostics"]
     if release:
         cmd.append("--release")
     for pkg in packages:
@@ -62,11 +62,11 @@ def build(packages, release, names):
         if msg.get("reason") != "compiler-artifact":
             continue
         target = msg["target"]
-        pkg_dir = str(Path(msg["manifest_path"]).parent)
         name = names.get(msg["manifest_path"], "")
         if "lib" in target["kind"] and name in packages and target.get("doctest") and name not in with_lib:
             with_lib.append(name)
         if msg.get("executable") and msg["profile"]["test"]:
+            pkg_dir = str(Path(msg["manifest_path"]).parent)
             if target["kind"] == ["test"]:
                 label = f"{name} tests/{target['name']}.rs"
             else:
@@ -74,14 +74,14 @@ def build(packages, release, names):
             # What cargo sets when it runs a test. Not for the doc tests'
             # cargo: a CARGO_MANIFEST_DIR in its environment reaches the
             # build scripts' checks and builds ring and the server again.
-            env = {"CARGO_MANIFEST_DIR": pkg_dir, "CARGO": cargo}
+            env = {"CARGO_MANIFEST_DIR": pkg_dir, "CARGO": CARGO}
             jobs.append({"label": label, "cmd": [msg["executable"]], "cwd": pkg_dir, "env": env,
                          "binary": True})
     if with_lib:
         # Doc tests are compiled by rustdoc when they run; cargo does that.
-        cmd = [cargo, "test", "--doc"] + (["--release"] if release else [])
-        # All the packages, as built: fewer would unify other features and
-        # build the libraries again.
+        # The same packages as the build, so that cargo resolves the same
+        # features and builds nothing again; it skips those with no library.
+        cmd = [CARGO, "test", "--doc"] + (["--release"] if release else [])
         for pkg in packages:
             cmd += ["-p", pkg]
         jobs.append({"label": "doc tests " + ",".join(with_lib), "cmd": cmd, "cwd": os.getcwd(),

@@ -49,12 +49,15 @@ step "cargo build --release" cargo build --release
 # the engine's compute on both cores, one binary at a time.
 # Under KEEP_GOING, every test binary runs instead of stopping at the
 # first one that fails.
-keep_going=()
-[[ "${KEEP_GOING:-0}" != 1 ]] || keep_going=(--keep-going)
-step "cargo test --release (server, lab, tools)" scripts/run-tests.py --release \
-    "${keep_going[@]}" -p cachalot-server -p cachalot-lab -p cachalot -p cachalot-loadgen
-[[ "${KEEP_GOING:-0}" != 1 ]] || keep_going=(--no-fail-fast)
-step "cargo test --release (engine, protocol)" cargo test --release "${keep_going[@]}" \
+run_tests_args=(--release)
+cargo_test_args=(--release)
+if [[ "${KEEP_GOING:-0}" == 1 ]]; then
+    run_tests_args+=(--keep-going)
+    cargo_test_args+=(--no-fail-fast)
+fi
+step "cargo test --release (server, lab, tools)" scripts/run-tests.py "${run_tests_args[@]}" \
+    -p cachalot-server -p cachalot-lab -p cachalot -p cachalot-loadgen
+step "cargo test --release (engine, protocol)" cargo test "${cargo_test_args[@]}" \
     -p cachalot-engine -p cachalot-protocol
 # With KEEP_GOING=1 (a developer switch) every step runs and all failures
 # are reported; the exit status is still non-zero if any failed.

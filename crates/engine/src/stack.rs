@@ -110,15 +110,22 @@ impl Stack {
             total_bytes: 0,
             with_bytes,
         };
-        s.rebuild(MIN_SLOTS, |_, _| {});
+        s.rebuild(Stack::slots_for(0), |_, _| {});
         s
     }
 
-    /// The most bytes a stack of at most `objects` objects takes: it is
-    /// renumbered into twice its objects, or [`MIN_SLOTS`], and up to a
-    /// leaf more.
+    /// The slots a stack of `live` objects is renumbered into: twice its
+    /// objects, so that the O(capacity) rebuild comes once per `live`
+    /// pushes at the earliest (O(1) amortised) and memory stays ~2x the
+    /// objects, or [`MIN_SLOTS`].
+    fn slots_for(live: usize) -> usize {
+        (2 * live).max(MIN_SLOTS)
+    }
+
+    /// The most bytes a stack of at most `objects` objects takes: its
+    /// renumbered slots ([`Stack::slots_for`]) and up to a leaf more.
     pub fn memory_bytes_for(objects: usize, with_bytes: bool) -> usize {
-        Stack::memory_bytes((2 * objects).max(MIN_SLOTS) + FAN, with_bytes)
+        Stack::memory_bytes(Stack::slots_for(objects) + FAN, with_bytes)
     }
 
     /// The bytes a stack of `slots` slots takes: its leaves and levels.
@@ -303,11 +310,7 @@ impl Stack {
     /// object's new slot.
     pub fn push_with(&mut self, obj: u32, size: u32, moved: impl FnMut(u32, u32)) -> u32 {
         if self.next >= self.cap {
-            // Renumber into twice as many slots as there are live objects:
-            // the O(capacity) rebuild then comes once per `live` pushes at
-            // the earliest, O(1) amortised, and memory stays ~2x the objects.
-            let cap = (self.live * 2).max(MIN_SLOTS);
-            self.rebuild(cap, moved);
+            self.rebuild(Stack::slots_for(self.live), moved);
         }
         let slot = self.next;
         self.next += 1;

@@ -18,8 +18,6 @@
 //! test has `-u`: cachalot, like memcached, refuses to run as root without
 //! it, and ignores it when not root.
 
-#![allow(dead_code)]
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;

@@ -2,10 +2,9 @@
 //! binary (`common`) and talks to it as clients, tools and packagers do.
 //!
 //! One test binary, not one per file: each of the 22 files was compiled
-//! with its own copy of `common` and linked on its own, a minute of the
-//! suite's build on 2 cores; here libtest also runs the tests of all files
-//! side by side (docs/testing.md). `cargo test --test it flash::` runs one
-//! file's tests.
+//! with its own copy of `common` and linked on its own (12 s more of a
+//! cold suite's build on 2 cores, docs/testing.md). `cargo test --test it
+//! flash::` runs one file's tests.
 
 mod common;
 mod diff;
