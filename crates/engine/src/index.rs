@@ -309,6 +309,18 @@ impl Index {
         table.segs[s].find(off, Key::of(hash), &mut is_match)
     }
 
+    /// Start loading the descriptor of the segment that holds `hash`'s
+    /// bucket: a batch's step before [`Index::prefetch`], which needs it.
+    /// A stripe's descriptors (80 bytes each) span hundreds of kilobytes
+    /// at `-m 64`, and a batch's loads of them missed one after another.
+    #[inline]
+    pub fn prefetch_segment(&self, hash: u64) {
+        let (table, bucket) = self.route(hash);
+        if let Some(seg) = table.segs.get(table.split(bucket).0) {
+            crate::hash::prefetch(seg.bucket_ref());
+        }
+    }
+
     /// Start loading the primary bucket of `hash` into the CPU cache (a
     /// batched lookup's first step: `Engine::lookup_batch`).
     #[inline]

@@ -82,6 +82,9 @@ pub const DEFAULT_STRIPES: usize = 16;
 /// Threads that can read without the engine lock; more fall back to it.
 pub const MAX_READERS: usize = 128;
 
+/// A reader slot's value while it reads every stripe ([`Stripes::read_all`]).
+const ALL: u32 = u32::MAX;
+
 /// One stripe: its part of the index, GET hits the engine counted in it,
 /// the flag of its writer and what in-place SETs left for the engine.
 #[repr(align(128))]
@@ -205,8 +208,8 @@ impl Pending {
 /// Per class, what the engine has not counted yet.
 pub type PendingCounts = Vec<Counts>;
 
-/// A reader's slot: 0, or 1 + the stripe it reads. On a line (two, for the
-/// adjacent-line prefetcher) of its own.
+/// A reader's slot: 0, 1 + the stripe it reads, or [`ALL`]. On a line
+/// (two, for the adjacent-line prefetcher) of its own.
 #[repr(align(128))]
 struct Slot(AtomicU32);
 
@@ -380,6 +383,28 @@ impl Stripes {
         }
     }
 
+    /// Read every stripe at once, if no writer holds any now (else None:
+    /// the caller reads stripe by stripe). One announcement for a batch of
+    /// keys: each [`Stripes::read`] is a full fence, which made a batch's
+    /// index loads wait for one another instead of overlapping (the
+    /// prefetch of a multi-get's buckets, `crate::Cache::prefetch`). Hold it
+    /// briefly: it keeps every writer waiting.
+    #[inline]
+    pub fn read_all(&self) -> Option<ReadAll<'_>> {
+        let slot = self.my_slot()?;
+        let mine = &self.slots[slot].0;
+        // Dekker with the writers, as in `read`.
+        mine.store(ALL, Ordering::SeqCst);
+        if self.parts.iter().any(|p| p.writer.load(Ordering::SeqCst)) {
+            mine.store(0, Ordering::Release);
+            return None;
+        }
+        Some(ReadAll {
+            stripes: self,
+            slot,
+        })
+    }
+
     /// Take stripe `s` for writing: raise its flag (waiting for the writer
     /// before, if any), then wait for its readers. Any number of
     /// stripes for the engine lock's holder, one for anyone else.
@@ -398,7 +423,7 @@ impl Stripes {
         let want = s as u32 + 1;
         for slot in &self.slots[..n] {
             let mut spins = 0;
-            while slot.0.load(Ordering::SeqCst) == want {
+            while matches!(slot.0.load(Ordering::SeqCst), v if v == want || v == ALL) {
                 backoff(&mut spins);
             }
         }
@@ -533,6 +558,29 @@ impl Drop for ReadGuard<'_> {
     }
 }
 
+/// A hold on every stripe for reading ([`Stripes::read_all`]).
+pub struct ReadAll<'a> {
+    stripes: &'a Stripes,
+    slot: usize,
+}
+
+impl ReadAll<'_> {
+    /// Stripe `s`.
+    #[inline]
+    pub fn stripe(&self, s: usize) -> &Stripe {
+        // SAFETY: our slot names every stripe and no writer flag was up
+        // after we announced it, so no writer changes any until we leave.
+        unsafe { &*self.stripes.parts[s].stripe.get() }
+    }
+}
+
+impl Drop for ReadAll<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.stripes.slots[self.slot].0.store(0, Ordering::Release);
+    }
+}
+
 /// A SET's hold on a stripe without the engine lock: no reader, no other
 /// writer.
 pub struct WriteGuard<'a> {
@@ -585,7 +633,8 @@ mod tests {
 
     /// A writer never changes a stripe a reader is in: readers check that
     /// two keys the writer inserts and removes together are both indexed
-    /// or both not.
+    /// or both not. Every other read of the third reader holds all stripes
+    /// at once (`read_all`), when no writer is up.
     #[test]
     fn readers_never_see_a_write_in_progress() {
         let st = Arc::new(Stripes::new(2, 0, 2));
@@ -600,19 +649,31 @@ mod tests {
             })
             .collect();
         let readers: Vec<_> = (0..3)
-            .map(|_| {
+            .map(|r| {
                 let (st, stop, hashes) = (st.clone(), stop.clone(), hashes.clone());
                 std::thread::spawn(move || {
-                    let mut reads = 0u64;
+                    let (mut reads, mut whole) = (0u64, 0u64);
                     while !stop.load(Ordering::Relaxed) {
                         let s = reads as usize % 2;
+                        if r == 2 && reads % 2 == 0 {
+                            if let Some(all) = st.read_all() {
+                                for pair in &hashes {
+                                    let [a, b] = pair.map(|h| {
+                                        let index = &all.stripe(st.of(h)).index;
+                                        index.find(h, |_| true).is_some()
+                                    });
+                                    assert_eq!(a, b, "torn read of all stripes");
+                                }
+                                whole += 1;
+                            }
+                        }
                         let g = st.read(s).expect("slot");
                         let [a, b] = hashes[s].map(|h| g.index.find(h, |_| true).is_some());
                         assert_eq!(a, b, "torn read");
                         g.hit(0);
                         reads += 1;
                     }
-                    reads
+                    (reads, whole)
                 })
             })
             .collect();
@@ -622,6 +683,11 @@ mod tests {
             }
         };
         for i in 0..20_000u64 {
+            if i % 500 == 0 {
+                // A pause, in which a read of all stripes can get in (while
+                // this thread writes, one stripe or the other is up).
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
             let s = (i % 2) as usize;
             let [h1, h2] = hashes[s];
             let hash_of = |l: u64| if l == 1 { h1 } else { h2 };
@@ -637,8 +703,10 @@ mod tests {
             }
         }
         stop.store(true, Ordering::Relaxed);
-        let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        let done: Vec<(u64, u64)> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+        let reads: u64 = done.iter().map(|d| d.0).sum();
         assert!(reads > 0);
+        assert!(done[2].1 > 0, "no read of all stripes got in");
         assert_eq!(st.reader_hits(0), reads);
     }
 

@@ -233,6 +233,12 @@ impl Segment {
         }
     }
 
+    /// Where the primary buckets' pointer is, to prefetch.
+    #[inline]
+    pub(super) fn bucket_ref(&self) -> *const u8 {
+        std::ptr::from_ref(&self.buckets).cast()
+    }
+
     /// The primary bucket `off`, if allocated (for prefetching).
     #[inline]
     pub(super) fn bucket(&self, off: usize) -> Option<&Bucket> {
