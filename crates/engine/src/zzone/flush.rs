@@ -294,8 +294,8 @@ impl Zone {
         d.count > 0
             && frames::deltas(d.codec) < self.deltas_now()
             && d.raw as usize + add <= capacity
-            && d.stored as usize + frames::delta_len(add) <= u16::MAX as usize
-            && log::round(d.stored as usize + frames::delta_len(add)) + log::ALIGN
+            && d.stored as usize + frames::delta_len(add, fresh.len()) <= u16::MAX as usize
+            && log::round(d.stored as usize + frames::delta_len(add, fresh.len())) + log::ALIGN
                 <= self.log.page_size()
             && (d.dict == 0 || self.dict_arc(d.dict).is_some())
             && fresh.iter().all(|(h, _)| !self.pending.contains_key(h))
@@ -432,10 +432,11 @@ impl Zone {
         }
         let id = job.id;
         let d = self.descs[id as usize];
-        let mut packed =
-            Vec::with_capacity(d.stored as usize + frames::delta_len(job.packed.len()));
+        let added = frames::delta_len(job.packed.len(), job.entries.len());
+        let mut packed = Vec::with_capacity(d.stored as usize + added);
         packed.extend_from_slice(self.log.read(d.loc, d.stored as usize));
-        frames::append(&mut packed, &job.packed, job.raw, job.used);
+        let hashes = job.entries.iter().map(|e| e.h);
+        frames::append(&mut packed, &job.packed, job.raw, job.used, hashes);
         let mut content = d.content;
         for e in &job.entries {
             content.insert(e.h);

@@ -19,9 +19,18 @@
 //!
 //! ```text
 //! base frame (as a one-frame block's stored bytes)
-//! per delta, oldest first: packed bytes, then u16 packed length,
-//!                          u16 decoded length, u8 codec
+//! per delta, oldest first: packed bytes, then n u16 tags, u8 n,
+//!                          u16 packed length, u16 decoded length, u8 codec
 //! ```
+//!
+//! A delta's tags are the low 16 bits of its items' hashes ([`tag`]; none,
+//! and n = [`UNTAGGED`], past [`MAX_TAGS`] items), so that a GET decodes
+//! only the frames that may hold its key: decoding every delta newest
+//! first until the key turned up cost YCSB-B's look-aside fill (1 M keys,
+//! `-m 64`) a quarter of its CPU, most reads being of keys in the base
+//! behind several deltas (docs/benchmarks.md, issue 34). The blocks live
+//! in memory only (a warm restart saves items, not blocks), so the layout
+//! is the zone's own to change.
 //!
 //! Descriptors and copies name a block's frames by its code byte: the
 //! codec of the base in the low two bits, the number of deltas above them.
@@ -39,8 +48,20 @@ use crate::codec::{Codec, Coder, Dictionary};
 /// rewrite; each also compresses worse than the base would, and makes
 /// every read of the block decode one more frame.
 pub(super) const MAX_DELTAS: u8 = 15;
-const TRAILER: usize = 5;
+/// A delta's trailer after its tags: u8 n, u16 packed and decoded
+/// lengths, u8 codec.
+const TRAILER: usize = 6;
+/// The most items a delta lists tags for.
+pub(super) const MAX_TAGS: usize = 64;
+/// The tag count of a delta that lists none (always decoded).
+const UNTAGGED: u8 = u8::MAX;
 const CODEC_BITS: u8 = 2;
+
+/// An item's tag in its delta's list.
+#[inline]
+fn tag(h: u64) -> u16 {
+    h as u16
+}
 
 /// A code byte: `codec` (its code) and `deltas`.
 pub(super) fn code(codec: u8, deltas: u8) -> u8 {
@@ -60,16 +81,30 @@ pub(super) fn deltas(code: u8) -> u8 {
     code >> CODEC_BITS
 }
 
-/// Stored bytes of a delta of `packed` bytes.
-pub(super) fn delta_len(packed: usize) -> usize {
-    packed + TRAILER
+/// Stored bytes of a delta of `packed` bytes holding `items` items (at
+/// most, for a bound).
+pub(super) fn delta_len(packed: usize, items: usize) -> usize {
+    packed + 2 * items.min(MAX_TAGS) + TRAILER
 }
 
-/// Append a delta (`packed`, decoding with `codec` to `raw` bytes) to a
-/// block's stored bytes.
-pub(super) fn append(stored: &mut Vec<u8>, packed: &[u8], raw: usize, codec: Codec) {
+/// Append a delta (`packed`, decoding with `codec` to `raw` bytes) of the
+/// items of hashes `hashes` to a block's stored bytes.
+pub(super) fn append(
+    stored: &mut Vec<u8>,
+    packed: &[u8],
+    raw: usize,
+    codec: Codec,
+    hashes: impl ExactSizeIterator<Item = u64>,
+) {
     debug_assert!(packed.len() <= u16::MAX as usize && raw <= u16::MAX as usize);
     stored.extend_from_slice(packed);
+    match hashes.len() {
+        n if n <= MAX_TAGS => {
+            hashes.for_each(|h| stored.extend_from_slice(&tag(h).to_le_bytes()));
+            stored.push(n as u8);
+        }
+        _ => stored.push(UNTAGGED),
+    }
     stored.extend_from_slice(&(packed.len() as u16).to_le_bytes());
     stored.extend_from_slice(&(raw as u16).to_le_bytes());
     stored.push(codec.code());
@@ -98,39 +133,70 @@ pub(super) fn decompress(
     r
 }
 
-/// The frames of a block with deltas, newest first: (stored range, codec,
-/// decoded length). Err if its trailers do not add up.
-fn frames(
-    code: u8,
-    stored: &[u8],
-    raw_len: usize,
-) -> Result<Vec<(Range<usize>, Codec, usize)>, ()> {
+/// One frame of a block: where its packed bytes are, how they decode,
+/// and (a delta's) where its tags are (None: the base, or untagged).
+struct Frame {
+    packed: Range<usize>,
+    codec: Codec,
+    raw: usize,
+    tags: Option<Range<usize>>,
+}
+
+impl Frame {
+    /// Whether the frame may hold the item of hash `h`.
+    fn may_hold(&self, stored: &[u8], h: u64) -> bool {
+        let Some(tags) = &self.tags else {
+            return true;
+        };
+        let want = tag(h).to_le_bytes();
+        stored[tags.clone()].chunks_exact(2).any(|t| t == want)
+    }
+}
+
+/// The frames of a block with deltas, newest first. Err if its trailers
+/// do not add up.
+fn frames(code: u8, stored: &[u8], raw_len: usize) -> Result<Vec<Frame>, ()> {
     let n = deltas(code);
     let mut frames = Vec::with_capacity(n as usize + 1);
     let mut end = stored.len();
     let mut delta_raw = 0usize;
     for _ in 0..n {
-        let t = stored
-            .get(end.checked_sub(TRAILER).ok_or(())?..end)
-            .ok_or(())?;
-        let packed = u16::from_le_bytes([t[0], t[1]]) as usize;
-        let raw = u16::from_le_bytes([t[2], t[3]]) as usize;
-        let codec = Codec::from_code(t[4]).ok_or(())?;
-        let start = (end - TRAILER).checked_sub(packed).ok_or(())?;
-        frames.push((start..end - TRAILER, codec, raw));
+        let at = end.checked_sub(TRAILER).ok_or(())?;
+        let t = stored.get(at..end).ok_or(())?;
+        let packed = u16::from_le_bytes([t[1], t[2]]) as usize;
+        let raw = u16::from_le_bytes([t[3], t[4]]) as usize;
+        let codec = Codec::from_code(t[5]).ok_or(())?;
+        let tags = match t[0] {
+            UNTAGGED => None,
+            n if n as usize <= MAX_TAGS => Some(at.checked_sub(2 * n as usize).ok_or(())?..at),
+            _ => return Err(()),
+        };
+        let packed_end = tags.as_ref().map_or(at, |r| r.start);
+        let start = packed_end.checked_sub(packed).ok_or(())?;
+        frames.push(Frame {
+            packed: start..packed_end,
+            codec,
+            raw,
+            tags,
+        });
         delta_raw += raw;
         end = start;
     }
     let base_raw = raw_len.checked_sub(delta_raw).ok_or(())?;
-    frames.push((0..end, codec_of(code), base_raw));
+    frames.push(Frame {
+        packed: 0..end,
+        codec: codec_of(code),
+        raw: base_raw,
+        tags: None,
+    });
     Ok(frames)
 }
 
-/// Find `key` (hash `h`) in a block's stored bytes: its frames are decoded
-/// into `out` newest first, up to the first that holds the key (a read
-/// of a key in a delta does not decode the base). The item's place in
-/// `out`; None if no frame holds it; Err if a frame it decoded does not
-/// decode or parse.
+/// Find `key` (hash `h`) in a block's stored bytes: the frames that may
+/// hold it (by their tags) are decoded into `out` newest first, up to the
+/// first that holds the key (a read of a key in a delta does not decode
+/// the base). The item's place in `out`; None if no frame holds it; Err
+/// if a frame it decoded does not decode or parse.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn find(
     coder: &mut Coder,
@@ -153,8 +219,11 @@ pub(super) fn find(
     if deltas(code) == 0 {
         return one(0..stored.len(), codec_of(code), raw_len);
     }
-    for (range, codec, raw) in frames(code, stored, raw_len)? {
-        if let Some(at) = one(range, codec, raw)? {
+    for f in frames(code, stored, raw_len)? {
+        if !f.may_hold(stored, h) {
+            continue;
+        }
+        if let Some(at) = one(f.packed, f.codec, f.raw)? {
             return Ok(Some(at));
         }
     }
@@ -190,8 +259,8 @@ fn merge(
     // Each frame decoded, back to back.
     let mut decoded = Vec::with_capacity(raw_len);
     let mut at = Vec::with_capacity(frames.len());
-    for (range, codec, raw) in frames {
-        decode_frame(coder, dict, &stored[range], codec, raw, out)?;
+    for f in frames {
+        decode_frame(coder, dict, &stored[f.packed], f.codec, f.raw, out)?;
         at.push(decoded.len()..decoded.len() + out.len());
         decoded.extend_from_slice(out);
     }
@@ -249,7 +318,8 @@ mod tests {
             let deltas: [&[&str]; 3] = [&["d"], &["e", "f"], &["g"]];
             for (i, keys) in deltas.iter().enumerate() {
                 let (packed, raw, c) = frame(&mut coder, keys, b"other", codec);
-                append(&mut stored, &packed, raw, c);
+                let hashes = keys.iter().map(|k| hash(k.as_bytes()));
+                append(&mut stored, &packed, raw, c, hashes);
                 raw_len += raw;
                 let mut out = Vec::new();
                 decompress(
@@ -293,6 +363,37 @@ mod tests {
         }
     }
 
+    /// A read decodes only the deltas whose tags name its key: a delta
+    /// of garbage is passed over by a read of a key in the base, and
+    /// decoded (and refused) by a read of its own key. A delta of more
+    /// items than it lists tags for is always decoded.
+    #[test]
+    fn a_read_decodes_only_the_deltas_tagged_with_its_key() {
+        let mut coder = Coder::default();
+        let v = b"value value value value value value".as_slice();
+        let (base, base_raw, used) = frame(&mut coder, &["a", "b"], v, Codec::Zstd);
+        let (packed, raw, c) = frame(&mut coder, &["d"], b"other", Codec::Zstd);
+        let mut stored = base.clone();
+        let garbage = vec![0xA5; packed.len()];
+        append(&mut stored, &garbage, raw, c, [hash(b"d")].into_iter());
+        let (code1, len) = (code(used.code(), 1), base_raw + raw);
+        let mut out = Vec::new();
+        let find = |k: &[u8], out: &mut Vec<u8>, coder: &mut Coder, stored: &[u8], len| {
+            find(coder, code1, None, stored, len, hash(k), k, out)
+        };
+        let a = find(b"a", &mut out, &mut coder, &stored, len);
+        assert!(matches!(a, Ok(Some(_))), "the garbage delta was decoded");
+        assert!(find(b"d", &mut out, &mut coder, &stored, len).is_err());
+        // Untagged: 65 items, and the read of "a" now decodes it.
+        let many: Vec<String> = (0..MAX_TAGS + 1).map(|i| format!("k{i}")).collect();
+        let names: Vec<&str> = many.iter().map(|k| k.as_str()).collect();
+        let (packed, raw, c) = frame(&mut coder, &names, b"x", Codec::Zstd);
+        let hashes = names.iter().map(|k| hash(k.as_bytes()));
+        let mut stored = base;
+        append(&mut stored, &vec![0xA5; packed.len()], raw, c, hashes);
+        assert!(find(b"a", &mut out, &mut coder, &stored, base_raw + raw).is_err());
+    }
+
     #[test]
     fn damaged_frames_do_not_decode() {
         let mut coder = Coder::default();
@@ -300,7 +401,7 @@ mod tests {
             frame(&mut coder, &["a", "b"], b"vvvvvvvvvvvvvvvv", Codec::Zstd);
         let (packed, raw, c) = frame(&mut coder, &["c"], b"w", Codec::Zstd);
         let mut stored = base;
-        append(&mut stored, &packed, raw, c);
+        append(&mut stored, &packed, raw, c, [hash(b"c")].into_iter());
         let c1 = code(used.code(), 1);
         let mut out = Vec::new();
         for cut in 0..stored.len() {
