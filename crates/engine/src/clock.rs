@@ -40,6 +40,8 @@ pub struct Clock {
     /// Set by `set_us`: from then on `now_us` returns `us` (simulation).
     driven_us: AtomicBool,
     us: AtomicU64,
+    /// `now_us` when `now` last changed ([`Clock::ticked_us`]).
+    ticked_us: AtomicU64,
 }
 
 impl Default for Clock {
@@ -60,6 +62,7 @@ impl Clock {
             now: AtomicU32::new(2),
             driven_us: AtomicBool::new(false),
             us: AtomicU64::new(0),
+            ticked_us: AtomicU64::new(0),
         }
     }
 
@@ -102,14 +105,25 @@ impl Clock {
     /// (and by tests) rather than per request.
     pub fn tick(&self) {
         let secs = self.started.elapsed().as_secs() + 2;
-        self.now
-            .store(secs.min(u32::MAX as u64) as u32, Ordering::Relaxed);
+        let secs = secs.min(u32::MAX as u64) as u32;
+        if self.now.swap(secs, Ordering::Relaxed) != secs {
+            self.ticked_us.store(self.now_us(), Ordering::Relaxed);
+        }
     }
 
     /// Move the clock forward (tests of expiry use this instead of sleeping).
     pub fn advance(&self, by: Duration) {
         self.now
             .fetch_add(by.as_secs().min(u32::MAX as u64) as u32, Ordering::Relaxed);
+        self.ticked_us.store(self.now_us(), Ordering::Relaxed);
+    }
+
+    /// [`Clock::now_us`] when `now` last changed (at most `now_us`): where
+    /// the second `now` began for whatever counts by it. The timer ticks
+    /// every 100 ms, so that is up to a tenth of a second after the whole
+    /// second.
+    pub fn ticked_us(&self) -> u64 {
+        self.ticked_us.load(Ordering::Relaxed).min(self.now_us())
     }
 
     /// Make relative time 0 `secs` later in unix time (tests of warm

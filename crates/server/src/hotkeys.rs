@@ -247,8 +247,11 @@ impl Inner {
         }
     }
 
-    /// Decay to second `now` (the monotonic time `now_us`).
-    fn advance(&mut self, now: RelTime, now_us: u64) {
+    /// Decay to second `now`, which began at `began_us` (monotonic time):
+    /// the window of the counts that follow starts there, not when the
+    /// first of them came, so a worker whose first request of a second
+    /// came late does not read its rates high by the time it had none.
+    fn advance(&mut self, now: RelTime, began_us: u64) {
         if now <= self.epoch {
             return;
         }
@@ -272,7 +275,7 @@ impl Inner {
         }
         self.counted = 0;
         self.epoch = now;
-        self.epoch_us = now_us;
+        self.epoch_us = began_us;
         self.age = self.age.saturating_add(times);
         self.refresh_min();
         self.rebuild_slots();
@@ -568,7 +571,7 @@ impl Sketch {
         let mut s = inner.lock();
         let now = clock.now();
         if now != s.epoch {
-            s.advance(now, clock.now_us());
+            s.advance(now, clock.ticked_us());
             self.thin.store(s.thin, Ordering::Relaxed);
         }
         s.record(h, key, access, w);
@@ -619,7 +622,7 @@ pub fn top<'a>(sketches: impl Iterator<Item = &'a Sketch>, clock: &Clock, n: usi
             continue;
         };
         let mut s = m.lock();
-        s.advance(now, now_us);
+        s.advance(now, clock.ticked_us());
         sk.thin.store(s.thin, Ordering::Relaxed);
         let window = window(now_us.saturating_sub(s.epoch_us), s.age);
         for e in s.top[..s.used].iter().filter(|e| e.own() > 0) {
@@ -769,6 +772,34 @@ mod tests {
         for sk in &sketches {
             assert_eq!(sk.thin.load(Ordering::Relaxed), thin);
             sk.inner.as_ref().unwrap().lock().validate();
+        }
+    }
+
+    /// A second's counts are over the whole second, though its first
+    /// request came late: a key asked 1,000 times in the second half of
+    /// each second reads 1,000 a second at the second's end (it read up to
+    /// a third more when the window began at the first request).
+    #[test]
+    fn a_late_first_request_does_not_shorten_the_second() {
+        let clock = Clock::new();
+        clock.set_us(0);
+        let sk = Sketch::new(&clock);
+        let k = key(1);
+        for sec in 0..8u64 {
+            for i in 0..1_000 {
+                clock.set_us(sec * 1_000_000 + 500_000 + i * 500);
+                sk.record(&clock, hash(&k), &k, Access::Miss);
+            }
+            clock.set_us((sec + 1) * 1_000_000 - 1);
+            if sec >= 4 {
+                let rate = top(std::iter::once(&sk), &clock, 1)[0].rate;
+                assert!(
+                    (rate - 1_000.0).abs() < 50.0,
+                    "second {sec}: {rate} a second"
+                );
+            }
+            clock.set_us((sec + 1) * 1_000_000);
+            clock.advance(std::time::Duration::from_secs(1));
         }
     }
 
