@@ -34,8 +34,8 @@
 //!
 //! Descriptors and copies name a block's frames by its code byte: the
 //! codec of the base in the low two bits, the number of deltas above them.
-//! A GET decodes the frames newest first and stops at the one that holds
-//! its key ([`find`]); a rewrite, the sweep and an export decode them
+//! A GET decodes the frames whose tags name its key (and the base) newest
+//! first and stops at the one that holds it ([`find`]); a rewrite, the sweep and an export decode them
 //! merged into one block (`crate::block`'s form, [`decompress`]).
 
 use std::ops::Range;
@@ -45,8 +45,8 @@ use crate::codec::{Codec, Coder, Dictionary};
 
 /// The most deltas a block may have (`-o zzone_deltas`, 4 by default,
 /// sets how many it takes before a flush rewrites it whole). Each saves a
-/// rewrite; each also compresses worse than the base would, and makes
-/// every read of the block decode one more frame.
+/// rewrite; each also compresses worse than the base would, makes every
+/// read of the block look through its tags, and every merge decode it.
 pub(super) const MAX_DELTAS: u8 = 15;
 /// A delta's trailer after its tags: u8 n, u16 packed and decoded
 /// lengths, u8 codec.
