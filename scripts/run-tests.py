@@ -41,13 +41,17 @@ def package_names():
     return {p["manifest_path"]: p["name"] for p in json.loads(out.stdout)["packages"]}
 
 
-def build(packages, release, names):
-    """Run `cargo test --no-run` for the packages; return their jobs."""
-    cmd = [CARGO, "test", "--no-run", "--message-format=json-render-diagnostics"]
-    if release:
-        cmd.append("--release")
+def cargo_test(packages, release, *args):
+    """`cargo test ARGS` for the packages, in the build's profile."""
+    cmd = [CARGO, "test", *args] + (["--release"] if release else [])
     for pkg in packages:
         cmd += ["-p", pkg]
+    return cmd
+
+
+def build(packages, release, names):
+    """Run `cargo test --no-run` for the packages; return their jobs."""
+    cmd = cargo_test(packages, release, "--no-run", "--message-format=json-render-diagnostics")
     print("==> " + " ".join(cmd), file=sys.stderr, flush=True)
     # cargo's progress goes to stderr as usual; stdout carries the JSON.
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
@@ -81,10 +85,8 @@ def build(packages, release, names):
         # Doc tests are compiled by rustdoc when they run; cargo does that.
         # The same packages as the build, so that cargo resolves the same
         # features and builds nothing again; it skips those with no library.
-        cmd = [CARGO, "test", "--doc"] + (["--release"] if release else [])
-        for pkg in packages:
-            cmd += ["-p", pkg]
-        jobs.append({"label": "doc tests " + ",".join(with_lib), "cmd": cmd, "cwd": os.getcwd(),
+        jobs.append({"label": "doc tests " + ",".join(with_lib),
+                     "cmd": cargo_test(packages, release, "--doc"), "cwd": os.getcwd(),
                      "env": {}, "binary": False})
     return jobs
 

@@ -291,12 +291,12 @@ impl Zone {
         capacity: usize,
     ) -> bool {
         let d = &self.descs[id as usize];
+        let grown = d.stored as usize + frames::delta_len(add, fresh.len());
         d.count > 0
             && frames::deltas(d.codec) < self.deltas_now()
             && d.raw as usize + add <= capacity
-            && d.stored as usize + frames::delta_len(add, fresh.len()) <= u16::MAX as usize
-            && log::round(d.stored as usize + frames::delta_len(add, fresh.len())) + log::ALIGN
-                <= self.log.page_size()
+            && grown <= u16::MAX as usize
+            && log::round(grown) + log::ALIGN <= self.log.page_size()
             && (d.dict == 0 || self.dict_arc(d.dict).is_some())
             && fresh.iter().all(|(h, _)| !self.pending.contains_key(h))
             && self

@@ -378,12 +378,13 @@ mod tests {
         append(&mut stored, &garbage, raw, c, [hash(b"d")].into_iter());
         let (code1, len) = (code(used.code(), 1), base_raw + raw);
         let mut out = Vec::new();
-        let find = |k: &[u8], out: &mut Vec<u8>, coder: &mut Coder, stored: &[u8], len| {
+        // A read of key `k` in `stored`, `len` bytes decoded.
+        let read = |k: &[u8], out: &mut Vec<u8>, coder: &mut Coder, stored: &[u8], len| {
             find(coder, code1, None, stored, len, hash(k), k, out)
         };
-        let a = find(b"a", &mut out, &mut coder, &stored, len);
+        let a = read(b"a", &mut out, &mut coder, &stored, len);
         assert!(matches!(a, Ok(Some(_))), "the garbage delta was decoded");
-        assert!(find(b"d", &mut out, &mut coder, &stored, len).is_err());
+        assert!(read(b"d", &mut out, &mut coder, &stored, len).is_err());
         // Untagged: 65 items, and the read of "a" now decodes it.
         let many: Vec<String> = (0..MAX_TAGS + 1).map(|i| format!("k{i}")).collect();
         let names: Vec<&str> = many.iter().map(|k| k.as_str()).collect();
@@ -391,7 +392,7 @@ mod tests {
         let hashes = names.iter().map(|k| hash(k.as_bytes()));
         let mut stored = base;
         append(&mut stored, &vec![0xA5; packed.len()], raw, c, hashes);
-        assert!(find(b"a", &mut out, &mut coder, &stored, base_raw + raw).is_err());
+        assert!(read(b"a", &mut out, &mut coder, &stored, base_raw + raw).is_err());
     }
 
     #[test]
