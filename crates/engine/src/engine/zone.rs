@@ -30,7 +30,7 @@ use crate::codec::Dictionary;
 use crate::hash::hash;
 use crate::item;
 use crate::zzone::split::{DrainPace, ZzoneStats};
-use crate::zzone::Stub;
+use crate::zzone::Known;
 
 /// Pages [`Engine::feed_zone`] grants the Z-zone at most per step.
 const FEED_PAGES: usize = 2;
@@ -143,9 +143,10 @@ impl Engine {
     }
 
     /// [`Engine::find_any`], given what a read without the lock decoded
-    /// of an item stored apart (`known`: its stub and image), which is
-    /// used if the zone still holds that stub (`Zone::get_known`).
-    fn find_any_known(&mut self, key: &[u8], h: u64, known: Option<(Stub, &[u8])>) -> Option<u64> {
+    /// (`known`), which is used if the zone still holds what it was
+    /// decoded from (`Zone::get_known`): nothing is decoded under the
+    /// locks.
+    fn find_any_known(&mut self, key: &[u8], h: u64, known: Option<Known<'_>>) -> Option<u64> {
         if let Some(loc) = self.find_live(key, h) {
             return Some(loc);
         }
@@ -212,15 +213,15 @@ impl Engine {
     /// reuse time beats the benchmark, or it was the item's first fetch
     /// (`fetched`: then it is marked fetched, as the N-zone marks an item
     /// its GET finds): promote it, unless the N-zone has the key again or
-    /// the Z-zone no longer does. `known`: the read's stub and image, if
-    /// the item was stored apart (its record is not decoded again here).
-    pub fn promote_read(&mut self, key: &[u8], fetched: bool, known: Option<(Stub, &[u8])>) {
+    /// the Z-zone no longer does (or has rewritten its block since).
+    /// `known`: what the read decoded, which is not decoded again here.
+    pub fn promote_read(&mut self, key: &[u8], fetched: bool, known: Known<'_>) {
         let h = hash(key);
         // A newer item of the key: the read was not of it.
         if self.find_live(key, h).is_some() {
             return;
         }
-        if let Some(loc) = self.find_any_known(key, h, known) {
+        if let Some(loc) = self.find_any_known(key, h, Some(known)) {
             if fetched {
                 let chunk = self.slabs.chunk_mut(loc);
                 item::set_bits(chunk, item::bits(chunk) | item::FETCHED);

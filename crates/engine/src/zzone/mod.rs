@@ -62,7 +62,7 @@ pub use cell::{ZoneCell, ZoneGuard};
 pub(crate) use config::PROBE_STAGE;
 pub use config::{ZoneConfig, DICT_BYTES, RETRAIN_DEMOTIONS, SAMPLES, SAMPLE_EVERY, WORTH_RATIO};
 pub use large::{PackedCopy, Stub};
-pub use read::Copied;
+pub use read::{Copied, Known};
 pub use refill::Refill;
 pub use stats::ZoneStats;
 pub use sweep::WriterStep;

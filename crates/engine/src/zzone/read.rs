@@ -77,12 +77,30 @@ impl Copied {
         Some(found)
     }
 
-    /// The stub whose record the last [`Copied::find`] decoded, if the
-    /// item it found was stored apart (for [`Zone::get_known`]).
-    pub fn found_stub(&self) -> Option<Stub> {
-        self.stub
+    /// What the last [`Copied::find`] decoded, for the promotion that may
+    /// follow ([`Zone::get_known`]): `image`, the item it found, and the
+    /// record's stub if the item was stored apart, else the block's bytes
+    /// it decoded.
+    pub fn known<'a>(&'a self, image: &'a [u8]) -> Known<'a> {
+        match self.stub {
+            Some(stub) => Known::Record(stub, image),
+            None => Known::Block(&self.block, image),
+        }
     }
+}
 
+/// An item a read decoded without the zone's lock, and what it decoded it
+/// from ([`Copied::known`]).
+#[derive(Clone, Copy)]
+pub enum Known<'a> {
+    /// From the record of this stub.
+    Record(Stub, &'a [u8]),
+    /// From this copy of its block's stored bytes (empty for a staged
+    /// item: the stage is looked at first, under the lock).
+    Block(&'a PackedCopy, &'a [u8]),
+}
+
+impl Copied {
     /// Give back a record's copy over [`KEEP`] bytes (and `raw`, the
     /// decoded item), so that each thread that read a large item does not
     /// hold up to `-I` twice outside `-m` until its next read.
@@ -102,8 +120,9 @@ const KEEP: usize = 256 << 10;
 enum Resolve<'a> {
     /// Decode its record.
     Decode,
-    /// Take this image if it is this stub's (decoded without the lock).
-    Known(Stub, &'a [u8]),
+    /// Take the image a read decoded without the lock, if what it decoded
+    /// (a record, or a block's bytes) is still the item's.
+    Known(Known<'a>),
     /// Keep the stub: its header is all the caller reads.
     Header,
 }
@@ -222,16 +241,29 @@ impl Zone {
 
     /// [`Zone::get`] as a peek, for the promotion that follows a read
     /// without the lock: if the key's entry is still the stub that read
-    /// resolved, its image is `known`'s (decoded by that read), so that
-    /// no record is decoded again under the lock.
-    pub fn get_known(
-        &mut self,
-        h: u64,
-        key: &[u8],
-        now: u32,
-        known: (Stub, &[u8]),
-    ) -> Option<bool> {
-        self.lookup(h, key, now, 0, false, Resolve::Known(known.0, known.1))
+    /// resolved, or its block's stored bytes are still the ones the read
+    /// decoded, its image is `known`'s, so that nothing is decoded again
+    /// under the lock. A block rewritten since is not decoded either: the
+    /// item is not found (and not promoted).
+    pub fn get_known(&mut self, h: u64, key: &[u8], now: u32, known: Known<'_>) -> Option<bool> {
+        self.lookup(h, key, now, 0, false, Resolve::Known(known))
+    }
+
+    /// Whether `copy` holds block `id`'s stored bytes as they are, with
+    /// the same code and dictionary: then it decodes to the same items.
+    fn is_copy_of(&self, id: u32, copy: &PackedCopy) -> bool {
+        let d = &self.descs[id as usize];
+        let same_dict = match (&copy.dict, d.dict) {
+            (None, 0) => true,
+            (Some(a), i) if i != 0 => self.dict_arc(i).is_some_and(|b| Arc::ptr_eq(a, &b)),
+            _ => false,
+        };
+        d.count > 0
+            && !copy.bytes.is_empty()
+            && d.codec == copy.code
+            && d.raw as usize == copy.raw_len
+            && same_dict
+            && self.log.read(d.loc, d.stored as usize) == &copy.bytes[..]
     }
 
     /// The CAS of the live item of `key` (hash `h`), if the zone holds it
@@ -247,7 +279,7 @@ impl Zone {
     fn resolve(&mut self, stub: Stub, key: &[u8], how: Resolve<'_>) -> bool {
         match how {
             Resolve::Header => self.records.named(stub).is_some(),
-            Resolve::Known(s, image) if s == stub => {
+            Resolve::Known(Known::Record(s, image)) if s == stub => {
                 self.found.clear();
                 self.found.extend_from_slice(image);
                 true
@@ -284,16 +316,23 @@ impl Zone {
                 }
                 return None;
             }
-            match self.find_in(id, h, key) {
-                Ok(Some(at)) => self.found.extend_from_slice(&self.raw[at]),
-                Ok(None) => {
-                    self.stats.false_positives += 1;
-                    if read {
-                        self.note_miss(h);
-                    }
+            if let Resolve::Known(Known::Block(copy, image)) = how {
+                if !self.is_copy_of(id, copy) {
                     return None;
                 }
-                Err(()) => return None,
+                self.found.extend_from_slice(image);
+            } else {
+                match self.find_in(id, h, key) {
+                    Ok(Some(at)) => self.found.extend_from_slice(&self.raw[at]),
+                    Ok(None) => {
+                        self.stats.false_positives += 1;
+                        if read {
+                            self.note_miss(h);
+                        }
+                        return None;
+                    }
+                    Err(()) => return None,
+                }
             }
         }
         // Stored apart: its record (read under the lock here: the
