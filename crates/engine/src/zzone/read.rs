@@ -87,6 +87,16 @@ impl Copied {
             None => Known::Block(&self.block, image),
         }
     }
+
+    /// Give back a record's copy over [`KEEP`] bytes (and `raw`, the
+    /// decoded item), so that each thread that read a large item does not
+    /// hold up to `-I` twice outside `-m` until its next read.
+    pub fn trim(&mut self, raw: &mut Vec<u8>) {
+        self.record.trim(KEEP);
+        if raw.capacity() > KEEP {
+            *raw = Vec::new();
+        }
+    }
 }
 
 /// An item a read decoded without the zone's lock, and what it decoded it
@@ -100,25 +110,14 @@ pub enum Known<'a> {
     Block(&'a PackedCopy, &'a [u8]),
 }
 
-impl Copied {
-    /// Give back a record's copy over [`KEEP`] bytes (and `raw`, the
-    /// decoded item), so that each thread that read a large item does not
-    /// hold up to `-I` twice outside `-m` until its next read.
-    pub fn trim(&mut self, raw: &mut Vec<u8>) {
-        self.record.trim(KEEP);
-        if raw.capacity() > KEEP {
-            *raw = Vec::new();
-        }
-    }
-}
-
 /// Scratch a reader keeps between reads: a block's worth and more.
 const KEEP: usize = 256 << 10;
 
-/// What a lookup under the lock does with a stub it finds.
+/// How a lookup under the lock gets the item: decoded there, taken from
+/// what a read decoded without the lock, or (for a stub) its header alone.
 #[derive(Clone, Copy)]
 enum Resolve<'a> {
-    /// Decode its record.
+    /// Decode its block, or its record if it is a stub.
     Decode,
     /// Take the image a read decoded without the lock, if what it decoded
     /// (a record, or a block's bytes) is still the item's.
