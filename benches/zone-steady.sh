@@ -58,9 +58,10 @@ for round in $(seq 1 "$ROUNDS"); do
     done
 done
 
+# m LABEL FIELD -> the median of FIELD over LABEL's runs
+m() { grep "^$1 " "$OUT_DIR/runs.txt" | tr ' ' '\n' | sed -n "s/^$2=//p" | median; }
 echo "medians over $ROUNDS rounds:"
 for label in default zzone=0 memcached; do
-    m() { grep "^$label " "$OUT_DIR/runs.txt" | tr ' ' '\n' | sed -n "s/^$1=//p" | median; }
-    echo "$label all_rps=$(m all_rps) steady_rps=$(m steady_rps) steady_hit=$(m steady_hit) cpu_us=$(m cpu_us)"
+    echo "$label all_rps=$(m "$label" all_rps) steady_rps=$(m "$label" steady_rps) steady_hit=$(m "$label" steady_hit) cpu_us=$(m "$label" cpu_us)"
 done
 echo "runs and replay logs: $OUT_DIR"

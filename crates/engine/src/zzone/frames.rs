@@ -35,8 +35,9 @@
 //! Descriptors and copies name a block's frames by its code byte: the
 //! codec of the base in the low two bits, the number of deltas above them.
 //! A GET decodes the frames whose tags name its key (and the base) newest
-//! first and stops at the one that holds it ([`find`]); a rewrite, the sweep and an export decode them
-//! merged into one block (`crate::block`'s form, [`decompress`]).
+//! first and stops at the one that holds it ([`find`]); a rewrite, the
+//! sweep and an export decode them merged into one block
+//! (`crate::block`'s form, [`decompress`]).
 
 use std::ops::Range;
 
