@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Build some packages' tests with cargo, then run their test binaries two at a time.
 
-    scripts/run-tests.py [--release] [--jobs N] [--keep-going] -p PKG [-p PKG ...]
+    scripts/run-tests.py [--release] [--jobs N] [--keep-going]
+                         [--again LABEL VAR=VALUE ...] -p PKG [-p PKG ...]
 
 The packages' tests are built in one `cargo test --no-run`. Every test
 binary, and the packages' doc tests, then runs as `cargo test` would run it:
@@ -14,6 +15,10 @@ server's binary of integration tests runs while the lab's binaries run
 beside it: 128 s, where one binary after another took 192 s
 (docs/testing.md). The engine's tests compute on both cores already; two
 of them at a time only take twice as long each.
+
+`--again LABEL VAR=VALUE` runs the binary labelled LABEL (as the summary
+names it, e.g. "cachalot-server tests/it.rs") a second time with VAR set:
+the server's tests once on each network path (issue 35).
 
 Order: longest first, by the times the last run left in
 $CARGO_TARGET_DIR/test-times.tsv; without them (a clean clone), most tests
@@ -107,6 +112,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")))
     ap.add_argument("--keep-going", action="store_true")
     ap.add_argument("-p", "--package", action="append", required=True, dest="packages")
+    ap.add_argument("--again", nargs=2, action="append", default=[], metavar=("LABEL", "VAR=VALUE"))
     args = ap.parse_args()
 
     target_dir = Path(os.environ.get("CARGO_TARGET_DIR", "target"))
@@ -114,6 +120,12 @@ def main():
 
     started = time.monotonic()
     jobs = build(args.packages, args.release, package_names())
+    for label, assignment in args.again:
+        var, _, value = assignment.partition("=")
+        same = [j for j in jobs if j["label"] == label]
+        if not same or not var:
+            sys.exit(f"run-tests: --again {label!r} {assignment!r}: no such binary or no VAR=")
+        jobs.append(dict(same[0], label=f"{label} ({assignment})", env=dict(same[0]["env"], **{var: value})))
     built = time.monotonic()
 
     last = {}

@@ -9,7 +9,8 @@
 #   3. cargo build --release, the tests in two runs: the crates above the
 #      engine (two binaries at a time, scripts/run-tests.py), then the
 #      engine and the protocol with their test features (cargo test);
-#      integration tests find the server through CACHALOT_BIN
+#      integration tests find the server through CACHALOT_BIN, and run
+#      again with CACHALOT_NET_IO=epoll (the network path's fallback)
 #   4. scripts/conformance.sh: memccapable, pymemcache's integration tests and
 #      the Python / Node / Java client round trips against target/release/cachalot
 #   5. a summary with timings, closing with "steps: N passed, M failed"
@@ -55,7 +56,10 @@ if [[ "${KEEP_GOING:-0}" == 1 ]]; then
     run_tests_args+=(--keep-going)
     cargo_test_args+=(--no-fail-fast)
 fi
+# The server's integration tests run twice: on the default network path
+# (io_uring where the kernel allows it) and on the epoll fallback.
 step "cargo test --release (server, lab, tools)" scripts/run-tests.py "${run_tests_args[@]}" \
+    --again "cachalot-server tests/it.rs" CACHALOT_NET_IO=epoll \
     -p cachalot-server -p cachalot-lab -p cachalot -p cachalot-loadgen
 step "cargo test --release (engine, protocol)" cargo test "${cargo_test_args[@]}" \
     -p cachalot-engine -p cachalot-protocol

@@ -18,6 +18,7 @@ pub mod flash_read;
 pub mod listener;
 pub mod os;
 pub mod ring;
+pub mod uring;
 pub mod worker;
 
 use std::ffi::OsString;
@@ -349,6 +350,7 @@ impl Server {
         // io_uring (refused by the kernel, or `-o flash_io=threads`).
         let mut settings = settings;
         settings.flash_uring &= ring::available();
+        settings.net_uring &= uring::available();
         let settings = Arc::new(settings);
         let clients = Arc::new(AtomicUsize::new(0));
         let io_err = |e: std::io::Error| StartError {

@@ -54,6 +54,10 @@ pub struct Settings {
     /// `-o flash_io=uring|threads`: each worker reads flash through its own
     /// io_uring (where the kernel allows it) rather than reader threads.
     pub flash_uring: bool,
+    /// `-o net_io=uring|epoll`: each worker reads its plain TCP connections
+    /// through its own io_uring (where the kernel allows it) rather than
+    /// waiting on epoll and reading each socket (issue 35).
+    pub net_uring: bool,
     /// `-o zzone_demote_all=1`, a test knob (the differential tester's):
     /// after every command, every item of the N-zone is demoted to the
     /// Z-zone (`Cache::demote_all`), so commands read compressed blocks.
@@ -191,6 +195,7 @@ impl Default for Settings {
                 .unwrap_or(4),
             flash_readers: 4,
             flash_uring: true,
+            net_uring: true,
             zzone_demote_all: false,
             reqs_per_event: 20,
             backlog: 1024,

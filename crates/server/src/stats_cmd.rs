@@ -659,6 +659,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "zzone_target", ec.zzone_target);
     stat(out, "hotkeys", yes_no(s.hotkeys));
     stat(out, "mrc", yes_no(s.mrc));
+    stat(out, "net_io", if s.net_uring { "uring" } else { "epoll" });
     if ec.flash.is_some() {
         stat(out, "ext_threads", s.flash_readers);
         stat(

@@ -151,6 +151,11 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     let args = conf::expand(args)?;
     let (opts, extra) = tokenize(&args);
     let mut s = Settings::default();
+    // The default of `-o net_io`, from the environment: how the test suite
+    // runs every server it starts on the epoll fallback too.
+    if let Some(v) = std::env::var_os("CACHALOT_NET_IO") {
+        s.net_uring = v != "epoll";
+    }
     let mut warnings = Vec::new();
     let mut listen_given = false;
     let mut item_size = 1i32 << 20;
@@ -912,6 +917,13 @@ fn extended(
                     }
                 }
             }
+            "net_io" => {
+                s.net_uring = match value {
+                    Some("uring") => true,
+                    Some("epoll") => false,
+                    _ => return Err(CliError::new(EXIT_FAILURE, "net_io must be uring or epoll")),
+                }
+            }
             "flash_codec" => {
                 flash_config(s).codec = match value {
                     Some("zstd") => Codec::Zstd,
@@ -1173,6 +1185,10 @@ pub fn usage() -> String {
    - flash_io:            how parked GETs read flash: uring (default: each
                           worker's own io_uring, where the kernel allows it)
                           or threads (ext_threads reader threads)
+   - net_io:              how workers read plain TCP connections: uring
+                          (default: each worker's own io_uring, where the
+                          kernel allows it) or epoll; $CACHALOT_NET_IO sets
+                          the default
    - rebalance:           how pages move between slab classes: off, memcached
                           (slab_automove's rule), sas (towards capacity misses),
                           cost-per-byte or mrc (default: towards the optimum of

@@ -26,6 +26,7 @@ use cachalot_engine::flash::fetch::Fetches;
 
 use super::flash_io::FlashIo;
 use super::flash_read::Submitted;
+use super::uring::{NetRing, RingSocket};
 use crate::handler::{out_full, Ctx, Handler, Step, OUT_HIGH_WATER};
 use crate::session;
 use crate::settings::Settings;
@@ -46,11 +47,13 @@ const POOL_MAX: usize = 16;
 /// thousands of slow senders (slowloris) do not pin 16 KB each.
 const PARTIAL_KEEP: usize = 4 * 1024;
 
-/// A TCP, TLS-over-TCP or unix-domain stream.
+/// A TCP, TLS-over-TCP or unix-domain stream, or a TCP stream that the
+/// worker's io_uring reads (`uring`).
 pub enum Stream {
     Tcp(mio::net::TcpStream),
     Unix(mio::net::UnixStream),
     Tls(Box<TlsStream>),
+    Ring(RingSocket),
 }
 
 impl Stream {
@@ -69,6 +72,7 @@ impl Stream {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
             Stream::Tls(s) => s.socket().as_raw_fd(),
+            Stream::Ring(s) => s.fd(),
         }
     }
 
@@ -78,6 +82,7 @@ impl Stream {
             Stream::Tcp(s) => s,
             Stream::Unix(s) => s,
             Stream::Tls(s) => s.socket_mut(),
+            Stream::Ring(s) => &mut s.tcp,
         }
     }
 }
@@ -88,6 +93,9 @@ impl Read for Stream {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
             Stream::Tls(s) => s.read(buf),
+            // Its bytes are in the worker's ring: `fill` takes them with
+            // `RingSocket::take`.
+            Stream::Ring(_) => Err(ErrorKind::WouldBlock.into()),
         }
     }
 }
@@ -98,6 +106,7 @@ impl Write for Stream {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
             Stream::Tls(s) => s.write(buf),
+            Stream::Ring(s) => s.write(buf),
         }
     }
     /// Pushes out what TLS holds; sockets have nothing to flush.
@@ -189,6 +198,8 @@ pub struct Env<'a> {
     /// slot (where the reads come back to).
     pub flash: Option<&'a mut FlashIo>,
     pub slot: usize,
+    /// The worker's network ring, which reads `Stream::Ring` sockets.
+    pub net: Option<&'a mut NetRing>,
 }
 
 /// The largest request a connection may buffer before it is cut off: one
@@ -290,6 +301,11 @@ impl Conn {
     /// timer too).
     pub fn is_watcher(&self) -> bool {
         self.handler.as_ref().is_some_and(|h| h.watching())
+    }
+
+    /// Whether it stopped reading until its replies drain (`cycle`).
+    pub fn reading_paused(&self) -> bool {
+        self.pending_out() >= OUT_HIGH_WATER
     }
 
     /// Whether the connection waits for a command (for `-o idle_timeout`).
@@ -566,7 +582,12 @@ impl Conn {
             }
         }
         loop {
-            match self.stream.read(&mut self.rbuf[self.rend..]) {
+            let into = &mut self.rbuf[self.rend..];
+            let read = match (&mut self.stream, env.net.as_deref_mut()) {
+                (Stream::Ring(s), Some(net)) => s.take(net, into),
+                (stream, _) => stream.read(into),
+            };
+            match read {
                 Ok(0) => return Filled::Eof,
                 Ok(n) => {
                     let space = self.rbuf.len() - self.rend;

@@ -7,6 +7,7 @@
 //! reading to waiting for a slow client to drain its replies.
 
 use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ use parking_lot::Mutex;
 use super::conn::{max_request, BufPool, Conn, Env, Status, Stream};
 use super::flash_io::{FlashIo, Inbox, Readers};
 use super::ring::Ring;
+use super::uring::{self, Completion, NetRing, RingSocket};
 use crate::handler::Ctx;
 use crate::log::{self, Level};
 use crate::settings::Settings;
@@ -74,6 +76,15 @@ pub struct Worker {
     watchers: Vec<(usize, u64)>,
     /// With the flash tier: how this worker reads it.
     flash: Option<FlashIo>,
+    /// The network ring (`-o net_io=uring`), made on the worker's own
+    /// thread when it starts: its plain TCP connections are read through
+    /// it, and it waits for mio's poll too.
+    net: Option<NetRing>,
+    /// Connections whose `recv` found no free buffer: armed again once one
+    /// is back.
+    starved: Vec<usize>,
+    /// The last ring connection's generation (see `uring::user_data`).
+    generation: u32,
 }
 
 impl Worker {
@@ -134,6 +145,9 @@ impl Worker {
                 ready: VecDeque::new(),
                 watchers: Vec::new(),
                 flash,
+                net: None,
+                starved: Vec::new(),
+                generation: 0,
             },
             handle,
         ))
@@ -141,7 +155,17 @@ impl Worker {
 
     /// Serve until the shared shutdown flag is set, then close everything.
     pub fn run(mut self) {
+        if self.settings.net_uring {
+            self.net = NetRing::new(self.poll.as_raw_fd())
+                .map_err(|e| {
+                    if self.settings.verbose > 0 {
+                        eprintln!("io_uring unavailable ({e}); the network uses epoll");
+                    }
+                })
+                .ok();
+        }
         let mut events = Events::with_capacity(1024);
+        let mut completions = Vec::new();
         let idle_timeout = self.settings.idle_timeout;
         let mut last_idle_check = Instant::now();
         // Trace events this worker holds (`capture::HOLD`).
@@ -158,7 +182,14 @@ impl Worker {
             } else {
                 None
             };
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
+            if let Some(net) = &mut self.net {
+                net.arm_poller();
+                if let Err(e) = net.wait(timeout) {
+                    eprintln!("worker ring wait failed: {e}");
+                    break;
+                }
+                net.completions(&mut completions);
+            } else if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     eprintln!("worker poll failed: {e}");
                     break;
@@ -167,29 +198,34 @@ impl Worker {
             if self.shared.shutdown.load(Ordering::Acquire) {
                 break;
             }
-            for event in events.iter() {
-                match event.token() {
-                    WAKE_TOKEN => {
-                        self.accept_new();
-                        self.take_flash_reads();
-                    }
-                    RING_TOKEN => self.take_flash_reads(),
-                    Token(slot) => {
-                        // Every reply we write is later followed by a
-                        // writable edge; unless output is waiting, such an
-                        // event has nothing for us (saves a read syscall).
-                        let only_writable = event.is_writable()
-                            && !event.is_readable()
-                            && !event.is_read_closed()
-                            && !event.is_error();
-                        let waiting = matches!(
-                            self.conns.get(slot),
-                            Some(Some(c)) if c.has_pending_output()
-                        );
-                        if !only_writable || waiting {
-                            self.service(slot, event.is_read_closed() || event.is_error());
+            if self.net.is_none() {
+                self.handle_events(&events);
+            }
+            for c in completions.drain(..) {
+                match c {
+                    Completion::Poller => {
+                        if self.poll.poll(&mut events, Some(Duration::ZERO)).is_ok() {
+                            self.handle_events(&events);
                         }
                     }
+                    Completion::Recv {
+                        slot,
+                        gen,
+                        res,
+                        buf,
+                        more,
+                    } => self.received(slot, gen, res, buf, more),
+                    Completion::Writable { slot, gen } => {
+                        if let Some(s) = Self::ring_socket(&mut self.conns, slot, gen) {
+                            s.writable_armed = false;
+                            self.service(slot, false);
+                        }
+                    }
+                }
+            }
+            if !self.starved.is_empty() && self.net.as_ref().is_some_and(|n| n.has_free_buffers()) {
+                for slot in std::mem::take(&mut self.starved) {
+                    self.rearm(slot);
                 }
             }
             for _ in 0..self.ready.len() {
@@ -225,6 +261,92 @@ impl Worker {
         }
     }
 
+    /// mio's readiness events: the waker, the flash ring, and the
+    /// connections mio watches (all of them without the network ring).
+    fn handle_events(&mut self, events: &Events) {
+        for event in events.iter() {
+            match event.token() {
+                WAKE_TOKEN => {
+                    self.accept_new();
+                    self.take_flash_reads();
+                }
+                RING_TOKEN => self.take_flash_reads(),
+                Token(slot) => {
+                    // Every reply we write is later followed by a
+                    // writable edge; unless output is waiting, such an
+                    // event has nothing for us (saves a read syscall).
+                    let only_writable = event.is_writable()
+                        && !event.is_readable()
+                        && !event.is_read_closed()
+                        && !event.is_error();
+                    let waiting = matches!(
+                        self.conns.get(slot),
+                        Some(Some(c)) if c.has_pending_output()
+                    );
+                    if !only_writable || waiting {
+                        self.service(slot, event.is_read_closed() || event.is_error());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The ring socket of the connection in `slot`, if it is still the one
+    /// generation `gen` names.
+    fn ring_socket(conns: &mut [Option<Conn>], slot: usize, gen: u32) -> Option<&mut RingSocket> {
+        match conns.get_mut(slot) {
+            Some(Some(Conn {
+                stream: Stream::Ring(s),
+                ..
+            })) if s.gen == gen => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A `recv` completed: its bytes (or the end of the stream) go to the
+    /// connection, which runs; a stale one only gives its buffer back.
+    fn received(&mut self, slot: usize, gen: u32, res: i32, buf: Option<u16>, more: bool) {
+        let Some(net) = self.net.as_mut() else {
+            return;
+        };
+        let Some(s) = Self::ring_socket(&mut self.conns, slot, gen) else {
+            if let Some(b) = buf {
+                net.give_back(b);
+            }
+            return;
+        };
+        s.received(net, res, buf, more);
+        if res == -libc::ENOBUFS || (res == -libc::EAGAIN && buf.is_none()) {
+            self.starved.push(slot);
+            return;
+        }
+        if res != -libc::ECANCELED {
+            self.service(slot, false);
+        }
+    }
+
+    /// After a ring connection ran: keep no provided buffer, watch for room
+    /// if its replies wait for the socket, and keep receiving unless it
+    /// stopped reading.
+    fn rearm(&mut self, slot: usize) {
+        let Some(net) = self.net.as_mut() else {
+            return;
+        };
+        let Some(Some(c)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        let (blocked, paused) = (c.has_pending_output(), c.reading_paused());
+        let Stream::Ring(s) = &mut c.stream else {
+            return;
+        };
+        s.spill_held(net);
+        if blocked && !s.writable_armed {
+            s.writable_armed = true;
+            net.arm_writable(s.fd(), slot, s.gen);
+        }
+        s.arm(net, slot, !paused);
+    }
+
     fn accept_new(&mut self) {
         let new: Vec<NewConn> = std::mem::take(&mut *self.inbox.lock());
         let now = self.cache.clock().now();
@@ -238,7 +360,13 @@ impl Worker {
                     self.conns.len() - 1
                 }
             };
-            if let Err(e) = self.poll.registry().register(
+            if let (Some(_), Stream::Tcp(_)) = (&self.net, &stream) {
+                // Read through the ring rather than watched by mio.
+                if let Stream::Tcp(tcp) = stream {
+                    self.generation = uring::next_generation(self.generation);
+                    stream = Stream::Ring(RingSocket::new(tcp, self.generation));
+                }
+            } else if let Err(e) = self.poll.registry().register(
                 &mut stream,
                 Token(slot),
                 Interest::READABLE | Interest::WRITABLE,
@@ -279,7 +407,8 @@ impl Worker {
             }
             self.conns[slot] = Some(Conn::new(stream, entry));
             // Data may already be waiting; the registration's first edge
-            // reports it, so nothing else to do here.
+            // (or the ring's first receive) reports it.
+            self.rearm(slot);
         }
     }
 
@@ -324,6 +453,7 @@ impl Worker {
             peer_closed,
             flash: self.flash.as_mut(),
             slot,
+            net: self.net.as_mut(),
         };
         // A bug reachable from client input must cost that client its
         // connection, not every client of this worker: catch a panic, drop
@@ -352,7 +482,7 @@ impl Worker {
             }
         }
         match status {
-            Status::Open => {}
+            Status::Open => self.rearm(slot),
             Status::Yield => {
                 if let Some(Some(c)) = self.conns.get_mut(slot) {
                     if !c.queued {
@@ -369,7 +499,15 @@ impl Worker {
         let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else {
             return;
         };
-        let _ = self.poll.registry().deregister(&mut conn.stream);
+        match (&mut conn.stream, self.net.as_mut()) {
+            (Stream::Ring(s), Some(net)) => {
+                s.release(net);
+                net.cancel(slot, s.gen, s.recv_armed, s.writable_armed);
+            }
+            (stream, _) => {
+                let _ = self.poll.registry().deregister(stream);
+            }
+        }
         // Unregister before the fd is closed (dropped) so the number cannot
         // be reused by a new connection while still listed.
         self.shared.unregister_conn(conn.entry.id);

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, read_until, temp_path, Server};
+use common::{free_port, read_some, read_until, temp_path, Server};
 
 const KEYS: usize = 300;
 /// nutcracker's `server_retry_timeout`: how long an ejected node stays out.
@@ -65,22 +65,36 @@ impl Proxy {
     }
 
     /// One request on a fresh connection (the proxy may close a client's
-    /// connection when a node fails), up to `end` or the close.
-    fn ask(&self, request: &[u8], end: &[u8]) -> String {
+    /// connection when a node fails), until `done` says the reply is whole
+    /// or the connection closes.
+    fn ask(&self, request: &[u8], done: impl Fn(&[u8]) -> bool) -> String {
         let mut s = TcpStream::connect(self.addr).expect("connect to the proxy");
         s.set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");
         s.write_all(request).expect("send through the proxy");
-        String::from_utf8_lossy(&read_until(&mut s, end)).into_owned()
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !done(&out) {
+            match read_some(&mut s, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
     }
 
     fn set(&self, key: &str, value: &str) -> String {
         let req = format!("set {key} 0 0 {}\r\n{value}\r\n", value.len());
-        self.ask(req.as_bytes(), b"\r\n")
+        self.ask(req.as_bytes(), |r| r.ends_with(b"\r\n"))
     }
 
+    /// A hit's `VALUE ... END`, a miss's `END`, or the proxy's one-line
+    /// `SERVER_ERROR` (after which it may keep the connection open, so
+    /// waiting for an `END` would wait for the read timeout).
     fn get(&self, key: &str) -> String {
-        self.ask(format!("get {key}\r\n").as_bytes(), b"END\r\n")
+        self.ask(format!("get {key}\r\n").as_bytes(), |r| {
+            r.ends_with(b"\r\n") && (!r.starts_with(b"VALUE") || r.ends_with(b"END\r\n"))
+        })
     }
 }
 

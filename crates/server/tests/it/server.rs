@@ -168,6 +168,59 @@ fn port_in_use_is_reported() {
     );
 }
 
+/// `-o net_io` chooses the network path and `stats settings` names the
+/// one in use; both serve the same bytes (the suite runs every test on
+/// each path too: scripts/test.sh).
+#[test]
+fn the_network_path_is_chosen_and_reported() {
+    let (code, _, err) = run_cli(&["-o", "net_io=kqueue"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("net_io must be uring or epoll"), "{err}");
+    for path in ["uring", "epoll"] {
+        let server = Server::start(&["-o", &format!("net_io={path}")]);
+        let mut s = server.connect();
+        let settings = ask(&mut s, b"stats settings\r\n", b"END\r\n");
+        let in_use = settings
+            .lines()
+            .find_map(|l| l.strip_prefix("STAT net_io "))
+            .unwrap_or_else(|| panic!("no net_io in {settings}"));
+        if path == "uring" && in_use == "epoll" {
+            eprintln!("io_uring refused here: the server runs on epoll");
+        } else {
+            assert_eq!(in_use, path);
+        }
+        // Replies larger than a provided buffer, pipelined behind requests
+        // split across reads.
+        let value = "v".repeat(40_000);
+        let mut req = Vec::new();
+        for i in 0..20 {
+            req.extend_from_slice(
+                format!("set k{i} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
+            );
+        }
+        for i in 0..20 {
+            req.extend_from_slice(format!("get k{i}\r\n").as_bytes());
+        }
+        let want: String = (0..20)
+            .map(|_| "STORED\r\n".to_string())
+            .chain((0..20).map(|i| format!("VALUE k{i} 0 {}\r\n{value}\r\nEND\r\n", value.len())))
+            .collect();
+        // Sent from a thread: the server stops reading while its replies
+        // wait for us.
+        let mut w = s.try_clone().expect("clone");
+        let writer = std::thread::spawn(move || w.write_all(&req));
+        let end = format!("k19 0 40000\r\n{value}\r\nEND\r\n");
+        let got = String::from_utf8_lossy(&read_until(&mut s, end.as_bytes())).into_owned();
+        writer.join().expect("writer").expect("send");
+        assert!(
+            got == want,
+            "{path}: {} bytes back, {} wanted",
+            got.len(),
+            want.len()
+        );
+    }
+}
+
 #[test]
 fn serves_and_pipelines() {
     let server = spawn_server(&[]);
