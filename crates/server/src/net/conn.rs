@@ -63,8 +63,14 @@ impl Stream {
     }
 
     /// Encrypted output waits inside TLS for the socket.
-    fn tls_pending(&self) -> bool {
-        matches!(self, Stream::Tls(s) if s.wants_write())
+    /// Output the stream holds that the socket has not taken: TLS records
+    /// (counted as one byte), or a ring socket's queued sends.
+    fn pending(&self) -> usize {
+        match self {
+            Stream::Tls(s) => usize::from(s.wants_write()),
+            Stream::Ring(s) => s.pending(),
+            _ => 0,
+        }
     }
 
     pub fn as_raw_fd(&self) -> RawFd {
@@ -288,7 +294,7 @@ impl Conn {
 
     /// Bytes of output not yet written (at least 1 while TLS holds some).
     fn pending_out(&self) -> usize {
-        self.wbuf.len() - self.wpos + usize::from(self.stream.tls_pending())
+        self.wbuf.len() - self.wpos + self.stream.pending()
     }
 
     /// Whether replies are waiting for the socket to drain (or the
@@ -306,6 +312,13 @@ impl Conn {
     /// Whether it stopped reading until its replies drain (`cycle`).
     pub fn reading_paused(&self) -> bool {
         self.pending_out() >= OUT_HIGH_WATER
+    }
+
+    /// Whether it waits for its socket to take output: replies it could not
+    /// write yet, a close after them, or reading stopped (the network ring
+    /// runs it again when a send completes).
+    pub fn waits_for_socket(&self) -> bool {
+        self.wbuf.len() > self.wpos || self.closing || self.reading_paused()
     }
 
     /// Whether the connection waits for a command (for `-o idle_timeout`).

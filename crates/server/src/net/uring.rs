@@ -7,10 +7,13 @@
 //! `write` of the reply. Here the worker waits in `io_uring_enter`, where a
 //! `recv` armed on each plain TCP socket has already put the request's bytes
 //! into a buffer: the wait and the read are one call, and the arming of the
-//! next `recv` rides on the same call. Replies are written with `write(2)`
-//! as before (a reply written at once needs no completion to track); a
-//! socket whose queue is full gets a `POLLOUT` poll here instead of epoll's
-//! writable edge.
+//! next `recv` rides on the same call. Replies go out the same way: what a
+//! connection writes is copied into its socket's queue here, and one `send`
+//! per connection is submitted with the next wait, so the replies of a
+//! wake-up cost no system call of their own. A send the socket cannot take
+//! at once waits in the kernel; the connection's next replies queue behind
+//! it, at most `OUT_MAX` bytes, and then it stops (`WouldBlock`) as it
+//! would on a full socket.
 //!
 //! Idle connections pin no memory: a `recv` names a buffer *group*, and the
 //! kernel takes a buffer from the worker's ring of provided buffers only
@@ -25,7 +28,8 @@
 //! with a zero timeout.
 //!
 //! The `unsafe` of this module: the provided-buffer ring, memory the kernel
-//! reads (the entries) and writes (the buffers) while we run.
+//! reads (the entries) and writes (the buffers) while we run, and the bytes
+//! of a send in flight, which the kernel reads until its completion.
 
 use std::io::{self, ErrorKind, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -33,6 +37,8 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use cachalot_engine::flash::device::AlignedBuf;
+
+use crate::handler::OUT_HIGH_WATER;
 use io_uring::types::{BufRingEntry, Fd, SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 
@@ -49,7 +55,7 @@ const ENTRIES: u32 = 256;
 /// What a `user_data` is for: its low two bits.
 const POLLER: u64 = 0;
 const RECV: u64 = 1;
-const WRITABLE: u64 = 2;
+const SEND: u64 = 2;
 const CANCEL: u64 = 3;
 /// A connection's generation (a worker's count of its ring connections,
 /// truncated) sits above the kind and below the slot, so a completion for a
@@ -86,8 +92,8 @@ pub enum Completion {
         buf: Option<u16>,
         more: bool,
     },
-    /// The socket can take output again (or failed).
-    Writable { slot: usize, gen: u32 },
+    /// A `send` finished: `res` bytes went out, or `-errno`.
+    Sent { slot: usize, gen: u32, res: i32 },
 }
 
 pub struct NetRing {
@@ -107,6 +113,9 @@ pub struct NetRing {
     poller_armed: bool,
     /// Completions read but not yet taken.
     done: Vec<Completion>,
+    /// The bytes of sends still in flight for connections that closed:
+    /// kept until their completion (by its `user_data`).
+    orphans: Vec<(u64, Vec<u8>)>,
 }
 
 // SAFETY: `base` points into `_bufs`, which the ring owns and never
@@ -153,6 +162,7 @@ impl NetRing {
             free: 0,
             poller_armed: false,
             done: Vec::new(),
+            orphans: Vec::new(),
         };
         for bid in 0..BUFS {
             net.give_back(bid);
@@ -198,9 +208,11 @@ impl NetRing {
     }
 
     fn push(&mut self, entry: squeue::Entry) {
-        // SAFETY: no entry we push points at memory of ours except through
-        // the buffer group (registered above for the ring's life): polls
-        // and cancels take none, and `recv` takes no address of its own.
+        // SAFETY: an entry points at memory of ours only through the buffer
+        // group (registered for the ring's life) or, for a `send`, at the
+        // bytes of a `RingSocket`'s `sending`, which are neither changed nor
+        // freed until its completion (`RingSocket::close` hands them to
+        // `orphans`, a dropped socket or ring leaks them).
         let mut pushed = unsafe { self.ring.submission().push(&entry).is_ok() };
         if !pushed {
             let _ = self.ring.submit();
@@ -226,7 +238,11 @@ impl NetRing {
                     buf: None,
                     more: false,
                 }),
-                WRITABLE => self.done.push(Completion::Writable { slot, gen }),
+                SEND => self.done.push(Completion::Sent {
+                    slot,
+                    gen,
+                    res: -libc::EAGAIN,
+                }),
                 _ => {} // a lost cancel: the completion comes anyway, stale
             }
         }
@@ -255,19 +271,21 @@ impl NetRing {
         self.push(e);
     }
 
-    /// A completion when the socket can take output.
-    pub fn arm_writable(&mut self, fd: RawFd, slot: usize, gen: u32) {
-        let e = opcode::PollAdd::new(Fd(fd), libc::POLLOUT as u32)
+    /// Send `bytes`, which must stay as they are until the completion (see
+    /// `push`).
+    fn arm_send(&mut self, fd: RawFd, slot: usize, gen: u32, bytes: &[u8]) {
+        let e = opcode::Send::new(Fd(fd), bytes.as_ptr(), bytes.len() as u32)
+            .flags(libc::MSG_NOSIGNAL)
             .build()
-            .user_data(user_data(slot, gen, WRITABLE));
+            .user_data(user_data(slot, gen, SEND));
         self.push(e);
     }
 
     /// Cancel what a connection has armed (it closes, or stops reading);
     /// completions already posted for a closed one are recognized as stale
     /// by `gen`.
-    pub fn cancel(&mut self, slot: usize, gen: u32, recv: bool, writable: bool) {
-        for (armed, kind) in [(recv, RECV), (writable, WRITABLE)] {
+    pub fn cancel(&mut self, slot: usize, gen: u32, recv: bool, send: bool) {
+        for (armed, kind) in [(recv, RECV), (send, SEND)] {
             if armed {
                 let e = opcode::AsyncCancel::new(user_data(slot, gen, kind))
                     .build()
@@ -329,7 +347,15 @@ impl NetRing {
                         more: cqueue::more(c.flags()),
                     });
                 }
-                WRITABLE => out.push(Completion::Writable { slot, gen }),
+                SEND => match self.orphans.iter().position(|(u, _)| *u == ud) {
+                    // A closed connection's last send: its bytes can go.
+                    Some(i) => drop(self.orphans.swap_remove(i)),
+                    None => out.push(Completion::Sent {
+                        slot,
+                        gen,
+                        res: c.result(),
+                    }),
+                },
                 _ => {} // a cancel's own result
             }
         }
@@ -341,6 +367,8 @@ impl Drop for NetRing {
     /// down: unregister the group first so the kernel stops using the
     /// memory, and keep it (leak it) if that fails.
     fn drop(&mut self) {
+        // Sends may still be read by the kernel as the ring winds down.
+        std::mem::forget(std::mem::take(&mut self.orphans));
         if self.ring.submitter().unregister_buf_ring(GROUP).is_err() {
             std::mem::forget(std::mem::take(&mut self._bufs));
             std::mem::forget(std::mem::replace(&mut self.entries, AlignedBuf::new(0)));
@@ -365,8 +393,23 @@ pub struct RingSocket {
     pub recv_armed: bool,
     /// Its cancellation was asked for (the connection stopped reading).
     pub recv_cancelled: bool,
-    pub writable_armed: bool,
+    /// The bytes of the send in flight (`sent` of them done), which the
+    /// kernel reads until the completion; nothing touches them meanwhile.
+    sending: Vec<u8>,
+    sent: usize,
+    pub send_armed: bool,
+    /// Replies written since, sent when `sending` is done.
+    queued: Vec<u8>,
+    /// A send failed: the peer is gone.
+    broken: bool,
 }
+
+/// Output a socket queues here (in flight and waiting) before writes to it
+/// return `WouldBlock`: as much as a connection keeps before it stops
+/// producing replies.
+const OUT_MAX: usize = OUT_HIGH_WATER;
+/// The largest send buffer kept while a connection idles.
+const SEND_KEEP: usize = 64 * 1024;
 
 /// Unread bytes a connection may have waiting here before its `recv` is
 /// cancelled, as when it stops reading (a client that sends without
@@ -384,8 +427,63 @@ impl RingSocket {
             eof: false,
             recv_armed: false,
             recv_cancelled: false,
-            writable_armed: false,
+            sending: Vec::new(),
+            sent: 0,
+            send_armed: false,
+            queued: Vec::new(),
+            broken: false,
         }
+    }
+
+    /// Output not yet sent: in flight, and queued behind it (none once the
+    /// socket broke: it never will be, and a connection closing after its
+    /// replies must not wait for it).
+    pub fn pending(&self) -> usize {
+        if self.broken {
+            return 0;
+        }
+        self.sending.len() - self.sent + self.queued.len()
+    }
+
+    /// Submit what was written since the last send, unless one is in
+    /// flight (its completion submits the rest).
+    pub fn send_queued(&mut self, net: &mut NetRing, slot: usize) {
+        if self.send_armed || self.broken || self.queued.is_empty() {
+            return;
+        }
+        std::mem::swap(&mut self.sending, &mut self.queued);
+        self.sent = 0;
+        self.send_armed = true;
+        net.arm_send(self.fd(), slot, self.gen, &self.sending);
+    }
+
+    /// The send in flight completed with `res`: send the rest of a short
+    /// one, else what queued behind it. Returns whether the socket broke.
+    pub fn sent(&mut self, net: &mut NetRing, slot: usize, res: i32) -> bool {
+        self.send_armed = false;
+        if res <= 0 {
+            // An error, or nothing sent of a non-empty send: the peer is
+            // gone (a send lost on a full queue is only tried again).
+            if res != -libc::EAGAIN {
+                self.broken = true;
+                self.queued = Vec::new();
+                return true;
+            }
+        } else {
+            self.sent = (self.sent + res as usize).min(self.sending.len());
+        }
+        if self.sent < self.sending.len() {
+            self.send_armed = true;
+            net.arm_send(self.fd(), slot, self.gen, &self.sending[self.sent..]);
+            return false;
+        }
+        self.sending.clear();
+        self.sent = 0;
+        if self.sending.capacity() > SEND_KEEP {
+            self.sending = Vec::new();
+        }
+        self.send_queued(net, slot);
+        false
     }
 
     /// The `recv` delivered `res` into `buf`; `more`: it stays armed.
@@ -472,10 +570,22 @@ impl RingSocket {
         }
     }
 
-    /// Give back a held buffer (the connection is closing).
-    pub fn release(&mut self, net: &mut NetRing) {
+    /// The connection closes: give back a held buffer, cancel what is
+    /// armed, and keep a send's bytes until the kernel is done with them.
+    pub fn close(&mut self, net: &mut NetRing, slot: usize) {
         if let Some((bid, _, _)) = self.held.take() {
             net.give_back(bid);
+        }
+        net.cancel(slot, self.gen, self.recv_armed, self.send_armed);
+        if !self.send_armed && !self.broken && !self.queued.is_empty() {
+            // Replies made just before (a worker's last flush at a stop):
+            // what the socket takes at once, as the epoll path does.
+            let _ = self.tcp.write(&self.queued);
+        }
+        if self.send_armed {
+            self.send_armed = false;
+            let bytes = std::mem::take(&mut self.sending);
+            net.orphans.push((user_data(slot, self.gen, SEND), bytes));
         }
     }
 
@@ -484,9 +594,28 @@ impl RingSocket {
     }
 }
 
+impl Drop for RingSocket {
+    /// Dropped without `close` (a worker winding down): a send in flight
+    /// may still read its bytes.
+    fn drop(&mut self) {
+        if self.send_armed {
+            std::mem::forget(std::mem::take(&mut self.sending));
+        }
+    }
+}
+
+/// Writes queue the bytes for the ring's next `send` (`send_queued`).
 impl Write for RingSocket {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.tcp.write(buf)
+        if self.broken {
+            return Err(ErrorKind::BrokenPipe.into());
+        }
+        let n = buf.len().min(OUT_MAX.saturating_sub(self.pending()));
+        if n == 0 && !buf.is_empty() {
+            return Err(ErrorKind::WouldBlock.into());
+        }
+        self.queued.extend_from_slice(&buf[..n]);
+        Ok(n)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
@@ -496,6 +625,19 @@ impl Write for RingSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
+
+    /// A client and the server's end of its connection, as a ring socket
+    /// of generation `gen`.
+    fn connected(listener: &std::net::TcpListener, gen: u32) -> (std::net::TcpStream, RingSocket) {
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        (
+            client,
+            RingSocket::new(mio::net::TcpStream::from_std(server), gen),
+        )
+    }
 
     /// Bytes sent to a socket come back through the ring's buffers, in
     /// order, across more buffers than the pool has; a closed peer reads
@@ -507,10 +649,7 @@ mod tests {
             return;
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server, _) = listener.accept().unwrap();
-        server.set_nonblocking(true).unwrap();
-        let mut sock = RingSocket::new(mio::net::TcpStream::from_std(server), 7);
+        let (mut client, mut sock) = connected(&listener, 7);
         let sent: Vec<u8> = (0..(BUFS as usize * 3 * 1000)).map(|i| i as u8).collect();
         let writer = std::thread::spawn(move || {
             for chunk in sent.chunks(1000) {
@@ -572,5 +711,100 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Replies written to a ring socket reach a slow reader whole and in
+    /// order; writes stop at `OUT_MAX` queued (`WouldBlock`) and go on as
+    /// sends complete; a socket closed with a send in flight keeps its
+    /// bytes until the completion, then frees them.
+    #[test]
+    fn send_through_the_ring() {
+        let Ok(mut net) = NetRing::new(-1) else {
+            eprintln!("io_uring refused here; the epoll path is tested instead");
+            return;
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mut client, mut sock) = connected(&listener, 5);
+        // More than loopback's socket buffers hold, so that the writer
+        // blocks before the reader starts.
+        let total = 64 * OUT_MAX + 12_345;
+        let (start, started) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 65536];
+            let _ = started.recv();
+            while got.len() < total {
+                let n = client.read(&mut buf).unwrap();
+                assert!(n > 0, "closed early");
+                got.extend_from_slice(&buf[..n]);
+            }
+            got
+        });
+        let data: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
+        let (mut written, mut full) = (0, 0);
+        let mut out = Vec::new();
+        while written < total || sock.send_armed {
+            if written < total {
+                written += sock
+                    .write(&data[written..(written + 7_000).min(total)])
+                    .unwrap();
+            }
+            assert!(sock.pending() <= OUT_MAX);
+            sock.send_queued(&mut net, 9);
+            let wait = if written < total && sock.pending() < OUT_MAX {
+                Duration::ZERO
+            } else {
+                if sock.pending() == OUT_MAX {
+                    // Full: a write takes nothing until a send completes.
+                    let e = sock.write(&data[..1]).unwrap_err();
+                    assert_eq!(e.kind(), ErrorKind::WouldBlock);
+                    full += 1;
+                }
+                // Only the reader can make room now.
+                let _ = start.send(());
+                Duration::from_secs(5)
+            };
+            net.wait(Some(wait)).unwrap();
+            net.completions(&mut out);
+            for c in out.drain(..) {
+                match c {
+                    Completion::Sent { slot, gen, res } => {
+                        assert_eq!((slot, gen), (9, 5));
+                        assert!(!sock.sent(&mut net, 9, res), "send failed: {res}");
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        assert!(full > 0, "the writer never had to wait");
+        let _ = start.send(());
+        assert!(reader.join().unwrap() == data, "bytes lost or reordered");
+
+        // A send to a peer that reads nothing stays in flight; closing the
+        // socket cancels it and its bytes are freed at its completion.
+        let (mut client, mut sock) = connected(&listener, 6);
+        let mut queued = 0;
+        while queued < 64 << 20 && net.orphans.is_empty() {
+            queued += sock.write(&data[..OUT_MAX]).unwrap_or(0);
+            sock.send_queued(&mut net, 2);
+            net.wait(Some(Duration::from_millis(1))).unwrap();
+            net.completions(&mut out);
+            for c in out.drain(..) {
+                if let Completion::Sent { res, .. } = c {
+                    sock.sent(&mut net, 2, res);
+                }
+            }
+            if sock.send_armed && sock.pending() == OUT_MAX {
+                // Full and in flight: the socket's queue is full.
+                sock.close(&mut net, 2);
+            }
+        }
+        assert_eq!(net.orphans.len(), 1, "the send in flight is kept");
+        net.wait(Some(Duration::from_secs(5))).unwrap();
+        net.completions(&mut out);
+        assert!(out.is_empty(), "{out:?}");
+        assert!(net.orphans.is_empty(), "freed at its completion");
+        client.set_nonblocking(true).unwrap();
+        let _ = client.read(&mut [0u8; 16]);
     }
 }

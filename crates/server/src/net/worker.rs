@@ -215,12 +215,7 @@ impl Worker {
                         buf,
                         more,
                     } => self.received(slot, gen, res, buf, more),
-                    Completion::Writable { slot, gen } => {
-                        if let Some(s) = Self::ring_socket(&mut self.conns, slot, gen) {
-                            s.writable_armed = false;
-                            self.service(slot, false);
-                        }
-                    }
+                    Completion::Sent { slot, gen, res } => self.sent(slot, gen, res),
                 }
             }
             if !self.starved.is_empty() && self.net.as_ref().is_some_and(|n| n.has_free_buffers()) {
@@ -325,9 +320,30 @@ impl Worker {
         }
     }
 
-    /// After a ring connection ran: keep no provided buffer, watch for room
-    /// if its replies wait for the socket, and keep receiving unless it
-    /// stopped reading.
+    /// A ring connection's send completed: the connection runs again if
+    /// it waited for the socket (replies it could not queue, a close after
+    /// them, reading stopped) or the socket broke.
+    fn sent(&mut self, slot: usize, gen: u32, res: i32) {
+        let Some(net) = self.net.as_mut() else {
+            return;
+        };
+        let Some(Some(c)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        let waited = c.waits_for_socket();
+        let Stream::Ring(s) = &mut c.stream else {
+            return;
+        };
+        if s.gen != gen {
+            return;
+        }
+        if s.sent(net, slot, res) || waited {
+            self.service(slot, false);
+        }
+    }
+
+    /// After a ring connection ran: send what it wrote, keep no provided
+    /// buffer, and keep receiving unless it stopped reading.
     fn rearm(&mut self, slot: usize) {
         let Some(net) = self.net.as_mut() else {
             return;
@@ -335,15 +351,12 @@ impl Worker {
         let Some(Some(c)) = self.conns.get_mut(slot) else {
             return;
         };
-        let (blocked, paused) = (c.has_pending_output(), c.reading_paused());
+        let paused = c.reading_paused();
         let Stream::Ring(s) = &mut c.stream else {
             return;
         };
+        s.send_queued(net, slot);
         s.spill_held(net);
-        if blocked && !s.writable_armed {
-            s.writable_armed = true;
-            net.arm_writable(s.fd(), slot, s.gen);
-        }
         s.arm(net, slot, !paused);
     }
 
@@ -484,6 +497,7 @@ impl Worker {
         match status {
             Status::Open => self.rearm(slot),
             Status::Yield => {
+                self.rearm(slot);
                 if let Some(Some(c)) = self.conns.get_mut(slot) {
                     if !c.queued {
                         c.queued = true;
@@ -500,10 +514,7 @@ impl Worker {
             return;
         };
         match (&mut conn.stream, self.net.as_mut()) {
-            (Stream::Ring(s), Some(net)) => {
-                s.release(net);
-                net.cancel(slot, s.gen, s.recv_armed, s.writable_armed);
-            }
+            (Stream::Ring(s), Some(net)) => s.close(net, slot),
             (stream, _) => {
                 let _ = self.poll.registry().deregister(stream);
             }
