@@ -659,7 +659,9 @@ impl Conn {
             self.rpos = 0;
             self.rend = partial;
         }
-        if self.pending_out() == 0 && self.wbuf.capacity() > 0 {
+        // Its own buffer once empty, even while the stream still holds
+        // output (TLS records, a ring socket's sends).
+        if self.wpos == self.wbuf.len() && self.wbuf.capacity() > 0 {
             pool.give_write(std::mem::take(&mut self.wbuf));
             self.wpos = 0;
         }

@@ -315,7 +315,12 @@ impl Worker {
             self.starved.push(slot);
             return;
         }
-        if res != -libc::ECANCELED {
+        if res == -libc::ECANCELED {
+            // Cancelled when the connection stopped reading; it may have
+            // started again since (its `rearm` found the receive still
+            // armed), so arm it again if it wants one.
+            self.rearm(slot);
+        } else {
             self.service(slot, false);
         }
     }
