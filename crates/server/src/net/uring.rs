@@ -72,6 +72,11 @@ fn user_data(slot: usize, gen: u32, kind: u64) -> u64 {
     ((slot as u64) << 32) | ((gen as u64 & GEN_MASK) << 2) | kind
 }
 
+/// `user_data`'s slot and generation (its kind is `ud & 3`).
+fn slot_and_gen(ud: u64) -> (usize, u32) {
+    ((ud >> 32) as usize, ((ud >> 2) & GEN_MASK) as u32)
+}
+
 /// Whether this kernel (and its seccomp policy) gives us a network ring.
 pub fn available() -> bool {
     NetRing::new(-1).is_ok()
@@ -225,7 +230,7 @@ impl NetRing {
         // again later.
         if !pushed {
             let ud = entry.get_user_data();
-            let (slot, gen) = ((ud >> 32) as usize, ((ud >> 2) & GEN_MASK) as u32);
+            let (slot, gen) = slot_and_gen(ud);
             match ud & 3 {
                 POLLER => {
                     self.poller_armed = false;
@@ -328,7 +333,7 @@ impl NetRing {
         out.append(&mut self.done);
         for c in self.ring.completion() {
             let ud = c.user_data();
-            let (slot, gen) = ((ud >> 32) as usize, ((ud >> 2) & GEN_MASK) as u32);
+            let (slot, gen) = slot_and_gen(ud);
             match ud & 3 {
                 POLLER => {
                     self.poller_armed = false;
@@ -388,16 +393,16 @@ pub struct RingSocket {
     spill: Vec<u8>,
     spill_pos: usize,
     /// The peer closed its side (or the socket failed).
-    pub eof: bool,
+    eof: bool,
     /// A multishot `recv` is armed (until its last completion, `more` unset).
-    pub recv_armed: bool,
+    recv_armed: bool,
     /// Its cancellation was asked for (the connection stopped reading).
-    pub recv_cancelled: bool,
+    recv_cancelled: bool,
     /// The bytes of the send in flight (`sent` of them done), which the
     /// kernel reads until the completion; nothing touches them meanwhile.
     sending: Vec<u8>,
     sent: usize,
-    pub send_armed: bool,
+    send_armed: bool,
     /// Replies written since, sent when `sending` is done.
     queued: Vec<u8>,
     /// A send failed: the peer is gone.

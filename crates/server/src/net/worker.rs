@@ -286,14 +286,20 @@ impl Worker {
         }
     }
 
-    /// The ring socket of the connection in `slot`, if it is still the one
-    /// generation `gen` names.
-    fn ring_socket(conns: &mut [Option<Conn>], slot: usize, gen: u32) -> Option<&mut RingSocket> {
-        match conns.get_mut(slot) {
-            Some(Some(Conn {
-                stream: Stream::Ring(s),
-                ..
-            })) if s.gen == gen => Some(s),
+    /// The network ring and the socket of the ring connection in `slot`,
+    /// if it is one (of generation `gen`, where given: a completion for a
+    /// closed connection must not reach the next one in its slot), with
+    /// whether the connection waits for its socket and has stopped reading.
+    fn ring_conn(
+        &mut self,
+        slot: usize,
+        gen: Option<u32>,
+    ) -> Option<(&mut NetRing, &mut RingSocket, bool, bool)> {
+        let net = self.net.as_mut()?;
+        let c = self.conns.get_mut(slot)?.as_mut()?;
+        let (waits, paused) = (c.waits_for_socket(), c.reading_paused());
+        match &mut c.stream {
+            Stream::Ring(s) if gen.is_none_or(|g| g == s.gen) => Some((net, s, waits, paused)),
             _ => None,
         }
     }
@@ -301,11 +307,8 @@ impl Worker {
     /// A `recv` completed: its bytes (or the end of the stream) go to the
     /// connection, which runs; a stale one only gives its buffer back.
     fn received(&mut self, slot: usize, gen: u32, res: i32, buf: Option<u16>, more: bool) {
-        let Some(net) = self.net.as_mut() else {
-            return;
-        };
-        let Some(s) = Self::ring_socket(&mut self.conns, slot, gen) else {
-            if let Some(b) = buf {
+        let Some((net, s, _, _)) = self.ring_conn(slot, Some(gen)) else {
+            if let (Some(net), Some(b)) = (self.net.as_mut(), buf) {
                 net.give_back(b);
             }
             return;
@@ -329,19 +332,9 @@ impl Worker {
     /// it waited for the socket (replies it could not queue, a close after
     /// them, reading stopped) or the socket broke.
     fn sent(&mut self, slot: usize, gen: u32, res: i32) {
-        let Some(net) = self.net.as_mut() else {
+        let Some((net, s, waited, _)) = self.ring_conn(slot, Some(gen)) else {
             return;
         };
-        let Some(Some(c)) = self.conns.get_mut(slot) else {
-            return;
-        };
-        let waited = c.waits_for_socket();
-        let Stream::Ring(s) = &mut c.stream else {
-            return;
-        };
-        if s.gen != gen {
-            return;
-        }
         if s.sent(net, slot, res) || waited {
             self.service(slot, false);
         }
@@ -350,14 +343,7 @@ impl Worker {
     /// After a ring connection ran: send what it wrote, keep no provided
     /// buffer, and keep receiving unless it stopped reading.
     fn rearm(&mut self, slot: usize) {
-        let Some(net) = self.net.as_mut() else {
-            return;
-        };
-        let Some(Some(c)) = self.conns.get_mut(slot) else {
-            return;
-        };
-        let paused = c.reading_paused();
-        let Stream::Ring(s) = &mut c.stream else {
+        let Some((net, s, _, paused)) = self.ring_conn(slot, None) else {
             return;
         };
         s.send_queued(net, slot);

@@ -268,9 +268,15 @@ pub fn wait_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
 
 /// Read until the data ends with `end`, EOF, or the socket's timeout.
 pub fn read_until(s: &mut impl Read, end: &[u8]) -> Vec<u8> {
+    read_until_whole(s, |out| out.ends_with(end))
+}
+
+/// Read until `whole` says what came is a whole reply, or the stream ends
+/// (or times out).
+pub fn read_until_whole(s: &mut impl Read, whole: impl Fn(&[u8]) -> bool) -> Vec<u8> {
     let mut out = Vec::new();
     let mut buf = [0u8; 65536];
-    while !out.ends_with(end) {
+    while !whole(&out) {
         match read_some(s, &mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => out.extend_from_slice(&buf[..n]),

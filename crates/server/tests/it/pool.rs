@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, read_some, read_until, temp_path, Server};
+use common::{free_port, read_until, read_until_whole, temp_path, Server};
 
 const KEYS: usize = 300;
 /// nutcracker's `server_retry_timeout`: how long an ejected node stays out.
@@ -72,15 +72,7 @@ impl Proxy {
         s.set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");
         s.write_all(request).expect("send through the proxy");
-        let mut out = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !done(&out) {
-            match read_some(&mut s, &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-            }
-        }
-        String::from_utf8_lossy(&out).into_owned()
+        String::from_utf8_lossy(&read_until_whole(&mut s, done)).into_owned()
     }
 
     fn set(&self, key: &str, value: &str) -> String {
