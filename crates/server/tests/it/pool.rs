@@ -175,8 +175,15 @@ fn a_node_dies_its_keys_move_and_it_rejoins() {
         assert_eq!(holder(&nodes, &key(i)), Some(before[i]));
     }
     // The dead node's keys, written again, go to the live nodes.
+    // On a slow machine the checks above outlast the proxy's retry timeout,
+    // so it may try the dead node once more (SERVER_ERROR) and eject it
+    // again: the same set then goes to a live node.
     for i in (0..KEYS).filter(|&i| before[i] == dead) {
-        assert_eq!(proxy.set(&key(i), "again"), "STORED\r\n");
+        let mut r = proxy.set(&key(i), "again");
+        if r.starts_with("SERVER_ERROR") {
+            r = proxy.set(&key(i), "again");
+        }
+        assert_eq!(r, "STORED\r\n");
         let h = holder(&nodes, &key(i));
         assert!(h.is_some() && h != Some(dead), "{} went to {h:?}", key(i));
     }
