@@ -47,6 +47,19 @@ pub struct ThreadStats {
     /// This worker's requests by key prefix (`prefixes`; with `-D` or
     /// `stats detail on`).
     pub prefix_counts: crate::prefixes::Counts,
+    /// The network path this worker serves plain TCP on ([`NetPath`]),
+    /// once it has made (or failed to make) its ring.
+    pub net_path: AtomicU8,
+}
+
+/// A worker's network path, as `stats settings` reports it (`net_io`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum NetPath {
+    /// Not decided yet: the worker is starting.
+    Starting = 0,
+    Uring = 1,
+    Epoll = 2,
 }
 
 impl ThreadStats {
@@ -54,6 +67,19 @@ impl ThreadStats {
     #[inline]
     pub fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The worker's network path from now on.
+    pub fn set_net_path(&self, path: NetPath) {
+        self.net_path.store(path as u8, Ordering::Relaxed);
+    }
+
+    pub fn net_path(&self) -> NetPath {
+        match self.net_path.load(Ordering::Relaxed) {
+            1 => NetPath::Uring,
+            2 => NetPath::Epoll,
+            _ => NetPath::Starting,
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use cachalot_protocol::text::{TextError, MEMCACHED_COMPAT_VERSION};
 
 use crate::handler::Ctx;
 use crate::hotkeys::HotRow;
-use crate::stats::ThreadStats;
+use crate::stats::{NetPath, ThreadStats};
 
 /// The (name, value) pairs of one stats group, in memcached's order.
 pub type Pairs = Vec<(String, String)>;
@@ -512,6 +512,32 @@ fn zzone(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
 }
 
 /// `stats settings`, in memcached's order, plus `cachalot_version` at the end.
+/// The network path the workers use (`-o net_io`): `uring` or `epoll`,
+/// or `mixed` where some worker's ring was refused though the start-up
+/// probe passed (a ring or locked-memory limit reached). A worker still
+/// starting counts as what was asked for.
+fn net_io(ctx: &Ctx<'_>) -> &'static str {
+    let asked = match ctx.settings.net_uring {
+        true => NetPath::Uring,
+        false => NetPath::Epoll,
+    };
+    net_io_of(asked, ctx.shared.threads.iter().map(|t| t.net_path()))
+}
+
+/// [`net_io`] of the workers' `paths`.
+fn net_io_of(asked: NetPath, paths: impl Iterator<Item = NetPath>) -> &'static str {
+    let mut paths = paths.map(|p| match p {
+        NetPath::Starting => asked,
+        p => p,
+    });
+    let first = paths.next().unwrap_or(asked);
+    match (paths.all(|p| p == first), first) {
+        (false, _) => "mixed",
+        (true, NetPath::Uring) => "uring",
+        (true, _) => "epoll",
+    }
+}
+
 fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     let s = ctx.settings;
     let ec = &s.engine;
@@ -659,7 +685,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     stat(out, "zzone_target", ec.zzone_target);
     stat(out, "hotkeys", yes_no(s.hotkeys));
     stat(out, "mrc", yes_no(s.mrc));
-    stat(out, "net_io", if s.net_uring { "uring" } else { "epoll" });
+    stat(out, "net_io", net_io(ctx));
     if ec.flash.is_some() {
         stat(out, "ext_threads", s.flash_readers);
         stat(
@@ -1133,6 +1159,19 @@ mod tests {
         let clock = Arc::new(Clock::new());
         let cache = Cache::new(s.engine.clone(), clock.clone()).unwrap();
         (s, cache, clock)
+    }
+
+    #[test]
+    fn net_io_names_what_the_workers_use() {
+        use NetPath::{Epoll, Starting, Uring};
+        let of = |asked, paths: &[NetPath]| net_io_of(asked, paths.iter().copied());
+        assert_eq!(of(Uring, &[Uring, Uring]), "uring");
+        assert_eq!(of(Uring, &[Uring, Starting]), "uring");
+        assert_eq!(of(Uring, &[Uring, Epoll]), "mixed");
+        assert_eq!(of(Uring, &[Epoll, Uring]), "mixed");
+        assert_eq!(of(Uring, &[Epoll, Epoll]), "epoll");
+        assert_eq!(of(Epoll, &[Starting, Epoll]), "epoll");
+        assert_eq!(of(Uring, &[]), "uring");
     }
 
     #[test]

@@ -146,6 +146,16 @@ fn flash_config(s: &mut Settings) -> &mut cachalot_engine::flash::FlashConfig {
         .get_or_insert_with(|| cachalot_engine::flash::FlashConfig::new(PathBuf::new(), 0))
 }
 
+/// `-o net_io`'s value (and `CACHALOT_NET_IO`'s): whether the workers
+/// use io_uring.
+fn net_uring(value: Option<&str>) -> Option<bool> {
+    match value {
+        Some("uring") => Some(true),
+        Some("epoll") => Some(false),
+        _ => None,
+    }
+}
+
 /// Parse memcached's arguments (without the program name).
 pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     let args = conf::expand(args)?;
@@ -153,8 +163,11 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     let mut s = Settings::default();
     // The default of `-o net_io`, from the environment: how the test suite
     // runs every server it starts on the epoll fallback too.
+    // Strict as the option is: a misspelt value must not quietly mean
+    // the default.
     if let Some(v) = std::env::var_os("CACHALOT_NET_IO") {
-        s.net_uring = v != "epoll";
+        s.net_uring = net_uring(v.to_str())
+            .ok_or_else(|| CliError::new(EXIT_FAILURE, "CACHALOT_NET_IO must be uring or epoll"))?;
     }
     let mut warnings = Vec::new();
     let mut listen_given = false;
@@ -918,11 +931,8 @@ fn extended(
                 }
             }
             "net_io" => {
-                s.net_uring = match value {
-                    Some("uring") => true,
-                    Some("epoll") => false,
-                    _ => return Err(CliError::new(EXIT_FAILURE, "net_io must be uring or epoll")),
-                }
+                s.net_uring = net_uring(value)
+                    .ok_or_else(|| CliError::new(EXIT_FAILURE, "net_io must be uring or epoll"))?;
             }
             "flash_codec" => {
                 flash_config(s).codec = match value {

@@ -23,7 +23,7 @@ use super::uring::{self, Completion, NetRing, RingSocket};
 use crate::handler::Ctx;
 use crate::log::{self, Level};
 use crate::settings::Settings;
-use crate::stats::{ConnEntry, ConnState, Shared, ThreadStats};
+use crate::stats::{ConnEntry, ConnState, NetPath, Shared, ThreadStats};
 
 /// The waker's token; connection tokens are slot indexes below it.
 pub const WAKE_TOKEN: Token = Token(usize::MAX);
@@ -156,14 +156,17 @@ impl Worker {
     /// Serve until the shared shutdown flag is set, then close everything.
     pub fn run(mut self) {
         if self.settings.net_uring {
+            // The probe at start-up passed, so a refusal here is this
+            // worker's alone (a memlock or ring limit reached): said once,
+            // and shown by `stats settings` (`net_io mixed`).
             self.net = NetRing::new(self.poll.as_raw_fd())
-                .map_err(|e| {
-                    if self.settings.verbose > 0 {
-                        eprintln!("io_uring unavailable ({e}); the network uses epoll");
-                    }
-                })
+                .map_err(|e| eprintln!("a worker's io_uring was refused ({e}); it uses epoll"))
                 .ok();
         }
+        self.stats.set_net_path(match self.net {
+            Some(_) => NetPath::Uring,
+            None => NetPath::Epoll,
+        });
         let mut events = Events::with_capacity(1024);
         let mut completions = Vec::new();
         let idle_timeout = self.settings.idle_timeout;

@@ -176,6 +176,17 @@ fn the_network_path_is_chosen_and_reported() {
     let (code, _, err) = run_cli(&["-o", "net_io=kqueue"]);
     assert_eq!(code, 1);
     assert!(err.contains("net_io must be uring or epoll"), "{err}");
+    let out = Command::new(cachalot_bin())
+        .env("CACHALOT_NET_IO", "io_uring")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cachalot");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("CACHALOT_NET_IO must be uring or epoll"),
+        "{err}"
+    );
     for path in ["uring", "epoll"] {
         let server = Server::start(&["-o", &format!("net_io={path}")]);
         let mut s = server.connect();
