@@ -217,6 +217,11 @@ pub fn max_request(settings: &Settings) -> usize {
 pub struct Conn {
     pub stream: Stream,
     pub entry: Arc<ConnEntry>,
+    /// This worker's number for the connection, never reused: what a
+    /// flash read's completion and the watcher list name it by. Its fd
+    /// (`entry.id`, as `stats conns` shows it) and its slot both come back
+    /// for the next connection once it closes.
+    pub serial: u64,
     handler: Option<Box<dyn Handler>>,
     /// Read buffer: bytes `rpos..rend` are received but not yet consumed.
     /// Empty (no allocation) while the connection is idle.
@@ -266,10 +271,11 @@ enum Filled {
 }
 
 impl Conn {
-    pub fn new(stream: Stream, entry: Arc<ConnEntry>) -> Conn {
+    pub fn new(stream: Stream, entry: Arc<ConnEntry>, serial: u64) -> Conn {
         Conn {
             stream,
             entry,
+            serial,
             handler: None,
             rbuf: Vec::new(),
             rpos: 0,
@@ -521,7 +527,7 @@ impl Conn {
                     self.waiting = 0;
                     if let Some(io) = env.flash.as_deref_mut() {
                         for want in wanted {
-                            match io.submit(env.ctx.cache, want, env.slot, self.entry.id) {
+                            match io.submit(env.ctx.cache, want, env.slot, self.serial) {
                                 Submitted::Queued => self.waiting += 1,
                                 Submitted::Done(fetched) => fetches.done.push(fetched),
                                 Submitted::Full(w) => {

@@ -17,7 +17,8 @@ pub enum Submitted {
     Full(Want),
 }
 
-/// A read done, for the connection of `slot` (if it is still `conn`).
+/// A read done, for the connection of `slot` (if it is still `conn`, its
+/// `Conn::serial`: a closed connection's slot and fd come back for others).
 pub struct Done {
     pub slot: usize,
     pub conn: u64,

@@ -71,7 +71,7 @@ pub struct Worker {
     pool: BufPool,
     /// Connections that yielded with work left (`-R`).
     ready: VecDeque<usize>,
-    /// `watch` connections (slot, id): serviced every `watchers::POLL_INTERVAL`
+    /// `watch` connections (slot, serial): serviced every `watchers::POLL_INTERVAL`
     /// at least, to send the lines logged meanwhile.
     watchers: Vec<(usize, u64)>,
     /// With the flash tier: how this worker reads it.
@@ -85,6 +85,8 @@ pub struct Worker {
     starved: Vec<usize>,
     /// The last ring connection's generation (see `uring::user_data`).
     generation: u32,
+    /// The last connection's serial (`Conn::serial`).
+    serials: u64,
 }
 
 impl Worker {
@@ -148,6 +150,7 @@ impl Worker {
                 net: None,
                 starved: Vec::new(),
                 generation: 0,
+                serials: 0,
             },
             handle,
         ))
@@ -236,7 +239,7 @@ impl Worker {
             }
             // Watchers get their log lines whether or not they sent anything.
             for (slot, id) in std::mem::take(&mut self.watchers) {
-                if matches!(self.conns.get(slot), Some(Some(c)) if c.entry.id == id) {
+                if matches!(self.conns.get(slot), Some(Some(c)) if c.serial == id) {
                     self.service(slot, false);
                 }
             }
@@ -412,7 +415,8 @@ impl Worker {
                     ],
                 );
             }
-            self.conns[slot] = Some(Conn::new(stream, entry));
+            self.serials += 1;
+            self.conns[slot] = Some(Conn::new(stream, entry, self.serials));
             // Data may already be waiting; the registration's first edge
             // (or the ring's first receive) reports it.
             self.rearm(slot);
@@ -431,7 +435,7 @@ impl Worker {
             let Some(Some(c)) = conns.get_mut(d.slot) else {
                 return;
             };
-            if c.entry.id != d.conn {
+            if c.serial != d.conn {
                 return;
             }
             if c.complete(d.key, d.image) && !c.queued {
@@ -482,7 +486,7 @@ impl Worker {
                 });
         if let Some(Some(c)) = self.conns.get(slot) {
             if c.is_watcher() && status != Status::Close {
-                let id = c.entry.id;
+                let id = c.serial;
                 if !self.watchers.contains(&(slot, id)) {
                     self.watchers.push((slot, id));
                 }
