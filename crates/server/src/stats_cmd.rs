@@ -511,7 +511,6 @@ fn zzone(ctx: &Ctx<'_>, out: &mut Pairs) -> Option<()> {
     Some(())
 }
 
-/// `stats settings`, in memcached's order, plus `cachalot_version` at the end.
 /// The network path the workers use (`-o net_io`): `uring` or `epoll`,
 /// or `mixed` where some worker's ring was refused though the start-up
 /// probe passed (a ring or locked-memory limit reached). A worker still
@@ -538,6 +537,7 @@ fn net_io_of(asked: NetPath, paths: impl Iterator<Item = NetPath>) -> &'static s
     }
 }
 
+/// `stats settings`, in memcached's order, plus `cachalot_version` at the end.
 fn settings(ctx: &Ctx<'_>, out: &mut Pairs) {
     let s = ctx.settings;
     let ec = &s.engine;

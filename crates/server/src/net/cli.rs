@@ -162,9 +162,8 @@ pub fn parse(args: &[String]) -> Result<Parsed, CliError> {
     let (opts, extra) = tokenize(&args);
     let mut s = Settings::default();
     // The default of `-o net_io`, from the environment: how the test suite
-    // runs every server it starts on the epoll fallback too.
-    // Strict as the option is: a misspelt value must not quietly mean
-    // the default.
+    // runs every server it starts on the epoll fallback too. As strict as
+    // the option: a misspelt value must not quietly mean the default.
     if let Some(v) = std::env::var_os("CACHALOT_NET_IO") {
         s.net_uring = net_uring(v.to_str())
             .ok_or_else(|| CliError::new(EXIT_FAILURE, "CACHALOT_NET_IO must be uring or epoll"))?;
