@@ -57,15 +57,15 @@ const POLLER: u64 = 0;
 const RECV: u64 = 1;
 const SEND: u64 = 2;
 const CANCEL: u64 = 3;
-/// A connection's generation (a worker's count of its ring connections,
+/// A connection's generation (its worker's serial for it, `Conn::serial`,
 /// truncated) sits above the kind and below the slot, so a completion for a
 /// closed connection is never given to the next one in its slot, though
 /// that one may have the same descriptor number.
 const GEN_MASK: u64 = (1 << 30) - 1;
 
-/// The generation after `g`.
-pub fn next_generation(g: u32) -> u32 {
-    ((g as u64 + 1) & GEN_MASK) as u32
+/// The generation of the connection with `serial`.
+pub fn generation_of(serial: u64) -> u32 {
+    (serial & GEN_MASK) as u32
 }
 
 fn user_data(slot: usize, gen: u32, kind: u64) -> u64 {

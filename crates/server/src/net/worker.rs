@@ -83,9 +83,8 @@ pub struct Worker {
     /// Connections whose `recv` found no free buffer: armed again once one
     /// is back.
     starved: Vec<usize>,
-    /// The last ring connection's generation (see `uring::user_data`).
-    generation: u32,
-    /// The last connection's serial (`Conn::serial`).
+    /// The last connection's serial (`Conn::serial`; a ring connection's
+    /// generation is its low bits, `uring::generation_of`).
     serials: u64,
 }
 
@@ -149,7 +148,6 @@ impl Worker {
                 flash,
                 net: None,
                 starved: Vec::new(),
-                generation: 0,
                 serials: 0,
             },
             handle,
@@ -363,6 +361,8 @@ impl Worker {
         for nc in new {
             let mut stream = nc.stream;
             let fd = stream.as_raw_fd();
+            self.serials += 1;
+            let serial = self.serials;
             let slot = match self.free.pop() {
                 Some(s) => s,
                 None => {
@@ -373,8 +373,7 @@ impl Worker {
             if let (Some(_), Stream::Tcp(_)) = (&self.net, &stream) {
                 // Read through the ring rather than watched by mio.
                 if let Stream::Tcp(tcp) = stream {
-                    self.generation = uring::next_generation(self.generation);
-                    stream = Stream::Ring(RingSocket::new(tcp, self.generation));
+                    stream = Stream::Ring(RingSocket::new(tcp, uring::generation_of(serial)));
                 }
             } else if let Err(e) = self.poll.registry().register(
                 &mut stream,
@@ -415,8 +414,7 @@ impl Worker {
                     ],
                 );
             }
-            self.serials += 1;
-            self.conns[slot] = Some(Conn::new(stream, entry, self.serials));
+            self.conns[slot] = Some(Conn::new(stream, entry, serial));
             // Data may already be waiting; the registration's first edge
             // (or the ring's first receive) reports it.
             self.rearm(slot);

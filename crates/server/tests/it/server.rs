@@ -475,16 +475,18 @@ fn slow_reader_is_throttled_not_buffered_without_bound() {
     // while others come and go. A send in flight when the state turned
     // may still land (the kernel grows a socket's buffers as it goes: a
     // suite run saw 8 hits, then 9), so the count is read once it has
-    // held still for half a second.
+    // held still for half a second: nothing outside the server tells
+    // that its last send has landed, so that stillness is the condition,
+    // polled as the state was above.
     let mut hits = stat(&mut setter, "get_hits");
-    loop {
-        std::thread::sleep(Duration::from_millis(500));
+    let mut still_since = Instant::now();
+    while still_since.elapsed() < Duration::from_millis(500) {
+        assert!(Instant::now() < deadline, "get hits kept growing: {hits}");
+        std::thread::sleep(Duration::from_millis(10));
         let now = stat(&mut setter, "get_hits");
-        if now == hits {
-            break;
+        if now != hits {
+            (hits, still_since) = (now, Instant::now());
         }
-        assert!(Instant::now() < deadline, "get hits kept growing: {now}");
-        hits = now;
     }
     assert!(
         hits < 100,
