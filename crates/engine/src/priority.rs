@@ -190,8 +190,10 @@ impl Drop for Raised {
 }
 
 /// The calling thread's CPU time (ns), from `CLOCK_THREAD_CPUTIME_ID`
-/// (`holds`: how long a background hold was on the CPU); 0 if refused.
-pub(crate) fn thread_cpu_ns() -> u64 {
+/// (`holds`: how long a background hold was on the CPU; the load
+/// generator's `jitter`: how much of a stall that clock counts); 0 if
+/// refused.
+pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
