@@ -5,6 +5,7 @@
 //! zone's lock there made every store wait behind the zone's writer (a
 //! sweep or a compaction), and every other request behind that store.
 
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -68,7 +69,7 @@ impl ZoneCell {
     fn guard<'a>(&'a self, zone: MutexGuard<'a, Zone>, raised: Raised) -> ZoneGuard<'a> {
         HELD.set(HELD.get() + 1);
         ZoneGuard {
-            zone,
+            zone: ManuallyDrop::new(zone),
             _raised: raised,
             cell: self,
             since: crate::holds::HoldStart::now(),
@@ -124,7 +125,8 @@ impl ZoneCell {
 /// counted, when it drops. The Z-zone writer holds it at normal priority
 /// (`crate::priority`): `_raised` drops after `zone`, the lock released.
 pub struct ZoneGuard<'a> {
-    zone: MutexGuard<'a, Zone>,
+    /// Dropped in `drop`, before what the zone let go is freed.
+    zone: ManuallyDrop<MutexGuard<'a, Zone>>,
     cell: &'a ZoneCell,
     since: crate::holds::HoldStart,
     _raised: Raised,
@@ -153,7 +155,41 @@ impl Drop for ZoneGuard<'_> {
             .store(z.pressed_pages(), Ordering::Relaxed);
         self.cell.over.store(z.stage_over(), Ordering::Relaxed);
         self.cell.judged.store(z.judged(), Ordering::Relaxed);
+        let to_free = std::mem::take(&mut self.zone.to_free);
         self.cell.holds.record(self.since);
+        // SAFETY: `zone` is dropped here, once, and not used after.
+        unsafe { ManuallyDrop::drop(&mut self.zone) };
         HELD.set(HELD.get() - 1);
+        // Freed without the lock (`Zone::to_free`).
+        drop(to_free);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::Codec;
+    use std::sync::Arc;
+
+    /// Records, as it is dropped, whether its zone's lock was free.
+    struct Witness(Arc<ZoneCell>, Arc<AtomicBool>);
+
+    impl Drop for Witness {
+        fn drop(&mut self) {
+            self.1.store(!self.0.is_locked(), Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn what_the_zone_lets_go_is_freed_after_its_lock() {
+        let cell = Arc::new(ZoneCell::new(super::super::zone::tests::zone(Codec::Zstd)));
+        let unlocked = Arc::new(AtomicBool::new(false));
+        {
+            let mut zone = cell.lock();
+            let witness = Witness(cell.clone(), unlocked.clone());
+            zone.to_free.push(Box::new(witness));
+        }
+        assert!(unlocked.load(Ordering::Relaxed), "freed under the lock");
+        assert!(cell.lock().to_free.is_empty());
     }
 }

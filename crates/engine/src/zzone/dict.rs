@@ -71,7 +71,8 @@ impl Zone {
         // is in) would wait, counted in `-m`, for a retraining millions of
         // demotions away: 640 KB held for nothing at `-m 40`, a zone page.
         if !self.sampling() {
-            self.drop_samples();
+            let samples = self.drop_samples();
+            self.to_free.push(Box::new(samples));
         }
         true
     }
@@ -80,7 +81,9 @@ impl Zone {
     pub(super) fn release_dict(&mut self, i: usize) {
         if i != 0 && i != self.dict as usize {
             if let Some(Some((_, 0))) = self.dicts.get(i) {
-                self.dicts[i] = None;
+                if let Some((d, _)) = self.dicts[i].take() {
+                    self.to_free.push(Box::new(d));
+                }
             }
         }
     }
