@@ -1055,8 +1055,9 @@ impl Cache {
         self.shared.zone.is_some() && self.lock().zone_has_writer()
     }
 
-    /// Train a Z-zone dictionary if one is due: the samples are taken and
-    /// the dictionary installed under the engine lock; the training (tens
+    /// Train a Z-zone dictionary if one is due: the samples are taken
+    /// under the engine lock and the dictionary installed under the
+    /// zone's; the training (tens
     /// of milliseconds) and zstd's digest of it (milliseconds) run without
     /// it, on the calling thread (a warm restart's refill, the lab, tests;
     /// the server's maintainer uses [`Cache::train_zone_in_background`]).
