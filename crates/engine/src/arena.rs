@@ -261,6 +261,15 @@ impl Arena {
         }
     }
 
+    /// Prefetch the header line of chunk `chunk` of page `id` (a hint, as
+    /// [`Arena::prefetch_chunk`]).
+    #[inline]
+    pub fn prefetch_line(&self, id: u32, chunk: u32) {
+        if let Some((_, cs)) = self.geometry(id) {
+            crate::hash::prefetch(self.ptr(id, chunk as usize * cs as usize));
+        }
+    }
+
     /// Set the class (None: no class) and chunk size readers of page `id`
     /// see. Engine lock only, and only while the page holds no item.
     pub fn set_geometry(&self, id: u32, class: Option<usize>, chunk_size: u32) {
