@@ -1057,10 +1057,10 @@ impl Cache {
 
     /// Train a Z-zone dictionary if one is due: the samples are taken
     /// under the engine lock and the dictionary installed under the
-    /// zone's; the training (tens
-    /// of milliseconds) and zstd's digest of it (milliseconds) run without
-    /// it, on the calling thread (a warm restart's refill, the lab, tests;
-    /// the server's maintainer uses [`Cache::train_zone_in_background`]).
+    /// zone's; the training (tens of milliseconds) and zstd's digest of
+    /// it (milliseconds) run without either, on the calling thread (a
+    /// warm restart's refill, the lab, tests; the server's maintainer
+    /// uses [`Cache::train_zone_in_background`]).
     pub fn train_zone(&self) {
         // Not `if let`: its scrutinee's guard would be held through the
         // install, which takes the lock again.

@@ -93,9 +93,10 @@ pub struct Zone {
     /// Their bytes (kept, not summed: `-m` is checked on every store).
     pub(super) sample_bytes: usize,
     pub(super) trained_at: u64,
-    /// What the zone let go under its lock, freed once the lock is
-    /// released (`super::cell`): a dictionary's install let 640 KB of
-    /// samples go in 2 ms under the zone's and the engine's locks.
+    /// What the zone let go under its lock (samples, dictionaries no
+    /// block uses), freed once the lock is released (`super::cell`): a
+    /// dictionary's install, which lets both go, held the zone's and the
+    /// engine's locks for 2 ms.
     pub(super) to_free: Vec<Box<dyn Send>>,
     /// Where the items the sweep evicts go next: the flash tier, when the
     /// engine has one (issue 12: items leaving memory, the Z-zone
