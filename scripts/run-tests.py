@@ -2,7 +2,8 @@
 """Build some packages' tests with cargo, then run their test binaries two at a time.
 
     scripts/run-tests.py [--release] [--jobs N] [--keep-going]
-                         [--again LABEL VAR=VALUE ...] -p PKG [-p PKG ...]
+                         [--again LABEL VAR=VALUE ...] [--again-skip FILTER ...]
+                         -p PKG [-p PKG ...]
 
 The packages' tests are built in one `cargo test --no-run`. Every test
 binary, and the packages' doc tests, then runs as `cargo test` would run it:
@@ -18,7 +19,9 @@ of them at a time only take twice as long each.
 
 `--again LABEL VAR=VALUE` runs the binary labelled LABEL (as the summary
 names it, e.g. "cachalot-server tests/it.rs") a second time with VAR set:
-the server's tests once on each network path (issue 35).
+the server's tests once on each network path (issue 35). `--again-skip
+FILTER` leaves the tests whose names contain FILTER out of those second
+runs (libtest's `--skip`).
 
 Order: longest first, by the times the last run left in
 $CARGO_TARGET_DIR/test-times.tsv; without them (a clean clone), most tests
@@ -113,6 +116,7 @@ def main():
     ap.add_argument("--keep-going", action="store_true")
     ap.add_argument("-p", "--package", action="append", required=True, dest="packages")
     ap.add_argument("--again", nargs=2, action="append", default=[], metavar=("LABEL", "VAR=VALUE"))
+    ap.add_argument("--again-skip", action="append", default=[], metavar="FILTER")
     args = ap.parse_args()
 
     target_dir = Path(os.environ.get("CARGO_TARGET_DIR", "target"))
@@ -125,7 +129,9 @@ def main():
         same = [j for j in jobs if j["label"] == label]
         if not same or not var:
             sys.exit(f"run-tests: --again {label!r} {assignment!r}: no such binary or no VAR=")
-        jobs.append(dict(same[0], label=f"{label} ({assignment})", env=dict(same[0]["env"], **{var: value})))
+        skips = [arg for f in args.again_skip for arg in ("--skip", f)]
+        jobs.append(dict(same[0], label=f"{label} ({assignment})", env=dict(same[0]["env"], **{var: value}),
+                         cmd=same[0]["cmd"] + skips))
     built = time.monotonic()
 
     last = {}
