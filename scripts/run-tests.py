@@ -124,12 +124,12 @@ def main():
 
     started = time.monotonic()
     jobs = build(args.packages, args.release, package_names())
+    skips = [arg for f in args.again_skip for arg in ("--skip", f)]
     for label, assignment in args.again:
         var, _, value = assignment.partition("=")
         same = [j for j in jobs if j["label"] == label]
         if not same or not var:
             sys.exit(f"run-tests: --again {label!r} {assignment!r}: no such binary or no VAR=")
-        skips = [arg for f in args.again_skip for arg in ("--skip", f)]
         jobs.append(dict(same[0], label=f"{label} ({assignment})", env=dict(same[0]["env"], **{var: value}),
                          cmd=same[0]["cmd"] + skips))
     built = time.monotonic()

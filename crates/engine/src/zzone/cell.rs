@@ -187,7 +187,7 @@ mod tests {
         {
             let mut zone = cell.lock();
             let witness = Witness(cell.clone(), unlocked.clone());
-            zone.to_free.push(Box::new(witness));
+            zone.free_later(witness);
         }
         assert!(unlocked.load(Ordering::Relaxed), "freed under the lock");
         assert!(cell.lock().to_free.is_empty());

@@ -42,6 +42,11 @@ impl Zone {
         Some(self.drop_samples())
     }
 
+    /// `x` is dropped once the zone's lock is released ([`Zone::to_free`]).
+    pub(super) fn free_later(&mut self, x: impl Send + 'static) {
+        self.to_free.push(Box::new(x));
+    }
+
     /// Let the samples go (counted in `-m` while held); they are returned.
     pub(super) fn drop_samples(&mut self) -> Vec<Vec<u8>> {
         self.sample_bytes = 0;
@@ -72,7 +77,7 @@ impl Zone {
         // demotions away: 640 KB held for nothing at `-m 40`, a zone page.
         if !self.sampling() {
             let samples = self.drop_samples();
-            self.to_free.push(Box::new(samples));
+            self.free_later(samples);
         }
         true
     }
@@ -82,7 +87,7 @@ impl Zone {
         if i != 0 && i != self.dict as usize {
             if let Some(Some((_, 0))) = self.dicts.get(i) {
                 if let Some((d, _)) = self.dicts[i].take() {
-                    self.to_free.push(Box::new(d));
+                    self.free_later(d);
                 }
             }
         }

@@ -662,7 +662,7 @@ impl Zone {
             // Samples of values that do not compress would wait for a
             // training that never comes.
             let samples = self.drop_samples();
-            self.to_free.push(Box::new(samples));
+            self.free_later(samples);
         }
         self.worth = worth;
     }
